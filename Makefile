@@ -1,0 +1,39 @@
+# DetShare build. Everything lands in build/; nothing outside the repository is touched.
+GO        ?= go
+CC        ?= gcc
+BUILD     := $(CURDIR)/build
+BIN       := $(BUILD)/bin
+LIB       := $(BUILD)/lib
+TESTBIN   := $(BUILD)/tests
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# -trimpath and a fixed build id keep builds reproducible; lazy binding lets binaries that link go-nvml start on
+# hosts without the NVIDIA driver (DESIGN.md §2).
+GOFLAGS_BUILD := -trimpath -buildvcs=false
+GOLDFLAGS := -s -w -buildid= -X github.com/detshare/detshare/cmd/detshare/version.Version=$(VERSION) -extldflags "-Wl,-z,lazy"
+CFLAGS_COMMON := -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -D_GNU_SOURCE -I$(CURDIR)
+CMDS      := $(notdir $(wildcard cmd/*))
+
+.PHONY: all build go-build c-build test lint clean demo
+all: build
+
+build: c-build go-build
+
+go-build:
+	@mkdir -p $(BIN)
+	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# C components append their outputs to C_TARGETS in their build.mk.
+C_TARGETS :=
+-include $(wildcard cgroupgpu/libdetshare/build.mk integration/simgpu/build.mk integration/*/build.mk)
+c-build: $(C_TARGETS)
+
+test: build
+	$(GO) test -count=1 -timeout 60m ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(MAKE) -B c-build CFLAGS_EXTRA=-Werror
+
+clean:
+	rm -rf $(BUILD)

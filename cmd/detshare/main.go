@@ -1,0 +1,53 @@
+// Command detshare is DetShare's command-line tool: host checks, tenants without containers, the scheduler,
+// installation and observability. Each subcommand lives in its own file and appends itself to commands.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/sirupsen/logrus"
+	"github.com/urfave/cli/v2"
+
+	"github.com/detshare/detshare/cmd/detshare/version"
+)
+
+// commands is filled by the init functions of the subcommand files.
+var commands []*cli.Command
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:  "detshare",
+		Usage: "share one NVIDIA GPU between containers with bit-identical results and protected tail latency",
+		Description: "DetShare partitions a GPU's SMs between tenants (containers or `detshare run` processes), " +
+			"enforces per-tenant memory quotas, and migrates work only at kernel boundaries. " +
+			"See README.md for the tier labels and annotations.",
+		Version: version.Version,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "warning", EnvVars: []string{"DETSHARE_LOG_LEVEL"},
+				Usage: "log verbosity: panic, fatal, error, warning, info, debug, trace"},
+			&cli.StringFlag{Name: "run-dir", Value: "/run/detshare", EnvVars: []string{"DETSHARE_RUN_DIR"},
+				Usage: "directory holding the shared table, client pages and MPS directories"},
+		},
+		Before: func(c *cli.Context) error {
+			lvl, err := logrus.ParseLevel(c.String("log-level"))
+			if err != nil {
+				return fmt.Errorf("--log-level %q: allowed values are panic, fatal, error, warning, info, debug, trace", c.String("log-level"))
+			}
+			logrus.SetLevel(lvl)
+			logrus.SetOutput(os.Stderr)
+			return nil
+		},
+		Commands: commands,
+	}
+}
+
+func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "detshare:", err)
+		if ec, ok := err.(cli.ExitCoder); ok {
+			os.Exit(ec.ExitCode())
+		}
+		os.Exit(1)
+	}
+}
