@@ -12,6 +12,8 @@ GOFLAGS_BUILD := -trimpath -buildvcs=false
 GOLDFLAGS := -s -w -buildid= -X github.com/detshare/detshare/cmd/detshare/version.Version=$(VERSION) -extldflags "-Wl,-z,lazy"
 CFLAGS_COMMON := -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -D_GNU_SOURCE -I$(CURDIR)
 CMDS      := $(notdir $(wildcard cmd/*))
+# go-nvml declares deprecated NVML calls; its cgo prologue warns about every one of them.
+export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
 .PHONY: all build go-build c-build test lint clean demo
 all: build
