@@ -1,5 +1,29 @@
 // Package table is the Go side of DetShare's host-wide shared-memory table. The binary layout is defined once, in
-// detshare_table.h; this package mirrors it and its tests fail when the two disagree.
+// detshare_table.h; this package mirrors it (layout.go) and its tests fail when the two disagree.
+//
+// Files live under the run directory (DefaultRunDir, or DETSHARE_RUN_DIR / --run-dir; see Paths):
+// the table (root writes, everyone maps read-only), table.lock (flock for registration), the doorbell (every tenant
+// may ring it) and one client page per tenant.
+//
+// Who writes what:
+//   - Registration (Table.Register / Table.Deregister, used only through cgroupgpu/tenant) writes container identity
+//     and quota, under flock(table.lock). A slot goes FREE -> RESERVED -> ACTIVE; because only the lock holder ever
+//     reserves, any RESERVED or DRAINING slot seen while holding the lock belongs to a registrar that died, and is
+//     rolled back (or its deregistration completed) on the spot. kill -9 at any point leaves a usable table.
+//   - The scheduler leader is the only writer of grants (PublishGrant, a seqlock plus an epoch futex word), GPU
+//     splits/mode/MPS state and temporal tokens, and the leader/heartbeat fields (SetLeader, Heartbeat).
+//   - Each tenant's processes write only their own client page (AttachProcess, demand, statistics) and ring the
+//     doorbell.
+//
+// Readers on the launch fast path (ReadGrant, GrantEpoch) do a few atomic loads: no locks, no syscalls. Blocking
+// waits use futexes on the shared words with timeouts (FutexWait), never unbounded spins.
+//
+// Reaping: ScanProcesses/IsProcessAlive resolve a process by (PID-namespace inode, PID in that namespace, start
+// time) through /proc; ReapDeadProcesses credits a dead process's memory back to its page; ReapDeadTenants removes
+// host tenants (`detshare run`) whose owner died. The scheduler calls these from its loop; registration calls
+// ReapDeadTenants opportunistically.
+//
+// The C side for libdetshare is detshare_table_client.h (header-only, static inline).
 package table
 
 // ABIVersion is DS_TABLE_ABI_VERSION from detshare_table.h.

@@ -1,0 +1,151 @@
+package quota
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/detshare/detshare/sched/table"
+)
+
+// RoundSMs rounds a request of wanted SMs up to whole groups of split (groups are taken in array order, as the
+// driver assigns them) and returns the groups and the SMs they hold, which is what the tenant is granted.
+func RoundSMs(split table.Split, wanted uint32) (groups, sms uint32, err error) {
+	if wanted == 0 {
+		return 0, 0, nil
+	}
+	for i, g := range split.Groups {
+		sms += g
+		if sms >= wanted {
+			return uint32(i + 1), sms, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("%d SMs do not fit: the GPU's split has %d groups holding %d SMs (%d SMs are left over and cannot be guaranteed)",
+		wanted, len(split.Groups), split.TotalSMs(), split.Remainder)
+}
+
+// Placement is a quota made concrete on one GPU.
+type Placement struct {
+	GPU      int
+	UUID     string
+	Groups   uint32 // guaranteed SM groups
+	SMs      uint32 // granted (guaranteed) SMs after rounding
+	Wanted   uint32 // SMs asked for before rounding
+	MemLimit uint64 // bytes, 0 = unlimited
+}
+
+// Place resolves q's percentages and rounds its SMs on gpu.
+func (q Quota) Place(gpu table.GPUState) (Placement, error) {
+	p := Placement{GPU: gpu.Index, UUID: gpu.UUID}
+	if q.Tier.Guaranteed() && !q.SMs.IsZero() {
+		p.Wanted = q.SMs.Wanted(gpu.SMCount)
+		g, s, err := RoundSMs(gpu.Split, p.Wanted)
+		if err != nil {
+			src := q.SourceOf(FieldSMs)
+			return Placement{}, &FieldError{Key: keyFor(FieldSMs, src), Value: q.specOf(FieldSMs, q.SMs.String()),
+				Source: src, Allowed: fmt.Sprintf("on GPU %d (%s, %d SMs): %v", gpu.Index, gpu.UUID, gpu.SMCount, err)}
+		}
+		p.Groups, p.SMs = g, s
+	}
+	p.MemLimit = q.Memory.Limit(gpu.MemTotal)
+	if gpu.MemTotal != 0 && p.MemLimit > gpu.MemTotal {
+		src := q.SourceOf(FieldMemory)
+		return Placement{}, &FieldError{Key: keyFor(FieldMemory, src), Value: q.specOf(FieldMemory, q.Memory.String()),
+			Source: src, Allowed: fmt.Sprintf("more than GPU %d (%s) has: %d bytes", gpu.Index, gpu.UUID, gpu.MemTotal)}
+	}
+	if q.Memory.Percent != 0 && p.MemLimit == 0 {
+		p.MemLimit = 1 // a percent of a GPU with unknown memory must not turn into "unlimited"
+	}
+	return p, nil
+}
+
+// Registered is an existing tenant as admission sees it.
+type Registered struct {
+	ID     string
+	GPU    int
+	Tier   Tier
+	Groups uint32
+	SMs    uint32
+	Memory uint64 // bytes, 0 = unlimited
+}
+
+// FromTable converts table registrations.
+func FromTable(regs []table.Registration) []Registered {
+	out := make([]Registered, 0, len(regs))
+	for _, r := range regs {
+		t := TierBestEffort
+		switch r.Tier {
+		case table.TierLatencyCritical:
+			t = TierLatencyCritical
+		case table.TierBurstable:
+			t = TierBurstable
+		}
+		out = append(out, Registered{ID: r.ID, GPU: r.GPU, Tier: t, Groups: r.SMGroups, SMs: r.SMs, Memory: r.MemLimit})
+	}
+	return out
+}
+
+// AdmissionError is a refusal: the guarantee does not fit on the GPU.
+type AdmissionError struct {
+	ID     string
+	GPU    table.GPUState
+	Reason string
+}
+
+func (e *AdmissionError) Error() string {
+	return fmt.Sprintf("admission refused for %q on GPU %d (%s): %s", e.ID, e.GPU.Index, e.GPU.UUID, e.Reason)
+}
+
+// Admit checks that the new tenant's guarantees fit on gpu beside the existing tenants there: the SM groups of
+// latency-critical and burstable tenants must not exceed the split's groups, and the memory limits of all tenants
+// must not exceed the GPU's memory (unlimited tenants reserve nothing). The refusal lists what is in use and by whom.
+func Admit(gpu table.GPUState, existing []Registered, id string, tier Tier, p Placement) error {
+	var usedGroups uint32
+	var usedMem uint64
+	var groupUsers, memUsers []string
+	for _, r := range existing {
+		if r.GPU != gpu.Index {
+			continue
+		}
+		if r.Tier.Guaranteed() && r.Groups > 0 {
+			usedGroups += r.Groups
+			groupUsers = append(groupUsers, fmt.Sprintf("%q %d groups/%d SMs (%s)", r.ID, r.Groups, r.SMs, r.Tier))
+		}
+		if r.Memory > 0 {
+			usedMem += r.Memory
+			memUsers = append(memUsers, fmt.Sprintf("%q %s", r.ID, FormatBytes(r.Memory)))
+		}
+	}
+	total := uint32(len(gpu.Split.Groups))
+	if tier.Guaranteed() && p.Groups > 0 && usedGroups+p.Groups > total {
+		return &AdmissionError{ID: id, GPU: gpu, Reason: fmt.Sprintf(
+			"asks %d SM groups (%d SMs) but %d of the %d groups are guaranteed to others [%s]; %d free",
+			p.Groups, p.SMs, usedGroups, total, strings.Join(groupUsers, ", "), total-min(usedGroups, total))}
+	}
+	if p.MemLimit > 0 && gpu.MemTotal > 0 && usedMem+p.MemLimit > gpu.MemTotal {
+		free := uint64(0)
+		if usedMem < gpu.MemTotal {
+			free = gpu.MemTotal - usedMem
+		}
+		return &AdmissionError{ID: id, GPU: gpu, Reason: fmt.Sprintf(
+			"asks %s of memory but %s of %s are reserved by others [%s]; %s free",
+			FormatBytes(p.MemLimit), FormatBytes(usedMem), FormatBytes(gpu.MemTotal), strings.Join(memUsers, ", "),
+			FormatBytes(free))}
+	}
+	return nil
+}
+
+// FormatBytes renders bytes with a binary unit for messages (exact bytes when not a whole unit).
+func FormatBytes(b uint64) string {
+	for _, u := range []struct {
+		s string
+		v uint64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if b >= u.v && b%u.v == 0 {
+			return fmt.Sprintf("%d%s", b/u.v, u.s)
+		}
+	}
+	if b >= 1<<30 {
+		return fmt.Sprintf("%.2fGi", float64(b)/(1<<30))
+	}
+	return fmt.Sprintf("%dB", b)
+}

@@ -1,0 +1,125 @@
+package quota
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// QuotaFileVersion is the version= of the quota file format.
+const QuotaFileVersion = 1
+
+// File is the quota file libdetshare reads at start (docs/internals.md "The quota file").
+type File struct {
+	Version    int
+	ID         string
+	Slot       int
+	SlotGen    uint32
+	Tier       Tier
+	SMs        uint32 // guaranteed SMs after rounding, 0 = none
+	Memory     uint64 // bytes, 0 = unlimited
+	Weight     uint32
+	Role       Role
+	GPU        int
+	Table      string
+	ClientPage string
+	Doorbell   string
+	MPSPipeDir string
+}
+
+// Render writes f in the quota file format.
+func Render(f File) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# DetShare quota file, written at registration; format: docs/internals.md\n")
+	fmt.Fprintf(&b, "version=%d\n", QuotaFileVersion)
+	fmt.Fprintf(&b, "id=%s\n", f.ID)
+	fmt.Fprintf(&b, "slot=%d\n", f.Slot)
+	fmt.Fprintf(&b, "slot_gen=%d\n", f.SlotGen)
+	fmt.Fprintf(&b, "tier=%s\n", f.Tier)
+	fmt.Fprintf(&b, "sms=%d\n", f.SMs)
+	fmt.Fprintf(&b, "memory=%d\n", f.Memory)
+	fmt.Fprintf(&b, "weight=%d\n", f.Weight)
+	fmt.Fprintf(&b, "role=%s\n", f.Role)
+	fmt.Fprintf(&b, "gpu=%d\n", f.GPU)
+	fmt.Fprintf(&b, "table=%s\n", f.Table)
+	fmt.Fprintf(&b, "client_page=%s\n", f.ClientPage)
+	fmt.Fprintf(&b, "doorbell=%s\n", f.Doorbell)
+	fmt.Fprintf(&b, "mps_pipe_dir=%s\n", f.MPSPipeDir)
+	return b.Bytes()
+}
+
+// ParseFile parses a quota file. Unknown keys are ignored (newer writers may add keys); missing required keys and
+// malformed values are errors naming the line.
+func ParseFile(data []byte) (File, error) {
+	f := File{Slot: -1}
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(s, "=")
+		if !ok {
+			return File{}, fmt.Errorf("quota file line %d: %q is not key=value", line, s)
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		seen[k] = true
+		var err error
+		num := func(bits int) uint64 {
+			var n uint64
+			n, err = strconv.ParseUint(v, 10, bits)
+			return n
+		}
+		switch k {
+		case "version":
+			f.Version = int(num(16))
+			if err == nil && f.Version != QuotaFileVersion {
+				err = fmt.Errorf("version %d, this DetShare reads version %d", f.Version, QuotaFileVersion)
+			}
+		case "id":
+			f.ID = v
+		case "slot":
+			f.Slot = int(num(16))
+		case "slot_gen":
+			f.SlotGen = uint32(num(32))
+		case "tier":
+			f.Tier, err = ParseTier(v)
+		case "sms":
+			f.SMs = uint32(num(32))
+		case "memory":
+			f.Memory = num(64)
+		case "weight":
+			f.Weight = uint32(num(32))
+		case "role":
+			f.Role, err = ParseRole(v)
+		case "gpu":
+			f.GPU = int(num(16))
+		case "table":
+			f.Table = v
+		case "client_page":
+			f.ClientPage = v
+		case "doorbell":
+			f.Doorbell = v
+		case "mps_pipe_dir":
+			f.MPSPipeDir = v
+		}
+		if err != nil {
+			return File{}, fmt.Errorf("quota file line %d: %s=%q: %w", line, k, v, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return File{}, fmt.Errorf("read quota file: %w", err)
+	}
+	for _, k := range []string{"version", "id", "slot", "slot_gen", "tier", "table", "client_page"} {
+		if !seen[k] {
+			return File{}, fmt.Errorf("quota file: required key %q missing", k)
+		}
+	}
+	return f, nil
+}

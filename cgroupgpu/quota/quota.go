@@ -1,0 +1,563 @@
+package quota
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/detshare/detshare/sched/table"
+)
+
+// Field is a quota key (the <field> of detshare.io/<field> and DETSHARE_<FIELD>).
+type Field string
+
+// The quota fields.
+const (
+	FieldTier   Field = "tier"
+	FieldSMs    Field = "sms"
+	FieldMemory Field = "memory"
+	FieldWeight Field = "weight"
+	FieldRole   Field = "role"
+	FieldGPU    Field = "gpu"
+	FieldLend   Field = "lend"
+)
+
+// Fields lists every field in a fixed order.
+var Fields = []Field{FieldTier, FieldSMs, FieldMemory, FieldWeight, FieldRole, FieldGPU, FieldLend}
+
+// AnnotationPrefix prefixes annotation and label keys.
+const AnnotationPrefix = "detshare.io/"
+
+// EnvPrefix prefixes environment keys.
+const EnvPrefix = "DETSHARE_"
+
+// AnnotationKey is the annotation/label key of f.
+func (f Field) AnnotationKey() string { return AnnotationPrefix + string(f) }
+
+// EnvKey is the environment key of f.
+func (f Field) EnvKey() string { return EnvPrefix + strings.ToUpper(string(f)) }
+
+// Source says where a field's value came from.
+type Source string
+
+// The sources, highest precedence first.
+const (
+	SourceAnnotation Source = "annotation"
+	SourceLabel      Source = "label"
+	SourceEnv        Source = "env"
+	SourceDefault    Source = "default"
+	SourceFlag       Source = "flag" // `detshare run` flags, given as annotations of highest precedence
+)
+
+// Tier is the SLO tier.
+type Tier string
+
+// The tiers.
+const (
+	TierLatencyCritical Tier = "latency-critical"
+	TierBurstable       Tier = "burstable"
+	TierBestEffort      Tier = "best-effort"
+)
+
+// TableValue is the ds_container.tier value.
+func (t Tier) TableValue() uint32 {
+	switch t {
+	case TierLatencyCritical:
+		return table.TierLatencyCritical
+	case TierBurstable:
+		return table.TierBurstable
+	}
+	return table.TierBestEffort
+}
+
+// Guaranteed tells whether the tier reserves SM groups (counted by admission).
+func (t Tier) Guaranteed() bool { return t == TierLatencyCritical || t == TierBurstable }
+
+// Role is the TPOT-First role.
+type Role string
+
+// The roles.
+const (
+	RoleNone    Role = "none"
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+)
+
+// TableValue is the ds_container.role value.
+func (r Role) TableValue() uint32 {
+	switch r {
+	case RolePrefill:
+		return table.RolePrefill
+	case RoleDecode:
+		return table.RoleDecode
+	}
+	return table.RoleNone
+}
+
+// SMs is an SM request: a count, a percent of the GPU, or nothing (both zero).
+type SMs struct {
+	Count   uint32
+	Percent uint32
+}
+
+// IsZero tells whether no SMs are requested.
+func (s SMs) IsZero() bool { return s.Count == 0 && s.Percent == 0 }
+
+func (s SMs) String() string {
+	if s.Percent != 0 {
+		return fmt.Sprintf("%d%%", s.Percent)
+	}
+	return strconv.FormatUint(uint64(s.Count), 10)
+}
+
+// Wanted returns the SMs requested on a GPU with smCount SMs (percent rounded up).
+func (s SMs) Wanted(smCount uint32) uint32 {
+	if s.Percent != 0 {
+		return uint32((uint64(smCount)*uint64(s.Percent) + 99) / 100)
+	}
+	return s.Count
+}
+
+// Memory is a memory limit: bytes, a percent of the GPU's memory, or unlimited (both zero).
+type Memory struct {
+	Bytes   uint64
+	Percent uint32
+}
+
+// IsZero tells whether the memory is unlimited.
+func (m Memory) IsZero() bool { return m.Bytes == 0 && m.Percent == 0 }
+
+func (m Memory) String() string {
+	if m.Percent != 0 {
+		return fmt.Sprintf("%d%%", m.Percent)
+	}
+	return strconv.FormatUint(m.Bytes, 10)
+}
+
+// Limit returns the limit in bytes on a GPU with memTotal bytes (0 = unlimited).
+func (m Memory) Limit(memTotal uint64) uint64 {
+	if m.Percent != 0 {
+		return new(big.Int).Div(new(big.Int).Mul(new(big.Int).SetUint64(memTotal), big.NewInt(int64(m.Percent))),
+			big.NewInt(100)).Uint64()
+	}
+	return m.Bytes
+}
+
+// GPUSelector picks a GPU: Auto, an index, or a UUID.
+type GPUSelector struct {
+	Auto  bool
+	Index int // valid when !Auto && UUID == ""
+	UUID  string
+}
+
+func (g GPUSelector) String() string {
+	switch {
+	case g.Auto:
+		return "auto"
+	case g.UUID != "":
+		return g.UUID
+	}
+	return strconv.Itoa(g.Index)
+}
+
+// Quota is one tenant's resolved quota, with the source of each field.
+type Quota struct {
+	Tier   Tier
+	SMs    SMs
+	Memory Memory
+	Weight uint32
+	Role   Role
+	GPU    GPUSelector
+	Lend   bool
+	// Source records, per field, which source won.
+	Source map[Field]Source
+	// Spec records, per field, the text that was parsed (empty for untouched defaults).
+	Spec map[Field]string
+}
+
+// Default is the quota of a tenant that says nothing: best-effort, no SM guarantee, unlimited memory, weight 1,
+// no role, GPU auto.
+func Default() Quota {
+	return Quota{Tier: TierBestEffort, Weight: 1, Role: RoleNone, GPU: GPUSelector{Auto: true}}
+}
+
+// FieldError is a validation error for one field.
+type FieldError struct {
+	Key     string // the key as the user wrote it: detshare.io/sms, DETSHARE_SMS, or the field name for defaults
+	Value   string
+	Source  Source
+	Allowed string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%s=%q (%s): %s", e.Key, e.Value, e.Source, e.Allowed)
+}
+
+func keyFor(f Field, src Source) string {
+	switch src {
+	case SourceAnnotation, SourceLabel:
+		return f.AnnotationKey()
+	case SourceEnv:
+		return f.EnvKey()
+	case SourceFlag:
+		return "--" + string(f)
+	}
+	return "default " + string(f)
+}
+
+const (
+	allowedTier   = "allowed values are latency-critical, burstable, best-effort"
+	allowedRole   = "allowed values are none, prefill, decode"
+	allowedLend   = "allowed values are true, false"
+	allowedWeight = "must be an integer in 1..10000"
+	allowedGPU    = "allowed values are auto, a GPU index 0..15, or a GPU UUID (GPU-… or SIM-…)"
+	maxSMs        = 1 << 16
+	maxMemory     = uint64(1) << 62
+)
+
+// ParseTier parses a tier.
+func ParseTier(s string) (Tier, error) {
+	switch t := Tier(strings.ToLower(strings.TrimSpace(s))); t {
+	case TierLatencyCritical, TierBurstable, TierBestEffort:
+		return t, nil
+	}
+	return "", errors.New(allowedTier)
+}
+
+// ParseRole parses a role.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(strings.ToLower(strings.TrimSpace(s))); r {
+	case RoleNone, RolePrefill, RoleDecode:
+		return r, nil
+	case "":
+		return RoleNone, nil
+	}
+	return "", errors.New(allowedRole)
+}
+
+// ParseSMs parses an SM request: "0", "N" (1..65536 SMs) or "P%" (1..100).
+func ParseSMs(s string) (SMs, error) {
+	s = strings.TrimSpace(s)
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 32)
+		if err != nil || n < 1 || n > 100 {
+			return SMs{}, errors.New("percent must be in 1..100")
+		}
+		return SMs{Percent: uint32(n)}, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n > maxSMs {
+		return SMs{}, fmt.Errorf("must be 0 (no guarantee), a number of SMs 1..%d, or a percent 1%%..100%%", maxSMs)
+	}
+	return SMs{Count: uint32(n)}, nil
+}
+
+var memUnits = map[string]uint64{
+	"": 1, "B": 1,
+	"K": 1e3, "KB": 1e3, "k": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+	"Ki": 1 << 10, "KiB": 1 << 10, "Mi": 1 << 20, "MiB": 1 << 20, "Gi": 1 << 30, "GiB": 1 << 30,
+	"Ti": 1 << 40, "TiB": 1 << 40,
+}
+
+const allowedMemory = "must be 0 (unlimited), bytes with an optional unit (K, M, G, T = powers of 1000; " +
+	"Ki, Mi, Gi, Ti = powers of 1024; e.g. 8Gi, 1.5G, 512Mi) up to 4 EiB, or a percent 1%..100%"
+
+// ParseMemory parses a memory limit: "0", bytes with an optional unit, or "P%".
+func ParseMemory(s string) (Memory, error) {
+	s = strings.TrimSpace(s)
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 32)
+		if err != nil || n < 1 || n > 100 {
+			return Memory{}, errors.New("percent must be in 1..100")
+		}
+		return Memory{Percent: uint32(n)}, nil
+	}
+	i := 0
+	for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
+		i++
+	}
+	num, unit := s[:i], strings.TrimSpace(s[i:])
+	mult, ok := memUnits[unit]
+	if num == "" || !ok || strings.Count(num, ".") > 1 || num[0] == '.' || num[len(num)-1] == '.' || len(num) > 40 {
+		return Memory{}, errors.New(allowedMemory)
+	}
+	r, ok := new(big.Rat).SetString(num)
+	if !ok {
+		return Memory{}, errors.New(allowedMemory)
+	}
+	r.Mul(r, new(big.Rat).SetInt(new(big.Int).SetUint64(mult)))
+	b := new(big.Int).Quo(r.Num(), r.Denom()) // whole bytes, rounded down
+	if !b.IsUint64() || b.Uint64() > maxMemory {
+		return Memory{}, errors.New(allowedMemory)
+	}
+	if b.Sign() == 0 && r.Sign() != 0 {
+		return Memory{}, errors.New("must be at least 1 byte (0 means unlimited)")
+	}
+	return Memory{Bytes: b.Uint64()}, nil
+}
+
+// ParseWeight parses a weight (1..10000).
+func ParseWeight(s string) (uint32, error) {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+	if err != nil || n < 1 || n > 10000 {
+		return 0, errors.New(allowedWeight)
+	}
+	return uint32(n), nil
+}
+
+// ParseGPU parses a GPU selector.
+func ParseGPU(s string) (GPUSelector, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case strings.EqualFold(s, "auto"):
+		return GPUSelector{Auto: true}, nil
+	case strings.HasPrefix(s, "GPU-") || strings.HasPrefix(s, "SIM-"):
+		if len(s) > 63 || len(s) < 5 {
+			return GPUSelector{}, errors.New(allowedGPU)
+		}
+		return GPUSelector{UUID: s}, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n >= table.MaxGPUs {
+		return GPUSelector{}, errors.New(allowedGPU)
+	}
+	return GPUSelector{Index: int(n)}, nil
+}
+
+// ParseLend parses the lend flag.
+func ParseLend(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "true", "1", "yes", "on":
+		return true, nil
+	case "false", "0", "no", "off", "":
+		return false, nil
+	}
+	return false, errors.New(allowedLend)
+}
+
+// Set parses value into field f of q, recording src. Errors are *FieldError.
+func (q *Quota) Set(f Field, value string, src Source) error {
+	var err error
+	switch f {
+	case FieldTier:
+		q.Tier, err = ParseTier(value)
+	case FieldSMs:
+		q.SMs, err = ParseSMs(value)
+	case FieldMemory:
+		q.Memory, err = ParseMemory(value)
+	case FieldWeight:
+		q.Weight, err = ParseWeight(value)
+	case FieldRole:
+		q.Role, err = ParseRole(value)
+	case FieldGPU:
+		q.GPU, err = ParseGPU(value)
+	case FieldLend:
+		q.Lend, err = ParseLend(value)
+	default:
+		return fmt.Errorf("unknown quota field %q: allowed fields are %s", f, fieldList())
+	}
+	if err != nil {
+		return &FieldError{Key: keyFor(f, src), Value: value, Source: src, Allowed: err.Error()}
+	}
+	if q.Source == nil {
+		q.Source = map[Field]Source{}
+	}
+	if q.Spec == nil {
+		q.Spec = map[Field]string{}
+	}
+	q.Source[f] = src
+	q.Spec[f] = value
+	return nil
+}
+
+func fieldList() string {
+	s := make([]string, len(Fields))
+	for i, f := range Fields {
+		s[i] = string(f)
+	}
+	return strings.Join(s, ", ")
+}
+
+// SourceOf returns the source of field f (SourceDefault when unrecorded).
+func (q Quota) SourceOf(f Field) Source {
+	if s, ok := q.Source[f]; ok {
+		return s
+	}
+	return SourceDefault
+}
+
+func (q Quota) specOf(f Field, current string) string {
+	if s, ok := q.Spec[f]; ok {
+		return s
+	}
+	return current
+}
+
+// Resolve builds a tenant's quota from its annotations, labels and environment (KEY=VALUE, as in an OCI spec)
+// over defaults, with the precedence annotations > labels > env > defaults, and validates it. All field errors are
+// reported together.
+func Resolve(annotations, labels map[string]string, env []string, defaults Quota) (Quota, error) {
+	return ResolveInputs(Inputs{Annotations: annotations, Labels: labels, Env: env, Defaults: &defaults})
+}
+
+// Inputs are the sources of a quota. Flags (from `detshare run`) take precedence over everything else.
+type Inputs struct {
+	Flags       map[Field]string
+	Annotations map[string]string
+	Labels      map[string]string
+	Env         []string
+	Defaults    *Quota // nil: Default()
+}
+
+// ResolveInputs is Resolve with the flag layer.
+func ResolveInputs(in Inputs) (Quota, error) {
+	defaults := Default()
+	if in.Defaults != nil {
+		defaults = *in.Defaults
+	}
+	q := defaults
+	q.Source = map[Field]Source{}
+	q.Spec = map[Field]string{}
+	for f, s := range defaults.Source {
+		q.Source[f] = s
+	}
+	for f, s := range defaults.Spec {
+		q.Spec[f] = s
+	}
+	envm := envMap(in.Env)
+	var errs []error
+	for _, f := range Fields {
+		var value string
+		var src Source
+		if v, ok := in.Flags[f]; ok {
+			value, src = v, SourceFlag
+		} else if v, ok := in.Annotations[f.AnnotationKey()]; ok {
+			value, src = v, SourceAnnotation
+		} else if v, ok := in.Labels[f.AnnotationKey()]; ok {
+			value, src = v, SourceLabel
+		} else if v, ok := envm[f.EnvKey()]; ok {
+			value, src = v, SourceEnv
+		} else {
+			continue
+		}
+		if err := q.Set(f, value, src); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for f := range in.Flags {
+		if !knownField(f) {
+			errs = append(errs, fmt.Errorf("unknown quota field %q: allowed fields are %s", f, fieldList()))
+		}
+	}
+	if len(errs) > 0 {
+		return Quota{}, errors.Join(errs...)
+	}
+	if err := q.Validate(); err != nil {
+		return Quota{}, err
+	}
+	return q.Effective(), nil
+}
+
+func knownField(f Field) bool {
+	for _, k := range Fields {
+		if k == f {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks the combination of fields.
+func (q Quota) Validate() error {
+	tierSrc := fmt.Sprintf("tier %s from %s", q.Tier, q.SourceOf(FieldTier))
+	switch q.Tier {
+	case TierLatencyCritical, TierBurstable, TierBestEffort:
+	default:
+		return &FieldError{Key: keyFor(FieldTier, q.SourceOf(FieldTier)), Value: string(q.Tier),
+			Source: q.SourceOf(FieldTier), Allowed: allowedTier}
+	}
+	if q.Weight < 1 || q.Weight > 10000 {
+		return &FieldError{Key: keyFor(FieldWeight, q.SourceOf(FieldWeight)), Value: strconv.Itoa(int(q.Weight)),
+			Source: q.SourceOf(FieldWeight), Allowed: allowedWeight}
+	}
+	switch q.Role {
+	case RoleNone, RolePrefill, RoleDecode:
+	default:
+		return &FieldError{Key: keyFor(FieldRole, q.SourceOf(FieldRole)), Value: string(q.Role),
+			Source: q.SourceOf(FieldRole), Allowed: allowedRole}
+	}
+	if q.Tier == TierBestEffort && !q.SMs.IsZero() && q.SourceOf(FieldSMs) != SourceDefault {
+		src := q.SourceOf(FieldSMs)
+		return &FieldError{Key: keyFor(FieldSMs, src), Value: q.specOf(FieldSMs, q.SMs.String()), Source: src,
+			Allowed: fmt.Sprintf("a best-effort tenant has no guaranteed SMs (%s); use tier burstable or latency-critical, or sms 0", tierSrc)}
+	}
+	if q.Tier == TierLatencyCritical && q.SMs.IsZero() {
+		src := q.SourceOf(FieldSMs)
+		return &FieldError{Key: keyFor(FieldSMs, src), Value: q.specOf(FieldSMs, "0"), Source: src,
+			Allowed: fmt.Sprintf("a latency-critical tenant needs guaranteed SMs (%s): set sms to a number of SMs or a percent", tierSrc)}
+	}
+	if q.Lend && q.Tier != TierLatencyCritical {
+		src := q.SourceOf(FieldLend)
+		return &FieldError{Key: keyFor(FieldLend, src), Value: q.specOf(FieldLend, "true"), Source: src,
+			Allowed: fmt.Sprintf("lending applies only to tier latency-critical (%s)", tierSrc)}
+	}
+	return nil
+}
+
+// Effective returns q with the SM request cleared for best-effort tenants whose SMs came from the defaults
+// (defaults may carry an SM count meant for guaranteed tiers).
+func (q Quota) Effective() Quota {
+	if q.Tier == TierBestEffort {
+		q.SMs = SMs{}
+	}
+	return q
+}
+
+// HasDetShareSettings tells whether any quota key is present in annotations, labels or env.
+func HasDetShareSettings(annotations, labels map[string]string, env []string) bool {
+	envm := envMap(env)
+	for _, f := range Fields {
+		if _, ok := annotations[f.AnnotationKey()]; ok {
+			return true
+		}
+		if _, ok := labels[f.AnnotationKey()]; ok {
+			return true
+		}
+		if _, ok := envm[f.EnvKey()]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// UnknownKeys returns detshare.io/ annotation or label keys that are not quota fields (likely typos), sorted.
+// Other DetShare components may define more detshare.io/ keys, so callers warn rather than fail.
+func UnknownKeys(annotations, labels map[string]string) []string {
+	known := map[string]bool{}
+	for _, f := range Fields {
+		known[f.AnnotationKey()] = true
+	}
+	var out []string
+	for _, m := range []map[string]string{annotations, labels} {
+		for k := range m {
+			if strings.HasPrefix(k, AnnotationPrefix) && !known[k] {
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v // later entries win, as in execve
+		}
+	}
+	return m
+}

@@ -1,0 +1,307 @@
+// Package tenant registers and deregisters a DetShare tenant end to end: resolve its quota (cgroupgpu/quota), make
+// sure the scheduler runs, pick a GPU, admit, take a table slot with its client page (sched/table), and write its
+// quota files. The OCI hook, the shim, the runc wrapper and `detshare run` all register through this package; none
+// re-implements a step.
+//
+// Register is all-or-nothing: on any error nothing is left behind (no slot, no client page, no quota files), and a
+// registrar killed midway is rolled back by the next registration (sched/table's recovery).
+//
+// Extension points the scheduler sets at start-up: EnsureScheduler (start the scheduler on demand), DiscoverGPUs
+// (NVML discovery; the default knows only the simulated GPU, a test double) and DefaultPlacer (placement of `auto`
+// GPUs; the default takes the first GPU where the guarantee fits).
+package tenant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// EnsureScheduler makes sure the host scheduler is running for runDir. The scheduler package replaces it; the
+// default does nothing. An error is logged and registration goes on: without a scheduler tenants run fail-static
+// (memory quotas are enforced by the library, SMs are not partitioned).
+var EnsureScheduler = func(runDir string) error { return nil }
+
+// DiscoverGPUs lists the host's GPUs when the table does not know any yet. The scheduler package replaces it with
+// NVML discovery (falling back to this default); the default describes the simulated GPU (a test double) when the
+// environment selects it and fails otherwise.
+var DiscoverGPUs = func() ([]table.GPUInfo, error) {
+	env := os.Environ()
+	if table.SimGPUSelected(env) {
+		return table.DiscoverSimGPUs(env)
+	}
+	return nil, errors.New("no GPUs are recorded in the table and none can be discovered here: " +
+		"start the scheduler (`detshare scheduler`) or select the simulated GPU (DETSHARE_SIMGPU=1, a test double)")
+}
+
+// Placer picks the GPU for a tenant whose quota says gpu=auto. It is called under the registration lock with every
+// GPU and every active tenant; it returns the index of a GPU from gpus or an error explaining why none fits.
+type Placer interface {
+	Place(id string, q quota.Quota, gpus []table.GPUState, active []quota.Registered) (int, error)
+}
+
+// FirstFit places a tenant on the first GPU where its guarantee is admitted.
+type FirstFit struct{}
+
+// Place implements Placer.
+func (FirstFit) Place(id string, q quota.Quota, gpus []table.GPUState, active []quota.Registered) (int, error) {
+	var errs []error
+	for _, g := range gpus {
+		p, err := q.Place(g)
+		if err == nil {
+			err = quota.Admit(g, active, id, q.Tier, p)
+		}
+		if err == nil {
+			return g.Index, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return -1, errors.New("no GPUs")
+	}
+	return -1, fmt.Errorf("no GPU can take %q (gpu=auto): %w", id, errors.Join(errs...))
+}
+
+// DefaultPlacer is the Placer used when a Request names none.
+var DefaultPlacer Placer = FirstFit{}
+
+// Request is one tenant registration.
+type Request struct {
+	ID          string
+	Annotations map[string]string
+	Labels      map[string]string
+	Env         []string               // the container's environment (KEY=VALUE)
+	Flags       map[quota.Field]string // `detshare run` flags, highest precedence
+	Defaults    *quota.Quota           // nil: quota.Default()
+	OwnerPID    int                    // host tenant owner (`detshare run`); 0 for containers
+	Placer      Placer                 // nil: DefaultPlacer
+}
+
+// Result is a successful registration.
+type Result struct {
+	Registration       table.Registration
+	Quota              quota.Quota
+	Placement          quota.Placement
+	GPU                table.GPUState
+	QuotaFile          string // host paths (DETSHARE_QUOTA_FILE for `detshare run`)
+	ContainerQuotaFile string // in-container paths (mounted by the hook at /run/detshare/quota)
+}
+
+// Register resolves, admits and registers one tenant. Validation and admission errors name the field, value, source
+// and what is allowed or in use. An already registered ID returns the existing registration with an error wrapping
+// table.ErrExists.
+func Register(ctx context.Context, runDir string, req Request) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	if err := table.ValidateID(req.ID); err != nil {
+		return Result{}, err
+	}
+	q, err := quota.ResolveInputs(quota.Inputs{Flags: req.Flags, Annotations: req.Annotations, Labels: req.Labels,
+		Env: req.Env, Defaults: req.Defaults})
+	if err != nil {
+		return Result{}, fmt.Errorf("quota of %s: %w", req.ID, err)
+	}
+	for _, k := range quota.UnknownKeys(req.Annotations, req.Labels) {
+		logrus.WithFields(logrus.Fields{"id": req.ID, "key": k}).Warn("unknown detshare.io/ key ignored")
+	}
+	if err := EnsureScheduler(runDir); err != nil {
+		logrus.WithError(err).WithField("run_dir", runDir).Warn("scheduler not running; tenant registered fail-static")
+	}
+	t, err := table.Create(runDir)
+	if err != nil {
+		return Result{}, fmt.Errorf("register %s: %w", req.ID, err)
+	}
+	defer t.Close()
+	if len(t.GPUs()) == 0 {
+		infos, err := DiscoverGPUs()
+		if err != nil {
+			return Result{}, fmt.Errorf("register %s: %w", req.ID, err)
+		}
+		if err := t.SetGPUs(infos); err != nil {
+			return Result{}, fmt.Errorf("register %s: %w", req.ID, err)
+		}
+	}
+	placer := req.Placer
+	if placer == nil {
+		placer = DefaultPlacer
+	}
+	res := Result{Quota: q}
+	paths := t.Paths()
+	treq := table.RegisterRequest{
+		ID: req.ID, Tier: q.Tier.TableValue(), Role: q.Role.TableValue(), Weight: q.Weight, Lend: q.Lend,
+		OwnerPID: req.OwnerPID,
+		Check: func(active []table.Registration, tr *table.RegisterRequest) error {
+			gpus := t.GPUs()
+			existing := quota.FromTable(active)
+			gpu, err := selectGPU(req.ID, q, gpus, existing, placer)
+			if err != nil {
+				return err
+			}
+			p, err := q.Place(gpu)
+			if err != nil {
+				return fmt.Errorf("quota of %s: %w", req.ID, err)
+			}
+			if err := quota.Admit(gpu, existing, req.ID, q.Tier, p); err != nil {
+				return err
+			}
+			res.GPU, res.Placement = gpu, p
+			tr.GPU, tr.SMGroups, tr.SMs, tr.MemLimit = gpu.Index, p.Groups, p.SMs, p.MemLimit
+			return nil
+		},
+		Prepare: func(reg table.Registration) error {
+			return writeQuotaFiles(paths, reg, q, res.Placement, res.GPU)
+		},
+	}
+	reg, err := t.Register(treq)
+	if err != nil {
+		if errors.Is(err, table.ErrExists) {
+			return Result{Registration: reg, QuotaFile: paths.QuotaFile(reg.ID),
+				ContainerQuotaFile: paths.ContainerQuotaFile(reg.ID)}, err
+		}
+		return Result{}, err
+	}
+	res.Registration = reg
+	res.QuotaFile = paths.QuotaFile(reg.ID)
+	res.ContainerQuotaFile = paths.ContainerQuotaFile(reg.ID)
+	logrus.WithFields(logrus.Fields{"id": reg.ID, "slot": reg.Slot, "gpu": reg.GPU, "tier": q.Tier,
+		"sms": res.Placement.SMs, "memory": res.Placement.MemLimit}).Info("tenant registered")
+	return res, nil
+}
+
+func selectGPU(id string, q quota.Quota, gpus []table.GPUState, existing []quota.Registered, placer Placer) (table.GPUState, error) {
+	if len(gpus) == 0 {
+		return table.GPUState{}, errors.New("no GPUs recorded in the table")
+	}
+	src := q.SourceOf(quota.FieldGPU)
+	switch {
+	case q.GPU.Auto:
+		idx, err := placer.Place(id, q, gpus, existing)
+		if err != nil {
+			return table.GPUState{}, err
+		}
+		for _, g := range gpus {
+			if g.Index == idx {
+				return g, nil
+			}
+		}
+		return table.GPUState{}, fmt.Errorf("placer chose GPU %d, which does not exist", idx)
+	case q.GPU.UUID != "":
+		for _, g := range gpus {
+			if g.UUID == q.GPU.UUID {
+				return g, nil
+			}
+		}
+		return table.GPUState{}, &quota.FieldError{Key: gpuKey(src), Value: q.GPU.UUID, Source: src,
+			Allowed: "no such GPU; present: " + gpuList(gpus)}
+	default:
+		for _, g := range gpus {
+			if g.Index == q.GPU.Index {
+				return g, nil
+			}
+		}
+		return table.GPUState{}, &quota.FieldError{Key: gpuKey(src), Value: fmt.Sprint(q.GPU.Index), Source: src,
+			Allowed: "no such GPU; present: " + gpuList(gpus)}
+	}
+}
+
+func gpuKey(src quota.Source) string {
+	switch src {
+	case quota.SourceEnv:
+		return quota.FieldGPU.EnvKey()
+	case quota.SourceFlag:
+		return "--gpu"
+	}
+	return quota.FieldGPU.AnnotationKey()
+}
+
+func gpuList(gpus []table.GPUState) string {
+	s := ""
+	for i, g := range gpus {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%d (%s)", g.Index, g.UUID)
+	}
+	return s
+}
+
+func writeQuotaFiles(p table.Paths, reg table.Registration, q quota.Quota, pl quota.Placement, gpu table.GPUState) error {
+	dir := p.TenantDir(reg.ID)
+	if err := os.MkdirAll(dir, table.RunDirMode); err != nil {
+		return fmt.Errorf("create tenant directory: %w", err)
+	}
+	f := quota.File{ID: reg.ID, Slot: reg.Slot, SlotGen: reg.Gen, Tier: q.Tier, SMs: pl.SMs, Memory: pl.MemLimit,
+		Weight: q.Weight, Role: q.Role, GPU: pl.GPU,
+		Table: p.Table(), ClientPage: p.ClientPage(reg.ID), Doorbell: p.Doorbell(), MPSPipeDir: gpu.MPSPipeDir}
+	if err := writeFileAtomic(p.QuotaFile(reg.ID), quota.Render(f)); err != nil {
+		return err
+	}
+	f.Table, f.ClientPage, f.Doorbell = table.ContainerTablePath, table.ContainerClientPagePath, table.ContainerDoorbellPath
+	if f.MPSPipeDir != "" {
+		f.MPSPipeDir = table.ContainerMPSPipeDir
+	}
+	return writeFileAtomic(p.ContainerQuotaFile(reg.ID), quota.Render(f))
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(table.QuotaFileMode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("chmod %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// Deregister removes tenant id (slot, client page, quota files). An unknown ID returns an error wrapping
+// table.ErrNotFound; a run directory without a table too.
+func Deregister(runDir, id string) error {
+	t, err := table.Open(runDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("deregister %s: %w (no table in %s)", id, table.ErrNotFound, runDir)
+		}
+		return fmt.Errorf("deregister %s: %w", id, err)
+	}
+	defer t.Close()
+	return t.Deregister(id)
+}
+
+// Lookup returns tenant id's registration and its quota file paths.
+func Lookup(runDir, id string) (Result, bool, error) {
+	t, err := table.OpenReadOnly(runDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Result{}, false, nil
+		}
+		return Result{}, false, err
+	}
+	defer t.Close()
+	reg, ok := t.Lookup(id)
+	if !ok {
+		return Result{}, false, nil
+	}
+	p := t.Paths()
+	return Result{Registration: reg, QuotaFile: p.QuotaFile(id), ContainerQuotaFile: p.ContainerQuotaFile(id)}, true, nil
+}

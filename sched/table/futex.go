@@ -1,0 +1,88 @@
+package table
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Futex operations on shared words. The words live in MAP_SHARED file mappings used by several processes, so the
+// non-private futex ops are used.
+const (
+	futexWait = 0 // FUTEX_WAIT
+	futexWake = 1 // FUTEX_WAKE
+)
+
+// FutexWait blocks while *addr == val, at most timeout (which must be > 0: waits are never unbounded). It returns
+// true when woken or when the word already differs, false on timeout. Spurious wake-ups return true; callers
+// re-check their condition.
+func FutexWait(addr *uint32, val uint32, timeout time.Duration) (bool, error) {
+	if timeout <= 0 {
+		return false, fmt.Errorf("futex wait: timeout %v must be > 0", timeout)
+	}
+	if atomic.LoadUint32(addr) != val {
+		return true, nil
+	}
+	ts := unix.NsecToTimespec(int64(timeout))
+	_, _, e := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	switch e {
+	case 0, unix.EAGAIN, unix.EINTR:
+		return true, nil
+	case unix.ETIMEDOUT:
+		return false, nil
+	default:
+		return false, fmt.Errorf("futex wait: %w", e)
+	}
+}
+
+// FutexWake wakes up to n waiters on addr and returns how many were woken.
+func FutexWake(addr *uint32, n int) (int, error) {
+	r, _, e := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, uintptr(n), 0, 0, 0)
+	if e != 0 {
+		return 0, fmt.Errorf("futex wake: %w", e)
+	}
+	return int(r), nil
+}
+
+const wakeAll = int(^uint32(0) >> 1)
+
+// RingDoorbell tells the scheduler that some demand changed: it bumps doorbell.seq and wakes its waiters. A
+// table mapped without a doorbell does nothing.
+func (t *Table) RingDoorbell() {
+	if d := t.Doorbell(); d != nil {
+		RingDoorbell(d)
+	}
+}
+
+// RingDoorbell bumps d.seq and wakes every waiter.
+func RingDoorbell(d *Doorbell) {
+	atomic.AddUint32(&d.Seq, 1)
+	_, _ = FutexWake(&d.Seq, wakeAll)
+}
+
+// DoorbellSeq returns the current doorbell sequence (0 when there is no doorbell).
+func (t *Table) DoorbellSeq() uint32 {
+	if d := t.Doorbell(); d != nil {
+		return atomic.LoadUint32(&d.Seq)
+	}
+	return 0
+}
+
+// WaitDoorbell waits (scheduler side) until the doorbell sequence differs from seen or timeout passes, and returns
+// the new sequence and whether it changed.
+func (t *Table) WaitDoorbell(seen uint32, timeout time.Duration) (uint32, bool, error) {
+	d := t.Doorbell()
+	if d == nil {
+		time.Sleep(timeout)
+		return seen, false, nil
+	}
+	if _, err := FutexWait(&d.Seq, seen, timeout); err != nil {
+		return seen, false, err
+	}
+	now := atomic.LoadUint32(&d.Seq)
+	return now, now != seen, nil
+}

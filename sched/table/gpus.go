@@ -1,0 +1,270 @@
+package table
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// GPUInfo is what discovery (NVML in sched/gpuinfo, or the simulated GPU) knows about one GPU.
+type GPUInfo struct {
+	Index    int
+	UUID     string
+	Name     string
+	SMCount  uint32
+	MemTotal uint64 // bytes
+}
+
+// Split is a GPU's SM-group split: Groups[i] SMs in group i; Remainder SMs belong to no group.
+type Split struct {
+	MinSize   uint32
+	Alignment uint32
+	Groups    []uint32
+	Remainder uint32
+	// Published is true when the split was learnt from the driver and published in the table; false for an
+	// estimate (EstimateSplit).
+	Published bool
+}
+
+// TotalSMs returns the SMs in all groups.
+func (s Split) TotalSMs() uint32 {
+	var n uint32
+	for _, g := range s.Groups {
+		n += g
+	}
+	return n
+}
+
+// DefaultSplitMinSize is the SM granularity of compute capability 9.0+ (H100): splits come in groups of 8 SMs.
+const DefaultSplitMinSize = 8
+
+// EstimateSplit guesses the split of a GPU whose real split is not published yet. It is deliberately
+// conservative: on an H100 (132 SMs) the driver gives 15 groups of 8 and leaves 12 SMs over, not 16 groups, because
+// groups cannot straddle GPCs; so when smCount is not a multiple of minSize one group fewer is assumed.
+func EstimateSplit(smCount, minSize uint32) Split {
+	if minSize == 0 {
+		minSize = DefaultSplitMinSize
+	}
+	n := smCount / minSize
+	if smCount%minSize != 0 && n > 1 {
+		n--
+	}
+	if n > MaxSMGroups {
+		n = MaxSMGroups
+	}
+	s := Split{MinSize: minSize, Alignment: minSize, Groups: make([]uint32, n)}
+	for i := range s.Groups {
+		s.Groups[i] = minSize
+	}
+	s.Remainder = smCount - n*minSize
+	return s
+}
+
+// GPUState is a snapshot of one GPU entry.
+type GPUState struct {
+	GPUInfo
+	Split      Split // the published split, or EstimateSplit when none is published yet
+	MPSState   uint32
+	Mode       uint32
+	MPSPipeDir string
+}
+
+// SetGPUs records the discovered GPUs. Entries whose UUID is unchanged keep their split, MPS state and tokens, so a
+// restarted scheduler or a repeated discovery does not disturb running tenants.
+func (t *Table) SetGPUs(gpus []GPUInfo) error {
+	if err := t.mustWrite("set GPUs"); err != nil {
+		return err
+	}
+	if len(gpus) > MaxGPUs {
+		return fmt.Errorf("set GPUs: %d GPUs, the table holds at most %d", len(gpus), MaxGPUs)
+	}
+	for i, g := range gpus {
+		if g.Index != i {
+			return fmt.Errorf("set GPUs: entry %d has index %d; GPUs must be listed in index order from 0", i, g.Index)
+		}
+		if len(g.UUID) == 0 || len(g.UUID) > 63 || len(g.Name) > 63 {
+			return fmt.Errorf("set GPUs: GPU %d: uuid %q / name %q must be 1..63 / 0..63 bytes", i, g.UUID, g.Name)
+		}
+	}
+	unlock, err := lockFile(t.paths.Lock())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	for i := 0; i < MaxGPUs; i++ {
+		e := t.GPU(i)
+		if i >= len(gpus) {
+			if atomic.LoadUint32(&e.State) != GPUAbsent {
+				*e = GPU{}
+			}
+			continue
+		}
+		g := gpus[i]
+		if atomic.LoadUint32(&e.State) == GPUPresent && cString(e.UUID[:]) == g.UUID {
+			continue
+		}
+		atomic.StoreUint32(&e.State, GPUAbsent)
+		*e = GPU{}
+		e.Index = uint32(g.Index)
+		putCString(e.UUID[:], g.UUID)
+		putCString(e.Name[:], g.Name)
+		e.MemTotal = g.MemTotal
+		e.SMCount = g.SMCount
+		atomic.StoreUint32(&e.State, GPUPresent)
+	}
+	atomic.StoreUint32(&t.Header().NGPUs, uint32(len(gpus)))
+	return nil
+}
+
+// GPUs returns a snapshot of the present GPUs.
+func (t *Table) GPUs() []GPUState {
+	n := int(atomic.LoadUint32(&t.Header().NGPUs))
+	if n > MaxGPUs {
+		n = MaxGPUs
+	}
+	var out []GPUState
+	for i := 0; i < n; i++ {
+		e := t.GPU(i)
+		if atomic.LoadUint32(&e.State) != GPUPresent {
+			continue
+		}
+		out = append(out, t.gpuState(e))
+	}
+	return out
+}
+
+func (t *Table) gpuState(e *GPU) GPUState {
+	s := GPUState{
+		GPUInfo: GPUInfo{Index: int(e.Index), UUID: cString(e.UUID[:]), Name: cString(e.Name[:]),
+			SMCount: e.SMCount, MemTotal: e.MemTotal},
+		MPSState:   atomic.LoadUint32(&e.MPSState),
+		Mode:       atomic.LoadUint32(&e.Mode),
+		MPSPipeDir: cString(e.MPSPipeDir[:]),
+	}
+	if atomic.LoadUint32(&e.SplitState) == SplitPublished {
+		n := e.NGroups
+		if n > MaxSMGroups {
+			n = MaxSMGroups
+		}
+		s.Split = Split{MinSize: e.SplitMinSize, Alignment: e.SplitAlignment, Remainder: e.RemainderSMs,
+			Groups: append([]uint32(nil), e.GroupSMs[:n]...), Published: true}
+	} else {
+		s.Split = EstimateSplit(e.SMCount, DefaultSplitMinSize)
+	}
+	return s
+}
+
+// PublishSplit publishes GPU gpu's split if nobody has yet (CAS UNKNOWN->PUBLISHING, fill, PUBLISHED with release
+// order). It returns false when a split was already published or is being published.
+func (t *Table) PublishSplit(gpu int, s Split) (bool, error) {
+	if err := t.mustWrite("publish split"); err != nil {
+		return false, err
+	}
+	if gpu < 0 || gpu >= MaxGPUs {
+		return false, fmt.Errorf("publish split: gpu %d out of range 0..%d", gpu, MaxGPUs-1)
+	}
+	if len(s.Groups) == 0 || len(s.Groups) > MaxSMGroups {
+		return false, fmt.Errorf("publish split: %d groups, allowed 1..%d", len(s.Groups), MaxSMGroups)
+	}
+	e := t.GPU(gpu)
+	if !atomic.CompareAndSwapUint32(&e.SplitState, SplitUnknown, SplitPublishing) {
+		return false, nil
+	}
+	e.SplitMinSize = s.MinSize
+	e.SplitAlignment = s.Alignment
+	e.RemainderSMs = s.Remainder
+	for i := range e.GroupSMs {
+		e.GroupSMs[i] = 0
+	}
+	copy(e.GroupSMs[:], s.Groups)
+	atomic.StoreUint32(&e.NGroups, uint32(len(s.Groups)))
+	atomic.StoreUint32(&e.SplitState, SplitPublished)
+	return true, nil
+}
+
+// SetMPS records GPU gpu's MPS state, scheduling mode and MPS pipe directory (scheduler leader only).
+func (t *Table) SetMPS(gpu int, mpsState, mode uint32, pipeDir string) error {
+	if err := t.mustWrite("set MPS state"); err != nil {
+		return err
+	}
+	if gpu < 0 || gpu >= MaxGPUs || len(pipeDir) > 127 {
+		return fmt.Errorf("set MPS state: gpu %d (allowed 0..%d) or pipe dir %q (at most 127 bytes) invalid", gpu, MaxGPUs-1, pipeDir)
+	}
+	e := t.GPU(gpu)
+	putCString(e.MPSPipeDir[:], pipeDir)
+	atomic.StoreUint32(&e.Mode, mode)
+	atomic.StoreUint32(&e.MPSState, mpsState)
+	return nil
+}
+
+// Simulated GPU configuration (docs/internals.md "Simulated GPU selection").
+const (
+	SimGPUEnv       = "DETSHARE_SIMGPU"
+	SimulatedGPUEnv = "DETSHARE_SIMULATED_GPU" // the name `detshare doctor --simulated-gpu` reads
+	SimGPUSMsEnv    = "DETSHARE_SIMGPU_SMS"
+	SimGPUMemEnv    = "DETSHARE_SIMGPU_MEM"
+	SimGPUCountEnv  = "DETSHARE_SIMGPU_COUNT"
+)
+
+// SimGPUSelected tells whether env (KEY=VALUE list, e.g. os.Environ()) selects the simulated GPU (a test double):
+// DETSHARE_SIMGPU=1 (or DETSHARE_SIMULATED_GPU=1), or any of DETSHARE_SIMGPU_SMS / _MEM / _COUNT set.
+func SimGPUSelected(env []string) bool {
+	m := envMap(env)
+	for _, k := range []string{SimGPUEnv, SimulatedGPUEnv} {
+		if v, ok := m[k]; ok {
+			return v == "1" || v == "true"
+		}
+	}
+	for _, k := range []string{SimGPUSMsEnv, SimGPUMemEnv, SimGPUCountEnv} {
+		if _, ok := m[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// DiscoverSimGPUs describes the simulated GPUs (test doubles) configured by env with the simulated GPU's defaults:
+// 1 GPU, 132 SMs, 80 GiB. Their UUIDs start with "SIM-" and their name says they are simulated.
+func DiscoverSimGPUs(env []string) ([]GPUInfo, error) {
+	m := envMap(env)
+	num := func(key string, def uint64, lo, hi uint64) (uint64, error) {
+		v, ok := m[key]
+		if !ok || v == "" {
+			return def, nil
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n < lo || n > hi {
+			return 0, fmt.Errorf("%s=%q: must be an integer in %d..%d", key, v, lo, hi)
+		}
+		return n, nil
+	}
+	count, err := num(SimGPUCountEnv, 1, 1, MaxGPUs)
+	if err != nil {
+		return nil, err
+	}
+	sms, err := num(SimGPUSMsEnv, 132, 1, 1<<16)
+	if err != nil {
+		return nil, err
+	}
+	mem, err := num(SimGPUMemEnv, 80<<30, 1, 1<<50)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]GPUInfo, count)
+	for i := range out {
+		out[i] = GPUInfo{Index: i, UUID: fmt.Sprintf("SIM-00000000-0000-0000-0000-%012d", i),
+			Name: "DetShare simulated GPU (test double)", SMCount: uint32(sms), MemTotal: mem}
+	}
+	return out, nil
+}
+
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}

@@ -1,0 +1,155 @@
+package table
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Grant is what the scheduler grants a tenant: SM groups of its GPU's split (spatial mode) or the right to run
+// when holding the GPU's time token (temporal mode).
+type Grant struct {
+	Groups uint64 // bit i = group i of the GPU's split
+	SMs    uint32 // SMs in Groups
+	Mode   uint32 // ModeSpatial, ModeTemporal, ModeUnrestricted, or ModeNone (nothing granted yet)
+	Epoch  uint32 // grant_epoch after the change (set by ReadGrant; ignored by PublishGrant)
+	Ns     uint64 // CLOCK_MONOTONIC of publication (set by PublishGrant)
+}
+
+// ErrGrantBusy is returned by ReadGrant when the grant stayed mid-write for the whole bounded retry (a leader
+// that died while writing); callers keep their previous grant (fail-static).
+var ErrGrantBusy = errors.New("grant is being written")
+
+// PublishGrant writes slot's grant (scheduler leader only): seqlock odd, fields, seqlock even, then grant_epoch+1
+// and a futex wake on grant_epoch for clients blocked waiting for SMs or a token.
+func (t *Table) PublishGrant(slot int, g Grant) error {
+	if err := t.mustWrite("publish grant"); err != nil {
+		return err
+	}
+	if slot < 0 || slot >= MaxContainers {
+		return fmt.Errorf("publish grant: slot %d out of range 0..%d", slot, MaxContainers-1)
+	}
+	c := t.Container(slot)
+	if st := atomic.LoadUint32(&c.State); st != SlotActive {
+		return fmt.Errorf("publish grant: slot %d is not active (state %d)", slot, st)
+	}
+	publishGrant(c, g)
+	if gpu := int(c.GPU); gpu >= 0 && gpu < MaxGPUs {
+		atomic.AddUint64(&t.GPU(gpu).GrantChanges, 1)
+	}
+	_, _ = FutexWake(&c.GrantEpoch, wakeAll)
+	return nil
+}
+
+func publishGrant(c *Container, g Grant) {
+	s := atomic.LoadUint32(&c.GrantSeq)
+	if s&1 != 0 { // a previous leader died mid-write: complete the cycle
+		s++
+	}
+	atomic.StoreUint32(&c.GrantSeq, s+1)
+	atomic.StoreUint64(&c.GrantGroups, g.Groups)
+	atomic.StoreUint32(&c.GrantSMs, g.SMs)
+	atomic.StoreUint32(&c.GrantMode, g.Mode)
+	atomic.StoreUint64(&c.GrantNs, MonotonicNs())
+	atomic.StoreUint32(&c.GrantSeq, s+2)
+	atomic.AddUint32(&c.GrantEpoch, 1)
+}
+
+// grantReadTries bounds the seqlock retry loop so a reader never spins forever on a dead writer.
+const grantReadTries = 1 << 12
+
+// ReadGrant reads slot's grant with the seqlock: a handful of atomic loads, no locks, no syscalls.
+func (t *Table) ReadGrant(slot int) (Grant, error) {
+	if uint(slot) >= MaxContainers {
+		return Grant{}, fmt.Errorf("read grant: slot %d out of range 0..%d", slot, MaxContainers-1)
+	}
+	return ReadContainerGrant(t.Container(slot))
+}
+
+// ReadContainerGrant is ReadGrant on an entry pointer (what a client caches).
+func ReadContainerGrant(c *Container) (Grant, error) {
+	for i := 0; i < grantReadTries; i++ {
+		s1 := atomic.LoadUint32(&c.GrantSeq)
+		if s1&1 != 0 {
+			continue
+		}
+		g := Grant{
+			Epoch:  atomic.LoadUint32(&c.GrantEpoch),
+			Groups: atomic.LoadUint64(&c.GrantGroups),
+			SMs:    atomic.LoadUint32(&c.GrantSMs),
+			Mode:   atomic.LoadUint32(&c.GrantMode),
+			Ns:     atomic.LoadUint64(&c.GrantNs),
+		}
+		if atomic.LoadUint32(&c.GrantSeq) == s1 {
+			return g, nil
+		}
+	}
+	return Grant{}, ErrGrantBusy
+}
+
+// GrantEpoch is the fast-path check: one atomic load; a client re-reads its grant only when this changed.
+func (t *Table) GrantEpoch(slot int) uint32 { return atomic.LoadUint32(&t.Container(slot).GrantEpoch) }
+
+// WaitGrantChange blocks until slot's grant epoch differs from seen, at most timeout. It returns whether it changed.
+func (t *Table) WaitGrantChange(slot int, seen uint32, timeout time.Duration) (bool, error) {
+	if uint(slot) >= MaxContainers {
+		return false, fmt.Errorf("wait grant: slot %d out of range 0..%d", slot, MaxContainers-1)
+	}
+	c := t.Container(slot)
+	if _, err := FutexWait(&c.GrantEpoch, seen, timeout); err != nil {
+		return false, err
+	}
+	return atomic.LoadUint32(&c.GrantEpoch) != seen, nil
+}
+
+// Token is the temporal-mode token of one GPU.
+type Token struct {
+	Holder     int    // slot holding the token, -1 for none
+	HolderGen  uint32 // that slot's generation
+	DeadlineNs uint64 // CLOCK_MONOTONIC end of the quantum
+	Seq        uint32 // token_seq (futex word)
+}
+
+// PublishToken hands GPU gpu's token to slot (or to nobody with slot -1) until deadlineNs (scheduler leader only).
+// Holder fields are written before token_seq is bumped, so a waiter woken by the bump sees the new holder.
+func (t *Table) PublishToken(gpu, slot int, deadlineNs uint64) error {
+	if err := t.mustWrite("publish token"); err != nil {
+		return err
+	}
+	if gpu < 0 || gpu >= MaxGPUs || slot < -1 || slot >= MaxContainers {
+		return fmt.Errorf("publish token: gpu %d (allowed 0..%d) or slot %d (allowed -1..%d) out of range", gpu, MaxGPUs-1, slot, MaxContainers-1)
+	}
+	e := t.GPU(gpu)
+	var gen uint32
+	if slot >= 0 {
+		gen = atomic.LoadUint32(&t.Container(slot).Gen)
+	}
+	atomic.StoreUint32(&e.TokenHolder, 0) // readers that race see "nobody", never a half-written holder
+	atomic.StoreUint32(&e.TokenHolderGen, gen)
+	atomic.StoreUint64(&e.TokenDeadlineNs, deadlineNs)
+	atomic.StoreUint32(&e.TokenHolder, uint32(slot+1))
+	atomic.AddUint32(&e.TokenSeq, 1)
+	_, _ = FutexWake(&e.TokenSeq, wakeAll)
+	return nil
+}
+
+// ReadToken reads GPU gpu's token.
+func (t *Table) ReadToken(gpu int) Token {
+	e := t.GPU(gpu)
+	seq := atomic.LoadUint32(&e.TokenSeq)
+	return Token{Seq: seq, Holder: int(atomic.LoadUint32(&e.TokenHolder)) - 1,
+		HolderGen: atomic.LoadUint32(&e.TokenHolderGen), DeadlineNs: atomic.LoadUint64(&e.TokenDeadlineNs)}
+}
+
+// WaitToken blocks until GPU gpu's token_seq differs from seen, at most timeout, and returns the token then.
+// A temporal-mode client loops on it with its own overall bound and runs unthrottled past it (fail-static).
+func (t *Table) WaitToken(gpu int, seen uint32, timeout time.Duration) (Token, error) {
+	if gpu < 0 || gpu >= MaxGPUs {
+		return Token{}, fmt.Errorf("wait token: gpu %d out of range 0..%d", gpu, MaxGPUs-1)
+	}
+	if _, err := FutexWait(&t.GPU(gpu).TokenSeq, seen, timeout); err != nil {
+		return Token{}, err
+	}
+	return t.ReadToken(gpu), nil
+}

@@ -1,0 +1,164 @@
+package table
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProcIdentity identifies a process without trusting a PID seen inside a namespace: the inode of its PID
+// namespace, its PID in that namespace and its start time (docs/internals.md "Process identity").
+type ProcIdentity struct {
+	NSPid     uint32
+	PidNSIno  uint64
+	StartTime uint64 // clock ticks since boot (/proc/<pid>/stat field 22)
+	HostPID   uint64 // known for host tenants, else 0
+}
+
+// procRoot is /proc; a variable so tests can point it elsewhere.
+var procRoot = "/proc"
+
+// ProcStartTime returns field 22 (starttime) of /proc/<pid>/stat.
+func ProcStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", procRoot, pid))
+	if err != nil {
+		return 0, fmt.Errorf("read start time of pid %d: %w", pid, err)
+	}
+	return parseStatStartTime(b)
+}
+
+func parseStatStartTime(b []byte) (uint64, error) {
+	// comm may contain spaces and parentheses: fields restart after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc stat: no ')' in %q", b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); starttime is field 22 -> f[19].
+	if len(f) < 20 {
+		return 0, fmt.Errorf("parse /proc stat: %d fields after comm, want >= 20", len(f))
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse /proc stat starttime %q: %w", f[19], err)
+	}
+	return v, nil
+}
+
+// HostProcessAlive tells whether host PID pid is alive and is the process that started at startTime (not a
+// later process that reused the PID). Zombies count as dead: they run nothing.
+func HostProcessAlive(pid int, startTime uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", procRoot, pid))
+	if err != nil {
+		return false
+	}
+	st, err := parseStatStartTime(b)
+	if err != nil || st != startTime {
+		return false
+	}
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
+		return false
+	}
+	return true
+}
+
+// SelfIdentity returns the identity of the calling process as it would record itself in its client page.
+func SelfIdentity() (ProcIdentity, error) { return PidIdentity(os.Getpid()) }
+
+// PidIdentity returns the identity of host process pid.
+func PidIdentity(pid int) (ProcIdentity, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("%s/%d/ns/pid", procRoot, pid), &st); err != nil {
+		return ProcIdentity{}, fmt.Errorf("stat pid namespace of %d: %w", pid, err)
+	}
+	nspid, err := innermostNSPid(pid)
+	if err != nil {
+		return ProcIdentity{}, err
+	}
+	start, err := ProcStartTime(pid)
+	if err != nil {
+		return ProcIdentity{}, err
+	}
+	return ProcIdentity{NSPid: nspid, PidNSIno: st.Ino, StartTime: start, HostPID: uint64(pid)}, nil
+}
+
+func innermostNSPid(pid int) (uint32, error) {
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/status", procRoot, pid))
+	if err != nil {
+		return 0, fmt.Errorf("read status of pid %d: %w", pid, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			v, err := strconv.ParseUint(f[len(f)-1], 10, 32)
+			if err != nil {
+				return 0, fmt.Errorf("parse NSpid of pid %d: %w", pid, err)
+			}
+			return uint32(v), nil
+		}
+	}
+	return uint32(pid), nil // kernels without NSpid have a single PID namespace
+}
+
+type procKey struct {
+	ino   uint64
+	nspid uint32
+}
+
+// ProcSet is a snapshot of the live processes of the host, keyed by identity; build it once per reaping pass.
+type ProcSet struct {
+	byKey map[procKey]uint64 // -> start time
+}
+
+// ScanProcesses walks /proc once. Processes that vanish during the walk are skipped.
+func ScanProcesses() (*ProcSet, error) {
+	ents, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
+	}
+	ps := &ProcSet{byKey: make(map[procKey]uint64, len(ents))}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		id, err := PidIdentity(pid)
+		if err != nil {
+			continue
+		}
+		if !HostProcessAlive(pid, id.StartTime) {
+			continue
+		}
+		ps.byKey[procKey{id.PidNSIno, id.NSPid}] = id.StartTime
+	}
+	return ps, nil
+}
+
+// Alive tells whether the process with this identity was alive at the scan.
+func (ps *ProcSet) Alive(id ProcIdentity) bool {
+	st, ok := ps.byKey[procKey{id.PidNSIno, id.NSPid}]
+	return ok && st == id.StartTime
+}
+
+// IsProcessAlive resolves one identity through /proc. When the host PID is known that is one read; otherwise it
+// scans /proc (use ScanProcesses for many).
+func IsProcessAlive(id ProcIdentity) bool {
+	if id.HostPID != 0 {
+		return HostProcessAlive(int(id.HostPID), id.StartTime)
+	}
+	ps, err := ScanProcesses()
+	if err != nil {
+		return true // cannot tell: never reap on doubt
+	}
+	return ps.Alive(id)
+}

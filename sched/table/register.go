@@ -1,0 +1,389 @@
+package table
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sirupsen/logrus"
+)
+
+// ErrExists is returned (wrapped) by Register when the ID is already registered; the existing registration is
+// returned with it, so callers that retry (a hook run twice) can treat it as success.
+var ErrExists = errors.New("tenant already registered")
+
+// ErrNotFound is returned (wrapped) by Deregister and Lookup-based helpers when no active tenant has the ID.
+var ErrNotFound = errors.New("tenant not registered")
+
+// ErrFull is returned (wrapped) by Register when every slot is in use.
+var ErrFull = errors.New("table full")
+
+// RegisterRequest is one tenant's registration. Quota fields are already resolved and admitted values
+// (cgroupgpu/quota); the table stores them as given.
+type RegisterRequest struct {
+	ID       string
+	Tier     uint32 // Tier*
+	Role     uint32 // Role*
+	GPU      int    // GPU index
+	Weight   uint32 // >= 1
+	SMGroups uint32 // guaranteed groups (0 for best-effort)
+	SMs      uint32 // guaranteed SMs after rounding
+	MemLimit uint64 // bytes, 0 = unlimited
+	Lend     bool
+	// OwnerPID makes this a host tenant (`detshare run`), reaped when that process dies. 0 for containers.
+	OwnerPID int
+
+	// Check runs under the registration lock, before a slot is reserved, with every active registration. It may
+	// fill in the placement and quota fields of req (GPU, SMGroups, SMs, MemLimit); an error refuses the
+	// registration. This is where admission runs, so that two registrations cannot both be admitted into the same
+	// free capacity.
+	Check func(active []Registration, req *RegisterRequest) error
+	// Prepare runs under the lock with the slot RESERVED and the client page created (e.g. to write the quota
+	// files in Paths.TenantDir). An error rolls the registration back; a crash is rolled back by the next
+	// registration.
+	Prepare func(reg Registration) error
+}
+
+// Registration is a snapshot of an active (or, inside Prepare, reserved) slot.
+type Registration struct {
+	Slot         int
+	Gen          uint32
+	ID           string
+	Tier         uint32
+	Role         uint32
+	GPU          int
+	Weight       uint32
+	SMGroups     uint32
+	SMs          uint32
+	MemLimit     uint64
+	Flags        uint32
+	OwnerPID     int
+	OwnerStart   uint64
+	RegisteredNs uint64 // CLOCK_REALTIME
+	State        uint32
+
+	ClientPagePath string
+	TenantDir      string
+}
+
+// HostTenant tells whether the registration belongs to `detshare run` (reaped when its owner dies).
+func (r Registration) HostTenant() bool { return r.Flags&FlagHostTenant != 0 }
+
+// Register registers a tenant: FREE -> RESERVED -> (client page, Prepare) -> ACTIVE, all under flock(table.lock).
+// Returns the existing registration and an error wrapping ErrExists when the ID is already active.
+func (t *Table) Register(req RegisterRequest) (Registration, error) {
+	if err := t.mustWrite("register"); err != nil {
+		return Registration{}, err
+	}
+	if err := ValidateID(req.ID); err != nil {
+		return Registration{}, fmt.Errorf("register: %w", err)
+	}
+	if err := validateRequest(req); err != nil {
+		return Registration{}, fmt.Errorf("register %s: %w", req.ID, err)
+	}
+	var ownerStart uint64
+	if req.OwnerPID != 0 {
+		st, err := ProcStartTime(req.OwnerPID)
+		if err != nil {
+			return Registration{}, fmt.Errorf("register %s: owner pid %d: %w", req.ID, req.OwnerPID, err)
+		}
+		ownerStart = st
+	}
+	unlock, err := lockFile(t.paths.Lock())
+	if err != nil {
+		return Registration{}, fmt.Errorf("register %s: %w", req.ID, err)
+	}
+	defer unlock()
+	t.recoverLocked()
+	t.reapDeadTenantsLocked()
+
+	free := -1
+	var active []Registration
+	for slot := 0; slot < MaxContainers; slot++ {
+		c := t.Container(slot)
+		switch atomic.LoadUint32(&c.State) {
+		case SlotActive:
+			r := t.snapshot(slot)
+			if r.ID == req.ID {
+				return r, fmt.Errorf("register %s: %w in slot %d (generation %d)", req.ID, ErrExists, slot, r.Gen)
+			}
+			active = append(active, r)
+		case SlotFree:
+			if free < 0 {
+				free = slot
+			}
+		}
+	}
+	if req.Check != nil {
+		if err := req.Check(active, &req); err != nil {
+			return Registration{}, err
+		}
+		if err := validateRequest(req); err != nil {
+			return Registration{}, fmt.Errorf("register %s: %w", req.ID, err)
+		}
+	}
+	if free < 0 {
+		return Registration{}, fmt.Errorf("register %s: %w: all %d slots are in use", req.ID, ErrFull, MaxContainers)
+	}
+
+	c := t.Container(free)
+	atomic.StoreUint32(&c.State, SlotReserved)
+	gen := atomic.AddUint32(&c.Gen, 1)
+	putCString(c.ID[:], req.ID)
+	c.Tier, c.Role, c.GPU, c.Weight = req.Tier, req.Role, int32(req.GPU), req.Weight
+	c.SMGroupsReq, c.SMReq, c.MemLimit = req.SMGroups, req.SMs, req.MemLimit
+	c.RegisteredNs = uint64(time.Now().UnixNano())
+	c.OwnerPID, c.OwnerStart = uint64(req.OwnerPID), ownerStart
+	c.Flags = 0
+	if req.Lend {
+		c.Flags |= FlagLend
+	}
+	if req.OwnerPID != 0 {
+		c.Flags |= FlagHostTenant
+	}
+	c.DemandSeenNs = 0
+	// A new tenant starts with nothing granted; epoch and seq stay monotonic across generations so a stale
+	// reader never mistakes the new grant for the one it cached.
+	publishGrant(c, Grant{Mode: ModeNone})
+
+	reg := t.snapshot(free)
+	rollback := func() {
+		t.releaseSlotLocked(free)
+	}
+	if err := t.createClientPage(reg); err != nil {
+		rollback()
+		return Registration{}, fmt.Errorf("register %s: %w", req.ID, err)
+	}
+	if req.Prepare != nil {
+		if err := req.Prepare(reg); err != nil {
+			rollback()
+			return Registration{}, err
+		}
+	}
+	atomic.StoreUint32(&c.State, SlotActive)
+	atomic.AddUint64(&t.Header().Generation, 1)
+	reg.State = SlotActive
+	logrus.WithFields(logrus.Fields{"id": req.ID, "slot": free, "gen": gen}).Debug("tenant registered")
+	return reg, nil
+}
+
+func validateRequest(r RegisterRequest) error {
+	switch {
+	case r.Tier > TierLatencyCritical:
+		return fmt.Errorf("tier %d: allowed %d..%d", r.Tier, TierBestEffort, TierLatencyCritical)
+	case r.Role > RoleDecode:
+		return fmt.Errorf("role %d: allowed %d..%d", r.Role, RoleNone, RoleDecode)
+	case r.GPU < 0 || r.GPU >= MaxGPUs:
+		return fmt.Errorf("gpu %d: allowed 0..%d", r.GPU, MaxGPUs-1)
+	case r.Weight == 0:
+		return fmt.Errorf("weight 0: must be >= 1")
+	case r.SMGroups > MaxSMGroups:
+		return fmt.Errorf("sm groups %d: allowed 0..%d", r.SMGroups, MaxSMGroups)
+	case r.OwnerPID < 0:
+		return fmt.Errorf("owner pid %d: must be >= 0", r.OwnerPID)
+	}
+	return nil
+}
+
+// Deregister removes tenant id: slot DRAINING, client page and tenant directory removed, slot FREE.
+func (t *Table) Deregister(id string) error {
+	if err := t.mustWrite("deregister"); err != nil {
+		return err
+	}
+	if err := ValidateID(id); err != nil {
+		return fmt.Errorf("deregister: %w", err)
+	}
+	unlock, err := lockFile(t.paths.Lock())
+	if err != nil {
+		return fmt.Errorf("deregister %s: %w", id, err)
+	}
+	defer unlock()
+	t.recoverLocked()
+	for slot := 0; slot < MaxContainers; slot++ {
+		c := t.Container(slot)
+		if atomic.LoadUint32(&c.State) == SlotActive && cString(c.ID[:]) == id {
+			atomic.StoreUint32(&c.State, SlotDraining)
+			t.releaseSlotLocked(slot)
+			logrus.WithFields(logrus.Fields{"id": id, "slot": slot}).Debug("tenant deregistered")
+			return nil
+		}
+	}
+	return fmt.Errorf("deregister %s: %w", id, ErrNotFound)
+}
+
+// releaseSlotLocked removes a RESERVED or DRAINING slot's files and frees it. Files are removed only when no
+// active slot has the same ID (a half-written ID must never delete another tenant's files).
+func (t *Table) releaseSlotLocked(slot int) {
+	c := t.Container(slot)
+	id := cString(c.ID[:])
+	if ValidateID(id) == nil && !t.activeIDLocked(id, slot) {
+		if err := os.Remove(t.paths.ClientPage(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			logrus.WithError(err).WithField("id", id).Warn("remove client page")
+		}
+		if err := os.RemoveAll(t.paths.TenantDir(id)); err != nil {
+			logrus.WithError(err).WithField("id", id).Warn("remove tenant directory")
+		}
+	}
+	// Clear the ID first (byte 0), so a crash from here on leaves an empty ID, not a prefix of it.
+	c.ID[0] = 0
+	for i := range c.ID {
+		c.ID[i] = 0
+	}
+	c.Tier, c.Role, c.GPU, c.Weight, c.SMGroupsReq, c.SMReq, c.MemLimit = 0, 0, 0, 0, 0, 0, 0
+	c.OwnerPID, c.OwnerStart, c.Flags, c.RegisteredNs = 0, 0, 0, 0
+	publishGrant(c, Grant{Mode: ModeNone})
+	atomic.StoreUint32(&c.State, SlotFree)
+	atomic.AddUint64(&t.Header().Generation, 1)
+}
+
+func (t *Table) activeIDLocked(id string, except int) bool {
+	for s := 0; s < MaxContainers; s++ {
+		if s == except {
+			continue
+		}
+		c := t.Container(s)
+		if atomic.LoadUint32(&c.State) == SlotActive && cString(c.ID[:]) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// recoverLocked rolls back registrations and completes deregistrations left by a process that died holding the
+// lock: with the lock held, no live process can own a RESERVED or DRAINING slot.
+func (t *Table) recoverLocked() int {
+	n := 0
+	for slot := 0; slot < MaxContainers; slot++ {
+		c := t.Container(slot)
+		switch st := atomic.LoadUint32(&c.State); st {
+		case SlotReserved, SlotDraining:
+			logrus.WithFields(logrus.Fields{"slot": slot, "state": st, "id": cString(c.ID[:])}).
+				Info("recovering a slot left by a registrar that died")
+			t.releaseSlotLocked(slot)
+			n++
+		}
+	}
+	return n
+}
+
+// Recover takes the registration lock and cleans up after dead registrars (see recoverLocked). It returns the
+// number of slots recovered. Register and Deregister do this themselves; the scheduler calls it at start.
+func (t *Table) Recover() (int, error) {
+	if err := t.mustWrite("recover"); err != nil {
+		return 0, err
+	}
+	unlock, err := lockFile(t.paths.Lock())
+	if err != nil {
+		return 0, fmt.Errorf("recover: %w", err)
+	}
+	defer unlock()
+	return t.recoverLocked(), nil
+}
+
+// snapshot reads slot's registration fields (callers hold the lock, or use List/Lookup which re-check).
+func (t *Table) snapshot(slot int) Registration {
+	c := t.Container(slot)
+	id := cString(c.ID[:])
+	return Registration{
+		Slot: slot, Gen: atomic.LoadUint32(&c.Gen), ID: id, Tier: c.Tier, Role: c.Role, GPU: int(c.GPU),
+		Weight: c.Weight, SMGroups: c.SMGroupsReq, SMs: c.SMReq, MemLimit: c.MemLimit, Flags: c.Flags,
+		OwnerPID: int(c.OwnerPID), OwnerStart: c.OwnerStart, RegisteredNs: c.RegisteredNs,
+		State:          atomic.LoadUint32(&c.State),
+		ClientPagePath: t.paths.ClientPage(id), TenantDir: t.paths.TenantDir(id),
+	}
+}
+
+// stableSnapshot reads an active slot without the lock: state and generation are re-checked after the fields,
+// so a slot that changed meanwhile is reported as not active.
+func (t *Table) stableSnapshot(slot int) (Registration, bool) {
+	c := t.Container(slot)
+	if atomic.LoadUint32(&c.State) != SlotActive {
+		return Registration{}, false
+	}
+	gen := atomic.LoadUint32(&c.Gen)
+	r := t.snapshot(slot)
+	if atomic.LoadUint32(&c.State) != SlotActive || atomic.LoadUint32(&c.Gen) != gen || r.Gen != gen {
+		return Registration{}, false
+	}
+	return r, true
+}
+
+// List returns the active registrations.
+func (t *Table) List() []Registration {
+	var out []Registration
+	for slot := 0; slot < MaxContainers; slot++ {
+		if r, ok := t.stableSnapshot(slot); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Lookup returns the active registration of id.
+func (t *Table) Lookup(id string) (Registration, bool) {
+	for slot := 0; slot < MaxContainers; slot++ {
+		if r, ok := t.stableSnapshot(slot); ok && r.ID == id {
+			return r, true
+		}
+	}
+	return Registration{}, false
+}
+
+func (t *Table) createClientPage(reg Registration) error {
+	b := make([]byte, ClientPageSize)
+	cp := (*ClientPage)(unsafe.Pointer(&b[0]))
+	cp.Magic = ClientMagic
+	cp.ABIVersion = ABIVersion
+	cp.Slot = uint32(reg.Slot)
+	cp.SlotGen = reg.Gen
+	cp.MaxProcs = MaxProcs
+	putCString(cp.ID[:], reg.ID)
+	now := MonotonicNs()
+	for i := range cp.Procs {
+		cp.Procs[i].HeartbeatNs = now // see ReapDeadProcesses: a stuck claim is judged by heartbeat age
+	}
+	if err := os.MkdirAll(t.paths.ClientsDir(), RunDirMode); err != nil {
+		return fmt.Errorf("create clients directory: %w", err)
+	}
+	if err := writeNewFile(reg.ClientPagePath, ClientPageMode, b); err != nil {
+		return fmt.Errorf("create client page: %w", err)
+	}
+	return nil
+}
+
+// ReapDeadTenants deregisters host tenants (`detshare run`) whose owner process died, and returns their IDs.
+func (t *Table) ReapDeadTenants() ([]string, error) {
+	if err := t.mustWrite("reap tenants"); err != nil {
+		return nil, err
+	}
+	unlock, err := lockFile(t.paths.Lock())
+	if err != nil {
+		return nil, fmt.Errorf("reap tenants: %w", err)
+	}
+	defer unlock()
+	t.recoverLocked()
+	return t.reapDeadTenantsLocked(), nil
+}
+
+func (t *Table) reapDeadTenantsLocked() []string {
+	var ids []string
+	for slot := 0; slot < MaxContainers; slot++ {
+		c := t.Container(slot)
+		if atomic.LoadUint32(&c.State) != SlotActive || c.Flags&FlagHostTenant == 0 {
+			continue
+		}
+		if HostProcessAlive(int(c.OwnerPID), c.OwnerStart) {
+			continue
+		}
+		id := cString(c.ID[:])
+		logrus.WithFields(logrus.Fields{"id": id, "slot": slot, "owner_pid": c.OwnerPID}).
+			Info("reaping host tenant whose owner died")
+		atomic.StoreUint32(&c.State, SlotDraining)
+		t.releaseSlotLocked(slot)
+		ids = append(ids, id)
+	}
+	return ids
+}

@@ -1,0 +1,291 @@
+package table
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrVersionMismatch is returned by Open when the table was made by a DetShare of another ABI version. Nothing is
+// written to such a table; its users run unshared until an operator replaces it.
+var ErrVersionMismatch = errors.New("detshare table ABI version mismatch")
+
+// ErrCorrupt is returned by Open when the file is not a DetShare table or its geometry is wrong.
+var ErrCorrupt = errors.New("detshare table corrupt")
+
+// File modes of the run directory (only root on the host writes the table; tenants ring the doorbell).
+const (
+	RunDirMode     os.FileMode = 0o755
+	TableMode      os.FileMode = 0o644
+	DoorbellMode   os.FileMode = 0o666
+	ClientPageMode os.FileMode = 0o644
+	QuotaFileMode  os.FileMode = 0o644
+)
+
+// Table is a mapping of the global table (and the doorbell, when it could be mapped).
+type Table struct {
+	paths    Paths
+	mem      []byte
+	bell     []byte
+	readOnly bool
+}
+
+// Create makes the run directory, the table and the doorbell if they do not exist yet and opens them read-write.
+// An existing table is opened (and validated) as Open does; it is never overwritten.
+func Create(runDir string) (*Table, error) {
+	p := NewPaths(runDir)
+	for _, d := range []string{p.Dir, p.ClientsDir(), p.TenantsDir()} {
+		if err := os.MkdirAll(d, RunDirMode); err != nil {
+			return nil, fmt.Errorf("create run directory %s: %w", d, err)
+		}
+	}
+	unlock, err := lockFile(p.Lock())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if _, err := os.Stat(p.Table()); errors.Is(err, os.ErrNotExist) {
+		if err := writeNewFile(p.Table(), TableMode, initialTable()); err != nil {
+			return nil, fmt.Errorf("create table: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("stat table: %w", err)
+	}
+	if _, err := os.Stat(p.Doorbell()); errors.Is(err, os.ErrNotExist) {
+		if err := writeNewFile(p.Doorbell(), DoorbellMode, initialDoorbell()); err != nil {
+			return nil, fmt.Errorf("create doorbell: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("stat doorbell: %w", err)
+	}
+	return Open(runDir)
+}
+
+// Open maps an existing table (and its doorbell) read-write. It checks magic, ABI version and geometry first and
+// returns ErrVersionMismatch or ErrCorrupt (wrapped, with the details) without writing anything.
+func Open(runDir string) (*Table, error) { return open(NewPaths(runDir), false) }
+
+// OpenReadOnly maps the table read-only, as a container or a viewer (`detshare top`) does. Writes through it fault.
+func OpenReadOnly(runDir string) (*Table, error) { return open(NewPaths(runDir), true) }
+
+func open(p Paths, ro bool) (*Table, error) {
+	flags, prot := os.O_RDWR, unix.PROT_READ|unix.PROT_WRITE
+	if ro {
+		flags, prot = os.O_RDONLY, unix.PROT_READ
+	}
+	mem, err := mapFile(p.Table(), flags, prot, TableSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateTable(p.Table(), mem); err != nil {
+		_ = unix.Munmap(mem)
+		return nil, err
+	}
+	t := &Table{paths: p, mem: mem, readOnly: ro}
+	// The doorbell is optional for readers: a missing doorbell only means nobody can be woken.
+	if bell, err := mapFile(p.Doorbell(), flags, prot, DoorbellSize); err == nil {
+		if (*Doorbell)(unsafe.Pointer(&bell[0])).Magic == DoorbellMagic {
+			t.bell = bell
+		} else {
+			_ = unix.Munmap(bell)
+		}
+	}
+	return t, nil
+}
+
+// mapFile maps the first size bytes of path; the file must be at least that long.
+func mapFile(path string, flags, prot, size int) ([]byte, error) {
+	f, err := os.OpenFile(path, flags, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Size() < int64(size) {
+		return nil, fmt.Errorf("%w: %s is %d bytes, want at least %d (not a DetShare file of this version, or truncated)",
+			ErrCorrupt, path, st.Size(), size)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %s: %w", path, err)
+	}
+	return mem, nil
+}
+
+func validateTable(path string, mem []byte) error {
+	h := (*Header)(unsafe.Pointer(&mem[0]))
+	if atomic.LoadUint64(&h.Magic) != TableMagic {
+		return fmt.Errorf("%w: %s: magic %#x, want %#x", ErrCorrupt, path, h.Magic, TableMagic)
+	}
+	if v := atomic.LoadUint32(&h.ABIVersion); v != ABIVersion {
+		return fmt.Errorf("%w: %s has ABI version %d, this DetShare speaks version %d; "+
+			"stop the tenants using it and remove the run directory, or run the matching DetShare",
+			ErrVersionMismatch, path, v, ABIVersion)
+	}
+	type geom struct {
+		name      string
+		got, want uint64
+	}
+	for _, g := range []geom{
+		{"header_size", uint64(h.HeaderSize), HeaderSize},
+		{"table_size", h.TableSize, TableSize},
+		{"max_gpus", uint64(h.MaxGPUs), MaxGPUs},
+		{"max_containers", uint64(h.MaxContainers), MaxContainers},
+		{"gpu_entry_size", uint64(h.GPUEntrySize), GPUSize},
+		{"container_entry_size", uint64(h.ContainerEntrySize), ContainerSize},
+		{"gpus_offset", h.GPUsOffset, GPUsOffset},
+		{"containers_offset", h.ContainersOffset, ContainersOffset},
+	} {
+		if g.got != g.want {
+			return fmt.Errorf("%w: %s: header field %s is %d, want %d", ErrCorrupt, path, g.name, g.got, g.want)
+		}
+	}
+	if s := atomic.LoadUint32(&h.State); s != TableReady {
+		return fmt.Errorf("%w: %s: state %d, want %d (ready)", ErrCorrupt, path, s, TableReady)
+	}
+	return nil
+}
+
+func initialTable() []byte {
+	b := make([]byte, TableSize)
+	h := (*Header)(unsafe.Pointer(&b[0]))
+	h.Magic = TableMagic
+	h.ABIVersion = ABIVersion
+	h.HeaderSize = HeaderSize
+	h.TableSize = TableSize
+	h.MaxGPUs = MaxGPUs
+	h.MaxContainers = MaxContainers
+	h.GPUEntrySize = GPUSize
+	h.ContainerEntrySize = ContainerSize
+	h.GPUsOffset = GPUsOffset
+	h.ContainersOffset = ContainersOffset
+	h.CreatedNs = uint64(time.Now().UnixNano())
+	h.State = TableReady
+	return b
+}
+
+func initialDoorbell() []byte {
+	b := make([]byte, DoorbellSize)
+	(*Doorbell)(unsafe.Pointer(&b[0])).Magic = DoorbellMagic
+	return b
+}
+
+// writeNewFile writes data to a temporary file in the same directory and renames it over path, so that readers
+// never see a partial file (a crash leaves at most a stray temporary, which is ignored).
+func writeNewFile(path string, mode os.FileMode, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("create temporary for %s: %w", path, err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	// Explicit chmod: the umask must not decide who may write the doorbell.
+	if err := f.Chmod(mode); err != nil {
+		return fmt.Errorf("chmod %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
+	}
+	ok = true
+	return nil
+}
+
+// lockFile takes an exclusive flock on path (created if needed); the kernel drops it if the holder dies.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock %s: %w", path, err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("flock %s: %w", path, err)
+	}
+	return func() { _ = f.Close() }, nil
+}
+
+// Close unmaps the table.
+func (t *Table) Close() error {
+	var err error
+	if t.mem != nil {
+		err = unix.Munmap(t.mem)
+		t.mem = nil
+	}
+	if t.bell != nil {
+		if e := unix.Munmap(t.bell); err == nil {
+			err = e
+		}
+		t.bell = nil
+	}
+	return err
+}
+
+// Paths returns the paths of this table's run directory.
+func (t *Table) Paths() Paths { return t.paths }
+
+// ReadOnly tells whether the table is mapped read-only.
+func (t *Table) ReadOnly() bool { return t.readOnly }
+
+// Header returns the mapped header. Fields read concurrently must be accessed with sync/atomic.
+func (t *Table) Header() *Header { return (*Header)(unsafe.Pointer(&t.mem[0])) }
+
+// GPU returns the mapped entry of GPU i (0 <= i < MaxGPUs).
+func (t *Table) GPU(i int) *GPU {
+	return (*GPU)(unsafe.Pointer(&t.mem[GPUsOffset+i*GPUSize]))
+}
+
+// Container returns the mapped entry of slot (0 <= slot < MaxContainers).
+func (t *Table) Container(slot int) *Container {
+	return (*Container)(unsafe.Pointer(&t.mem[ContainersOffset+slot*ContainerSize]))
+}
+
+// Doorbell returns the mapped doorbell, or nil when the run directory has none.
+func (t *Table) Doorbell() *Doorbell {
+	if t.bell == nil {
+		return nil
+	}
+	return (*Doorbell)(unsafe.Pointer(&t.bell[0]))
+}
+
+// Generation returns the table generation (bumped by every register/deregister).
+func (t *Table) Generation() uint64 { return atomic.LoadUint64(&t.Header().Generation) }
+
+func (t *Table) mustWrite(op string) error {
+	if t.readOnly {
+		return fmt.Errorf("%s: table %s is mapped read-only", op, t.paths.Table())
+	}
+	return nil
+}
+
+// MonotonicNs is CLOCK_MONOTONIC in nanoseconds, the clock of every *_ns field except created/registered.
+func MonotonicNs() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
+}
