@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -256,6 +257,12 @@ func (t *Table) activeIDLocked(id string, except int) bool {
 // lock: with the lock held, no live process can own a RESERVED or DRAINING slot.
 func (t *Table) recoverLocked() int {
 	n := 0
+	// Temporaries of client pages are only written under the lock: any left now belong to a dead registrar.
+	if tmps, err := filepath.Glob(filepath.Join(t.paths.ClientsDir(), ".*.tmp-*")); err == nil {
+		for _, f := range tmps {
+			_ = os.Remove(f)
+		}
+	}
 	for slot := 0; slot < MaxContainers; slot++ {
 		c := t.Container(slot)
 		switch st := atomic.LoadUint32(&c.State); st {

@@ -1,0 +1,211 @@
+package table
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func newClient(t *testing.T, tb *Table, id string) (*Client, Registration) {
+	t.Helper()
+	reg, err := tb.Register(RegisterRequest{ID: id, Weight: 1, MemLimit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := OpenClientPage(reg.ClientPagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl, reg
+}
+
+func TestClientAttachChargeDetach(t *testing.T) {
+	tb := newTable(t)
+	cl, _ := newClient(t, tb, "cl")
+	self, err := SelfIdentity()
+	if err != nil || self.NSPid == 0 || self.PidNSIno == 0 || self.StartTime == 0 {
+		t.Fatalf("SelfIdentity: %+v %v", self, err)
+	}
+	i, err := cl.AttachProcess(self)
+	if err != nil || cl.LiveProcesses() != 1 {
+		t.Fatalf("attach: %d %v", i, err)
+	}
+	if !cl.ChargeMemory(i, 600<<10, 1<<20) {
+		t.Fatal("charge within limit refused")
+	}
+	if cl.ChargeMemory(i, 600<<10, 1<<20) {
+		t.Fatal("charge over the limit accepted")
+	}
+	p := cl.Page()
+	if p.MemUsed != 600<<10 || p.OOMRefusals != 1 || p.MemPeak != 600<<10 || p.Procs[i].MemUsed != 600<<10 {
+		t.Errorf("accounting: used %d peak %d refusals %d", p.MemUsed, p.MemPeak, p.OOMRefusals)
+	}
+	if !cl.SetBusy(i, true) || p.Demand != 1 || p.DemandSinceNs == 0 {
+		t.Errorf("busy: demand %d", p.Demand)
+	}
+	if cl.SetBusy(i, true) {
+		t.Error("busy twice reported a transition")
+	}
+	seq := p.DemandSeq
+	if err := cl.DetachProcess(i); err != nil {
+		t.Fatal(err)
+	}
+	if p.MemUsed != 0 || p.Demand != 0 || p.DemandSeq == seq || cl.LiveProcesses() != 0 {
+		t.Errorf("after detach: used %d demand %d", p.MemUsed, p.Demand)
+	}
+	if err := cl.DetachProcess(i); err == nil {
+		t.Error("double detach accepted")
+	}
+	for n := 0; n < MaxProcs; n++ {
+		if _, err := cl.AttachProcess(self); err != nil {
+			t.Fatalf("attach %d: %v", n, err)
+		}
+	}
+	if _, err := cl.AttachProcess(self); err == nil {
+		t.Error("attach beyond MaxProcs accepted")
+	}
+}
+
+func TestClientConcurrentCharge(t *testing.T) {
+	tb := newTable(t)
+	cl, _ := newClient(t, tb, "cc")
+	self, _ := SelfIdentity()
+	var wg sync.WaitGroup
+	okCount := make([]int, 4)
+	for w := 0; w < 4; w++ {
+		i, err := cl.AttachProcess(self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func(w, i int) {
+			defer wg.Done()
+			for n := 0; n < 1000; n++ {
+				if cl.ChargeMemory(i, 1024, 1<<20) {
+					okCount[w]++
+				}
+			}
+		}(w, i)
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range okCount {
+		total += n
+	}
+	if total != 1024 || cl.Page().MemUsed != 1<<20 {
+		t.Fatalf("%d charges of 1 KiB fit in a 1 MiB limit (used %d), want exactly 1024", total, cl.Page().MemUsed)
+	}
+}
+
+// clientChild attaches through detshare_table_client.h, charges memory, prints its entry and waits to be killed.
+const clientChild = `
+#include "detshare_table_client.h"
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    if (argc != 3) return 10;
+    struct ds_client_page *cp;
+    int rc = ds_client_map(argv[1], &cp);
+    if (rc != 0) { printf("map %d\n", rc); return 11; }
+    uint32_t nspid; uint64_t ino, st;
+    if (ds_self_identity(&nspid, &ino, &st) != 0) return 12;
+    int i = ds_proc_attach(cp, nspid, ino, st, 0);
+    if (i < 0) return 13;
+    if (ds_mem_charge(cp, i, strtoull(argv[2], NULL, 10), 0) != 0) return 14;
+    printf("attached %d nspid %u\n", i, nspid);
+    fflush(stdout);
+    for (;;) pause();
+}
+`
+
+// TestReapDeadProcess: a C process attached (in its own PID namespace when we are root, so only the namespace
+// identity can find it) and charged memory; while alive the reaper leaves it, after SIGKILL the reaper frees its
+// entry and credits the memory.
+func TestReapDeadProcess(t *testing.T) {
+	tb := newTable(t)
+	cl, _ := newClient(t, tb, "reap")
+	bin := compileC(t, clientChild)
+	cmd := exec.Command(bin, cl.Path(), "4096")
+	if os.Getuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	}
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "attached ") {
+		t.Fatalf("child: %q %v", line, err)
+	}
+	var idx int
+	var nspid uint32
+	fmt.Sscanf(line, "attached %d nspid %d", &idx, &nspid)
+	if os.Getuid() == 0 && nspid != 1 {
+		t.Fatalf("child in a new PID namespace reports nspid %d, want 1", nspid)
+	}
+	p := cl.Page()
+	if p.MemUsed != 4096 || p.Procs[idx].State != ProcLive {
+		t.Fatalf("child accounting: used %d state %d", p.MemUsed, p.Procs[idx].State)
+	}
+	ps, err := ScanProcesses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cl.ReapDeadProcesses(ps); n != 0 {
+		t.Fatalf("reaped %d live processes", n)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	ps, _ = ScanProcesses()
+	n, bytes := cl.ReapDeadProcesses(ps)
+	if n != 1 || bytes != 4096 || p.MemUsed != 0 || p.Procs[idx].State != ProcFree {
+		t.Fatalf("after kill: reaped %d (%d bytes), used %d, state %d", n, bytes, p.MemUsed, p.Procs[idx].State)
+	}
+}
+
+func TestReapStuckClaim(t *testing.T) {
+	tb := newTable(t)
+	cl, _ := newClient(t, tb, "stuck")
+	p := &cl.Page().Procs[3]
+	p.State = ProcClaiming
+	p.HeartbeatNs = MonotonicNs()
+	ps, _ := ScanProcesses()
+	if n, _ := cl.ReapDeadProcesses(ps); n != 0 {
+		t.Fatal("fresh claim reaped")
+	}
+	p.HeartbeatNs = MonotonicNs() - uint64(ClaimTimeout) - uint64(time.Second)
+	if n, _ := cl.ReapDeadProcesses(ps); n != 1 || p.State != ProcFree {
+		t.Fatalf("stuck claim not reaped: state %d", p.State)
+	}
+}
+
+func TestProcIdentity(t *testing.T) {
+	st, err := parseStatStartTime([]byte("123 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 777 20 21"))
+	if err != nil || st != 777 {
+		t.Fatalf("parse with ')' in comm: %d %v", st, err)
+	}
+	cmd := exec.Command("sleep", "30")
+	cmd.Start()
+	id, err := PidIdentity(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IsProcessAlive(id) || !IsProcessAlive(ProcIdentity{NSPid: id.NSPid, PidNSIno: id.PidNSIno, StartTime: id.StartTime}) {
+		t.Error("live process reported dead")
+	}
+	if IsProcessAlive(ProcIdentity{HostPID: id.HostPID, StartTime: id.StartTime + 1}) {
+		t.Error("PID reuse (other start time) reported alive")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if IsProcessAlive(id) || HostProcessAlive(int(id.HostPID), id.StartTime) {
+		t.Error("dead process reported alive")
+	}
+}
