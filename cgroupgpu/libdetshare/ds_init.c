@@ -1,0 +1,391 @@
+/*
+ * ds_init.c — start-up of libdetshare: finds the tenant (quota file), maps the table and the client page, sets the
+ * MPS memory backstop, resolves the real driver lazily, claims and releases this process's ds_proc entry.
+ *
+ * Fail-open: any problem with the tenant's files is logged once and the process runs as a pure pass-through; a
+ * broken DetShare installation never stops a tenant's GPU work.
+ */
+#include "ds.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int ds_log_level = DS_LOG_WARN;
+struct ds_real ds_real;
+atomic_int ds_drv_ready;
+__thread int ds_depth __attribute__((tls_model("initial-exec")));
+struct ds_tenant *ds_t;
+_Atomic(struct ds_proc *) ds_self;
+atomic_int ds_self_idx = -1;
+
+static struct ds_tenant g_tenant;
+static void *g_libcuda;
+static pthread_once_t g_drv_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_attach_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void ds_log(int level, const char *fmt, ...) {
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "detshare[%d] %s: ", (int)getpid(), names[level & 3]);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof buf)
+        vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    va_end(ap);
+    size_t len = strnlen(buf, sizeof buf - 2);
+    buf[len++] = '\n';
+    /* one write(2) so lines of concurrent processes do not interleave */
+    ssize_t w = write(2, buf, len);
+    (void)w;
+}
+
+uint64_t ds_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Real driver
+ * ------------------------------------------------------------------------------------------------------------- */
+static void *drv_sym(const char *name) {
+    if (!g_libcuda || !ds_real_dlsym)
+        return NULL;
+    return ds_real_dlsym(g_libcuda, name);
+}
+
+static void driver_once(void) {
+    ds_dlsym_init();
+    const char *path = getenv("DETSHARE_REAL_LIBCUDA");
+    if (!path || !*path)
+        path = "libcuda.so.1";
+    ds_depth++;
+    g_libcuda = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ds_depth--;
+    if (!g_libcuda) {
+        const char *e = dlerror();
+        DS_LOG(DS_LOG_INFO, "no CUDA driver (%s): %s", path, e ? e : "dlopen failed");
+    }
+    struct ds_real r;
+    memset(&r, 0, sizeof r);
+#define RESOLVE_HOOK_(name, base, ver, pt) r.name = (PFN_##name)drv_sym(#name);
+    DS_HOOKS(RESOLVE_HOOK_)
+#undef RESOLVE_HOOK_
+#define RESOLVE_NEEDED_(name) r.name = (PFN_##name)drv_sym(#name);
+    DS_NEEDED(RESOLVE_NEEDED_)
+#undef RESOLVE_NEEDED_
+    ds_real = r;
+    atomic_store_explicit(&ds_drv_ready, 1, memory_order_release);
+}
+
+void ds_driver_init(void) { pthread_once(&g_drv_once, driver_once); }
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Quota file (docs/internals.md "The quota file"). The Go side's parser is cgroupgpu/quota.ParseFile; this is its C
+ * reader for the few keys the library needs, kept to the same format.
+ * ------------------------------------------------------------------------------------------------------------- */
+struct quota_file {
+    int version;
+    char id[DS_ID_LEN];
+    long slot;
+    unsigned long slot_gen;
+    unsigned long long memory;
+    long gpu;
+    char table[256];
+    char client_page[256];
+    char doorbell[256];
+    char mps_pipe_dir[256];
+};
+
+static int copy_value(char *dst, size_t cap, const char *key, const char *v) {
+    size_t n = strlen(v);
+    if (n >= cap) {
+        DS_LOG(DS_LOG_ERROR, "quota file: %s is %zu bytes long, at most %zu allowed", key, n, cap - 1);
+        return -1;
+    }
+    memcpy(dst, v, n + 1);
+    return 0;
+}
+
+static int parse_ul(const char *key, const char *v, unsigned long long max, unsigned long long *out) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || !*v || *end || x > max || v[0] == '-') {
+        DS_LOG(DS_LOG_ERROR, "quota file: %s=%s is not an integer in 0..%llu", key, v, max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int read_quota_file(const char *path, struct quota_file *q) {
+    memset(q, 0, sizeof *q);
+    q->slot = -1;
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        DS_LOG(DS_LOG_ERROR, "quota file %s: %s; running without DetShare", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int rc = 0, lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t n = strlen(line);
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+            line[--n] = 0;
+        char *s = line;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            DS_LOG(DS_LOG_ERROR, "quota file %s line %d: %.64s: want key=value", path, lineno, s);
+            rc = -1;
+            continue;
+        }
+        *eq = 0;
+        const char *k = s, *v = eq + 1;
+        unsigned long long x = 0;
+        if (!strcmp(k, "version")) {
+            if (parse_ul(k, v, 1000, &x) == 0)
+                q->version = (int)x;
+            else
+                rc = -1;
+        } else if (!strcmp(k, "id")) {
+            rc |= copy_value(q->id, sizeof q->id, k, v);
+        } else if (!strcmp(k, "slot")) {
+            if (parse_ul(k, v, DS_MAX_CONTAINERS - 1, &x) == 0)
+                q->slot = (long)x;
+            else
+                rc = -1;
+        } else if (!strcmp(k, "slot_gen")) {
+            if (parse_ul(k, v, UINT32_MAX, &x) == 0)
+                q->slot_gen = (unsigned long)x;
+            else
+                rc = -1;
+        } else if (!strcmp(k, "memory")) {
+            if (parse_ul(k, v, UINT64_MAX, &x) == 0)
+                q->memory = x;
+            else
+                rc = -1;
+        } else if (!strcmp(k, "gpu")) {
+            if (parse_ul(k, v, DS_MAX_GPUS - 1, &x) == 0)
+                q->gpu = (long)x;
+            else
+                rc = -1;
+        } else if (!strcmp(k, "table")) {
+            rc |= copy_value(q->table, sizeof q->table, k, v);
+        } else if (!strcmp(k, "client_page")) {
+            rc |= copy_value(q->client_page, sizeof q->client_page, k, v);
+        } else if (!strcmp(k, "doorbell")) {
+            rc |= copy_value(q->doorbell, sizeof q->doorbell, k, v);
+        } else if (!strcmp(k, "mps_pipe_dir")) {
+            rc |= copy_value(q->mps_pipe_dir, sizeof q->mps_pipe_dir, k, v);
+        }
+        /* unknown keys are ignored: newer writers may add keys */
+    }
+    fclose(f);
+    if (rc)
+        return -1;
+    if (q->version != 1) {
+        DS_LOG(DS_LOG_ERROR, "quota file %s: version=%d, this library reads version=1", path, q->version);
+        return -1;
+    }
+    if (q->slot < 0 || !q->table[0] || !q->client_page[0]) {
+        DS_LOG(DS_LOG_ERROR, "quota file %s: slot, table and client_page are required", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Under MPS the driver enforces CUDA_MPS_PINNED_DEVICE_MEM_LIMIT itself: a backstop for code that escapes the
+ * interposer. It must be in the environment before the driver initialises, hence the constructor. A value the
+ * user set that is lower is kept (it can only lower the limit anyway). */
+static void set_mps_backstop(uint64_t limit) {
+    if (!limit)
+        return;
+    unsigned long long mib = (unsigned long long)((limit + (1ull << 20) - 1) >> 20);
+    const char *cur = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    if (cur && *cur) {
+        DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT already set to %s; kept", cur);
+        return;
+    }
+    char v[64];
+    snprintf(v, sizeof v, "0=%lluM", mib);
+    setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", v, 1);
+    DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s", v);
+}
+
+static void load_tenant(void) {
+    const char *path = getenv("DETSHARE_QUOTA_FILE");
+    if (!path || !*path) {
+        path = "/run/detshare/quota";
+        if (access(path, F_OK) != 0)
+            return; /* not a tenant: pure pass-through */
+    }
+    struct quota_file q;
+    if (read_quota_file(path, &q) != 0) {
+        DS_LOG(DS_LOG_ERROR, "quota file %s unusable; running without DetShare (no quota, no scheduling)", path);
+        return;
+    }
+    const struct ds_table_header *h = NULL;
+    int rc = ds_table_map_ro(q.table, &h);
+    if (rc != 0) {
+        DS_LOG(DS_LOG_ERROR, "table %s: %s; running unshared", q.table,
+               rc == -DS_EVERSION   ? "another ABI version than this library's"
+               : rc == -DS_ECORRUPT ? "bad magic, geometry or not ready"
+                                    : strerror(-rc));
+        goto fail;
+    }
+    const struct ds_container *c = ds_table_container(h, (uint32_t)q.slot);
+    uint32_t gen = __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
+    uint32_t state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+    if (gen != q.slot_gen || (state != DS_SLOT_ACTIVE && state != DS_SLOT_RESERVED)) {
+        DS_LOG(DS_LOG_ERROR, "table slot %ld: generation %u state %u, quota file says generation %lu; running unshared",
+               q.slot, gen, state, q.slot_gen);
+        goto fail_table;
+    }
+    struct ds_client_page *pg = NULL;
+    rc = ds_client_map(q.client_page, &pg);
+    if (rc != 0) {
+        DS_LOG(DS_LOG_ERROR, "client page %s: %s; running unshared", q.client_page,
+               rc == -DS_EVERSION ? "another ABI version" : rc == -DS_ECORRUPT ? "bad magic or size" : strerror(-rc));
+        goto fail_table;
+    }
+    if (pg->slot != (uint32_t)q.slot || pg->slot_gen != q.slot_gen) {
+        DS_LOG(DS_LOG_ERROR, "client page %s belongs to slot %u generation %u, not slot %ld generation %lu; running "
+                             "unshared", q.client_page, pg->slot, pg->slot_gen, q.slot, q.slot_gen);
+        munmap(pg, sizeof *pg);
+        goto fail_table;
+    }
+    struct ds_doorbell *db = NULL;
+    if (q.doorbell[0] && ds_doorbell_map(q.doorbell, &db) != 0) {
+        db = NULL;
+        DS_LOG(DS_LOG_WARN, "doorbell %s unusable; demand changes are seen at the scheduler's next poll", q.doorbell);
+    }
+    struct ds_tenant *t = &g_tenant;
+    memcpy(t->id, q.id, sizeof t->id);
+    t->slot = (int)q.slot;
+    t->slot_gen = (uint32_t)q.slot_gen;
+    int gpu = c->gpu;
+    if (gpu < 0 || gpu >= (int)DS_MAX_GPUS)
+        gpu = (int)q.gpu;
+    t->gpu = gpu;
+    t->quota_memory = q.memory;
+    t->table = h;
+    t->ctr = c;
+    t->gpu_entry = ds_table_gpu(h, (uint32_t)gpu);
+    t->page = pg;
+    t->doorbell = db;
+    memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
+    if (t->mps_pipe_dir[0])
+        set_mps_backstop(atomic_load_explicit((_Atomic uint64_t *)&c->mem_limit, memory_order_relaxed));
+    ds_t = t;
+    DS_LOG(DS_LOG_INFO, "tenant %s slot %d gpu %d memory limit %llu", t->id, t->slot, t->gpu,
+           (unsigned long long)c->mem_limit);
+    return;
+fail_table:
+    ds_table_unmap(h);
+fail:
+    DS_LOG(DS_LOG_ERROR, "tenant %s: DetShare disabled in this process (fail-open)", q.id);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Process record
+ * ------------------------------------------------------------------------------------------------------------- */
+struct ds_proc *ds_attach(void) {
+    struct ds_proc *p = atomic_load_explicit(&ds_self, memory_order_acquire);
+    if (p || !ds_t)
+        return p;
+    pthread_mutex_lock(&g_attach_lock);
+    p = atomic_load_explicit(&ds_self, memory_order_acquire);
+    if (!p) {
+        uint32_t nspid = 0;
+        uint64_t ino = 0, start = 0;
+        int rc = ds_self_identity(&nspid, &ino, &start);
+        if (rc != 0)
+            DS_LOG(DS_LOG_WARN, "process identity: %s; the reaper cannot tell when this process dies", strerror(-rc));
+        bool host = (__atomic_load_n(&ds_t->ctr->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
+        int i = ds_proc_attach(ds_t->page, nspid, ino, start, host ? (uint64_t)getpid() : 0);
+        if (i >= 0) {
+            p = &ds_t->page->procs[i];
+            atomic_store_explicit(&ds_self_idx, i, memory_order_relaxed);
+            atomic_store_explicit(&ds_self, p, memory_order_release);
+            DS_LOG(DS_LOG_DEBUG, "process entry %d claimed", i);
+        } else {
+            static atomic_int warned;
+            if (!atomic_exchange(&warned, 1))
+                DS_LOG(DS_LOG_WARN, "all %u process entries of tenant %s are in use; this process is counted in the "
+                                    "tenant total only", DS_MAX_PROCS, ds_t->id);
+        }
+    }
+    pthread_mutex_unlock(&g_attach_lock);
+    return p;
+}
+
+/* Release at a clean exit (ds_proc_detach: credit memory and demand, free the entry). */
+void ds_detach(void) {
+    if (!ds_t)
+        return;
+    pthread_mutex_lock(&g_attach_lock);
+    struct ds_proc *p = atomic_exchange(&ds_self, NULL);
+    int i = atomic_exchange(&ds_self_idx, -1);
+    pthread_mutex_unlock(&g_attach_lock);
+    if (p && i >= 0)
+        ds_proc_detach(ds_t->page, i);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * fork: the child starts with no process entry (it claims its own at its first driver use, with mem_used 0) and
+ * with an empty allocation table (the parent's allocations are the parent's).
+ * ------------------------------------------------------------------------------------------------------------- */
+static void atfork_prepare(void) {
+    pthread_mutex_lock(&g_attach_lock);
+    ds_track_lock_all();
+}
+static void atfork_parent(void) {
+    ds_track_unlock_all();
+    pthread_mutex_unlock(&g_attach_lock);
+}
+static void atfork_child(void) {
+    atomic_store(&ds_self, NULL);
+    atomic_store(&ds_self_idx, -1);
+    ds_track_unlock_all();
+    ds_track_reset_child();
+    pthread_mutex_unlock(&g_attach_lock);
+}
+
+static void on_exit_release(void) { ds_detach(); }
+
+__attribute__((constructor(101))) static void ds_constructor(void) {
+    const char *lvl = getenv("DETSHARE_LOG");
+    if (lvl) {
+        if (!strcmp(lvl, "error"))
+            ds_log_level = DS_LOG_ERROR;
+        else if (!strcmp(lvl, "warn"))
+            ds_log_level = DS_LOG_WARN;
+        else if (!strcmp(lvl, "info"))
+            ds_log_level = DS_LOG_INFO;
+        else if (!strcmp(lvl, "debug"))
+            ds_log_level = DS_LOG_DEBUG;
+        else
+            ds_log(DS_LOG_WARN, "DETSHARE_LOG=%s: allowed error, warn, info, debug; using warn", lvl);
+    }
+    ds_dlsym_init();
+    load_tenant();
+    if (ds_t) {
+        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+        atexit(on_exit_release);
+    }
+}

@@ -1,0 +1,85 @@
+/*
+ * ds_launch.c — the kernel-launch hooks. Each one counts the launch (relaxed atomics in the client page) and sends
+ * it to the stream ds_launch_stream chooses (the GPU-coroutine binding, ds_coro.c). Kernels, their launch
+ * configurations and arguments are never changed. No lock, no syscall on this path.
+ */
+#include "ds.h"
+
+#include <string.h>
+
+#define REAL_OR_FAIL(name)                                                                                           \
+    ds_driver();                                                                                                     \
+    PFN_##name real = ds_real.name;                                                                                  \
+    if (DS_UNLIKELY(!real))                                                                                          \
+        return CUDA_ERROR_NOT_INITIALIZED;
+#define PASS_THROUGH() (!ds_t || ds_depth)
+
+#define LAUNCH_KERNEL(name, pt)                                                                                      \
+    DS_EXPORT CUresult name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,      \
+                            unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                  \
+                            unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {      \
+        REAL_OR_FAIL(name);                                                                                          \
+        if (PASS_THROUGH())                                                                                          \
+            return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,   \
+                        kernelParams, extra);                                                                        \
+        ds_depth++;                                                                                                  \
+        CUstream s = ds_launch_stream(hStream, pt);                                                                  \
+        CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, s,       \
+                          kernelParams, extra);                                                                      \
+        ds_launch_done();                                                                                            \
+        ds_depth--;                                                                                                  \
+        return r;                                                                                                    \
+    }
+LAUNCH_KERNEL(cuLaunchKernel, 0)
+LAUNCH_KERNEL(cuLaunchKernel_ptsz, 1)
+
+#define LAUNCH_KERNEL_EX(name, pt)                                                                                   \
+    DS_EXPORT CUresult name(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {         \
+        REAL_OR_FAIL(name);                                                                                          \
+        if (PASS_THROUGH() || !config)                                                                               \
+            return real(config, f, kernelParams, extra);                                                             \
+        ds_depth++;                                                                                                  \
+        /* a copy with the stream replaced; attrs (clusters, priority, ...) are kept as they are */                  \
+        CUlaunchConfig c = *config;                                                                                  \
+        c.hStream = ds_launch_stream(config->hStream, pt);                                                           \
+        CUresult r = real(&c, f, kernelParams, extra);                                                               \
+        ds_launch_done();                                                                                            \
+        ds_depth--;                                                                                                  \
+        return r;                                                                                                    \
+    }
+LAUNCH_KERNEL_EX(cuLaunchKernelEx, 0)
+LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, 1)
+
+#define LAUNCH_COOP(name, pt)                                                                                        \
+    DS_EXPORT CUresult name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,      \
+                            unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                  \
+                            unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {                    \
+        REAL_OR_FAIL(name);                                                                                          \
+        if (PASS_THROUGH())                                                                                          \
+            return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,   \
+                        kernelParams);                                                                               \
+        ds_depth++;                                                                                                  \
+        CUstream s = ds_launch_stream(hStream, pt);                                                                  \
+        CUresult r =                                                                                                 \
+            real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, s, kernelParams); \
+        ds_launch_done();                                                                                            \
+        ds_depth--;                                                                                                  \
+        return r;                                                                                                    \
+    }
+LAUNCH_COOP(cuLaunchCooperativeKernel, 0)
+LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz, 1)
+
+#define GRAPH_LAUNCH(name, pt)                                                                                       \
+    DS_EXPORT CUresult name(CUgraphExec hGraphExec, CUstream hStream) {                                              \
+        REAL_OR_FAIL(name);                                                                                          \
+        if (PASS_THROUGH())                                                                                          \
+            return real(hGraphExec, hStream);                                                                        \
+        ds_depth++;                                                                                                  \
+        CUstream s = ds_launch_stream(hStream, pt);                                                                  \
+        CUresult r = real(hGraphExec, s);                                                                            \
+        ds_launch_done();                                                                                            \
+        ds_depth--;                                                                                                  \
+        return r;                                                                                                    \
+    }
+GRAPH_LAUNCH(cuGraphLaunch, 0)
+GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)

@@ -1,0 +1,416 @@
+/*
+ * ds_mem.c — the per-tenant device-memory quota: every allocation path is charged against the tenant's limit
+ * before the driver is asked (CAS loop on the client page, shared by all processes of the tenant), refused with
+ * CUDA_ERROR_OUT_OF_MEMORY without changing anything when it does not fit, and credited back when freed. The
+ * memory queries answer with the quota.
+ *
+ * Policy (docs/libdetshare.md): device allocations, pitch (pitch*height), managed memory (counted in full: it may
+ * live on the device), stream-ordered/pool allocations (the bytes requested, from allocation to cuMemFreeAsync),
+ * VMM physical allocations with a device location (cuMemCreate .. cuMemRelease), arrays and mipmapped arrays
+ * (element size * extent, every level). Host and IPC-imported memory is not the tenant's device memory.
+ */
+#include "ds.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define A32(p) ((_Atomic uint32_t *)(p))
+#define A64(p) ((_Atomic uint64_t *)(p))
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Allocation tracking: what was charged for each pointer / handle, so that a free credits exactly that. A hash of
+ * 4096 buckets under 64 striped locks: allocation paths may lock, the launch path never comes here.
+ * ------------------------------------------------------------------------------------------------------------- */
+enum { K_PTR = 1, K_VMM = 2, K_ARRAY = 3, K_MIPMAP = 4 };
+#define N_BUCKETS 4096u
+#define N_LOCKS 64u
+
+struct node {
+    uint64_t key;
+    uint64_t size;
+    int kind;
+    struct node *next;
+};
+static struct node *g_buckets[N_BUCKETS];
+static pthread_mutex_t g_locks[N_LOCKS] = {[0 ... N_LOCKS - 1] = PTHREAD_MUTEX_INITIALIZER};
+
+static unsigned bucket_of(int kind, uint64_t key) {
+    uint64_t h = (key ^ ((uint64_t)kind << 56)) * 0x9E3779B97F4A7C15ull;
+    return (unsigned)(h >> 52) & (N_BUCKETS - 1);
+}
+
+static bool track_add(int kind, uint64_t key, uint64_t size) {
+    struct node *n = malloc(sizeof *n);
+    if (!n)
+        return false;
+    n->key = key;
+    n->size = size;
+    n->kind = kind;
+    unsigned b = bucket_of(kind, key);
+    pthread_mutex_t *l = &g_locks[b % N_LOCKS];
+    pthread_mutex_lock(l);
+    n->next = g_buckets[b];
+    g_buckets[b] = n;
+    pthread_mutex_unlock(l);
+    return true;
+}
+
+/* Removes the record and returns its size; 0 when the pointer was not charged by us. */
+static uint64_t track_del(int kind, uint64_t key) {
+    unsigned b = bucket_of(kind, key);
+    pthread_mutex_t *l = &g_locks[b % N_LOCKS];
+    uint64_t size = 0;
+    struct node *found = NULL;
+    pthread_mutex_lock(l);
+    for (struct node **pp = &g_buckets[b]; *pp; pp = &(*pp)->next) {
+        if ((*pp)->kind == kind && (*pp)->key == key) {
+            found = *pp;
+            *pp = found->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(l);
+    if (found) {
+        size = found->size;
+        free(found);
+    }
+    return size;
+}
+
+void ds_track_lock_all(void) {
+    for (unsigned i = 0; i < N_LOCKS; i++)
+        pthread_mutex_lock(&g_locks[i]);
+}
+void ds_track_unlock_all(void) {
+    for (unsigned i = 0; i < N_LOCKS; i++)
+        pthread_mutex_unlock(&g_locks[i]);
+}
+void ds_track_reset_child(void) {
+    for (unsigned b = 0; b < N_BUCKETS; b++) {
+        struct node *n = g_buckets[b];
+        while (n) {
+            struct node *next = n->next;
+            free(n);
+            n = next;
+        }
+        g_buckets[b] = NULL;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Charging (same algorithm as sched/table Client.ChargeMemory, which the Go tests use as the reference).
+ * ------------------------------------------------------------------------------------------------------------- */
+uint64_t ds_mem_limit(void) { return atomic_load_explicit(A64(&ds_t->ctr->mem_limit), memory_order_relaxed); }
+
+bool ds_charge(uint64_t size) {
+    struct ds_client_page *pg = ds_t->page;
+    uint64_t limit = ds_mem_limit();
+    int rc;
+    if (DS_LIKELY(ds_attach() != NULL)) {
+        rc = ds_mem_charge(pg, atomic_load_explicit(&ds_self_idx, memory_order_relaxed), size, limit);
+    } else {
+        /* no process entry free: charge the tenant total only (a crash of this process is then not credited) */
+        uint64_t old = __atomic_load_n(&pg->mem_used, __ATOMIC_RELAXED);
+        rc = 0;
+        do {
+            if (limit && (old + size > limit || old + size < old)) {
+                __atomic_fetch_add(&pg->oom_refusals, 1, __ATOMIC_RELAXED);
+                rc = -ENOMEM;
+                break;
+            }
+        } while (!__atomic_compare_exchange_n(&pg->mem_used, &old, old + size, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    }
+    if (rc != 0) {
+        DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: tenant uses %llu of %llu", (unsigned long long)size,
+               (unsigned long long)__atomic_load_n(&pg->mem_used, __ATOMIC_RELAXED), (unsigned long long)limit);
+        return false;
+    }
+    return true;
+}
+
+void ds_uncharge(uint64_t size) {
+    if (!size)
+        return;
+    int i = atomic_load_explicit(&ds_self_idx, memory_order_relaxed);
+    if (i >= 0)
+        ds_mem_uncharge(ds_t->page, i, size);
+    else
+        ds_sub_saturating(&ds_t->page->mem_used, size);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Hooks
+ * ------------------------------------------------------------------------------------------------------------- */
+static CUresult missing(void) { return CUDA_ERROR_NOT_INITIALIZED; }
+
+#define REAL_OR_FAIL(name)                                                                                           \
+    ds_driver();                                                                                                     \
+    PFN_##name real = ds_real.name;                                                                                  \
+    if (DS_UNLIKELY(!real))                                                                                          \
+        return missing();
+#define PASS_THROUGH() (!ds_t || ds_depth)
+
+DS_EXPORT CUresult cuInit(unsigned int Flags) {
+    REAL_OR_FAIL(cuInit);
+    if (PASS_THROUGH())
+        return real(Flags);
+    ds_depth++;
+    CUresult r = real(Flags);
+    ds_depth--;
+    if (r == CUDA_SUCCESS)
+        ds_attach();
+    return r;
+}
+
+/* Charge size, call the allocation, record key -> size, or credit back if the driver failed. */
+#define CHARGED_CALL(kind, size, call, keyexpr)                                                                      \
+    do {                                                                                                             \
+        uint64_t sz_ = (size);                                                                                       \
+        if (!ds_charge(sz_))                                                                                         \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                                         \
+        ds_depth++;                                                                                                  \
+        CUresult r_ = (call);                                                                                        \
+        ds_depth--;                                                                                                  \
+        if (r_ != CUDA_SUCCESS) {                                                                                    \
+            ds_uncharge(sz_);                                                                                        \
+            return r_;                                                                                               \
+        }                                                                                                            \
+        if (!track_add((kind), (uint64_t)(keyexpr), sz_))                                                            \
+            DS_LOG(DS_LOG_WARN, "allocation record lost (out of host memory): its free will not be credited");       \
+        return r_;                                                                                                   \
+    } while (0)
+
+DS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    REAL_OR_FAIL(cuMemAlloc_v2);
+    if (PASS_THROUGH() || !dptr || !bytesize)
+        return real(dptr, bytesize);
+    CHARGED_CALL(K_PTR, bytesize, real(dptr, bytesize), *dptr);
+}
+
+DS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    REAL_OR_FAIL(cuMemAllocManaged);
+    if (PASS_THROUGH() || !dptr || !bytesize)
+        return real(dptr, bytesize, flags);
+    CHARGED_CALL(K_PTR, bytesize, real(dptr, bytesize, flags), *dptr);
+}
+
+DS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                      unsigned int ElementSizeBytes) {
+    REAL_OR_FAIL(cuMemAllocPitch_v2);
+    if (PASS_THROUGH() || !dptr || !pPitch || !WidthInBytes || !Height ||
+        WidthInBytes > UINT64_MAX / Height)
+        return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    /* the pitch is the driver's choice: charge the lower bound first, then the padding */
+    uint64_t lower = (uint64_t)WidthInBytes * Height;
+    if (!ds_charge(lower))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ds_depth++;
+    CUresult r = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    ds_depth--;
+    if (r != CUDA_SUCCESS) {
+        ds_uncharge(lower);
+        return r;
+    }
+    uint64_t total = (uint64_t)*pPitch * Height;
+    if (total > lower && !ds_charge(total - lower)) {
+        ds_depth++;
+        if (ds_real.cuMemFree_v2)
+            ds_real.cuMemFree_v2(*dptr);
+        ds_depth--;
+        ds_uncharge(lower);
+        *dptr = 0;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (total < lower)
+        total = lower;
+    track_add(K_PTR, *dptr, total);
+    return r;
+}
+
+DS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    REAL_OR_FAIL(cuMemFree_v2);
+    if (PASS_THROUGH() || !dptr)
+        return real(dptr);
+    ds_depth++;
+    CUresult r = real(dptr);
+    ds_depth--;
+    if (r == CUDA_SUCCESS)
+        ds_uncharge(track_del(K_PTR, dptr));
+    return r;
+}
+
+/* Stream-ordered allocations: charged at the call, credited when the free is enqueued. */
+#define ASYNC_ALLOC(name, args, ...)                                                                                 \
+    REAL_OR_FAIL(name);                                                                                              \
+    if (PASS_THROUGH() || !dptr || !bytesize)                                                                        \
+        return real args;                                                                                            \
+    CHARGED_CALL(K_PTR, bytesize, real args, *dptr);
+
+DS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    ASYNC_ALLOC(cuMemAllocAsync, (dptr, bytesize, hStream));
+}
+DS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    ASYNC_ALLOC(cuMemAllocAsync_ptsz, (dptr, bytesize, hStream));
+}
+DS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+    ASYNC_ALLOC(cuMemAllocFromPoolAsync, (dptr, bytesize, pool, hStream));
+}
+DS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                CUstream hStream) {
+    ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, (dptr, bytesize, pool, hStream));
+}
+
+#define ASYNC_FREE(name)                                                                                             \
+    REAL_OR_FAIL(name);                                                                                              \
+    if (PASS_THROUGH() || !dptr)                                                                                     \
+        return real(dptr, hStream);                                                                                  \
+    ds_depth++;                                                                                                      \
+    CUresult r = real(dptr, hStream);                                                                                \
+    ds_depth--;                                                                                                      \
+    if (r == CUDA_SUCCESS)                                                                                           \
+        ds_uncharge(track_del(K_PTR, dptr));                                                                         \
+    return r;
+
+DS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { ASYNC_FREE(cuMemFreeAsync); }
+DS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { ASYNC_FREE(cuMemFreeAsync_ptsz); }
+
+DS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                               unsigned long long flags) {
+    REAL_OR_FAIL(cuMemCreate);
+    /* only device-located physical memory is the tenant's device memory (host-located VMM is pinned host memory) */
+    if (PASS_THROUGH() || !handle || !prop || !size || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return real(handle, size, prop, flags);
+    CHARGED_CALL(K_VMM, size, real(handle, size, prop, flags), *handle);
+}
+
+DS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    REAL_OR_FAIL(cuMemRelease);
+    if (PASS_THROUGH())
+        return real(handle);
+    ds_depth++;
+    CUresult r = real(handle);
+    ds_depth--;
+    if (r == CUDA_SUCCESS)
+        ds_uncharge(track_del(K_VMM, handle));
+    return r;
+}
+
+static uint64_t format_bytes(CUarray_format f) {
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    default:
+        return 4; /* 32-bit formats; unknown formats are charged as 32-bit */
+    }
+}
+
+static uint64_t extent_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch) {
+    uint64_t v = (uint64_t)(w ? w : 1) * (h ? h : 1);
+    if (d > 1)
+        v *= d;
+    return v * (ch ? ch : 1) * format_bytes(f);
+}
+
+DS_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
+    REAL_OR_FAIL(cuArrayCreate_v2);
+    if (PASS_THROUGH() || !pHandle || !pAllocateArray)
+        return real(pHandle, pAllocateArray);
+    const CUDA_ARRAY_DESCRIPTOR *d = pAllocateArray;
+    CHARGED_CALL(K_ARRAY, extent_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels), real(pHandle, d),
+                 (uintptr_t)*pHandle);
+}
+
+DS_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
+    REAL_OR_FAIL(cuArray3DCreate_v2);
+    if (PASS_THROUGH() || !pHandle || !pAllocateArray)
+        return real(pHandle, pAllocateArray);
+    const CUDA_ARRAY3D_DESCRIPTOR *d = pAllocateArray;
+    CHARGED_CALL(K_ARRAY, extent_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels), real(pHandle, d),
+                 (uintptr_t)*pHandle);
+}
+
+DS_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
+    REAL_OR_FAIL(cuArrayDestroy);
+    if (PASS_THROUGH())
+        return real(hArray);
+    ds_depth++;
+    CUresult r = real(hArray);
+    ds_depth--;
+    if (r == CUDA_SUCCESS)
+        ds_uncharge(track_del(K_ARRAY, (uintptr_t)hArray));
+    return r;
+}
+
+DS_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pDesc,
+                                          unsigned int numMipmapLevels) {
+    REAL_OR_FAIL(cuMipmappedArrayCreate);
+    if (PASS_THROUGH() || !pHandle || !pDesc)
+        return real(pHandle, pDesc, numMipmapLevels);
+    uint64_t total = 0;
+    size_t w = pDesc->Width, h = pDesc->Height, d = pDesc->Depth;
+    for (unsigned l = 0; l < (numMipmapLevels ? numMipmapLevels : 1) && l < 64; l++) {
+        total += extent_bytes(w, h, d, pDesc->Format, pDesc->NumChannels);
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : h;
+        d = d > 1 ? d / 2 : d;
+    }
+    CHARGED_CALL(K_MIPMAP, total, real(pHandle, pDesc, numMipmapLevels), (uintptr_t)*pHandle);
+}
+
+DS_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
+    REAL_OR_FAIL(cuMipmappedArrayDestroy);
+    if (PASS_THROUGH())
+        return real(h);
+    ds_depth++;
+    CUresult r = real(h);
+    ds_depth--;
+    if (r == CUDA_SUCCESS)
+        ds_uncharge(track_del(K_MIPMAP, (uintptr_t)h));
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * What the tenant sees: total = its quota (never more than the device), free = what is left of it (never more than
+ * the device really has free).
+ * ------------------------------------------------------------------------------------------------------------- */
+DS_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
+    REAL_OR_FAIL(cuMemGetInfo_v2);
+    if (PASS_THROUGH() || !free_b || !total_b)
+        return real(free_b, total_b);
+    size_t rf = 0, rt = 0;
+    ds_depth++;
+    CUresult r = real(&rf, &rt);
+    ds_depth--;
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t limit = ds_mem_limit();
+    if (limit) {
+        uint64_t total = limit < rt ? limit : rt;
+        uint64_t used = atomic_load(A64(&ds_t->page->mem_used));
+        uint64_t left = used >= total ? 0 : total - used;
+        rt = (size_t)total;
+        rf = (size_t)(left < rf ? left : rf);
+    }
+    *free_b = rf;
+    *total_b = rt;
+    return r;
+}
+
+DS_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    REAL_OR_FAIL(cuDeviceTotalMem_v2);
+    if (PASS_THROUGH() || !bytes)
+        return real(bytes, dev);
+    ds_depth++;
+    CUresult r = real(bytes, dev);
+    ds_depth--;
+    uint64_t limit = ds_mem_limit();
+    if (r == CUDA_SUCCESS && limit && limit < *bytes)
+        *bytes = (size_t)limit;
+    return r;
+}
