@@ -1,0 +1,242 @@
+package tenant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/sched/table"
+)
+
+func simRunDir(t *testing.T, gpus int) string {
+	t.Helper()
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	t.Setenv("DETSHARE_SIMGPU_COUNT", fmt.Sprint(gpus))
+	t.Setenv("DETSHARE_SIMGPU_SMS", "132")
+	t.Setenv("DETSHARE_SIMGPU_MEM", fmt.Sprint(80<<30))
+	return filepath.Join(t.TempDir(), "run")
+}
+
+// tree lists every file under dir (relative), for "nothing left behind" checks.
+func tree(t *testing.T, dir string) []string {
+	var out []string
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && p != dir {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}
+
+func TestRegisterEndToEnd(t *testing.T) {
+	dir := simRunDir(t, 1)
+	called := ""
+	EnsureScheduler = func(d string) error { called = d; return errors.New("no scheduler in this test") }
+	defer func() { EnsureScheduler = func(string) error { return nil } }()
+	res, err := Register(context.Background(), dir, Request{ID: "ctr1",
+		Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "25%"},
+		Labels:      map[string]string{"detshare.io/memory": "8Gi", "detshare.io/role": "decode"},
+		Env:         []string{"DETSHARE_WEIGHT=3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if called != dir {
+		t.Errorf("EnsureScheduler called with %q", called)
+	}
+	// 25% of 132 SMs = 33 -> 5 groups of 8 = 40 SMs.
+	if res.Placement.Groups != 5 || res.Placement.SMs != 40 || res.Placement.Wanted != 33 || res.Placement.MemLimit != 8<<30 {
+		t.Errorf("placement %+v", res.Placement)
+	}
+	r := res.Registration
+	if r.Tier != table.TierLatencyCritical || r.Role != table.RoleDecode || r.Weight != 3 || r.SMGroups != 5 || r.SMs != 40 ||
+		r.MemLimit != 8<<30 || r.GPU != 0 || r.HostTenant() {
+		t.Errorf("registration %+v", r)
+	}
+	if res.Quota.SourceOf(quota.FieldMemory) != quota.SourceLabel || res.Quota.SourceOf(quota.FieldWeight) != quota.SourceEnv {
+		t.Errorf("sources %v", res.Quota.Source)
+	}
+	host, err := os.ReadFile(res.QuotaFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hf, err := quota.ParseFile(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := table.NewPaths(dir)
+	if hf.ID != "ctr1" || hf.Slot != r.Slot || hf.SlotGen != r.Gen || hf.SMs != 40 || hf.Memory != 8<<30 || hf.Tier != quota.TierLatencyCritical ||
+		hf.Table != p.Table() || hf.ClientPage != p.ClientPage("ctr1") || hf.Doorbell != p.Doorbell() || hf.Role != quota.RoleDecode {
+		t.Errorf("host quota file %+v", hf)
+	}
+	cq, _ := os.ReadFile(res.ContainerQuotaFile)
+	cf, err := quota.ParseFile(cq)
+	if err != nil || cf.Table != "/run/detshare/table" || cf.ClientPage != "/run/detshare/client.page" || cf.Doorbell != "/run/detshare/doorbell" || cf.Slot != r.Slot {
+		t.Errorf("container quota file %+v %v", cf, err)
+	}
+	for _, f := range []string{res.QuotaFile, res.ContainerQuotaFile} {
+		if st, _ := os.Stat(f); st.Mode() != 0o644 {
+			t.Errorf("%s mode %v", f, st.Mode())
+		}
+	}
+	if got, ok, err := Lookup(dir, "ctr1"); err != nil || !ok || got.Registration.Slot != r.Slot {
+		t.Errorf("Lookup: %+v %v %v", got, ok, err)
+	}
+	again, err := Register(context.Background(), dir, Request{ID: "ctr1"})
+	if !errors.Is(err, table.ErrExists) || again.Registration.Slot != r.Slot || again.QuotaFile != res.QuotaFile {
+		t.Errorf("re-register: %+v %v", again, err)
+	}
+	if err := Deregister(dir, "ctr1"); err != nil {
+		t.Fatal(err)
+	}
+	if left := tree(t, dir); strings.Join(left, " ") != "clients doorbell table table.lock tenants" {
+		t.Errorf("left after deregister: %v", left)
+	}
+	if err := Deregister(dir, "ctr1"); !errors.Is(err, table.ErrNotFound) {
+		t.Errorf("second deregister: %v", err)
+	}
+}
+
+func TestRegisterFailuresLeaveNothing(t *testing.T) {
+	dir := simRunDir(t, 1)
+	// Validation fails before anything is created.
+	_, err := Register(context.Background(), dir, Request{ID: "bad", Annotations: map[string]string{"detshare.io/sms": "200%"},
+		Labels: map[string]string{"detshare.io/tier": "burstable"}})
+	if err == nil || !strings.Contains(err.Error(), `detshare.io/sms="200%" (annotation): percent must be in 1..100`) {
+		t.Fatalf("validation: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Error("run directory created by a refused registration")
+	}
+	if _, err := Register(context.Background(), dir, Request{ID: "a/b"}); err == nil {
+		t.Error("bad ID accepted")
+	}
+	big := Request{ID: "big", Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "100", "detshare.io/memory": "60Gi"}}
+	if _, err := Register(context.Background(), dir, big); err != nil {
+		t.Fatal(err)
+	}
+	before := tree(t, dir)
+	for _, tc := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{ID: "n1", Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "24"}},
+			`admission refused for "n1" on GPU 0`},
+		{Request{ID: "n2", Env: []string{"DETSHARE_MEMORY=30Gi"}}, `60Gi of 80Gi are reserved by others ["big" 60Gi]`},
+		{Request{ID: "n3", Env: []string{"DETSHARE_GPU=3"}}, `DETSHARE_GPU="3" (env): no such GPU; present: 0 (SIM-`},
+		{Request{ID: "n4", Annotations: map[string]string{"detshare.io/gpu": "GPU-nope"}}, `detshare.io/gpu="GPU-nope" (annotation): no such GPU`},
+	} {
+		_, err := Register(context.Background(), dir, tc.req)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.req.ID, err, tc.want)
+		}
+	}
+	// A failure while writing the quota files (the tenant directory path is taken by a file) rolls back.
+	os.WriteFile(table.NewPaths(dir).TenantDir("n5"), []byte("x"), 0o644)
+	if _, err := Register(context.Background(), dir, Request{ID: "n5"}); err == nil {
+		t.Error("registration with an unwritable tenant directory succeeded")
+	}
+	os.Remove(table.NewPaths(dir).TenantDir("n5"))
+	if after := tree(t, dir); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Errorf("refusals left files:\nbefore %v\nafter  %v", before, after)
+	}
+	tb, _ := table.OpenReadOnly(dir)
+	defer tb.Close()
+	if l := tb.List(); len(l) != 1 {
+		t.Errorf("%d registrations after refusals, want 1", len(l))
+	}
+}
+
+func TestNoGPUsKnown(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	t.Setenv("DETSHARE_SIMGPU", "")
+	os.Unsetenv("DETSHARE_SIMGPU")
+	_, err := Register(context.Background(), dir, Request{ID: "x"})
+	if err == nil || !strings.Contains(err.Error(), "no GPUs are recorded") {
+		t.Fatalf("without GPUs: %v", err)
+	}
+}
+
+func TestAutoPlacementAndPlacer(t *testing.T) {
+	dir := simRunDir(t, 2)
+	lc := map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "64"}
+	r1, err := Register(context.Background(), dir, Request{ID: "a", Annotations: lc})
+	if err != nil || r1.Registration.GPU != 0 {
+		t.Fatalf("a: %+v %v", r1.Registration, err)
+	}
+	r2, err := Register(context.Background(), dir, Request{ID: "b", Annotations: lc})
+	if err != nil || r2.Registration.GPU != 1 {
+		t.Fatalf("b should go to GPU 1: %+v %v", r2.Registration, err)
+	}
+	_, err = Register(context.Background(), dir, Request{ID: "c", Annotations: lc})
+	if err == nil || !strings.Contains(err.Error(), "no GPU can take") {
+		t.Fatalf("c: %v", err)
+	}
+	var sawActive int
+	r3, err := Register(context.Background(), dir, Request{ID: "d", Placer: placerFunc(func(id string, q quota.Quota, gpus []table.GPUState, act []quota.Registered) (int, error) {
+		sawActive = len(act)
+		return 1, nil
+	})})
+	if err != nil || r3.Registration.GPU != 1 || sawActive != 2 {
+		t.Fatalf("custom placer: %+v %v saw %d", r3.Registration, err, sawActive)
+	}
+}
+
+type placerFunc func(string, quota.Quota, []table.GPUState, []quota.Registered) (int, error)
+
+func (f placerFunc) Place(id string, q quota.Quota, g []table.GPUState, a []quota.Registered) (int, error) {
+	return f(id, q, g, a)
+}
+
+// TestConcurrentAdmission: admission runs under the registration lock, so parallel registrations can never
+// over-commit: 8 tenants asking 4 of 15 groups -> exactly 3 are admitted.
+func TestConcurrentAdmission(t *testing.T) {
+	dir := simRunDir(t, 1)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			_, err := Register(context.Background(), dir, Request{ID: fmt.Sprintf("t%d", i),
+				Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "32"}})
+			mu.Lock()
+			defer mu.Unlock()
+			var ae *quota.AdmissionError
+			switch {
+			case err == nil:
+				ok++
+			case errors.As(err, &ae):
+				refused++
+			default:
+				t.Errorf("t%d: %v", i, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if ok != 3 || refused != 5 {
+		t.Fatalf("admitted %d refused %d, want 3 and 5", ok, refused)
+	}
+}
+
+func TestHostTenant(t *testing.T) {
+	dir := simRunDir(t, 1)
+	res, err := Register(context.Background(), dir, Request{ID: "host", OwnerPID: os.Getpid(),
+		Flags: map[quota.Field]string{quota.FieldTier: "burstable", quota.FieldSMs: "16"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Registration.HostTenant() || res.Registration.OwnerPID != os.Getpid() || res.Quota.SourceOf(quota.FieldTier) != quota.SourceFlag {
+		t.Errorf("%+v", res.Registration)
+	}
+}
