@@ -41,7 +41,7 @@ func (q Quota) Place(gpu table.GPUState) (Placement, error) {
 		g, s, err := RoundSMs(gpu.Split, p.Wanted)
 		if err != nil {
 			src := q.SourceOf(FieldSMs)
-			return Placement{}, &FieldError{Key: keyFor(FieldSMs, src), Value: q.specOf(FieldSMs, q.SMs.String()),
+			return Placement{}, &FieldError{Key: KeyFor(FieldSMs, src), Value: q.specOf(FieldSMs, q.SMs.String()),
 				Source: src, Allowed: fmt.Sprintf("on GPU %d (%s, %d SMs): %v", gpu.Index, gpu.UUID, gpu.SMCount, err)}
 		}
 		p.Groups, p.SMs = g, s
@@ -49,7 +49,7 @@ func (q Quota) Place(gpu table.GPUState) (Placement, error) {
 	p.MemLimit = q.Memory.Limit(gpu.MemTotal)
 	if gpu.MemTotal != 0 && p.MemLimit > gpu.MemTotal {
 		src := q.SourceOf(FieldMemory)
-		return Placement{}, &FieldError{Key: keyFor(FieldMemory, src), Value: q.specOf(FieldMemory, q.Memory.String()),
+		return Placement{}, &FieldError{Key: KeyFor(FieldMemory, src), Value: q.specOf(FieldMemory, q.Memory.String()),
 			Source: src, Allowed: fmt.Sprintf("more than GPU %d (%s) has: %d bytes", gpu.Index, gpu.UUID, gpu.MemTotal)}
 	}
 	if q.Memory.Percent != 0 && p.MemLimit == 0 {

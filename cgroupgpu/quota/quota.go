@@ -196,13 +196,17 @@ func (e *FieldError) Error() string {
 	return fmt.Sprintf("%s=%q (%s): %s", e.Key, e.Value, e.Source, e.Allowed)
 }
 
-func keyFor(f Field, src Source) string {
+// KeyFor is field f's key as the user wrote it in src (for error messages).
+func KeyFor(f Field, src Source) string {
 	switch src {
 	case SourceAnnotation, SourceLabel:
 		return f.AnnotationKey()
 	case SourceEnv:
 		return f.EnvKey()
 	case SourceFlag:
+		if f == FieldSMs {
+			return "--sm" // the flag of `detshare run`
+		}
 		return "--" + string(f)
 	}
 	return "default " + string(f)
@@ -360,7 +364,7 @@ func (q *Quota) Set(f Field, value string, src Source) error {
 		return fmt.Errorf("unknown quota field %q: allowed fields are %s", f, fieldList())
 	}
 	if err != nil {
-		return &FieldError{Key: keyFor(f, src), Value: value, Source: src, Allowed: err.Error()}
+		return &FieldError{Key: KeyFor(f, src), Value: value, Source: src, Allowed: err.Error()}
 	}
 	if q.Source == nil {
 		q.Source = map[Field]Source{}
@@ -476,32 +480,32 @@ func (q Quota) Validate() error {
 	switch q.Tier {
 	case TierLatencyCritical, TierBurstable, TierBestEffort:
 	default:
-		return &FieldError{Key: keyFor(FieldTier, q.SourceOf(FieldTier)), Value: string(q.Tier),
+		return &FieldError{Key: KeyFor(FieldTier, q.SourceOf(FieldTier)), Value: string(q.Tier),
 			Source: q.SourceOf(FieldTier), Allowed: allowedTier}
 	}
 	if q.Weight < 1 || q.Weight > 10000 {
-		return &FieldError{Key: keyFor(FieldWeight, q.SourceOf(FieldWeight)), Value: strconv.Itoa(int(q.Weight)),
+		return &FieldError{Key: KeyFor(FieldWeight, q.SourceOf(FieldWeight)), Value: strconv.Itoa(int(q.Weight)),
 			Source: q.SourceOf(FieldWeight), Allowed: allowedWeight}
 	}
 	switch q.Role {
 	case RoleNone, RolePrefill, RoleDecode:
 	default:
-		return &FieldError{Key: keyFor(FieldRole, q.SourceOf(FieldRole)), Value: string(q.Role),
+		return &FieldError{Key: KeyFor(FieldRole, q.SourceOf(FieldRole)), Value: string(q.Role),
 			Source: q.SourceOf(FieldRole), Allowed: allowedRole}
 	}
 	if q.Tier == TierBestEffort && !q.SMs.IsZero() && q.SourceOf(FieldSMs) != SourceDefault {
 		src := q.SourceOf(FieldSMs)
-		return &FieldError{Key: keyFor(FieldSMs, src), Value: q.specOf(FieldSMs, q.SMs.String()), Source: src,
+		return &FieldError{Key: KeyFor(FieldSMs, src), Value: q.specOf(FieldSMs, q.SMs.String()), Source: src,
 			Allowed: fmt.Sprintf("a best-effort tenant has no guaranteed SMs (%s); use tier burstable or latency-critical, or sms 0", tierSrc)}
 	}
 	if q.Tier == TierLatencyCritical && q.SMs.IsZero() {
 		src := q.SourceOf(FieldSMs)
-		return &FieldError{Key: keyFor(FieldSMs, src), Value: q.specOf(FieldSMs, "0"), Source: src,
+		return &FieldError{Key: KeyFor(FieldSMs, src), Value: q.specOf(FieldSMs, "0"), Source: src,
 			Allowed: fmt.Sprintf("a latency-critical tenant needs guaranteed SMs (%s): set sms to a number of SMs or a percent", tierSrc)}
 	}
 	if q.Lend && q.Tier != TierLatencyCritical {
 		src := q.SourceOf(FieldLend)
-		return &FieldError{Key: keyFor(FieldLend, src), Value: q.specOf(FieldLend, "true"), Source: src,
+		return &FieldError{Key: KeyFor(FieldLend, src), Value: q.specOf(FieldLend, "true"), Source: src,
 			Allowed: fmt.Sprintf("lending applies only to tier latency-critical (%s)", tierSrc)}
 	}
 	return nil

@@ -199,7 +199,7 @@ func selectGPU(id string, q quota.Quota, gpus []table.GPUState, existing []quota
 				return g, nil
 			}
 		}
-		return table.GPUState{}, &quota.FieldError{Key: gpuKey(src), Value: q.GPU.UUID, Source: src,
+		return table.GPUState{}, &quota.FieldError{Key: quota.KeyFor(quota.FieldGPU, src), Value: q.GPU.UUID, Source: src,
 			Allowed: "no such GPU; present: " + gpuList(gpus)}
 	default:
 		for _, g := range gpus {
@@ -207,19 +207,9 @@ func selectGPU(id string, q quota.Quota, gpus []table.GPUState, existing []quota
 				return g, nil
 			}
 		}
-		return table.GPUState{}, &quota.FieldError{Key: gpuKey(src), Value: fmt.Sprint(q.GPU.Index), Source: src,
+		return table.GPUState{}, &quota.FieldError{Key: quota.KeyFor(quota.FieldGPU, src), Value: fmt.Sprint(q.GPU.Index), Source: src,
 			Allowed: "no such GPU; present: " + gpuList(gpus)}
 	}
-}
-
-func gpuKey(src quota.Source) string {
-	switch src {
-	case quota.SourceEnv:
-		return quota.FieldGPU.EnvKey()
-	case quota.SourceFlag:
-		return "--gpu"
-	}
-	return quota.FieldGPU.AnnotationKey()
 }
 
 func gpuList(gpus []table.GPUState) string {

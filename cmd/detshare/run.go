@@ -183,7 +183,7 @@ func isRefusal(err error) bool {
 	var fe *quota.FieldError
 	var ae *quota.AdmissionError
 	return errors.As(err, &fe) || errors.As(err, &ae) || errors.Is(err, table.ErrExists) ||
-		strings.Contains(err.Error(), "tenant id ") || strings.Contains(err.Error(), "quota of ")
+		errors.Is(err, table.ErrInvalidID)
 }
 
 func exitStatus(cmd *exec.Cmd, err error) int {

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,13 +84,17 @@ const (
 	ContainerMPSPipeDir     = "/run/detshare/mps"
 )
 
+// ErrInvalidID is returned (wrapped) for a tenant ID that cannot be used.
+var ErrInvalidID = errors.New("invalid tenant id")
+
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // ValidateID checks a tenant/container ID: it names files (clients/<id>.page, tenants/<id>/), so it must be a
 // plain file name that fits ds_container.id.
 func ValidateID(id string) error {
 	if len(id) == 0 || len(id) > IDLen-1 || !idRE.MatchString(id) {
-		return fmt.Errorf("tenant id %q: must be 1..%d characters of A-Z a-z 0-9 _ . - and start with a letter or digit", id, IDLen-1)
+		return fmt.Errorf("%w %q: must be 1..%d characters of A-Z a-z 0-9 _ . - and start with a letter or digit",
+			ErrInvalidID, id, IDLen-1)
 	}
 	return nil
 }

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// TestMain lets the tests run this test binary as the detshare command (DETSHARE_TEST_MAIN=1), so `detshare run`
+// is exercised as a real process: signals, exit codes, its own death.
+func TestMain(m *testing.M) {
+	if os.Getenv("DETSHARE_TEST_MAIN") == "1" {
+		os.Args = append([]string{"detshare"}, strings.Fields(os.Getenv("DETSHARE_TEST_ARGS"))...)
+		if i := os.Getenv("DETSHARE_TEST_ARGS_SEP"); i != "" {
+			os.Args = append([]string{"detshare"}, strings.Split(os.Getenv("DETSHARE_TEST_ARGS"), i)...)
+		}
+		main()
+		os.Exit(0)
+	}
+	logrus.SetLevel(logrus.WarnLevel)
+	os.Exit(m.Run())
+}
+
+type runEnv struct {
+	dir, runDir, lib string
+}
+
+func newRunEnv(t *testing.T) runEnv {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libdetshare.so")
+	os.WriteFile(lib, []byte("not really a library"), 0o644)
+	return runEnv{dir: dir, runDir: filepath.Join(dir, "run"), lib: lib}
+}
+
+// detshare returns a command running `detshare <args>` with the simulated GPU (a test double) selected.
+func (e runEnv) detshare(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DETSHARE_TEST_MAIN=1", "DETSHARE_TEST_ARGS_SEP=\x1f",
+		"DETSHARE_TEST_ARGS="+strings.Join(args, "\x1f"), "DETSHARE_RUN_DIR="+e.runDir, "DETSHARE_SIMGPU=1",
+		"DETSHARE_LIB="+e.lib, "LD_PRELOAD=")
+	return cmd
+}
+
+// script writes a shell script that records its environment and PID, then waits for a "go" file and exits with
+// the given code.
+func (e runEnv) script(t *testing.T, name string, code int) string {
+	p := filepath.Join(e.dir, name+".sh")
+	s := fmt.Sprintf(`#!/bin/sh
+echo $$ > %[1]s/%[2]s.pid
+env > %[1]s/%[2]s.env
+cat "$DETSHARE_QUOTA_FILE" > %[1]s/%[2]s.quota 2>/dev/null
+trap 'echo TERM > %[1]s/%[2]s.term; exit 143' TERM
+i=0
+while [ ! -e %[1]s/%[2]s.go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+exit %[3]d
+`, e.dir, name, code)
+	if err := os.WriteFile(p, []byte(s), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func waitFile(t *testing.T, path string) []byte {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return b
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never appeared", path)
+	return nil
+}
+
+func lookup(t *testing.T, runDir, id string) (tenant.Result, bool) {
+	t.Helper()
+	r, ok, err := tenant.Lookup(runDir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, ok
+}
+
+func exitCode(t *testing.T, cmd *exec.Cmd, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("run detshare: %v", err)
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+func TestRunRegistersWhileCommandRuns(t *testing.T) {
+	e := newRunEnv(t)
+	cmd := e.detshare("run", "--tier", "burstable", "--sm", "16", "--memory", "4Gi", "--weight", "2", "--name", "job1", "--",
+		e.script(t, "job1", 7))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	env := string(waitFile(t, filepath.Join(e.dir, "job1.env")))
+	res, ok := lookup(t, e.runDir, "job1")
+	if !ok {
+		t.Fatalf("job1 not registered while its command runs; stderr:\n%s", stderr.String())
+	}
+	r := res.Registration
+	if !r.HostTenant() || r.OwnerPID != cmd.Process.Pid || r.Tier != table.TierBurstable || r.SMs != 16 || r.MemLimit != 4<<30 || r.Weight != 2 {
+		t.Errorf("registration %+v (detshare pid %d)", r, cmd.Process.Pid)
+	}
+	for _, want := range []string{"DETSHARE_QUOTA_FILE=" + res.QuotaFile, "LD_PRELOAD=" + e.lib, "DETSHARE_TENANT=job1",
+		"DETSHARE_RUN_DIR=" + e.runDir} {
+		if !strings.Contains(env, want+"\n") {
+			t.Errorf("CMD environment lacks %q", want)
+		}
+	}
+	qf, err := quota.ParseFile(waitFile(t, filepath.Join(e.dir, "job1.quota")))
+	if err != nil || qf.ID != "job1" || qf.SMs != 16 || qf.Slot != r.Slot {
+		t.Errorf("quota file seen by CMD: %+v %v", qf, err)
+	}
+	os.WriteFile(filepath.Join(e.dir, "job1.go"), []byte("1"), 0o644)
+	if code := exitCode(t, cmd, cmd.Wait()); code != 7 {
+		t.Errorf("exit %d, want CMD's 7; stderr:\n%s", code, stderr.String())
+	}
+	if _, ok := lookup(t, e.runDir, "job1"); ok {
+		t.Error("job1 still registered after CMD exited")
+	}
+	if _, err := os.Stat(res.QuotaFile); !errors.Is(err, os.ErrNotExist) {
+		t.Error("quota file left behind")
+	}
+}
+
+func TestRunCommandKilled(t *testing.T) {
+	e := newRunEnv(t)
+	cmd := e.detshare("run", "--name", "victim", "--", e.script(t, "victim", 0))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(waitFile(t, filepath.Join(e.dir, "victim.pid")))))
+	if _, ok := lookup(t, e.runDir, "victim"); !ok {
+		t.Fatal("not registered")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	if code := exitCode(t, cmd, cmd.Wait()); code != 128+9 {
+		t.Errorf("exit %d, want 137", code)
+	}
+	if _, ok := lookup(t, e.runDir, "victim"); ok {
+		t.Error("still registered after CMD was killed")
+	}
+}
+
+func TestRunForwardsSIGTERMAndDeregisters(t *testing.T) {
+	e := newRunEnv(t)
+	cmd := e.detshare("run", "--name", "term", "--", e.script(t, "term", 0))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(e.dir, "term.pid"))
+	if _, ok := lookup(t, e.runDir, "term"); !ok {
+		t.Fatal("not registered")
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := exitCode(t, cmd, cmd.Wait()); code != 143 {
+		t.Errorf("exit %d, want CMD's 143", code)
+	}
+	if string(waitFile(t, filepath.Join(e.dir, "term.term"))) != "TERM\n" {
+		t.Error("CMD did not receive SIGTERM")
+	}
+	if _, ok := lookup(t, e.runDir, "term"); ok {
+		t.Error("still registered after SIGTERM")
+	}
+}
+
+// TestRunDetshareKilled: when detshare itself is SIGKILLed nothing can deregister at once; the tenant is reaped by
+// the next registration (or the scheduler) because its owner is dead.
+func TestRunDetshareKilled(t *testing.T) {
+	e := newRunEnv(t)
+	cmd := e.detshare("run", "--name", "orphan", "--", e.script(t, "orphan", 0))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(e.dir, "orphan.pid"))
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	os.WriteFile(filepath.Join(e.dir, "orphan.go"), []byte("1"), 0o644) // let the orphaned script end
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	if _, err := tenant.Register(context.Background(), e.runDir, tenant.Request{ID: "next"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := lookup(t, e.runDir, "orphan"); ok {
+		t.Error("tenant of a killed detshare was not reaped by the next registration")
+	}
+}
+
+func TestRunJoin(t *testing.T) {
+	e := newRunEnv(t)
+	owner := e.detshare("run", "--name", "shared", "--memory", "1Gi", "--", e.script(t, "owner", 0))
+	if err := owner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		os.WriteFile(filepath.Join(e.dir, "owner.go"), []byte("1"), 0o644)
+		owner.Wait()
+	}()
+	waitFile(t, filepath.Join(e.dir, "owner.pid"))
+	res, _ := lookup(t, e.runDir, "shared")
+	join := e.detshare("run", "--join", "shared", "--", "sh", "-c", `echo "$DETSHARE_QUOTA_FILE|$DETSHARE_TENANT|$LD_PRELOAD"`)
+	out, err := join.Output()
+	if err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != res.QuotaFile+"|shared|"+e.lib {
+		t.Errorf("joined CMD saw %q", got)
+	}
+	tb, _ := table.OpenReadOnly(e.runDir)
+	defer tb.Close()
+	if n := len(tb.List()); n != 1 {
+		t.Errorf("join registered something: %d tenants", n)
+	}
+	if _, ok := lookup(t, e.runDir, "shared"); !ok {
+		t.Error("join deregistered the tenant")
+	}
+	bad := e.detshare("run", "--join", "nope", "--", "true")
+	out, err = bad.CombinedOutput()
+	if code := exitCode(t, bad, err); code != 125 || !strings.Contains(string(out), "--join nope: no such tenant") {
+		t.Errorf("join of a missing tenant: %d %s", code, out)
+	}
+	bad = e.detshare("run", "--join", "shared", "--tier", "burstable", "--", "true")
+	out, err = bad.CombinedOutput()
+	if code := exitCode(t, bad, err); code != 125 || !strings.Contains(string(out), "--tier cannot be combined with --join") {
+		t.Errorf("join with a quota flag: %d %s", code, out)
+	}
+}
+
+func TestRunRefusesBadQuotaWithoutRunning(t *testing.T) {
+	e := newRunEnv(t)
+	marker := filepath.Join(e.dir, "ran")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tier", "gold"}, `--tier="gold" (flag): allowed values are latency-critical, burstable, best-effort`},
+		{[]string{"--tier", "burstable", "--sm", "200%"}, `--sm="200%" (flag): percent must be in 1..100`},
+		{[]string{"--tier", "latency-critical", "--sm", "128"}, `--sm="128" (flag): on GPU 0`},
+		{[]string{"--name", "no/slash"}, "tenant id"},
+	} {
+		cmd := e.detshare(append(append([]string{"run"}, tc.args...), "--", "touch", marker)...)
+		out, err := cmd.CombinedOutput()
+		if code := exitCode(t, cmd, err); code != 125 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%v: exit %d, output %q; want 125 and %q", tc.args, code, out, tc.want)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("CMD ran although the quota was refused")
+	}
+	cmd := e.detshare("run")
+	out, err := cmd.CombinedOutput()
+	if code := exitCode(t, cmd, err); code != 125 || !strings.Contains(string(out), "missing CMD") {
+		t.Errorf("no CMD: %d %s", code, out)
+	}
+}
+
+// TestRunFailsOpen: when the table cannot be used at all, CMD still runs (without DetShare), unless --strict.
+func TestRunFailsOpen(t *testing.T) {
+	e := newRunEnv(t)
+	blocker := filepath.Join(e.dir, "file")
+	os.WriteFile(blocker, []byte("x"), 0o644)
+	e.runDir = filepath.Join(blocker, "run") // cannot be created
+	cmd := e.detshare("run", "--", "sh", "-c", `echo "preload=$LD_PRELOAD"; exit 3`)
+	out, err := cmd.CombinedOutput()
+	if code := exitCode(t, cmd, err); code != 3 || !strings.Contains(string(out), "preload=\n") ||
+		!strings.Contains(string(out), "running CMD without it") {
+		t.Errorf("fail-open: exit %d output %q", code, out)
+	}
+	cmd = e.detshare("run", "--strict", "--", "true")
+	out, err = cmd.CombinedOutput()
+	if code := exitCode(t, cmd, err); code != 125 {
+		t.Errorf("--strict: exit %d output %q", code, out)
+	}
+}
