@@ -22,8 +22,17 @@ type Client struct {
 var ErrNoProcSlot = errors.New("no free process entry in client page")
 
 // OpenClientPage maps a client page read-write and checks its magic and ABI version.
-func OpenClientPage(path string) (*Client, error) {
-	mem, err := mapFile(path, os.O_RDWR, unix.PROT_READ|unix.PROT_WRITE, ClientPageSize)
+func OpenClientPage(path string) (*Client, error) { return openClientPage(path, false) }
+
+// OpenClientPageReadOnly maps a client page read-only (viewers such as `detshare top`); its writers fault.
+func OpenClientPageReadOnly(path string) (*Client, error) { return openClientPage(path, true) }
+
+func openClientPage(path string, ro bool) (*Client, error) {
+	flags, prot := os.O_RDWR, unix.PROT_READ|unix.PROT_WRITE
+	if ro {
+		flags, prot = os.O_RDONLY, unix.PROT_READ
+	}
+	mem, err := mapFile(path, flags, prot, ClientPageSize)
 	if err != nil {
 		return nil, err
 	}

@@ -209,3 +209,35 @@ func TestProcIdentity(t *testing.T) {
 		t.Error("dead process reported alive")
 	}
 }
+
+// TestReapPass: one Table.Reap frees a dead process's entry in a tenant's page and a dead owner's host tenant.
+func TestReapPass(t *testing.T) {
+	tb := newTable(t)
+	cl, _ := newClient(t, tb, "ctr")
+	sleeper := exec.Command("sleep", "60")
+	sleeper.Start()
+	id, _ := PidIdentity(sleeper.Process.Pid)
+	id.HostPID = 0 // as a container process records itself
+	i, _ := cl.AttachProcess(id)
+	cl.ChargeMemory(i, 1<<20, 0)
+	owner := exec.Command("sleep", "60")
+	owner.Start()
+	if _, err := tb.Register(RegisterRequest{ID: "host", Weight: 1, OwnerPID: owner.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := tb.Reap()
+	if err != nil || rep.Processes != 0 || len(rep.Tenants) != 0 {
+		t.Fatalf("reap with everyone alive: %+v %v", rep, err)
+	}
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	owner.Process.Kill()
+	owner.Wait()
+	rep, err = tb.Reap()
+	if err != nil || rep.Processes != 1 || rep.BytesCredited != 1<<20 || len(rep.Tenants) != 1 || rep.Tenants[0] != "host" {
+		t.Fatalf("reap: %+v %v", rep, err)
+	}
+	if cl.Page().MemUsed != 0 {
+		t.Errorf("memory not credited: %d", cl.Page().MemUsed)
+	}
+}

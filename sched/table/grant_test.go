@@ -250,3 +250,17 @@ func BenchmarkRegister(b *testing.B) {
 		}
 	}
 }
+
+func TestReadOnlyViewRingsDoorbell(t *testing.T) {
+	tb := newTable(t)
+	ro, err := OpenReadOnly(tb.Paths().Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	seq := tb.DoorbellSeq()
+	ro.RingDoorbell()
+	if tb.DoorbellSeq() != seq+1 {
+		t.Fatalf("doorbell %d, want %d", tb.DoorbellSeq(), seq+1)
+	}
+}

@@ -88,13 +88,15 @@ func open(p Paths, ro bool) (*Table, error) {
 		return nil, err
 	}
 	t := &Table{paths: p, mem: mem, readOnly: ro}
-	// The doorbell is optional for readers: a missing doorbell only means nobody can be woken.
-	if bell, err := mapFile(p.Doorbell(), flags, prot, DoorbellSize); err == nil {
-		if (*Doorbell)(unsafe.Pointer(&bell[0])).Magic == DoorbellMagic {
-			t.bell = bell
-		} else {
-			_ = unix.Munmap(bell)
-		}
+	// The doorbell is every tenant's to ring (0666), so even a read-only view maps it writable when it can. It is
+	// optional: without one nobody can be woken, and waits fall back to their timeouts.
+	bell, err := mapFile(p.Doorbell(), os.O_RDWR, unix.PROT_READ|unix.PROT_WRITE, DoorbellSize)
+	if err == nil && (*Doorbell)(unsafe.Pointer(&bell[0])).Magic != DoorbellMagic {
+		_ = unix.Munmap(bell)
+		bell, err = nil, ErrCorrupt
+	}
+	if err == nil {
+		t.bell = bell
 	}
 	return t, nil
 }

@@ -1,0 +1,55 @@
+package table
+
+import (
+	"fmt"
+
+	"github.com/sirupsen/logrus"
+)
+
+// ReapReport says what one Reap pass cleaned up.
+type ReapReport struct {
+	Recovered     int      // slots left RESERVED/DRAINING by dead registrars
+	Tenants       []string // host tenants whose owner died, deregistered
+	Processes     int      // process entries of dead processes freed
+	BytesCredited uint64   // device memory credited back by those entries
+}
+
+// Reap is the reaper's whole pass, for the scheduler's loop: recover dead registrars' slots, deregister host
+// tenants whose owner died, then scan /proc once and free the process entries of dead processes in every active
+// tenant's client page, crediting their memory.
+func (t *Table) Reap() (ReapReport, error) {
+	var rep ReapReport
+	if err := t.mustWrite("reap"); err != nil {
+		return rep, err
+	}
+	n, err := t.Recover()
+	if err != nil {
+		return rep, err
+	}
+	rep.Recovered = n
+	if rep.Tenants, err = t.ReapDeadTenants(); err != nil {
+		return rep, err
+	}
+	ps, err := ScanProcesses()
+	if err != nil {
+		return rep, fmt.Errorf("reap: %w", err)
+	}
+	for _, reg := range t.List() {
+		cl, err := OpenClientPage(reg.ClientPagePath)
+		if err != nil {
+			// Deregistered meanwhile, or damaged: nothing to credit; the next pass sees the new state.
+			logrus.WithError(err).WithField("id", reg.ID).Debug("reap: client page")
+			continue
+		}
+		if cl.Page().Slot == uint32(reg.Slot) && cl.Page().SlotGen == reg.Gen {
+			np, b := cl.ReapDeadProcesses(ps)
+			rep.Processes += np
+			rep.BytesCredited += b
+			if np > 0 {
+				logrus.WithFields(logrus.Fields{"id": reg.ID, "processes": np, "bytes": b}).Info("reaped dead processes")
+			}
+		}
+		cl.Close()
+	}
+	return rep, nil
+}
