@@ -8,29 +8,46 @@ TESTBIN       ?= $(BUILD)/tests
 CFLAGS_COMMON ?= -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -D_GNU_SOURCE -I$(CURDIR)
 
 DS_DIR     := cgroupgpu/libdetshare
-DS_SRCS    := $(wildcard $(DS_DIR)/*.c)
-DS_HDRS    := $(wildcard $(DS_DIR)/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h
+DS_SRCS    := $(wildcard $(DS_DIR)/src/*.c)
+DS_HDRS    := $(wildcard $(DS_DIR)/src/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h sched/table/detshare_table_client.h
 DS_LIB     := $(LIB)/libdetshare.so
 # -fvisibility=hidden: only the hooked cu*/nvml* entry points and dlsym are exported (libdetshare.map).
 DS_CFLAGS  := $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -fvisibility=hidden -ftls-model=initial-exec -pthread
-DS_LDFLAGS := -shared -Wl,--version-script=$(DS_DIR)/libdetshare.map -Wl,-z,now -Wl,-z,nodelete -ldl -pthread
+DS_LDFLAGS := -shared -Wl,--version-script=$(DS_DIR)/src/libdetshare.map -Wl,-z,now -Wl,-z,nodelete -ldl -pthread
 
-# Test programs (tests/*.c): each is built twice when it uses the driver, linked with -lcuda against the simulated
-# GPU (a test double) and not linked (runtime-style lookup through dlopen + cuGetProcAddress).
-DS_TEST_SRCS := $(wildcard $(DS_DIR)/tests/*.c)
-DS_TESTS     := $(patsubst $(DS_DIR)/tests/%.c,$(TESTBIN)/ds_%,$(DS_TEST_SRCS))
-SIMGPU_DIR   ?= $(LIB)/simgpu
+# Test programs (tests/), all test doubles or clients; none links libcuda at build time except ds_probe_lcuda,
+# which is linked with -lcuda against the simulated GPU (a test double) when that is part of the build.
+DS_TDEPS := $(wildcard $(DS_DIR)/tests/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h $(DS_DIR)/build.mk
+DS_TESTS := $(TESTBIN)/ds_probe_rt $(TESTBIN)/ds_bench_launch $(TESTBIN)/ds_dlsym_old \
+            $(TESTBIN)/nulldrv/libcuda.so.1 $(TESTBIN)/libds_nextlib.so
+SIMGPU_DIR ?= $(LIB)/simgpu
 
-$(DS_LIB): $(DS_SRCS) $(DS_HDRS) $(DS_DIR)/libdetshare.map $(DS_DIR)/build.mk
+$(TESTBIN)/ds_probe_rt: $(DS_DIR)/tests/probe.c $(DS_TDEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(DS_CFLAGS) -o $@ $(DS_SRCS) $(DS_LDFLAGS)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -o $@ $< -ldl
 
-# Test programs never link libcuda at build time: they take the driver through dlopen (runtime style) or, for the
-# -lcuda path, through ds_test_lcuda.h which links against the exported names resolved at load time (-z lazy,
-# --unresolved-symbols) so that they build before the simulated GPU exists.
-$(TESTBIN)/ds_%: $(DS_DIR)/tests/%.c $(wildcard $(DS_DIR)/tests/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h
+$(TESTBIN)/ds_bench_launch: $(DS_DIR)/tests/bench_launch.c $(DS_TDEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -pthread -o $@ $< -ldl -lm -Wl,--unresolved-symbols=ignore-in-object-files -Wl,-z,lazy
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -o $@ $< -ldl
+
+$(TESTBIN)/ds_dlsym_old: $(DS_DIR)/tests/dlsym_old.c $(DS_TDEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -o $@ $< -ldl
+
+$(TESTBIN)/nulldrv/libcuda.so.1: $(DS_DIR)/tests/nulldrv.c $(DS_TDEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -shared -Wl,-soname,libcuda.so.1 -o $@ $<
+
+$(TESTBIN)/libds_nextlib.so: $(DS_DIR)/tests/nextlib.c $(DS_TDEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -shared -o $@ $< -ldl
+
+ifneq ($(wildcard integration/simgpu/build.mk),)
+DS_TESTS += $(TESTBIN)/ds_probe_lcuda
+$(TESTBIN)/ds_probe_lcuda: $(DS_DIR)/tests/probe.c $(DS_TDEPS) $(SIMGPU_DIR)/libcuda.so.1
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -DDRV_LINKED -o $@ $< -L$(SIMGPU_DIR) -l:libcuda.so.1 -ldl
+endif
 
 # `make build/lib/libdetshare.so` (relative name) works as documented.
 ifneq ($(DS_LIB),build/lib/libdetshare.so)

@@ -1,0 +1,282 @@
+/*
+ * probe.c — a scriptable CUDA driver client for the libdetshare tests. Each argument is one step; each step prints
+ * one line "<step> rc=<CUresult> [key=value ...]" so that the Go tests can assert on every call. Built twice:
+ * ds_probe_rt (runtime-style lookup through cuGetProcAddress) and ds_probe_lcuda (linked with -lcuda).
+ *
+ * Steps: init | info | total | alloc:N | pitch:WxH | managed:N | async:N | pool:N | vmm:N | vmmhost:N |
+ *        array:WxH | array3d:WxHxD | mipmap:WxH:L | free-last | free-all | launch:N | hold | env:NAME |
+ *        procaddr:SYMBOL:VERSION:FLAGS | dlsym:NAME | fork:N (child allocates N bytes, reports, exits)
+ */
+#include "drv.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { A_PTR, A_ASYNC, A_VMM, A_ARRAY, A_MIPMAP };
+struct alloc {
+    int kind;
+    CUdeviceptr ptr;
+    CUmemGenericAllocationHandle h;
+    CUarray arr;
+    CUmipmappedArray mip;
+};
+static struct alloc g_allocs[4096];
+static int g_n;
+static struct drv D;
+static CUdevice g_dev;
+
+static void push(struct alloc a) {
+    if (g_n < (int)(sizeof g_allocs / sizeof g_allocs[0]))
+        g_allocs[g_n++] = a;
+}
+
+static CUresult free_one(struct alloc *a) {
+    switch (a->kind) {
+    case A_PTR:
+        return D.cuMemFree_v2(a->ptr);
+    case A_ASYNC: {
+        CUresult r = D.cuMemFreeAsync(a->ptr, NULL);
+        if (r == CUDA_SUCCESS)
+            r = D.cuCtxSynchronize();
+        return r;
+    }
+    case A_VMM:
+        return D.cuMemRelease(a->h);
+    case A_ARRAY:
+        return D.cuArrayDestroy(a->arr);
+    default:
+        return D.cuMipmappedArrayDestroy(a->mip);
+    }
+}
+
+static const char *obj_of(void *p, const char **sym) {
+    Dl_info i;
+    *sym = "?";
+    if (!p || !dladdr(p, &i) || !i.dli_fname)
+        return "?";
+    if (i.dli_sname)
+        *sym = i.dli_sname;
+    const char *b = strrchr(i.dli_fname, '/');
+    return b ? b + 1 : i.dli_fname;
+}
+
+static int launch_fill(unsigned n) {
+    static char image[] = "simgpu-module"; /* the simulated GPU accepts any image: every module has its kernels */
+    CUmodule mod;
+    CUfunction fn;
+    CUresult r = D.cuModuleLoadData(&mod, image);
+    if (r == CUDA_SUCCESS)
+        r = D.cuModuleGetFunction(&fn, mod, "ds_fill_u32");
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUdeviceptr buf;
+    uint64_t count = 256;
+    if ((r = D.cuMemAlloc_v2(&buf, count * 4)) != CUDA_SUCCESS)
+        return r;
+    int ok = 1;
+    for (unsigned i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        uint32_t v = 1000 + i, us = 1;
+        void *args[] = {&buf, &v, &count, &us};
+        r = (i & 1) ? D.cuLaunchKernel_ptsz(fn, 2, 1, 1, 32, 1, 1, 0, NULL, args, NULL)
+                    : D.cuLaunchKernel(fn, 2, 1, 1, 32, 1, 1, 0, NULL, args, NULL);
+    }
+    if (r == CUDA_SUCCESS)
+        r = D.cuCtxSynchronize();
+    uint32_t host[256];
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemcpyDtoH_v2(host, buf, sizeof host);
+    for (unsigned i = 0; r == CUDA_SUCCESS && n && i < count; i++)
+        if (host[i] != 1000 + n - 1)
+            ok = 0;
+    D.cuMemFree_v2(buf);
+    printf("launch rc=%d n=%u ok=%d\n", r, n, ok);
+    return -1;
+}
+
+static int step(const char *s) {
+    CUresult r = CUDA_SUCCESS;
+    unsigned long long a = 0, b = 0, c = 0;
+    if (!strcmp(s, "init")) {
+        CUcontext ctx;
+        r = D.cuInit(0);
+        if (r == CUDA_SUCCESS)
+            r = D.cuDeviceGet(&g_dev, 0);
+        if (r == CUDA_SUCCESS)
+            r = D.cuDevicePrimaryCtxRetain(&ctx, g_dev);
+        if (r == CUDA_SUCCESS)
+            r = D.cuCtxSetCurrent(ctx);
+        printf("init rc=%d\n", r);
+    } else if (!strcmp(s, "info")) {
+        size_t f = 0, t = 0;
+        r = D.cuMemGetInfo_v2(&f, &t);
+        printf("info rc=%d free=%zu total=%zu\n", r, f, t);
+    } else if (!strcmp(s, "total")) {
+        size_t t = 0;
+        r = D.cuDeviceTotalMem_v2(&t, g_dev);
+        printf("total rc=%d bytes=%zu\n", r, t);
+    } else if (sscanf(s, "alloc:%llu", &a) == 1) {
+        struct alloc x = {.kind = A_PTR};
+        r = D.cuMemAlloc_v2(&x.ptr, a);
+        if (r == CUDA_SUCCESS)
+            push(x);
+        printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "pitch:%llux%llu", &a, &b) == 2) {
+        struct alloc x = {.kind = A_PTR};
+        size_t pitch = 0;
+        r = D.cuMemAllocPitch_v2(&x.ptr, &pitch, a, b, 4);
+        if (r == CUDA_SUCCESS)
+            push(x);
+        printf("%s rc=%d pitch=%zu\n", s, r, pitch);
+    } else if (sscanf(s, "managed:%llu", &a) == 1) {
+        struct alloc x = {.kind = A_PTR};
+        r = D.cuMemAllocManaged(&x.ptr, a, CU_MEM_ATTACH_GLOBAL);
+        if (r == CUDA_SUCCESS)
+            push(x);
+        printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "async:%llu", &a) == 1) {
+        struct alloc x = {.kind = A_ASYNC};
+        r = D.cuMemAllocAsync(&x.ptr, a, NULL);
+        if (r == CUDA_SUCCESS) {
+            push(x);
+            r = D.cuCtxSynchronize();
+        }
+        printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "pool:%llu", &a) == 1) {
+        struct alloc x = {.kind = A_ASYNC};
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = g_dev;
+        static CUmemoryPool pool;
+        r = pool ? CUDA_SUCCESS : D.cuMemPoolCreate(&pool, &props);
+        if (r == CUDA_SUCCESS)
+            r = D.cuMemAllocFromPoolAsync(&x.ptr, a, pool, NULL);
+        if (r == CUDA_SUCCESS) {
+            push(x);
+            r = D.cuCtxSynchronize();
+        }
+        printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "vmm:%llu", &a) == 1 || sscanf(s, "vmmhost:%llu", &a) == 1) {
+        struct alloc x = {.kind = A_VMM};
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = strncmp(s, "vmmhost", 7) ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+        prop.location.id = prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? g_dev : 0;
+        r = D.cuMemCreate(&x.h, a, &prop, 0);
+        if (r == CUDA_SUCCESS)
+            push(x);
+        printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "array3d:%llux%llux%llu", &a, &b, &c) == 3) {
+        struct alloc x = {.kind = A_ARRAY};
+        CUDA_ARRAY3D_DESCRIPTOR d = {.Width = a, .Height = b, .Depth = c, .Format = CU_AD_FORMAT_FLOAT,
+                                     .NumChannels = 1};
+        r = D.cuArray3DCreate_v2(&x.arr, &d);
+        if (r == CUDA_SUCCESS)
+            push(x);
+        printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "array:%llux%llu", &a, &b) == 2) {
+        struct alloc x = {.kind = A_ARRAY};
+        CUDA_ARRAY_DESCRIPTOR d = {.Width = a, .Height = b, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+        r = D.cuArrayCreate_v2(&x.arr, &d);
+        if (r == CUDA_SUCCESS)
+            push(x);
+        printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "mipmap:%llux%llu:%llu", &a, &b, &c) == 3) {
+        struct alloc x = {.kind = A_MIPMAP};
+        CUDA_ARRAY3D_DESCRIPTOR d = {.Width = a, .Height = b, .Depth = 0, .Format = CU_AD_FORMAT_FLOAT,
+                                     .NumChannels = 1};
+        r = D.cuMipmappedArrayCreate(&x.mip, &d, (unsigned)c);
+        if (r == CUDA_SUCCESS)
+            push(x);
+        printf("%s rc=%d\n", s, r);
+    } else if (!strcmp(s, "free-last")) {
+        if (g_n > 0)
+            r = free_one(&g_allocs[--g_n]);
+        printf("%s rc=%d\n", s, r);
+    } else if (!strcmp(s, "free-all")) {
+        while (g_n > 0 && r == CUDA_SUCCESS)
+            r = free_one(&g_allocs[--g_n]);
+        printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "launch:%llu", &a) == 1) {
+        int lr = launch_fill((unsigned)a);
+        if (lr >= 0)
+            printf("launch rc=%d n=%llu ok=0\n", lr, a);
+    } else if (!strcmp(s, "hold")) {
+        printf("holding\n");
+        fflush(stdout);
+        char buf[64];
+        while (fgets(buf, sizeof buf, stdin)) {
+        }
+        printf("%s rc=0\n", s);
+    } else if (!strncmp(s, "env:", 4)) {
+        const char *v = getenv(s + 4);
+        printf("%s rc=0 value=%s\n", s, v ? v : "");
+    } else if (!strncmp(s, "procaddr:", 9)) {
+        char sym[128];
+        int ver = 0;
+        unsigned long long fl = 0;
+        if (sscanf(s + 9, "%127[^:]:%d:%llu", sym, &ver, &fl) != 3) {
+            fprintf(stderr, "bad step %s\n", s);
+            return 2;
+        }
+        void *p = NULL;
+        CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+        r = D.getproc(sym, &p, ver, fl, &st);
+        const char *name, *obj = obj_of(p, &name);
+        printf("%s rc=%d status=%d sym=%s obj=%s\n", s, r, (int)st, name, obj);
+    } else if (!strncmp(s, "dlsym:", 6)) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (!h)
+            h = dlopen("libcuda.so.1", RTLD_NOW);
+        void *p = h ? dlsym(h, s + 6) : NULL;
+        const char *name, *obj = obj_of(p, &name);
+        printf("%s rc=%d sym=%s obj=%s\n", s, p ? 0 : 500, name, obj);
+    } else if (sscanf(s, "fork:%llu", &a) == 1) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* CUDA is not usable across fork: the child allocates through a fresh driver state only if the parent
+             * had none; the point here is the child's own process entry and accounting */
+            struct alloc x = {.kind = A_PTR};
+            CUresult cr = D.cuInit(0);
+            if (cr == CUDA_SUCCESS) {
+                CUcontext ctx;
+                cr = D.cuDevicePrimaryCtxRetain(&ctx, 0);
+                if (cr == CUDA_SUCCESS)
+                    cr = D.cuCtxSetCurrent(ctx);
+            }
+            if (cr == CUDA_SUCCESS)
+                cr = D.cuMemAlloc_v2(&x.ptr, a);
+            size_t f = 0, t = 0;
+            D.cuMemGetInfo_v2(&f, &t);
+            printf("child rc=%d free=%zu total=%zu\n", cr, f, t);
+            fflush(stdout);
+            _exit(0);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        printf("%s rc=%d exit=%d\n", s, 0, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else {
+        fprintf(stderr, "unknown step %s\n", s);
+        return 2;
+    }
+    fflush(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (drv_load(&D) != 0)
+        return 3;
+    for (int i = 1; i < argc; i++)
+        if (step(argv[i]) != 0)
+            return 2;
+    return 0;
+}
