@@ -20,8 +20,11 @@
 //
 // Reaping: ScanProcesses/IsProcessAlive resolve a process by (PID-namespace inode, PID in that namespace, start
 // time) through /proc; ReapDeadProcesses credits a dead process's memory back to its page; ReapDeadTenants removes
-// host tenants (`detshare run`) whose owner died. The scheduler calls these from its loop; registration calls
-// ReapDeadTenants opportunistically.
+// host tenants (`detshare run`) whose owner died. Table.Reap does the whole pass (the scheduler calls it from its
+// loop); registration reaps dead host tenants opportunistically.
+//
+// Grants of a reused slot: a slot's gen is bumped at every registration and its grant_epoch/grant_seq keep counting
+// across generations, so a client compares ds_container.gen with its page's slot_gen before trusting a grant.
 //
 // The C side for libdetshare is detshare_table_client.h (header-only, static inline).
 package table
