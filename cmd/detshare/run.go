@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
@@ -28,12 +29,15 @@ func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "run a command as a DetShare tenant, without a container",
-		ArgsUsage: "[flags] -- CMD [ARG...]",
-		Description: `Registers a host tenant with the given GPU quota, runs CMD with libdetshare preloaded
-(LD_PRELOAD) and its quota file named by DETSHARE_QUOTA_FILE, forwards signals to CMD, and deregisters when CMD
-exits or detshare is interrupted. The exit status is CMD's (128+N when CMD is killed by signal N), or 125 when
-DetShare refuses the quota or fails before CMD starts. If detshare itself is killed, the tenant is reaped as soon
-as the scheduler or the next registration notices that its owner died.
+		ArgsUsage: "-- CMD [ARG...]",
+		Description: `Registers a host tenant with the given GPU quota, runs CMD with libdetshare preloaded (LD_PRELOAD)
+and its quota file named by DETSHARE_QUOTA_FILE, and deregisters when CMD exits or detshare is interrupted.
+
+The exit status is CMD's (128+N when CMD is killed by signal N), or 125 when DetShare refuses the quota or fails
+before CMD starts. Interrupts typed at the terminal (^C, ^\) reach CMD directly; INT, TERM, HUP, QUIT, USR1 and
+USR2 sent to detshare are forwarded to CMD. If detshare itself is killed, the tenant is reaped as soon as the
+scheduler or the next registration notices that its owner died. If the table cannot be used at all, CMD runs
+without DetShare after a warning (--strict refuses instead).
 
 Quota flags take precedence over DETSHARE_<FIELD> environment variables (see docs/table.md):
   --tier latency-critical|burstable|best-effort   (default best-effort)
@@ -162,10 +166,16 @@ func runTenant(c *cli.Context) (int, error) {
 		return 0, fmt.Errorf("start %s: %w", args[0], err)
 	}
 	done := make(chan struct{})
+	foreground := inForeground()
 	go func() {
 		for {
 			select {
 			case s := <-sigs:
+				// A terminal sends ^C and ^\ to the whole foreground process group, CMD included: forwarding them
+				// too would deliver them twice.
+				if foreground && (s == syscall.SIGINT || s == syscall.SIGQUIT) {
+					continue
+				}
 				_ = cmd.Process.Signal(s)
 			case <-done:
 				return
@@ -175,6 +185,12 @@ func runTenant(c *cli.Context) (int, error) {
 	err := cmd.Wait()
 	close(done)
 	return exitStatus(cmd, err), nil
+}
+
+// inForeground tells whether detshare runs in the foreground process group of the terminal on stdin.
+func inForeground() bool {
+	pgrp, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
 }
 
 // isRefusal tells whether err is the user's to fix (bad quota, no room, name taken) rather than DetShare being

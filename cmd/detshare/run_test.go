@@ -64,7 +64,8 @@ func (e runEnv) script(t *testing.T, name string, code int) string {
 echo $$ > %[1]s/%[2]s.pid
 env > %[1]s/%[2]s.env
 cat "$DETSHARE_QUOTA_FILE" > %[1]s/%[2]s.quota 2>/dev/null
-trap 'echo TERM > %[1]s/%[2]s.term; exit 143' TERM
+trap 'echo TERM > %[1]s/%[2]s.sig; exit 143' TERM
+trap 'echo INT > %[1]s/%[2]s.sig; exit 130' INT
 i=0
 while [ ! -e %[1]s/%[2]s.go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
 exit %[3]d
@@ -165,25 +166,33 @@ func TestRunCommandKilled(t *testing.T) {
 	}
 }
 
-func TestRunForwardsSIGTERMAndDeregisters(t *testing.T) {
-	e := newRunEnv(t)
-	cmd := e.detshare("run", "--name", "term", "--", e.script(t, "term", 0))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFile(t, filepath.Join(e.dir, "term.pid"))
-	if _, ok := lookup(t, e.runDir, "term"); !ok {
-		t.Fatal("not registered")
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	if code := exitCode(t, cmd, cmd.Wait()); code != 143 {
-		t.Errorf("exit %d, want CMD's 143", code)
-	}
-	if string(waitFile(t, filepath.Join(e.dir, "term.term"))) != "TERM\n" {
-		t.Error("CMD did not receive SIGTERM")
-	}
-	if _, ok := lookup(t, e.runDir, "term"); ok {
-		t.Error("still registered after SIGTERM")
+func TestRunForwardsSignalsAndDeregisters(t *testing.T) {
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		name string
+		code int
+	}{{syscall.SIGTERM, "TERM", 143}, {syscall.SIGINT, "INT", 130}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newRunEnv(t)
+			cmd := e.detshare("run", "--name", "sig", "--", e.script(t, "sig", 0))
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFile(t, filepath.Join(e.dir, "sig.pid"))
+			if _, ok := lookup(t, e.runDir, "sig"); !ok {
+				t.Fatal("not registered")
+			}
+			cmd.Process.Signal(tc.sig)
+			if code := exitCode(t, cmd, cmd.Wait()); code != tc.code {
+				t.Errorf("exit %d, want CMD's %d", code, tc.code)
+			}
+			if got := string(waitFile(t, filepath.Join(e.dir, "sig.sig"))); got != tc.name+"\n" {
+				t.Errorf("CMD got %q, want %s", got, tc.name)
+			}
+			if _, ok := lookup(t, e.runDir, "sig"); ok {
+				t.Error("still registered after the signal")
+			}
+		})
 	}
 }
 
