@@ -240,3 +240,20 @@ func TestHostTenant(t *testing.T) {
 		t.Errorf("%+v", res.Registration)
 	}
 }
+
+// BenchmarkRegister measures one end-to-end registration + deregistration as the hook/shim do it (open the table,
+// resolve, admit, slot, client page, two quota files; then remove them).
+func BenchmarkRegister(b *testing.B) {
+	b.Setenv("DETSHARE_SIMGPU", "1")
+	dir := filepath.Join(b.TempDir(), "run")
+	req := Request{ID: "bench", Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "32",
+		"detshare.io/memory": "8Gi"}}
+	for i := 0; i < b.N; i++ {
+		if _, err := Register(context.Background(), dir, req); err != nil {
+			b.Fatal(err)
+		}
+		if err := Deregister(dir, "bench"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
