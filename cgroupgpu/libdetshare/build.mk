@@ -20,7 +20,7 @@ DS_LDFLAGS := -shared -Wl,--version-script=$(DS_DIR)/src/libdetshare.map -Wl,-z,
 DS_TDEPS := $(wildcard $(DS_DIR)/tests/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h $(DS_DIR)/build.mk
 DS_TESTS := $(TESTBIN)/ds_probe_rt $(TESTBIN)/ds_bench_launch $(TESTBIN)/ds_dlsym_old \
             $(TESTBIN)/nulldrv/libcuda.so.1 $(TESTBIN)/libds_nextlib.so
-SIMGPU_DIR ?= $(LIB)/simgpu
+DS_SIMGPU_LIBDIR := $(LIB)/simgpu
 
 $(TESTBIN)/ds_probe_rt: $(DS_DIR)/tests/probe.c $(DS_TDEPS)
 	@mkdir -p $(dir $@)
@@ -44,9 +44,9 @@ $(TESTBIN)/libds_nextlib.so: $(DS_DIR)/tests/nextlib.c $(DS_TDEPS)
 
 ifneq ($(wildcard integration/simgpu/build.mk),)
 DS_TESTS += $(TESTBIN)/ds_probe_lcuda
-$(TESTBIN)/ds_probe_lcuda: $(DS_DIR)/tests/probe.c $(DS_TDEPS) $(SIMGPU_DIR)/libcuda.so.1
+$(TESTBIN)/ds_probe_lcuda: $(DS_DIR)/tests/probe.c $(DS_TDEPS) $(DS_SIMGPU_LIBDIR)/libcuda.so.1
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -DDRV_LINKED -o $@ $< -L$(SIMGPU_DIR) -l:libcuda.so.1 -ldl
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -DDRV_LINKED -o $@ $< -L$(DS_SIMGPU_LIBDIR) -l:libcuda.so.1 -ldl
 endif
 
 # `make build/lib/libdetshare.so` (relative name) works as documented.
