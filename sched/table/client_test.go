@@ -241,3 +241,11 @@ func TestReapPass(t *testing.T) {
 		t.Errorf("memory not credited: %d", cl.Page().MemUsed)
 	}
 }
+
+func BenchmarkScanProcesses(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if _, err := ScanProcesses(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

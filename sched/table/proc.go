@@ -55,18 +55,23 @@ func HostProcessAlive(pid int, startTime uint64) bool {
 	if pid <= 0 {
 		return false
 	}
+	st, alive, err := procStat(pid)
+	return err == nil && alive && st == startTime
+}
+
+// procStat reads /proc/<pid>/stat once: the start time, and whether the process is running (not a zombie).
+func procStat(pid int) (uint64, bool, error) {
 	b, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", procRoot, pid))
 	if err != nil {
-		return false
+		return 0, false, fmt.Errorf("read stat of pid %d: %w", pid, err)
 	}
 	st, err := parseStatStartTime(b)
-	if err != nil || st != startTime {
-		return false
+	if err != nil {
+		return 0, false, err
 	}
-	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
-		return false
-	}
-	return true
+	i := bytes.LastIndexByte(b, ')')
+	alive := i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+	return st, alive, nil
 }
 
 // SelfIdentity returns the identity of the calling process as it would record itself in its client page.
@@ -74,19 +79,24 @@ func SelfIdentity() (ProcIdentity, error) { return PidIdentity(os.Getpid()) }
 
 // PidIdentity returns the identity of host process pid.
 func PidIdentity(pid int) (ProcIdentity, error) {
+	id, _, err := pidIdentity(pid)
+	return id, err
+}
+
+func pidIdentity(pid int) (ProcIdentity, bool, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(fmt.Sprintf("%s/%d/ns/pid", procRoot, pid), &st); err != nil {
-		return ProcIdentity{}, fmt.Errorf("stat pid namespace of %d: %w", pid, err)
+		return ProcIdentity{}, false, fmt.Errorf("stat pid namespace of %d: %w", pid, err)
 	}
 	nspid, err := innermostNSPid(pid)
 	if err != nil {
-		return ProcIdentity{}, err
+		return ProcIdentity{}, false, err
 	}
-	start, err := ProcStartTime(pid)
+	start, alive, err := procStat(pid)
 	if err != nil {
-		return ProcIdentity{}, err
+		return ProcIdentity{}, false, err
 	}
-	return ProcIdentity{NSPid: nspid, PidNSIno: st.Ino, StartTime: start, HostPID: uint64(pid)}, nil
+	return ProcIdentity{NSPid: nspid, PidNSIno: st.Ino, StartTime: start, HostPID: uint64(pid)}, alive, nil
 }
 
 func innermostNSPid(pid int) (uint32, error) {
@@ -132,11 +142,8 @@ func ScanProcesses() (*ProcSet, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		id, err := PidIdentity(pid)
-		if err != nil {
-			continue
-		}
-		if !HostProcessAlive(pid, id.StartTime) {
+		id, alive, err := pidIdentity(pid)
+		if err != nil || !alive {
 			continue
 		}
 		ps.byKey[procKey{id.PidNSIno, id.NSPid}] = id.StartTime
