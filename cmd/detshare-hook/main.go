@@ -1,0 +1,88 @@
+// Command detshare-hook is DetShare's OCI hook. The shim and the runc wrapper add it to a container's spec as a
+// poststop hook (deregistration); registered through a hooks directory (podman --hooks-dir, CRI-O) it also runs at
+// createContainer, where it registers the container and bind-mounts DetShare's files itself. Logic lives in
+// package hook.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/urfave/cli/v2"
+
+	"github.com/detshare/detshare/hook"
+)
+
+func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		// The runtime puts the hook's stderr in its own error message, which is what the user sees.
+		fmt.Fprintln(os.Stderr, "detshare-hook:", err)
+		os.Exit(1)
+	}
+}
+
+func newApp() *cli.App {
+	var cfg hook.Config
+	state := func(c *cli.Context) (hook.State, error) { return hook.ReadState(c.App.Reader) }
+	return &cli.App{
+		Name:  "detshare-hook",
+		Usage: "OCI hook that attaches containers to DetShare (reads the OCI state on stdin)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "run-dir", EnvVars: []string{"DETSHARE_RUN_DIR"}, Value: "/run/detshare",
+				Usage: "DetShare run directory"},
+			&cli.StringFlag{Name: "lib", EnvVars: []string{hook.EnvLib}, Value: hook.DefaultLibPath,
+				Usage: "host path of libdetshare.so"},
+			&cli.BoolFlag{Name: "fail-closed", EnvVars: []string{hook.EnvFailClosed},
+				Usage: "refuse the container when DetShare itself fails (default: run it unshared)"},
+			&cli.StringFlag{Name: "log-level", Value: "warning", EnvVars: []string{"DETSHARE_LOG_LEVEL"},
+				Usage: "panic, fatal, error, warning, info, debug, trace"},
+		},
+		Before: func(c *cli.Context) error {
+			lvl, err := logrus.ParseLevel(c.String("log-level"))
+			if err != nil {
+				return fmt.Errorf("--log-level %q: allowed values are panic, fatal, error, warning, info, debug, trace", c.String("log-level"))
+			}
+			logrus.SetLevel(lvl)
+			logrus.SetOutput(os.Stderr)
+			exe, _ := os.Executable()
+			cfg = hook.Config{RunDir: c.String("run-dir"), LibPath: c.String("lib"), HookPath: exe,
+				FailClosed: c.Bool("fail-closed")}
+			return nil
+		},
+		Commands: []*cli.Command{
+			{
+				Name:    "createContainer",
+				Aliases: []string{"prestart"},
+				Usage:   "register the container and bind-mount DetShare's files (standalone use through hooks.d)",
+				Action: func(c *cli.Context) error {
+					st, err := state(c)
+					if err != nil {
+						return err
+					}
+					ctx, cancel := context.WithTimeout(c.Context, 20*time.Second)
+					defer cancel()
+					return hook.CreateContainer(ctx, cfg, st)
+				},
+			},
+			{
+				Name:  "poststop",
+				Usage: "deregister the container",
+				Flags: []cli.Flag{&cli.StringFlag{Name: "id", Usage: "tenant ID (default: the id in the OCI state)"}},
+				Action: func(c *cli.Context) error {
+					id := c.String("id")
+					if id == "" {
+						st, err := state(c)
+						if err != nil {
+							return err
+						}
+						id = st.ID
+					}
+					return hook.Poststop(cfg, id)
+				},
+			},
+		},
+	}
+}

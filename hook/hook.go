@@ -1,0 +1,258 @@
+// Package hook is the container side of DetShare shared by the containerd shim, the runc wrapper and the
+// detshare-hook binary: it decides whether a container wants DetShare, registers it (cgroupgpu/tenant), edits its
+// spec (hook/specmod), and deregisters it when the container is deleted.
+//
+// Two ways in:
+//   - managed (shim, runc wrapper): Prepare runs before `runc create`. Registration and admission happen there, so a
+//     bad quota fails the create with the quota's own message and nothing is created; the mounts go into the spec
+//     (runc owns and undoes them) and a poststop hook deregisters.
+//   - standalone (hooks.d for podman/CRI-O): the createContainer hook registers and performs the same bind mounts
+//     itself inside the container's mount namespace, before pivot_root; poststop deregisters.
+//
+// Fail-open: a quota the user got wrong (quota.FieldError, quota.AdmissionError) refuses the container. Any failure
+// of DetShare itself (no table, no library, no GPU discovered) logs a warning and lets the container run unshared,
+// exactly as under plain runc, unless Config.FailClosed is set.
+package hook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/hook/specmod"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// DefaultLibPath is where packages install libdetshare.so on the host.
+const DefaultLibPath = "/usr/lib/detshare/libdetshare.so"
+
+// DefaultHookPath is where packages install detshare-hook.
+const DefaultHookPath = "/usr/bin/detshare-hook"
+
+// Environment variables that configure the container components (the shim and the wrapper inherit them from
+// containerd/dockerd; the wrapper also takes them as flags).
+const (
+	EnvLib        = "DETSHARE_LIB"
+	EnvHook       = "DETSHARE_HOOK"
+	EnvFailClosed = "DETSHARE_FAIL_CLOSED"
+)
+
+// PreloadFileName is the file in the run directory whose content is the in-container library path; it is mounted
+// read-only at /etc/ld.so.preload so every process of the container, `exec`'d ones included, loads the library.
+const PreloadFileName = "ld.so.preload"
+
+// Config locates DetShare's files on the host.
+type Config struct {
+	RunDir     string // run directory (table, clients/, tenants/)
+	LibPath    string // host path of libdetshare.so
+	HookPath   string // host path of detshare-hook (absolute)
+	FailClosed bool   // refuse containers when DetShare itself fails (default: run them unshared)
+}
+
+// ConfigFromEnv fills Config from the environment and defaults. The hook defaults to a detshare-hook next to the
+// running binary, so an unpacked build directory works without installation.
+func ConfigFromEnv() Config {
+	c := Config{RunDir: table.RunDir(""), LibPath: os.Getenv(EnvLib), HookPath: os.Getenv(EnvHook),
+		FailClosed: os.Getenv(EnvFailClosed) == "1"}
+	if c.LibPath == "" {
+		c.LibPath = DefaultLibPath
+	}
+	if c.HookPath == "" {
+		c.HookPath = DefaultHookPath
+		if exe, err := os.Executable(); err == nil {
+			if p := filepath.Join(filepath.Dir(exe), "detshare-hook"); isExecutable(p) {
+				c.HookPath = p
+			}
+		}
+	}
+	return c
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// Validate checks that the paths are usable.
+func (c Config) Validate() error {
+	for name, p := range map[string]string{"run dir": c.RunDir, "library (DETSHARE_LIB)": c.LibPath,
+		"hook (DETSHARE_HOOK)": c.HookPath} {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("%s %q: must be an absolute host path", name, p)
+		}
+	}
+	if _, err := os.Stat(c.LibPath); err != nil {
+		return fmt.Errorf("library (DETSHARE_LIB): %w", err)
+	}
+	if !isExecutable(c.HookPath) {
+		return fmt.Errorf("hook (DETSHARE_HOOK) %q: not an executable file", c.HookPath)
+	}
+	return nil
+}
+
+// IsQuotaError tells whether err is the user's quota being wrong or not admitted (refuse the container) rather
+// than a failure of DetShare (run the container unshared).
+func IsQuotaError(err error) bool {
+	var fe *quota.FieldError
+	var ae *quota.AdmissionError
+	return errors.As(err, &fe) || errors.As(err, &ae)
+}
+
+// Prepared is the outcome of Prepare.
+type Prepared struct {
+	Registered bool          // the container is a DetShare tenant; its spec was edited
+	Result     tenant.Result // valid when Registered
+	FailedOpen error         // DetShare failed and the container runs unshared (nil otherwise)
+}
+
+// Request is one container to prepare.
+type Request struct {
+	ID     string            // container ID; also the tenant ID
+	Bundle string            // bundle directory holding config.json
+	Labels map[string]string // engine labels (Docker labels, containerd container labels); may be nil
+}
+
+// Prepare registers the container of req when its spec or labels carry DetShare settings and edits its
+// config.json; a container without settings is left exactly as it is. On error nothing is left behind.
+func Prepare(ctx context.Context, cfg Config, req Request) (Prepared, error) {
+	specPath := filepath.Join(req.Bundle, "config.json")
+	spec, err := specmod.Load(specPath)
+	if err != nil {
+		return failOpen(cfg, req.ID, err)
+	}
+	ann, env := spec.Annotations(), spec.Env()
+	if !quota.HasDetShareSettings(ann, req.Labels, env) {
+		return Prepared{}, nil
+	}
+	log := logrus.WithField("id", req.ID)
+	if err := cfg.Validate(); err != nil {
+		return failOpen(cfg, req.ID, err)
+	}
+	preload, err := EnsurePreloadFile(cfg.RunDir)
+	if err != nil {
+		return failOpen(cfg, req.ID, err)
+	}
+	treq := tenant.Request{ID: req.ID, Annotations: ann, Labels: req.Labels, Env: env}
+	res, err := tenant.Register(ctx, cfg.RunDir, treq)
+	if errors.Is(err, table.ErrExists) {
+		// runc refuses to create two containers with one ID, so a registration under this ID belongs to an earlier
+		// container whose poststop never ran (engine crash): it is stale.
+		log.Warn("stale registration under this container ID replaced")
+		if derr := tenant.Deregister(cfg.RunDir, req.ID); derr != nil && !errors.Is(derr, table.ErrNotFound) {
+			return failOpen(cfg, req.ID, derr)
+		}
+		res, err = tenant.Register(ctx, cfg.RunDir, treq)
+	}
+	if err != nil {
+		if IsQuotaError(err) || ctx.Err() != nil {
+			return Prepared{}, fmt.Errorf("detshare: %w", err)
+		}
+		return failOpen(cfg, req.ID, err)
+	}
+	mod := specmod.ForTenant(specmod.Tenant{ID: req.ID, RunDir: cfg.RunDir, LibPath: cfg.LibPath,
+		PreloadFile: preload, QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir,
+		HookPath: cfg.HookPath})
+	if err := mod.Modify(spec); err == nil {
+		err = spec.WriteFile(specPath)
+	}
+	if err != nil {
+		Rollback(cfg, req.ID)
+		return failOpen(cfg, req.ID, err)
+	}
+	log.WithFields(logrus.Fields{"slot": res.Registration.Slot, "gpu": res.Registration.GPU,
+		"tier": res.Quota.Tier}).Info("container registered with DetShare")
+	return Prepared{Registered: true, Result: res}, nil
+}
+
+func failOpen(cfg Config, id string, err error) (Prepared, error) {
+	if cfg.FailClosed {
+		return Prepared{}, fmt.Errorf("detshare (fail-closed): %w", err)
+	}
+	logrus.WithError(err).WithField("id", id).Warn("DetShare failed; the container runs unshared, as under runc")
+	return Prepared{FailedOpen: err}, nil
+}
+
+// Rollback deregisters id after a failed create. Errors are logged: the scheduler's reaper is the backstop.
+func Rollback(cfg Config, id string) {
+	if err := tenant.Deregister(cfg.RunDir, id); err != nil && !errors.Is(err, table.ErrNotFound) {
+		logrus.WithError(err).WithField("id", id).Warn("rollback of DetShare registration failed")
+	}
+}
+
+// Poststop deregisters id. A container that was never registered (or was already deregistered) is not an error:
+// poststop runs for every container of a detshare runtime and may run twice (hook and shim Delete).
+func Poststop(cfg Config, id string) error {
+	err := tenant.Deregister(cfg.RunDir, id)
+	if err == nil || errors.Is(err, table.ErrNotFound) {
+		return nil
+	}
+	return fmt.Errorf("deregister %s: %w", id, err)
+}
+
+// EnsurePreloadFile writes <runDir>/ld.so.preload naming the in-container library path (atomically, only when its
+// content differs) and returns its path.
+func EnsurePreloadFile(runDir string) (string, error) {
+	p := filepath.Join(runDir, PreloadFileName)
+	want := []byte(table.ContainerLibPath + "\n")
+	if got, err := os.ReadFile(p); err == nil && bytes.Equal(got, want) {
+		return p, nil
+	}
+	if err := os.MkdirAll(runDir, table.RunDirMode); err != nil {
+		return "", fmt.Errorf("create run dir: %w", err)
+	}
+	tmp, err := os.CreateTemp(runDir, "."+PreloadFileName+".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", p, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(want); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		return "", fmt.Errorf("write %s: %w", p, err)
+	}
+	return p, nil
+}
+
+// State is the OCI container state a runtime passes to a hook on stdin.
+type State struct {
+	OCIVersion  string            `json:"ociVersion"`
+	ID          string            `json:"id"`
+	Status      string            `json:"status"`
+	Pid         int               `json:"pid"`
+	Bundle      string            `json:"bundle"`
+	BundlePath  string            `json:"bundlePath"` // pre-1.0 runtimes
+	Annotations map[string]string `json:"annotations"`
+}
+
+// ReadState decodes the state from r.
+func ReadState(r io.Reader) (State, error) {
+	var s State
+	if err := json.NewDecoder(r).Decode(&s); err != nil {
+		return State{}, fmt.Errorf("read OCI state from stdin: %w", err)
+	}
+	if s.Bundle == "" {
+		s.Bundle = s.BundlePath
+	}
+	if s.ID == "" {
+		return State{}, errors.New("OCI state on stdin has no \"id\"")
+	}
+	return s, nil
+}

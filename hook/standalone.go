@@ -1,0 +1,117 @@
+package hook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/hook/specmod"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// CreateContainer is the standalone hook (hooks.d, stage createContainer). The runtime runs it in the container's
+// mount namespace after its mounts are set up and before pivot_root, so bind mounts made under the rootfs are seen
+// by the container alone and vanish with it. A spec already edited by the shim or the wrapper is left alone.
+func CreateContainer(ctx context.Context, cfg Config, st State) error {
+	spec, err := specmod.Load(filepath.Join(st.Bundle, "config.json"))
+	if err != nil {
+		_, err = failOpen(cfg, st.ID, err)
+		return err
+	}
+	ann := spec.Annotations()
+	if _, managed := ann[specmod.TenantIDAnnotation]; managed {
+		return nil
+	}
+	if !quota.HasDetShareSettings(ann, nil, spec.Env()) {
+		return nil
+	}
+	rootfs := spec.RootPath()
+	if !filepath.IsAbs(rootfs) {
+		rootfs = filepath.Join(st.Bundle, rootfs)
+	}
+	if err := cfg.Validate(); err != nil {
+		_, err = failOpen(cfg, st.ID, err)
+		return err
+	}
+	preload, err := EnsurePreloadFile(cfg.RunDir)
+	if err != nil {
+		_, err = failOpen(cfg, st.ID, err)
+		return err
+	}
+	res, err := tenant.Register(ctx, cfg.RunDir, tenant.Request{ID: st.ID, Annotations: ann, Env: spec.Env()})
+	if err != nil {
+		if IsQuotaError(err) || errors.Is(err, table.ErrExists) {
+			return fmt.Errorf("detshare: %w", err)
+		}
+		_, err = failOpen(cfg, st.ID, err)
+		return err
+	}
+	mounts := specmod.TenantMounts(specmod.Tenant{ID: st.ID, RunDir: cfg.RunDir, LibPath: cfg.LibPath,
+		PreloadFile: preload, QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir})
+	var done []string
+	for _, m := range mounts {
+		target, err := bindInto(rootfs, m)
+		if err != nil {
+			for i := len(done) - 1; i >= 0; i-- {
+				unix.Unmount(done[i], unix.MNT_DETACH)
+			}
+			Rollback(cfg, st.ID)
+			_, err = failOpen(cfg, st.ID, err)
+			return err
+		}
+		done = append(done, target)
+	}
+	logrus.WithFields(logrus.Fields{"id": st.ID, "slot": res.Registration.Slot}).Info("container registered (standalone hook)")
+	return nil
+}
+
+// bindInto bind-mounts m.Source at m.Destination under rootfs, creating the target (a file for a file, a directory
+// for a directory), and makes it read-only unless the options say rw. The target is resolved inside rootfs so a
+// symlink in the image cannot redirect the mount onto the host.
+func bindInto(rootfs string, m specmod.Mount) (string, error) {
+	target, err := securejoin.SecureJoin(rootfs, m.Destination)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s in %s: %w", m.Destination, rootfs, err)
+	}
+	st, err := os.Stat(m.Source)
+	if err != nil {
+		return "", fmt.Errorf("mount source: %w", err)
+	}
+	if st.IsDir() {
+		err = os.MkdirAll(target, 0o755)
+	} else if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
+		var f *os.File
+		if f, err = os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("create mount point %s: %w", target, err)
+	}
+	if err := unix.Mount(m.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return "", fmt.Errorf("bind %s at %s: %w", m.Source, target, err)
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
+	ro := true
+	for _, o := range m.Options {
+		if o == "rw" {
+			ro = false
+		}
+	}
+	if ro {
+		flags |= unix.MS_RDONLY
+	}
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
+		unix.Unmount(target, unix.MNT_DETACH)
+		return "", fmt.Errorf("remount %s: %w", target, err)
+	}
+	return target, nil
+}
