@@ -22,7 +22,8 @@ func (t *Table) Leader() LeaderInfo {
 }
 
 // SetLeader records pid as the leader and bumps sched_epoch. The caller must hold sched.lock (Paths.SchedLock);
-// the table does not arbitrate leadership, the flock does.
+// the table does not arbitrate leadership, the flock does. A split left half-published by a dead leader is reset
+// so that it can be published again.
 func (t *Table) SetLeader(pid int) (LeaderInfo, error) {
 	if err := t.mustWrite("set leader"); err != nil {
 		return LeaderInfo{}, err
@@ -30,6 +31,10 @@ func (t *Table) SetLeader(pid int) (LeaderInfo, error) {
 	start, err := ProcStartTime(pid)
 	if err != nil {
 		return LeaderInfo{}, fmt.Errorf("set leader: %w", err)
+	}
+	// Splits and grants are published only by the leader: a split left half-published belongs to a dead one.
+	for i := 0; i < MaxGPUs; i++ {
+		atomic.CompareAndSwapUint32(&t.GPU(i).SplitState, SplitPublishing, SplitUnknown)
 	}
 	h := t.Header()
 	atomic.StoreUint64(&h.SchedPID, 0)

@@ -50,6 +50,12 @@ func Create(runDir string) (*Table, error) {
 		return nil, err
 	}
 	defer unlock()
+	// Temporaries are written only under the lock: any found now were left by a creator that died.
+	if tmps, err := filepath.Glob(filepath.Join(p.Dir, ".*.tmp-*")); err == nil {
+		for _, f := range tmps {
+			_ = os.Remove(f)
+		}
+	}
 	if _, err := os.Stat(p.Table()); errors.Is(err, os.ErrNotExist) {
 		if err := writeNewFile(p.Table(), TableMode, initialTable()); err != nil {
 			return nil, fmt.Errorf("create table: %w", err)

@@ -415,3 +415,28 @@ func TestLeader(t *testing.T) {
 		t.Errorf("after clear: %+v", tb.Leader())
 	}
 }
+
+func TestLeaderTakeoverResetsHalfPublishedSplit(t *testing.T) {
+	tb := newTable(t)
+	atomic.StoreUint32(&tb.GPU(0).SplitState, SplitPublishing) // a leader died mid-publish
+	if _, err := tb.SetLeader(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := tb.PublishSplit(0, Split{MinSize: 8, Groups: []uint32{8, 8}}); !ok || err != nil {
+		t.Fatalf("split not publishable after takeover: %v %v", ok, err)
+	}
+}
+
+func TestCreateRemovesStaleTemporaries(t *testing.T) {
+	tb := newTable(t)
+	stale := filepath.Join(tb.Paths().Dir, ".table.tmp-123")
+	os.WriteFile(stale, []byte("half"), 0o644)
+	t2, err := Create(tb.Paths().Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2.Close()
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Error("stale temporary left")
+	}
+}
