@@ -20,20 +20,21 @@ import (
 )
 
 // buildDir is $DETSHARE_BUILD_DIR or the repository's build/.
-func buildDir(t *testing.T) string {
-	t.Helper()
+func buildDir(t testing.TB) string {
 	if d := os.Getenv("DETSHARE_BUILD_DIR"); d != "" {
 		return d
 	}
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
-		t.Fatal("cannot locate the test file to find build/")
+		panic("cannot locate the test file to find build/")
 	}
 	return filepath.Join(filepath.Dir(file), "..", "..", "build")
 }
 
 // need returns the path of a build output, failing loudly when it was not built.
-func need(t *testing.T, rel string) string {
+func need(t testing.TB, rel string) string { t.Helper(); return need2(t, rel) }
+
+func need2(t testing.TB, rel string) string {
 	t.Helper()
 	p := filepath.Join(buildDir(t), rel)
 	if _, err := os.Stat(p); err != nil {
@@ -43,7 +44,7 @@ func need(t *testing.T, rel string) string {
 }
 
 // simGPU returns the simulated GPU's library directory, or fails (DETSHARE_SKIP_SIMGPU=1 skips instead).
-func simGPU(t *testing.T) string {
+func simGPU(t testing.TB) string {
 	t.Helper()
 	p := filepath.Join(buildDir(t), "lib", "simgpu", "libcuda.so.1")
 	if _, err := os.Stat(p); err != nil {
@@ -59,7 +60,7 @@ const simMem = 8 << 30 // bytes of the simulated GPU in these tests
 
 // env is a test process environment: simulated GPU with its own state file, libdetshare preloaded.
 type env struct {
-	t         *testing.T
+	t         testing.TB
 	vars      []string
 	runDir    string
 	tbl       *table.Table
@@ -69,7 +70,7 @@ type env struct {
 }
 
 // newEnv makes an environment with the simulated GPU and no tenant (pure pass-through).
-func newEnv(t *testing.T, preload bool) *env {
+func newEnv(t testing.TB, preload bool) *env {
 	t.Helper()
 	dir := t.TempDir()
 	vars := []string{
@@ -164,7 +165,7 @@ func parse(out string) result {
 	return r
 }
 
-func (r result) get(t *testing.T, step, key string) string {
+func (r result) get(t testing.TB, step, key string) string {
 	t.Helper()
 	kv, ok := r.steps[step]
 	if !ok {
@@ -178,7 +179,7 @@ func (r result) get(t *testing.T, step, key string) string {
 }
 
 // infos returns the free/total pairs of every "info" step, in order.
-func (r result) infos(t *testing.T) (free, total []uint64) {
+func (r result) infos(t testing.TB) (free, total []uint64) {
 	t.Helper()
 	for _, l := range r.order {
 		if l.step != "info" {
@@ -194,7 +195,7 @@ func (r result) infos(t *testing.T) (free, total []uint64) {
 	return free, total
 }
 
-func (r result) num(t *testing.T, step, key string) uint64 {
+func (r result) num(t testing.TB, step, key string) uint64 {
 	t.Helper()
 	v := r.get(t, step, key)
 	n, err := strconv.ParseUint(v, 10, 64)
