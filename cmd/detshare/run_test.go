@@ -303,3 +303,89 @@ func TestRunFailsOpen(t *testing.T) {
 		t.Errorf("--strict: exit %d output %q", code, out)
 	}
 }
+
+// buildDir is DETSHARE_BUILD_DIR or the repository's build/.
+func buildDir() string {
+	if d := os.Getenv("DETSHARE_BUILD_DIR"); d != "" {
+		return d
+	}
+	wd, _ := os.Getwd() // the package directory, cmd/detshare
+	return filepath.Join(wd, "..", "..", "build")
+}
+
+// TestRunEndToEndWithLibdetshare runs real CUDA-client processes (the libdetshare probe) under `detshare run`
+// with the real libdetshare on the simulated GPU (a test double): the quota reaches the library through the
+// environment and the quota file, a joined process shares the tenant's memory budget, and the tenant's page
+// accounts both processes.
+func TestRunEndToEndWithLibdetshare(t *testing.T) {
+	bd := buildDir()
+	lib := filepath.Join(bd, "lib", "libdetshare.so")
+	probe := filepath.Join(bd, "tests", "ds_probe_rt")
+	sim := filepath.Join(bd, "lib", "simgpu")
+	for _, f := range []string{lib, probe, filepath.Join(sim, "libcuda.so.1")} {
+		if _, err := os.Stat(f); err != nil {
+			if os.Getenv("DETSHARE_SKIP_E2E") == "1" {
+				t.Skipf("DETSHARE_SKIP_E2E=1 and %s missing", f)
+			}
+			t.Fatalf("%s missing: run `make build` first (or set DETSHARE_SKIP_E2E=1)", f)
+		}
+	}
+	e := newRunEnv(t)
+	e.lib = lib
+	withSim := func(cmd *exec.Cmd) *exec.Cmd {
+		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+sim, "DETSHARE_SIMGPU_STATE="+filepath.Join(e.dir, "simgpu.state"))
+		return cmd
+	}
+	owner := withSim(e.detshare("run", "--tier", "burstable", "--sm", "16", "--memory", "1Gi", "--name", "e2e", "--",
+		probe, "init", "total", "alloc:805306368", "hold"))
+	stdin, _ := owner.StdinPipe()
+	stdout, _ := owner.StdoutPipe()
+	var stderr bytes.Buffer
+	owner.Stderr = &stderr
+	if err := owner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Process.Kill()
+	var out strings.Builder
+	buf := make([]byte, 4096)
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "holding") && time.Now().Before(deadline) {
+		n, err := stdout.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	if !strings.Contains(out.String(), "total rc=0 bytes=1073741824") || !strings.Contains(out.String(), "alloc:805306368 rc=0") ||
+		!strings.Contains(out.String(), "holding") {
+		t.Fatalf("owner probe:\n%s\nstderr:\n%s", out.String(), stderr.String())
+	}
+	res, ok := lookup(t, e.runDir, "e2e")
+	if !ok {
+		t.Fatal("tenant e2e not registered")
+	}
+	cl, err := table.OpenClientPageReadOnly(res.Registration.ClientPagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if cl.Page().MemUsed != 805306368 || cl.LiveProcesses() != 1 {
+		t.Fatalf("client page: mem_used %d, live %d; want 768 MiB and 1 process", cl.Page().MemUsed, cl.LiveProcesses())
+	}
+	// A joined process shares the 1 GiB budget: 512 MiB more is refused, 256 MiB fits.
+	join := withSim(e.detshare("run", "--join", "e2e", "--", probe, "init", "alloc:536870912", "alloc:268435456"))
+	jout, err := join.CombinedOutput()
+	if err != nil || !strings.Contains(string(jout), "alloc:536870912 rc=2") || !strings.Contains(string(jout), "alloc:268435456 rc=0") {
+		t.Fatalf("joined probe: %v\n%s", err, jout)
+	}
+	if cl.Page().MemUsed != 805306368 || cl.LiveProcesses() != 1 {
+		t.Errorf("after the joined process exited: mem_used %d, live %d", cl.Page().MemUsed, cl.LiveProcesses())
+	}
+	stdin.Close()
+	if code := exitCode(t, owner, owner.Wait()); code != 0 {
+		t.Errorf("owner exit %d; stderr:\n%s", code, stderr.String())
+	}
+	if _, ok := lookup(t, e.runDir, "e2e"); ok {
+		t.Error("tenant still registered after its command exited")
+	}
+}
