@@ -1,0 +1,11 @@
+// Command detshare-runtime is DetShare's runc-compatible wrapper for Docker "path" runtimes
+// ("runtimes": {"detshare": {"path": "/usr/bin/detshare-runtime"}}). Logic lives in hook/runcwrap.
+package main
+
+import (
+	"os"
+
+	"github.com/detshare/detshare/hook/runcwrap"
+)
+
+func main() { os.Exit(runcwrap.Main(os.Args[1:])) }
