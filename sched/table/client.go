@@ -37,14 +37,15 @@ func openClientPage(path string, ro bool) (*Client, error) {
 		return nil, err
 	}
 	cp := (*ClientPage)(unsafe.Pointer(&mem[0]))
-	if cp.Magic != ClientMagic {
+	magic, version := cp.Magic, cp.ABIVersion // read before any unmap
+	if magic != ClientMagic {
 		_ = unix.Munmap(mem)
-		return nil, fmt.Errorf("%w: client page %s: magic %#x, want %#x", ErrCorrupt, path, cp.Magic, ClientMagic)
+		return nil, fmt.Errorf("%w: client page %s: magic %#x, want %#x", ErrCorrupt, path, magic, ClientMagic)
 	}
-	if cp.ABIVersion != ABIVersion {
+	if version != ABIVersion {
 		_ = unix.Munmap(mem)
 		return nil, fmt.Errorf("%w: client page %s has ABI version %d, this DetShare speaks %d",
-			ErrVersionMismatch, path, cp.ABIVersion, ABIVersion)
+			ErrVersionMismatch, path, version, ABIVersion)
 	}
 	return &Client{path: path, mem: mem}, nil
 }
