@@ -14,9 +14,10 @@ import (
 )
 
 // cClientProgram exercises detshare_table_client.h as libdetshare does.
-//   version PATH           print ds_table_map_ro's return code
-//   wait PATH SLOT         wait (futex, read-only mapping) for the slot's grant epoch to change; print the grant
-//   page PATH              print ds_client_map's return code
+//
+//	version PATH           print ds_table_map_ro's return code
+//	wait PATH SLOT         wait (futex, read-only mapping) for the slot's grant epoch to change; print the grant
+//	page PATH              print ds_client_map's return code
 const cClientProgram = `
 #include "detshare_table_client.h"
 #include <stdlib.h>
