@@ -1,0 +1,672 @@
+/*
+ * graph.c — stream capture and CUDA graphs of the simulated GPU (test double).
+ *
+ * A node keeps the context it was made in: captured kernels take the capturing stream's context, so a graph
+ * captured on a green stream stays on that green context's SMs wherever it is launched, and one captured on a
+ * primary-context stream runs on all SMs even when launched on a green stream (as measured on the H100). Nodes run
+ * in insertion order on the launching stream; dependencies are accepted but not needed for that order.
+ */
+#include "simgpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static struct CUgraphNode_st *node_new(struct CUgraph_st *g, int type) {
+    struct CUgraphNode_st *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->magic = SIM_NODE;
+    n->type = type;
+    if (g->tail)
+        g->tail->next = n;
+    else
+        g->head = n;
+    g->tail = n;
+    g->nnodes++;
+    return n;
+}
+
+static void node_fix_args(struct CUgraphNode_st *n) {
+    for (unsigned i = 0; i < SIM_MAX_ARGS; i++)
+        n->launch.args[i] = &n->launch.argbuf[i * 8];
+}
+
+static bool graph_ok(CUgraph g) { return g && g->magic == SIM_GRAPH; }
+
+CUresult sim_capture_kernel(struct CUstream_st *s, struct CUctx_st *ctx, const sim_launch *l, CUfunction f) {
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_KERNEL);
+    if (n) {
+        n->ctx = ctx;
+        n->func = f;
+        n->launch = *l;
+        node_fix_args(n);
+    }
+    pthread_mutex_unlock(&g_sim.lock);
+    return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult sim_capture_memset(struct CUstream_st *s, const CUDA_MEMSET_NODE_PARAMS *p) {
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_MEMSET);
+    if (n)
+        n->memset = *p;
+    pthread_mutex_unlock(&g_sim.lock);
+    return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult sim_capture_memcpy(struct CUstream_st *s, const CUDA_MEMCPY3D *p) {
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_MEMCPY);
+    if (n)
+        n->memcpy = *p;
+    pthread_mutex_unlock(&g_sim.lock);
+    return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult sim_capture_host(struct CUstream_st *s, CUhostFn fn, void *ud) {
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_HOST);
+    if (n)
+        n->host = (CUDA_HOST_NODE_PARAMS){fn, ud};
+    pthread_mutex_unlock(&g_sim.lock);
+    return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* ---- capture ---- */
+
+static CUresult begin_capture(CUstream h, CUgraph into, CUstreamCaptureMode mode, bool ptd) {
+    struct CUstream_st *s;
+    struct CUctx_st *ctx;
+    CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
+    if (r)
+        return r;
+    if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (s->legacy)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
+    if (into && !graph_ok(into))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_sim.lock);
+    if (s->capture) {
+        pthread_mutex_unlock(&g_sim.lock);
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    struct CUgraph_st *g = into;
+    if (!g) {
+        g = calloc(1, sizeof *g);
+        if (!g) {
+            pthread_mutex_unlock(&g_sim.lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g->magic = SIM_GRAPH;
+    }
+    s->capture = g;
+    s->capture_origin = true;
+    s->capture_id = sim_next_id();
+    pthread_mutex_unlock(&g_sim.lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+    return begin_capture(hStream, NULL, mode, false);
+}
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+    return begin_capture(hStream, NULL, mode, true);
+}
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                     const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                     CUstreamCaptureMode mode) {
+    (void)dependencyData;
+    if (numDependencies && !dependencies)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!hGraph)
+        return CUDA_ERROR_INVALID_VALUE;
+    return begin_capture(hStream, hGraph, mode, false);
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                          const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                          CUstreamCaptureMode mode) {
+    (void)dependencyData;
+    if (numDependencies && !dependencies)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!hGraph)
+        return CUDA_ERROR_INVALID_VALUE;
+    return begin_capture(hStream, hGraph, mode, true);
+}
+
+static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptd) {
+    struct CUstream_st *s;
+    struct CUctx_st *ctx;
+    CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
+    if (r)
+        return r;
+    if (!phGraph)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraph_st *g = s->capture;
+    if (!g || !s->capture_origin) {
+        pthread_mutex_unlock(&g_sim.lock);
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    for (struct CUstream_st *x = g_sim.streams; x; x = x->next)
+        if (x->capture == g)
+            x->capture = NULL; /* joined streams leave the capture with it */
+    s->capture = NULL;
+    s->capture_origin = false;
+    pthread_mutex_unlock(&g_sim.lock);
+    *phGraph = g;
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) { return end_capture(hStream, phGraph, false); }
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) { return end_capture(hStream, phGraph, true); }
+
+static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *st, bool ptd) {
+    struct CUstream_st *s;
+    struct CUctx_st *ctx;
+    CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
+    if (r)
+        return r;
+    if (!st)
+        return CUDA_ERROR_INVALID_VALUE;
+    *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+    return is_capturing(hStream, captureStatus, false);
+}
+CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+    return is_capturing(hStream, captureStatus, true);
+}
+
+static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps, bool ptd) {
+    struct CUstream_st *s;
+    struct CUctx_st *ctx;
+    CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
+    if (r)
+        return r;
+    if (!st)
+        return CUDA_ERROR_INVALID_VALUE;
+    *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id)
+        *id = s->capture ? s->capture_id : 0;
+    if (graph)
+        *graph = s->capture;
+    if (deps)
+        *deps = NULL;
+    if (edges)
+        *edges = NULL;
+    if (ndeps)
+        *ndeps = 0;
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
+                                   const CUgraphNode **deps, size_t *n) {
+    return capture_info(h, st, id, g, deps, NULL, n, false);
+}
+CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
+                                        const CUgraphNode **deps, size_t *n) {
+    return capture_info(h, st, id, g, deps, NULL, n, true);
+}
+CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
+                                   const CUgraphNode **deps, const CUgraphEdgeData **e, size_t *n) {
+    return capture_info(h, st, id, g, deps, e, n, false);
+}
+CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
+                                        const CUgraphNode **deps, const CUgraphEdgeData **e, size_t *n) {
+    return capture_info(h, st, id, g, deps, e, n, true);
+}
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+    SIM_CHECK_INIT();
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+/* ---- graphs built by API ---- */
+
+CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
+    SIM_CHECK_INIT();
+    if (!phGraph || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraph_st *g = calloc(1, sizeof *g);
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g->magic = SIM_GRAPH;
+    *phGraph = g;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph hGraph) {
+    SIM_CHECK_INIT();
+    if (!graph_ok(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    hGraph->magic = SIM_DEAD; /* nodes stay allocated: executables own copies, stale node handles are detected */
+    for (struct CUgraphNode_st *n = hGraph->head; n; n = n->next)
+        n->magic = SIM_DEAD;
+    return CUDA_SUCCESS;
+}
+
+static CUresult add_check(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t ndeps) {
+    SIM_CHECK_INIT();
+    if (!ph || !graph_ok(g) || (ndeps && !deps))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < ndeps; i++)
+        if (!deps[i] || deps[i]->magic != SIM_NODE)
+            return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* The context a kernel node runs in: a CUfunction keeps its module's context (params->ctx is ignored, as
+ * documented); a context-less CUkernel takes params->ctx, or the current context. */
+static CUresult kernel_node_fill(struct CUgraphNode_st *n, const CUDA_KERNEL_NODE_PARAMS *p) {
+    CUfunction f = p->func ? p->func : (CUfunction)(void *)p->kern;
+    if (!f)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_launch l;
+    unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ}, block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    CUresult r = sim_launch_prepare(&l, f, grid, block, p->sharedMemBytes, p->kernelParams, p->extra);
+    if (r)
+        return r;
+    struct CUctx_st *ctx = NULL;
+    if (p->func && p->func->magic == SIM_FUNC)
+        ctx = p->func->mod->ctx;
+    else if (p->ctx)
+        ctx = p->ctx;
+    if (!ctx)
+        ctx = sim_current_ctx();
+    if (!sim_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    n->ctx = ctx;
+    n->func = p->func;
+    n->kern = p->kern;
+    n->launch = l;
+    node_fix_args(n);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                 size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams) {
+    CUresult r = add_check(phGraphNode, hGraph, dependencies, numDependencies);
+    if (r)
+        return r;
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphNode_st tmp = {0};
+    if ((r = kernel_node_fill(&tmp, nodeParams)))
+        return r;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(hGraph, SIM_NODE_KERNEL);
+    if (n) {
+        tmp.magic = n->magic;
+        tmp.type = n->type;
+        tmp.next = NULL;
+        *n = tmp;
+        node_fix_args(n);
+    }
+    pthread_mutex_unlock(&g_sim.lock);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraphNode = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                              size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx) {
+    CUresult r = add_check(phGraphNode, hGraph, dependencies, numDependencies);
+    if (r)
+        return r;
+    if (!memsetParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ctx && !sim_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(hGraph, SIM_NODE_MEMSET);
+    if (n) {
+        n->memset = *memsetParams;
+        n->ctx = ctx;
+    }
+    pthread_mutex_unlock(&g_sim.lock);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraphNode = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                              size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx) {
+    CUresult r = add_check(phGraphNode, hGraph, dependencies, numDependencies);
+    if (r)
+        return r;
+    if (!copyParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ctx && !sim_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(hGraph, SIM_NODE_MEMCPY);
+    if (n) {
+        n->memcpy = *copyParams;
+        n->ctx = ctx;
+    }
+    pthread_mutex_unlock(&g_sim.lock);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraphNode = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                            size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams) {
+    CUresult r = add_check(phGraphNode, hGraph, dependencies, numDependencies);
+    if (r)
+        return r;
+    if (!nodeParams || !nodeParams->fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(hGraph, SIM_NODE_HOST);
+    if (n)
+        n->host = *nodeParams;
+    pthread_mutex_unlock(&g_sim.lock);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraphNode = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                             size_t numDependencies) {
+    CUresult r = add_check(phGraphNode, hGraph, dependencies, numDependencies);
+    if (r)
+        return r;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(hGraph, SIM_NODE_EMPTY);
+    pthread_mutex_unlock(&g_sim.lock);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraphNode = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                        size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (nodeParams->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        return cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->kernel);
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        return cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->memset, NULL);
+    case CU_GRAPH_NODE_TYPE_HOST:
+        return cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->host);
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+        return cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED; /* not modelled by the test double */
+    }
+}
+
+CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
+    SIM_CHECK_INIT();
+    if (!graph_ok(hGraph) || !numNodes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!nodes) {
+        *numNodes = hGraph->nnodes;
+        return CUDA_SUCCESS;
+    }
+    size_t i = 0;
+    for (struct CUgraphNode_st *n = hGraph->head; n && i < *numNodes; n = n->next)
+        nodes[i++] = n;
+    for (size_t k = i; k < *numNodes; k++)
+        nodes[k] = NULL;
+    *numNodes = i;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) {
+    SIM_CHECK_INIT();
+    if (!hNode || hNode->magic != SIM_NODE || !type)
+        return CUDA_ERROR_INVALID_VALUE;
+    *type = (CUgraphNodeType)hNode->type;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *p) {
+    SIM_CHECK_INIT();
+    if (!hNode || hNode->magic != SIM_NODE || hNode->type != SIM_NODE_KERNEL || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(p, 0, sizeof *p);
+    p->func = hNode->func;
+    p->kern = hNode->kern;
+    p->ctx = hNode->ctx;
+    p->gridDimX = hNode->launch.grid[0];
+    p->gridDimY = hNode->launch.grid[1];
+    p->gridDimZ = hNode->launch.grid[2];
+    p->blockDimX = hNode->launch.block[0];
+    p->blockDimY = hNode->launch.block[1];
+    p->blockDimZ = hNode->launch.block[2];
+    p->sharedMemBytes = hNode->launch.smem;
+    p->kernelParams = hNode->launch.args;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *p) {
+    SIM_CHECK_INIT();
+    if (!hNode || hNode->magic != SIM_NODE || hNode->type != SIM_NODE_KERNEL || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphNode_st tmp = *hNode;
+    CUresult r = kernel_node_fill(&tmp, p);
+    if (r)
+        return r;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *next = hNode->next;
+    *hNode = tmp;
+    hNode->next = next;
+    node_fix_args(hNode);
+    pthread_mutex_unlock(&g_sim.lock);
+    return CUDA_SUCCESS;
+}
+
+/* ---- executable graphs ---- */
+
+static CUresult instantiate(CUgraphExec *ph, CUgraph g) {
+    SIM_CHECK_INIT();
+    if (!ph || !graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphExec_st *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = SIM_EXEC;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st **tail = &e->nodes;
+    for (struct CUgraphNode_st *n = g->head; n; n = n->next) {
+        struct CUgraphNode_st *c = malloc(sizeof *c);
+        if (!c)
+            break;
+        *c = *n;
+        c->next = NULL;
+        c->orig = n;
+        node_fix_args(c);
+        *tail = c;
+        tail = &c->next;
+        e->nnodes++;
+    }
+    pthread_mutex_unlock(&g_sim.lock);
+    if (e->nnodes != g->nnodes)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *ph = e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+    if (flags & ~0xfULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return instantiate(phGraphExec, hGraph);
+}
+
+static CUresult inst_params(CUgraphExec *ph, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p, bool ptd) {
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuGraphInstantiateWithFlags(ph, g, p->flags);
+    p->result_out = r ? CUDA_GRAPH_INSTANTIATE_ERROR : CUDA_GRAPH_INSTANTIATE_SUCCESS;
+    p->hErrNode_out = NULL;
+    (void)ptd; /* upload (FLAG_UPLOAD) is a no-op: there is nothing to copy to a simulated device */
+    return r;
+}
+CUresult cuGraphInstantiateWithParams(CUgraphExec *ph, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    return inst_params(ph, g, p, false);
+}
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *ph, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    return inst_params(ph, g, p, true);
+}
+
+static struct CUgraphNode_st *exec_node_for(CUgraphExec e, CUgraphNode orig) {
+    for (struct CUgraphNode_st *c = e->nodes; c; c = c->next)
+        if (c->orig == orig)
+            return c;
+    return NULL;
+}
+
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                           const CUDA_KERNEL_NODE_PARAMS *nodeParams) {
+    SIM_CHECK_INIT();
+    if (!hGraphExec || hGraphExec->magic != SIM_EXEC || !hNode || hNode->magic != SIM_NODE || !nodeParams ||
+        hNode->type != SIM_NODE_KERNEL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphNode_st *c = exec_node_for(hGraphExec, hNode);
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphNode_st tmp = *c;
+    CUresult r = kernel_node_fill(&tmp, nodeParams);
+    if (r)
+        return r;
+    if (tmp.ctx != c->ctx)
+        return CUDA_ERROR_INVALID_VALUE; /* "the owning context of the function cannot change" */
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *next = c->next, *orig = c->orig;
+    *c = tmp;
+    c->next = next;
+    c->orig = orig;
+    node_fix_args(c);
+    pthread_mutex_unlock(&g_sim.lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo) {
+    SIM_CHECK_INIT();
+    if (!hGraphExec || hGraphExec->magic != SIM_EXEC || !graph_ok(hGraph) || !resultInfo)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(resultInfo, 0, sizeof *resultInfo);
+    if (hGraph->nnodes != hGraphExec->nnodes) {
+        resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    pthread_mutex_lock(&g_sim.lock);
+    CUresult r = CUDA_SUCCESS;
+    struct CUgraphNode_st *n = hGraph->head, *c = hGraphExec->nodes;
+    for (; n && c; n = n->next, c = c->next) {
+        if (n->type != c->type) {
+            resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+            resultInfo->errorNode = n;
+            r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+            break;
+        }
+        if (n->type == SIM_NODE_KERNEL && n->ctx != c->ctx) {
+            resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE;
+            resultInfo->errorNode = n;
+            r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+            break;
+        }
+    }
+    if (!r) {
+        for (n = hGraph->head, c = hGraphExec->nodes; n && c; n = n->next, c = c->next) {
+            struct CUgraphNode_st *next = c->next;
+            *c = *n;
+            c->next = next;
+            c->orig = n;
+            node_fix_args(c);
+        }
+    }
+    pthread_mutex_unlock(&g_sim.lock);
+    return r;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+    SIM_CHECK_INIT();
+    if (!hGraphExec || hGraphExec->magic != SIM_EXEC)
+        return CUDA_ERROR_INVALID_VALUE;
+    hGraphExec->magic = SIM_DEAD;
+    return CUDA_SUCCESS;
+}
+
+static CUresult graph_launch(CUgraphExec e, CUstream h, bool ptd) {
+    struct CUstream_st *s;
+    struct CUctx_st *sctx;
+    CUresult r = sim_stream_resolve(h, ptd, &s, &sctx);
+    if (r)
+        return r;
+    if (!e || e->magic != SIM_EXEC)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (struct CUgraphNode_st *n = e->nodes; n && !r; n = n->next) {
+        if (s->capture) {
+            /* Launching into a capturing stream copies the nodes into the capture. */
+            switch (n->type) {
+            case SIM_NODE_KERNEL: r = sim_capture_kernel(s, n->ctx, &n->launch, n->func); break;
+            case SIM_NODE_MEMSET: r = sim_capture_memset(s, &n->memset); break;
+            case SIM_NODE_MEMCPY: r = sim_capture_memcpy(s, &n->memcpy); break;
+            case SIM_NODE_HOST: r = sim_capture_host(s, n->host.fn, n->host.userData); break;
+            default: break;
+            }
+            continue;
+        }
+        switch (n->type) {
+        case SIM_NODE_KERNEL:
+            if (n->ctx->magic != SIM_CTX)
+                return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+            r = sim_launch_exec(&n->launch, s, sctx, n->ctx);
+            break;
+        case SIM_NODE_MEMSET:
+            r = sim_do_memset(n->memset.dst, n->memset.pitch, n->memset.value, n->memset.elementSize,
+                              n->memset.width, n->memset.height);
+            if (!r)
+                r = sim_enqueue_copy(s, sctx, n->memset.width * n->memset.elementSize * n->memset.height / 40, false);
+            break;
+        case SIM_NODE_MEMCPY:
+            r = sim_do_memcpy3d(&n->memcpy);
+            if (!r)
+                r = sim_enqueue_copy(s, sctx, n->memcpy.WidthInBytes * (n->memcpy.Height ? n->memcpy.Height : 1) *
+                                                  (n->memcpy.Depth ? n->memcpy.Depth : 1),
+                                     false);
+            break;
+        case SIM_NODE_HOST: r = sim_enqueue_hostfn(s, sctx, n->host.fn, n->host.userData); break;
+        default: break;
+        }
+    }
+    return r;
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) { return graph_launch(hGraphExec, hStream, false); }
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+    return graph_launch(hGraphExec, hStream, true);
+}
+
+static CUresult graph_upload(CUgraphExec e, CUstream h, bool ptd) {
+    struct CUstream_st *s;
+    struct CUctx_st *ctx;
+    CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
+    if (r)
+        return r;
+    return e && e->magic == SIM_EXEC ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) { return graph_upload(hGraphExec, hStream, false); }
+CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+    return graph_upload(hGraphExec, hStream, true);
+}
