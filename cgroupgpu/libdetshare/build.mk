@@ -15,6 +15,10 @@ DS_LIB     := $(LIB)/libdetshare.so
 DS_CFLAGS  := $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -fvisibility=hidden -ftls-model=initial-exec -pthread
 DS_LDFLAGS := -shared -Wl,--version-script=$(DS_DIR)/src/libdetshare.map -Wl,-z,now -Wl,-z,nodelete -ldl -pthread
 
+$(DS_LIB): $(DS_SRCS) $(DS_HDRS) $(DS_DIR)/src/libdetshare.map $(DS_DIR)/build.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(DS_CFLAGS) -o $@ $(DS_SRCS) $(DS_LDFLAGS)
+
 # Test programs (tests/), all test doubles or clients; none links libcuda at build time except ds_probe_lcuda,
 # which is linked with -lcuda against the simulated GPU (a test double) when that is part of the build.
 DS_TDEPS := $(wildcard $(DS_DIR)/tests/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h $(DS_DIR)/build.mk

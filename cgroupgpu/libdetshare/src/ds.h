@@ -145,6 +145,8 @@ void ds_track_unlock_all(void);
 /* Launch path (ds_launch.c). Called with ds_t != NULL; returns the stream to launch on. */
 CUstream ds_launch_stream(CUstream s, int per_thread);
 void ds_launch_done(void);
+bool ds_launch_retry(CUresult r);
+void ds_launch_unconfinable(CUstream s, int per_thread);
 
 /* dlsym / cuGetProcAddress plumbing (ds_dlsym.c). */
 typedef void *(*ds_dlsym_fn)(void *, const char *);

@@ -26,6 +26,12 @@
         CUstream s = ds_launch_stream(hStream, pt);                                                                  \
         CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, s,       \
                           kernelParams, extra);                                                                      \
+        if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
+            r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,      \
+                     kernelParams, extra);                                                                           \
+            if (r == CUDA_SUCCESS)                                                                                   \
+                ds_launch_unconfinable(hStream, pt);                                                                 \
+        }                                                                                                            \
         ds_launch_done();                                                                                            \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
@@ -43,6 +49,11 @@ LAUNCH_KERNEL(cuLaunchKernel_ptsz, 1)
         CUlaunchConfig c = *config;                                                                                  \
         c.hStream = ds_launch_stream(config->hStream, pt);                                                           \
         CUresult r = real(&c, f, kernelParams, extra);                                                               \
+        if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
+            r = real(config, f, kernelParams, extra);                                                                \
+            if (r == CUDA_SUCCESS)                                                                                   \
+                ds_launch_unconfinable(config->hStream, pt);                                                         \
+        }                                                                                                            \
         ds_launch_done();                                                                                            \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
@@ -62,6 +73,12 @@ LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, 1)
         CUstream s = ds_launch_stream(hStream, pt);                                                                  \
         CUresult r =                                                                                                 \
             real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, s, kernelParams); \
+        if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
+            r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,      \
+                     kernelParams);                                                                                  \
+            if (r == CUDA_SUCCESS)                                                                                   \
+                ds_launch_unconfinable(hStream, pt);                                                                 \
+        }                                                                                                            \
         ds_launch_done();                                                                                            \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
@@ -77,6 +94,11 @@ LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz, 1)
         ds_depth++;                                                                                                  \
         CUstream s = ds_launch_stream(hStream, pt);                                                                  \
         CUresult r = real(hGraphExec, s);                                                                            \
+        if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
+            r = real(hGraphExec, hStream);                                                                           \
+            if (r == CUDA_SUCCESS)                                                                                   \
+                ds_launch_unconfinable(hStream, pt);                                                                 \
+        }                                                                                                            \
         ds_launch_done();                                                                                            \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
