@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""worker: one benchmark tenant process (unmodified PyTorch; DetShare, MPS or nothing is applied from outside).
+
+Roles:
+  infer    batch-1 inference (resnet50 | bert) replayed through a CUDA graph, open-loop Poisson arrivals at --rate
+           req/s (fixed seed, so every configuration sees the same arrival times); --calibrate N instead measures
+           N back-to-back requests (solo capacity).
+  train    training steps (resnet50 | gpt2) as fast as possible; throughput = steps/s in the window.
+  prefill  Llama-like prompt processing with Poisson arrivals; TTFT = arrival to the end of the prompt's forward.
+  decode   Llama-like greedy decoding of a batch, one CUDA-graph step per token; inter-token gaps (TPOT).
+
+Protocol (tally-bench's): build + warm up, write --ready FILE, wait for --go FILE (it holds the wall-clock start
+time T0), run until T0 + --duration, write --out JSON with raw timings relative to T0. Nothing is aggregated here
+(report.py does that). --device cpu and the *-tiny models exist so the code paths can be checked without a GPU.
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--role", required=True, choices=["infer", "train", "prefill", "decode"])
+    ap.add_argument("--model", required=True,
+                    help="infer: resnet50|bert(-tiny); train: resnet50|gpt2(-tiny); prefill/decode: llama(-tiny)")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--out", required=True, help="result JSON path")
+    ap.add_argument("--ready", help="file written when warmed up")
+    ap.add_argument("--go", help="file to wait for; holds the start time (time.time())")
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of measurement")
+    ap.add_argument("--rate", type=float, default=0.0, help="Poisson arrival rate, requests/s (infer, prefill)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--calibrate", type=int, default=0, help="infer: measure N closed-loop requests and exit")
+    ap.add_argument("--batch", type=int, default=0, help="training / decode batch (0: per-model default)")
+    ap.add_argument("--seq", type=int, default=0, help="sequence / prompt length (0: per-model default)")
+    ap.add_argument("--no-graph", action="store_true", help="infer/decode: do not use CUDA graphs")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--wait-timeout", type=float, default=300.0)
+    ap.add_argument("--tag", default="", help="free text copied into the result (configuration name)")
+    return ap.parse_args(argv)
+
+
+def tensor_hash(t):
+    """sha256 of the raw bytes of a tensor (bit-equality, not closeness)."""
+    import torch
+
+    c = t.detach().contiguous().cpu()
+    return hashlib.sha256(c.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+
+
+class Clock:
+    def __init__(self, dev):
+        import torch
+
+        self.torch, self.cuda = torch, dev == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+
+def wait_go(a):
+    if a.ready:
+        with open(a.ready + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(a.ready + ".tmp", a.ready)
+    if not a.go:
+        return time.time()
+    deadline = time.time() + a.wait_timeout
+    while not os.path.exists(a.go):
+        if time.time() > deadline:
+            sys.exit("worker: no go file %s after %.0f s" % (a.go, a.wait_timeout))
+        time.sleep(0.005)
+    with open(a.go) as f:
+        t0 = float(f.read().strip())
+    while time.time() < t0:
+        time.sleep(min(0.001, max(0.0, t0 - time.time())))
+    return t0
+
+
+def arrivals(rate, duration, seed):
+    """Poisson arrival offsets in [0, duration): same seed, same times in every configuration."""
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    if rate <= 0:
+        return out
+    while True:
+        t += rng.expovariate(rate)
+        if t >= duration:
+            return out
+        out.append(t)
+
+
+def sleep_until(t_abs):
+    while True:
+        d = t_abs - time.time()
+        if d <= 0:
+            return
+        time.sleep(d - 0.0005 if d > 0.002 else 0)
+
+
+def build_infer(a, torch, dev):
+    import models
+
+    tiny = a.model.endswith("-tiny")
+    if a.model.startswith("resnet50"):
+        m, impl = models.resnet50()
+        side = 64 if tiny else 224
+        x = torch.randn(1, 3, side, side, device=dev, generator=None)
+    elif a.model.startswith("bert"):
+        m, impl = models.Encoder(**models.MODEL_SIZES[a.model]), "builtin"
+        seq = a.seq or (16 if tiny else 128)
+        x = torch.randint(0, 1000, (1, seq), device=dev)
+    else:
+        sys.exit("worker: --model %r: infer takes resnet50, bert (or -tiny)" % a.model)
+    m = m.to(dev).eval()
+    return m, x, impl
+
+
+def run_infer(a):
+    import torch
+
+    dev = a.device
+    torch.manual_seed(a.seed)
+    torch.backends.cudnn.benchmark = False  # algorithm choice must not depend on timing (bit-equality)
+    m, x, impl = build_infer(a, torch, dev)
+    clk = Clock(dev)
+    static_x = x.clone()
+    with torch.inference_mode():
+        for _ in range(a.warmup):
+            y = m(static_x)
+        clk.sync()
+        graph = None
+        if dev == "cuda" and not a.no_graph:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    m(static_x)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_y = m(static_x)
+
+            def step():
+                graph.replay()
+                return static_y
+        else:
+            def step():
+                return m(static_x)
+        for _ in range(a.warmup):
+            y = step()
+        clk.sync()
+        ref_hash = tensor_hash(y)
+        res = {"role": "infer", "model": a.model, "impl": impl, "graph": graph is not None, "tag": a.tag}
+        if a.calibrate:
+            times = []
+            for _ in range(a.calibrate):
+                t = time.perf_counter()
+                step()
+                clk.sync()
+                times.append(time.perf_counter() - t)
+            res.update(calibrate=times)
+            return res
+        t0 = wait_go(a)
+        arr = arrivals(a.rate, a.duration, a.seed)
+        reqs, hashes = [], {ref_hash: 0}
+        for off in arr:
+            sleep_until(t0 + off)
+            st = time.time()
+            y = step()
+            clk.sync()
+            en = time.time()
+            reqs.append((off, st - t0, en - t0))
+            h = tensor_hash(y)  # outside the timed span
+            hashes[h] = hashes.get(h, 0) + 1
+            if time.time() > t0 + a.duration + 30:  # hopelessly behind: stop, report what was served
+                break
+        res.update(t0=t0, duration=a.duration, rate=a.rate, offered=len(arr), requests=reqs,
+                   output_hash=ref_hash, output_hashes=hashes)
+        return res
+
+
+def run_train(a):
+    import torch
+    import models
+
+    dev = a.device
+    torch.manual_seed(a.seed)
+    torch.backends.cudnn.benchmark = False
+    tiny = a.model.endswith("-tiny")
+    if a.model.startswith("resnet50"):
+        m, impl = models.resnet50()
+        bs = a.batch or (4 if tiny else 64)
+        side = 64 if tiny else 224
+        x = torch.randn(bs, 3, side, side, device=dev)
+        y = torch.randint(0, 1000, (bs,), device=dev)
+
+        def loss_fn():
+            return torch.nn.functional.cross_entropy(m(x), y)
+    elif a.model.startswith("gpt2"):
+        m, impl = models.GPT(**models.MODEL_SIZES[a.model]), "builtin"
+        bs = a.batch or (2 if tiny else 8)
+        seq = a.seq or (32 if tiny else 512)
+        vocab = m.head.out_features
+        ids = torch.randint(0, vocab, (bs, seq + 1), device=dev)
+
+        def loss_fn():
+            logits = m(ids[:, :-1])
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
+    else:
+        sys.exit("worker: --model %r: train takes resnet50, gpt2 (or -tiny)" % a.model)
+    m = m.to(dev).train()
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+    clk = Clock(dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(a.warmup):
+        step()
+    clk.sync()
+    t0 = wait_go(a)
+    ends, losses = [], []
+    while time.time() < t0 + a.duration:
+        loss = step()
+        clk.sync()
+        ends.append(time.time() - t0)
+        if len(losses) < 5:
+            losses.append(loss.detach())
+    return {"role": "train", "model": a.model, "impl": impl, "batch": bs, "tag": a.tag, "t0": t0,
+            "duration": a.duration, "step_ends": ends,
+            "loss_hash_first5": tensor_hash(torch.stack(losses)) if losses else ""}
+
+
+def build_llama(a, torch, dev):
+    import models
+
+    kw = models.MODEL_SIZES["llama-tiny" if a.model.endswith("-tiny") else "llama"]
+    m = models.Llama(**kw)
+    dtype = torch.float16 if dev == "cuda" else torch.float32
+    return m.to(dev, dtype).eval(), dtype
+
+
+def run_prefill(a):
+    import torch
+
+    dev = a.device
+    torch.manual_seed(a.seed)
+    m, dtype = build_llama(a, torch, dev)
+    seq = a.seq or (16 if a.model.endswith("-tiny") else 1024)
+    vocab = m.head.out_features
+    cache = m.new_cache(1, seq, dev, dtype)
+    ids = torch.randint(0, vocab, (1, seq), device=dev)
+    pos = torch.arange(seq, device=dev)
+    clk = Clock(dev)
+    with torch.inference_mode():
+        for _ in range(a.warmup):
+            out = m(ids, pos, cache, True)
+        clk.sync()
+        ref = tensor_hash(out)
+        t0 = wait_go(a)
+        arr = arrivals(a.rate, a.duration, a.seed)
+        reqs = []
+        for off in arr:
+            sleep_until(t0 + off)
+            st = time.time()
+            out = m(ids, pos, cache, True)
+            first = out.argmax(-1)
+            clk.sync()
+            en = time.time()
+            reqs.append((off, st - t0, en - t0))
+            if time.time() > t0 + a.duration + 30:
+                break
+            del first
+    return {"role": "prefill", "model": a.model, "tag": a.tag, "t0": t0, "duration": a.duration, "rate": a.rate,
+            "prompt_len": seq, "offered": len(arr), "requests": reqs, "output_hash": ref}
+
+
+def run_decode(a):
+    import torch
+
+    dev = a.device
+    torch.manual_seed(a.seed)
+    m, dtype = build_llama(a, torch, dev)
+    bs = a.batch or (2 if a.model.endswith("-tiny") else 16)
+    prompt = 16
+    max_seq = a.seq or (64 if a.model.endswith("-tiny") else 512)
+    vocab = m.head.out_features
+    cache = m.new_cache(bs, max_seq, dev, dtype)
+    clk = Clock(dev)
+    with torch.inference_mode():
+        p_ids = torch.randint(0, vocab, (bs, prompt), device=dev)
+        m(p_ids, torch.arange(prompt, device=dev), cache, True)
+        tok = torch.zeros(bs, 1, dtype=torch.long, device=dev)
+        pos = torch.full((1,), prompt, dtype=torch.long, device=dev)
+
+        def raw_step():
+            logits = m(tok, pos, cache, False)
+            tok.copy_(logits.argmax(-1, keepdim=True))
+            pos.add_(1)
+            return logits
+
+        graph = None
+        if dev == "cuda" and not a.no_graph:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    raw_step()
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_logits = raw_step()
+
+            def step():
+                graph.replay()
+                return static_logits
+        else:
+            step = raw_step
+
+        def reset():
+            tok.zero_()
+            pos.fill_(prompt)
+
+        reset()
+        for _ in range(a.warmup):
+            step()
+        clk.sync()
+        # the reference sequence: deterministic greedy tokens from the same state (bit-equality across configs)
+        reset()
+        gen = []
+        for _ in range(32):
+            step()
+            gen.append(tok.clone())
+        clk.sync()
+        ref = tensor_hash(torch.cat(gen, 1))
+        reset()
+        t0 = wait_go(a)
+        stamps, n = [], 0
+        while time.time() < t0 + a.duration:
+            step()
+            clk.sync()
+            stamps.append(time.time() - t0)
+            n += 1
+            if prompt + n >= max_seq - 1:  # the batch's sequences are done: start new ones
+                reset()
+                n = 0
+    return {"role": "decode", "model": a.model, "tag": a.tag, "t0": t0, "duration": a.duration, "batch": bs,
+            "graph": graph is not None, "token_stamps": stamps, "output_hash": ref}
+
+
+def env_info():
+    import torch
+
+    info = {"torch": torch.__version__, "pid": os.getpid(),
+            "preload": os.environ.get("LD_PRELOAD", ""), "quota_file": os.environ.get("DETSHARE_QUOTA_FILE", ""),
+            "mps_pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY", ""),
+            "mps_pct": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "")}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(gpu=p.name, sms=p.multi_processor_count, cuda=torch.version.cuda)
+    return info
+
+
+def main(argv=None):
+    a = parse(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.exit("worker: PyTorch is not installed (python3 -c 'import torch' fails); the workloads need it")
+    fn = {"infer": run_infer, "train": run_train, "prefill": run_prefill, "decode": run_decode}[a.role]
+    res = fn(a)
+    res["env"] = env_info()
+    with open(a.out + ".tmp", "w") as f:
+        json.dump(res, f)
+    os.rename(a.out + ".tmp", a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
