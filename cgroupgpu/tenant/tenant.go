@@ -278,7 +278,7 @@ func Deregister(runDir, id string) error {
 	return t.Deregister(id)
 }
 
-// Lookup returns tenant id's registration and its quota file paths.
+// Lookup returns tenant id's registration, its GPU and its quota file paths.
 func Lookup(runDir, id string) (Result, bool, error) {
 	t, err := table.OpenReadOnly(runDir)
 	if err != nil {
@@ -293,5 +293,11 @@ func Lookup(runDir, id string) (Result, bool, error) {
 		return Result{}, false, nil
 	}
 	p := t.Paths()
-	return Result{Registration: reg, QuotaFile: p.QuotaFile(id), ContainerQuotaFile: p.ContainerQuotaFile(id)}, true, nil
+	res := Result{Registration: reg, QuotaFile: p.QuotaFile(id), ContainerQuotaFile: p.ContainerQuotaFile(id)}
+	for _, g := range t.GPUs() {
+		if g.Index == reg.GPU {
+			res.GPU = g
+		}
+	}
+	return res, true, nil
 }

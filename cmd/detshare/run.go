@@ -47,6 +47,8 @@ Quota flags take precedence over DETSHARE_<FIELD> environment variables (see doc
   --role none|prefill|decode
   --gpu auto|INDEX|UUID
 
+CMD sees only the tenant's GPU (CUDA_VISIBLE_DEVICES=<its UUID>) unless CUDA_VISIBLE_DEVICES is already set.
+
 --join NAME runs CMD inside the existing tenant NAME (same quota, same memory budget) without registering.
 
 Examples:
@@ -114,6 +116,7 @@ func runTenant(c *cli.Context) (int, error) {
 			return 0, fmt.Errorf("--join %s: no such tenant in %s (start it with `detshare run --name %s -- …`)", id, runDir, id)
 		}
 		env = tenantEnv(env, runDir, id, res.QuotaFile)
+		env = withVisibleGPU(env, res.GPU)
 	default:
 		id = c.String("name")
 		if id == "" {
@@ -135,6 +138,7 @@ func runTenant(c *cli.Context) (int, error) {
 		case err == nil:
 			registered = true
 			env = tenantEnv(env, runDir, id, res.QuotaFile)
+			env = withVisibleGPU(env, res.GPU)
 			logrus.WithFields(logrus.Fields{"id": id, "slot": res.Registration.Slot, "gpu": res.Placement.GPU,
 				"sms": res.Placement.SMs, "memory": res.Placement.MemLimit}).Info("registered host tenant")
 		case isRefusal(err) || c.Bool("strict"):
@@ -219,6 +223,20 @@ func tenantEnv(env []string, runDir, id, quotaFile string) []string {
 	env = setEnv(env, "DETSHARE_QUOTA_FILE", quotaFile)
 	env = setEnv(env, table.RunDirEnv, runDir)
 	return setEnv(env, "DETSHARE_TENANT", id)
+}
+
+// withVisibleGPU points CUDA at the tenant's GPU (CUDA_VISIBLE_DEVICES=<UUID>) unless the user chose devices
+// already: the quota is accounted on that GPU, so CMD must run there. Simulated GPUs (SIM-…) are left alone.
+func withVisibleGPU(env []string, gpu table.GPUState) []string {
+	if !strings.HasPrefix(gpu.UUID, "GPU-") {
+		return env
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") {
+			return env
+		}
+	}
+	return setEnv(env, "CUDA_VISIBLE_DEVICES", gpu.UUID)
 }
 
 // libPath picks libdetshare.so: --lib / DETSHARE_LIB, else ../lib/libdetshare.so next to the binary.

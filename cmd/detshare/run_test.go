@@ -286,6 +286,45 @@ func TestRunRefusesBadQuotaWithoutRunning(t *testing.T) {
 }
 
 // TestRunFailsOpen: when the table cannot be used at all, CMD still runs (without DetShare), unless --strict.
+func TestWithVisibleGPU(t *testing.T) {
+	real := table.GPUState{GPUInfo: table.GPUInfo{UUID: "GPU-1234"}}
+	if got := getEnv(withVisibleGPU([]string{"A=1"}, real), "CUDA_VISIBLE_DEVICES"); got != "GPU-1234" {
+		t.Errorf("unset: %q", got)
+	}
+	if got := getEnv(withVisibleGPU([]string{"CUDA_VISIBLE_DEVICES=0,1"}, real), "CUDA_VISIBLE_DEVICES"); got != "0,1" {
+		t.Errorf("user's choice overridden: %q", got)
+	}
+	sim := table.GPUState{GPUInfo: table.GPUInfo{UUID: "SIM-0"}}
+	if got := getEnv(withVisibleGPU([]string{"A=1"}, sim), "CUDA_VISIBLE_DEVICES"); got != "" {
+		t.Errorf("simulated GPU: %q", got)
+	}
+}
+
+func TestRunNameTaken(t *testing.T) {
+	e := newRunEnv(t)
+	owner := e.detshare("run", "--name", "taken", "--", e.script(t, "taken", 0))
+	if err := owner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		os.WriteFile(filepath.Join(e.dir, "taken.go"), []byte("1"), 0o644)
+		owner.Wait()
+	}()
+	waitFile(t, filepath.Join(e.dir, "taken.pid"))
+	marker := filepath.Join(e.dir, "ran")
+	cmd := e.detshare("run", "--name", "taken", "--", "touch", marker)
+	out, err := cmd.CombinedOutput()
+	if code := exitCode(t, cmd, err); code != 125 || !strings.Contains(string(out), "tenant already registered") {
+		t.Errorf("second --name taken: exit %d %q", code, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("CMD ran under a name already taken")
+	}
+	if _, ok := lookup(t, e.runDir, "taken"); !ok {
+		t.Error("the refused run deregistered the first tenant")
+	}
+}
+
 func TestRunFailsOpen(t *testing.T) {
 	e := newRunEnv(t)
 	blocker := filepath.Join(e.dir, "file")
