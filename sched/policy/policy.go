@@ -1,0 +1,451 @@
+// Package policy decides who gets which SM groups (or time tokens) of one GPU. It is pure: no I/O, no clocks, no
+// table access, so every rule is table-tested. The daemon (sched/daemon) feeds it a snapshot of the tenants of a GPU
+// and publishes what it returns.
+//
+// Rules (DESIGN.md §4):
+//   - A guarantee is a number of SM groups. Guarantees are placed first and are sticky: a tenant keeps the groups it
+//     had whenever they are still free, because moving a tenant costs a migration at its next kernel boundary.
+//   - Latency-critical: its guaranteed groups are exclusive, busy or idle, unless it allows lending; an idle lender
+//     keeps its grant (so its next kernel starts at once) while the same groups are lent to busy borrowers, who lose
+//     them within one in-flight kernel once the lender is busy again.
+//   - Burstable: guarantee + borrow. Its guarantee is exclusive while it is busy and lendable while it is idle.
+//   - Best-effort: no guarantee; work-conserving, soaks up whatever is idle.
+//   - What is not held exclusively is shared by the busy tenants in proportion to their weights (largest remainder,
+//     every busy tenant gets at least one group while there are enough). Throughput-oriented uses the plain weights;
+//     TPOT-First lets decode tenants pick first (boosted weight, first choice of groups, rounding in their favour)
+//     and prefill tenants get the rest.
+//   - Busy tenants' grants never overlap each other, and no grant overlaps another tenant's exclusive groups. An
+//     idle tenant without a guarantee keeps what it had of the shared groups (or is offered all of them): it runs
+//     nothing, so overlap costs nothing until it wakes, and then the scheduler answers its doorbell within
+//     microseconds.
+//   - Temporal mode (no MPS): one token holder at a time; busy tenants rotate, latency-critical first, quanta sized
+//     by tier and weight.
+package policy
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+	"time"
+)
+
+// Tier is a tenant's SLO tier.
+type Tier int
+
+// Tiers, ordered by priority.
+const (
+	BestEffort Tier = iota
+	Burstable
+	LatencyCritical
+)
+
+func (t Tier) String() string {
+	switch t {
+	case BestEffort:
+		return "best-effort"
+	case Burstable:
+		return "burstable"
+	case LatencyCritical:
+		return "latency-critical"
+	}
+	return fmt.Sprintf("tier(%d)", int(t))
+}
+
+// Role is a tenant's LLM-serving phase (TPOT-First).
+type Role int
+
+// Roles.
+const (
+	RoleNone Role = iota
+	RolePrefill
+	RoleDecode
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleNone:
+		return "none"
+	case RolePrefill:
+		return "prefill"
+	case RoleDecode:
+		return "decode"
+	}
+	return fmt.Sprintf("role(%d)", int(r))
+}
+
+// Kind selects how the shared part is split.
+type Kind string
+
+// Policy kinds.
+const (
+	ThroughputOriented Kind = "throughput-oriented"
+	TPOTFirst          Kind = "tpot-first"
+)
+
+// Kinds lists the selectable policies (for error messages and help).
+var Kinds = []Kind{ThroughputOriented, TPOTFirst}
+
+// ParseKind checks a policy name.
+func ParseKind(s string) (Kind, error) {
+	for _, k := range Kinds {
+		if string(k) == s {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("policy %q: allowed values are %q, %q", s, ThroughputOriented, TPOTFirst)
+}
+
+// ID is the number recorded in the table header (informational).
+func (k Kind) ID() uint32 {
+	if k == TPOTFirst {
+		return 2
+	}
+	return 1
+}
+
+// Options tune a policy.
+type Options struct {
+	Kind Kind
+	// DecodeBoost multiplies a decode tenant's weight under TPOT-First (>= 1).
+	DecodeBoost uint32
+	// Quantum is the temporal quantum of a best-effort tenant of weight 1; burstable gets 2x, latency-critical 4x,
+	// each times its weight.
+	Quantum time.Duration
+	// MaxQuantum caps a quantum so that a heavy tenant cannot hold the GPU for long.
+	MaxQuantum time.Duration
+}
+
+// DefaultOptions are the defaults of configs/detshare/config.toml.
+func DefaultOptions() Options {
+	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond}
+}
+
+// Tenant is one tenant of the GPU being decided.
+type Tenant struct {
+	Slot      int
+	ID        string
+	Tier      Tier
+	Role      Role
+	Weight    uint32 // >= 1 (0 is treated as 1)
+	Guarantee int    // guaranteed SM groups (0 for best-effort)
+	Lend      bool   // latency-critical only: its idle groups may be lent
+	Busy      bool   // its client page shows queued work
+	Prev      uint64 // groups it holds now (stability)
+}
+
+// Grant is the decision for one tenant.
+type Grant struct {
+	Groups uint64
+	SMs    uint32
+	Reason string // short why, shown by `detshare top` and logs
+}
+
+// Decision is a policy's answer for one GPU, Grants aligned with the Tenants given.
+type Decision struct {
+	Grants []Grant
+	// Exclusive[i] is the part of Grants[i] nobody else may be granted.
+	Exclusive []uint64
+}
+
+// Decide computes the spatial grants of tenants on a GPU whose split has groupSMs[i] SMs in group i.
+func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
+	n := len(groupSMs)
+	if n > 64 {
+		n = 64
+	}
+	all := uint64(0)
+	if n == 64 {
+		all = ^uint64(0)
+	} else {
+		all = (uint64(1) << n) - 1
+	}
+	d := Decision{Grants: make([]Grant, len(tenants)), Exclusive: make([]uint64, len(tenants))}
+	guar := make([]uint64, len(tenants))
+	exclusive := uint64(0)
+	taken := uint64(0)
+
+	// 1. Guarantees, in priority order (tier, then decode first under TPOT-First, then slot): sticky groups first.
+	order := make([]int, len(tenants))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return lessPriority(tenants[order[a]], tenants[order[b]], o.Kind) })
+	for _, i := range order {
+		t := tenants[i]
+		if t.Guarantee <= 0 || t.Tier == BestEffort {
+			continue
+		}
+		m := pick(t.Prev&all&^taken, all&^taken, t.Guarantee)
+		if bits.OnesCount64(m) < t.Guarantee {
+			d.Grants[i].Reason = fmt.Sprintf("guarantee cut to %d of %d groups (not enough groups)", bits.OnesCount64(m), t.Guarantee)
+		}
+		guar[i] = m
+		taken |= m
+		if t.Busy || (t.Tier == LatencyCritical && !t.Lend) {
+			exclusive |= m
+			d.Exclusive[i] = m
+		}
+	}
+	shared := all &^ exclusive
+
+	// 2. The shared part goes to the busy tenants by weight, minus what their own guarantee already covers.
+	var busy []int
+	for _, i := range order {
+		if tenants[i].Busy {
+			busy = append(busy, i)
+		}
+	}
+	want := shareCounts(bits.OnesCount64(shared)+sumGuaranteeBits(guar, busy, d.Exclusive), busy, tenants, guar, o)
+	extra := make([]int, len(tenants))
+	for _, i := range busy {
+		e := want[i] - bits.OnesCount64(guar[i]&d.Exclusive[i])
+		if e > 0 {
+			extra[i] = e
+		}
+	}
+	// Sticky first: each busy tenant keeps the shared groups it already had, then picks new ones in priority order.
+	free := shared
+	got := make([]uint64, len(tenants))
+	for _, i := range busy {
+		keep := pick(tenants[i].Prev&free, 0, extra[i])
+		got[i] = keep
+		free &^= keep
+	}
+	for _, i := range busy {
+		need := extra[i] - bits.OnesCount64(got[i])
+		if need > 0 {
+			m := pick(0, free, need)
+			got[i] |= m
+			free &^= m
+		}
+	}
+
+	// 3. Assemble.
+	for i, t := range tenants {
+		g := &d.Grants[i]
+		switch {
+		case t.Busy:
+			g.Groups = (guar[i] & d.Exclusive[i]) | got[i]
+			if g.Reason == "" {
+				g.Reason = busyReason(t, bits.OnesCount64(got[i]), o.Kind)
+			}
+		case guar[i] != 0:
+			// Idle with a guarantee: it keeps its groups; if they are lendable, busy tenants may hold them too.
+			g.Groups = guar[i]
+			if g.Reason == "" {
+				if d.Exclusive[i] != 0 {
+					g.Reason = "idle, guarantee kept"
+				} else {
+					g.Reason = "idle, guarantee lent"
+				}
+			}
+		default:
+			// Idle, no guarantee: keep what it had of the non-exclusive groups, else be offered all of them.
+			g.Groups = t.Prev & shared
+			if g.Groups == 0 {
+				g.Groups = shared
+			}
+			if g.Reason == "" {
+				g.Reason = "idle"
+			}
+			if g.Groups == 0 {
+				g.Reason = "idle, every group is reserved"
+			}
+		}
+		for b := g.Groups; b != 0; b &= b - 1 {
+			g.SMs += groupSMs[bits.TrailingZeros64(b)]
+		}
+	}
+	return d
+}
+
+func sumGuaranteeBits(guar []uint64, busy []int, excl []uint64) int {
+	s := 0
+	for _, i := range busy {
+		s += bits.OnesCount64(guar[i] & excl[i])
+	}
+	return s
+}
+
+// shareCounts returns, for each busy tenant, how many groups in total (guarantee included) its weight earns out of
+// pool groups, never less than its guarantee. Largest remainder; every busy tenant gets >= 1 while possible.
+func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) map[int]int {
+	out := map[int]int{}
+	if len(busy) == 0 {
+		return out
+	}
+	w := func(i int) uint64 {
+		x := uint64(ts[i].Weight)
+		if x == 0 {
+			x = 1
+		}
+		if o.Kind == TPOTFirst && ts[i].Role == RoleDecode {
+			b := uint64(o.DecodeBoost)
+			if b == 0 {
+				b = 1
+			}
+			x *= b
+		}
+		return x
+	}
+	// Guarantees are floors: tenants whose weighted share is below their guarantee take the guarantee and leave the
+	// rest to the others (iterate until stable).
+	fixed := map[int]bool{}
+	for {
+		rest := pool
+		var tw uint64
+		for _, i := range busy {
+			if fixed[i] {
+				rest -= bits.OnesCount64(guar[i])
+			} else {
+				tw += w(i)
+			}
+		}
+		if rest < 0 {
+			rest = 0
+		}
+		changed := false
+		type rem struct {
+			i    int
+			frac uint64
+		}
+		var rems []rem
+		given := 0
+		for _, i := range busy {
+			if fixed[i] {
+				out[i] = bits.OnesCount64(guar[i])
+				continue
+			}
+			q := uint64(rest) * w(i)
+			out[i] = int(q / tw)
+			given += out[i]
+			rems = append(rems, rem{i, q % tw})
+		}
+		// Largest remainder; ties to the earlier (higher-priority) tenant.
+		sort.SliceStable(rems, func(a, b int) bool { return rems[a].frac > rems[b].frac })
+		for k := 0; given < rest && k < len(rems); k++ {
+			out[rems[k].i]++
+			given++
+		}
+		// Nobody busy starves while a group can be moved from a tenant holding more than one share-only group.
+		for _, r := range rems {
+			if out[r.i] > 0 {
+				continue
+			}
+			for _, d := range rems {
+				if out[d.i] > 1 && out[d.i] > bits.OnesCount64(guar[d.i]) {
+					out[d.i]--
+					out[r.i]++
+					break
+				}
+			}
+		}
+		for _, i := range busy {
+			if !fixed[i] && out[i] < bits.OnesCount64(guar[i]) {
+				fixed[i] = true
+				changed = true
+			}
+		}
+		if !changed {
+			return out
+		}
+	}
+}
+
+func busyReason(t Tenant, extra int, k Kind) string {
+	s := "busy"
+	if t.Guarantee > 0 && t.Tier != BestEffort {
+		s = fmt.Sprintf("busy, guarantee %d", t.Guarantee)
+	}
+	if extra > 0 {
+		s += fmt.Sprintf(" + %d shared (weight %d", extra, max(t.Weight, 1))
+		if k == TPOTFirst && t.Role == RoleDecode {
+			s += ", decode first"
+		}
+		s += ")"
+	}
+	return s
+}
+
+// lessPriority orders tenants: higher tier first; under TPOT-First decode before others before prefill; then slot.
+func lessPriority(a, b Tenant, k Kind) bool {
+	if a.Tier != b.Tier {
+		return a.Tier > b.Tier
+	}
+	if k == TPOTFirst && a.Role != b.Role {
+		return roleRank(a.Role) < roleRank(b.Role)
+	}
+	return a.Slot < b.Slot
+}
+
+func roleRank(r Role) int {
+	switch r {
+	case RoleDecode:
+		return 0
+	case RolePrefill:
+		return 2
+	}
+	return 1
+}
+
+// pick returns up to n groups: first from preferred, then the lowest from avail.
+func pick(preferred, avail uint64, n int) uint64 {
+	var m uint64
+	for b := preferred; b != 0 && n > 0; b &= b - 1 {
+		m |= b & -b
+		n--
+	}
+	for b := avail &^ m; b != 0 && n > 0; b &= b - 1 {
+		m |= b & -b
+		n--
+	}
+	return m
+}
+
+// Turn is one entry of a temporal rotation.
+type Turn struct {
+	Slot    int
+	Quantum time.Duration
+}
+
+// Rotation orders the busy tenants of a GPU without MPS for the time token: latency-critical first, then burstable,
+// then best-effort, slot order within a tier (decode first under TPOT-First). Quanta grow with tier and weight.
+// Idle tenants get no turn: a token is never wasted on a tenant with nothing queued.
+func Rotation(tenants []Tenant, o Options) []Turn {
+	idx := make([]int, 0, len(tenants))
+	for i, t := range tenants {
+		if t.Busy {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return lessPriority(tenants[idx[a]], tenants[idx[b]], o.Kind) })
+	out := make([]Turn, 0, len(idx))
+	for _, i := range idx {
+		out = append(out, Turn{Slot: tenants[i].Slot, Quantum: QuantumFor(tenants[i], o)})
+	}
+	return out
+}
+
+// QuantumFor is the time a tenant may hold the token per turn.
+func QuantumFor(t Tenant, o Options) time.Duration {
+	base := o.Quantum
+	if base <= 0 {
+		base = DefaultOptions().Quantum
+	}
+	f := time.Duration(1)
+	switch t.Tier {
+	case Burstable:
+		f = 2
+	case LatencyCritical:
+		f = 4
+	}
+	w := time.Duration(max(t.Weight, 1))
+	if o.Kind == TPOTFirst && t.Role == RoleDecode && o.DecodeBoost > 1 {
+		w *= time.Duration(o.DecodeBoost)
+	}
+	q := base * f * w
+	if o.MaxQuantum > 0 && q > o.MaxQuantum {
+		q = o.MaxQuantum
+	}
+	return q
+}
