@@ -1,0 +1,144 @@
+// Package config loads the scheduler's configuration, /etc/detshare/config.toml (commented example in
+// configs/detshare/config.toml). Every field has a default, so a missing file is not an error; a bad value is,
+// naming the key, the value and what is allowed.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/detshare/detshare/sched/policy"
+)
+
+// DefaultPath is where `detshare sched` reads its configuration unless --config says otherwise.
+const DefaultPath = "/etc/detshare/config.toml"
+
+// Config is the whole file.
+type Config struct {
+	Scheduler Scheduler `toml:"scheduler"`
+	MPS       MPS       `toml:"mps"`
+	Metrics   Metrics   `toml:"metrics"`
+}
+
+// Scheduler holds the policy and the loop's timings.
+type Scheduler struct {
+	Policy      string   `toml:"policy"`       // throughput-oriented | tpot-first
+	DecodeBoost uint32   `toml:"decode_boost"` // TPOT-First weight multiplier for decode tenants
+	Quantum     Duration `toml:"quantum"`      // temporal quantum of a best-effort tenant of weight 1
+	MaxQuantum  Duration `toml:"max_quantum"`
+	Tick        Duration `toml:"tick"`        // longest sleep between passes without doorbell (reaping, heartbeat)
+	ReapEvery   Duration `toml:"reap_every"`  // how often dead processes are looked for
+	LatencySLO  Duration `toml:"latency_slo"` // a latency tier waiting longer than this for its grant is an SLO violation
+}
+
+// MPS controls the per-GPU MPS control daemons.
+type MPS struct {
+	Enable  bool   `toml:"enable"`  // false: temporal quanta only
+	Control string `toml:"control"` // nvidia-cuda-mps-control executable (name looked up in PATH, or a path)
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	Listen string `toml:"listen"` // host:port, empty = off
+}
+
+// Duration is a time.Duration written as "5ms" in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (examples: 500us, 5ms, 1s)", string(b))
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Default returns the built-in defaults (what the example file documents).
+func Default() Config {
+	o := policy.DefaultOptions()
+	return Config{
+		Scheduler: Scheduler{Policy: string(o.Kind), DecodeBoost: o.DecodeBoost, Quantum: Duration{o.Quantum},
+			MaxQuantum: Duration{o.MaxQuantum}, Tick: Duration{100 * time.Millisecond},
+			ReapEvery: Duration{250 * time.Millisecond}, LatencySLO: Duration{time.Millisecond}},
+		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
+		Metrics: Metrics{Listen: ""},
+	}
+}
+
+// Load reads path over the defaults. A missing file gives the defaults.
+func Load(path string) (Config, error) {
+	c := Default()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes a file's content over the defaults and validates it.
+func Parse(name string, data []byte) (Config, error) {
+	c := Default()
+	md, err := toml.Decode(string(data), &c)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", name, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo}, mps.{enable,control}, metrics.listen)", name, und[0].String())
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// Validate checks ranges.
+func (c Config) Validate() error {
+	if _, err := policy.ParseKind(c.Scheduler.Policy); err != nil {
+		return fmt.Errorf("scheduler.policy: %w", err)
+	}
+	if c.Scheduler.DecodeBoost < 1 || c.Scheduler.DecodeBoost > 100 {
+		return fmt.Errorf("scheduler.decode_boost = %d: allowed values are 1..100", c.Scheduler.DecodeBoost)
+	}
+	for _, d := range []struct {
+		key    string
+		v      time.Duration
+		lo, hi time.Duration
+	}{
+		{"scheduler.quantum", c.Scheduler.Quantum.Duration, 100 * time.Microsecond, 10 * time.Second},
+		{"scheduler.max_quantum", c.Scheduler.MaxQuantum.Duration, 100 * time.Microsecond, 10 * time.Second},
+		{"scheduler.tick", c.Scheduler.Tick.Duration, time.Millisecond, 10 * time.Second},
+		{"scheduler.reap_every", c.Scheduler.ReapEvery.Duration, 10 * time.Millisecond, time.Second},
+		{"scheduler.latency_slo", c.Scheduler.LatencySLO.Duration, time.Microsecond, time.Minute},
+	} {
+		if d.v < d.lo || d.v > d.hi {
+			return fmt.Errorf("%s = %s: allowed values are %s..%s", d.key, d.v, d.lo, d.hi)
+		}
+	}
+	if c.Scheduler.MaxQuantum.Duration < c.Scheduler.Quantum.Duration {
+		return fmt.Errorf("scheduler.max_quantum = %s: must be >= scheduler.quantum (%s)", c.Scheduler.MaxQuantum, c.Scheduler.Quantum)
+	}
+	if c.MPS.Enable && c.MPS.Control == "" {
+		return errors.New(`mps.control = "": name the nvidia-cuda-mps-control executable, or set mps.enable = false`)
+	}
+	return nil
+}
+
+// PolicyOptions converts the scheduler section for sched/policy.
+func (c Config) PolicyOptions() policy.Options {
+	k, _ := policy.ParseKind(c.Scheduler.Policy)
+	return policy.Options{Kind: k, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
+		MaxQuantum: c.Scheduler.MaxQuantum.Duration}
+}

@@ -1,0 +1,69 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/detshare/detshare/sched/policy"
+)
+
+func TestExampleFileIsTheDefaults(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	ex := filepath.Join(filepath.Dir(file), "..", "..", "configs", "detshare", "config.toml")
+	c, err := Load(ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != Default() {
+		t.Fatalf("configs/detshare/config.toml differs from Default():\n%+v\n%+v", c, Default())
+	}
+}
+
+func TestMissingFileGivesDefaults(t *testing.T) {
+	c, err := Load(filepath.Join(t.TempDir(), "none.toml"))
+	if err != nil || c != Default() {
+		t.Fatal(c, err)
+	}
+}
+
+func TestParse(t *testing.T) {
+	c, err := Parse("t", []byte("[scheduler]\npolicy = \"tpot-first\"\nquantum = \"2ms\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.PolicyOptions()
+	if o.Kind != policy.TPOTFirst || o.Quantum != 2*time.Millisecond || c.Metrics.Listen != "127.0.0.1:0" {
+		t.Fatalf("%+v %+v", o, c)
+	}
+	bad := []struct{ in, want string }{
+		{"[scheduler]\npolicy = \"fast\"", `scheduler.policy: policy "fast": allowed values are "throughput-oriented", "tpot-first"`},
+		{"[scheduler]\nquantum = \"soon\"", `"soon" is not a duration`},
+		{"[scheduler]\nquantum = \"1ns\"", "scheduler.quantum = 1ns: allowed values are 100µs..10s"},
+		{"[scheduler]\ndecode_boost = 0", "scheduler.decode_boost = 0: allowed values are 1..100"},
+		{"[scheduler]\nquantum = \"60ms\"", "scheduler.max_quantum = 50ms: must be >= scheduler.quantum (60ms)"},
+		{"[scheduler]\npolcy = \"x\"", `unknown key "scheduler.polcy"`},
+		{"[mps]\ncontrol = \"\"", "mps.control"},
+	}
+	for _, b := range bad {
+		_, err := Parse("t", []byte(b.in))
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%q: error %v, want it to contain %q", b.in, err, b.want)
+		}
+	}
+}
+
+func TestUnreadableFile(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(dir); err == nil { // a directory
+		t.Fatal("reading a directory as config must fail")
+	}
+	p := filepath.Join(dir, "c.toml")
+	os.WriteFile(p, []byte("[scheduler"), 0o644)
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) {
+		t.Fatalf("syntax error must name the file: %v", err)
+	}
+}
