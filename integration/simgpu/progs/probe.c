@@ -251,7 +251,7 @@ typedef struct {
 } opt;
 static opt g_opts[64];
 static int g_nopts;
-static const char *g_pos[16];
+static const char *g_pos[64];
 static int g_npos;
 
 static void parse_opts(int argc, char **argv, int first) {
@@ -269,7 +269,7 @@ static void parse_opts(int argc, char **argv, int first) {
             } else {
                 g_opts[g_nopts++] = (opt){argv[i] + 2, "1"};
             }
-        } else if (g_npos < 16) {
+        } else if (g_npos < 64) {
             g_pos[g_npos++] = argv[i];
         } else {
             usage("too many arguments");
