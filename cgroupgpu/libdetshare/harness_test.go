@@ -98,9 +98,11 @@ func (e *env) withTenant(memLimit uint64, mpsPipeDir string) *env {
 		t.Fatalf("create table: %v", err)
 	}
 	t.Cleanup(func() { tbl.Close() })
-	if err := tbl.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-0", Name: "DetShare simulated GPU (test double)",
-		SMCount: 132, MemTotal: simMem}}); err != nil {
-		t.Fatalf("set GPUs: %v", err)
+	if len(tbl.GPUs()) == 0 {
+		if err := tbl.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-0", Name: "DetShare simulated GPU (test double)",
+			SMCount: 132, MemTotal: simMem}}); err != nil {
+			t.Fatalf("set GPUs: %v", err)
+		}
 	}
 	id := fmt.Sprintf("lib-test-%d", tenantSeq.Add(1))
 	reg, err := tbl.Register(table.RegisterRequest{ID: id, Tier: table.TierBestEffort, Weight: 1, GPU: 0,
@@ -127,6 +129,19 @@ func (e *env) withTenant(memLimit uint64, mpsPipeDir string) *env {
 	e.tbl, e.reg, e.client, e.quotaFile = tbl, reg, client, qf
 	e.vars = append(e.vars, "DETSHARE_QUOTA_FILE="+qf)
 	return e
+}
+
+// another returns a second tenant in the same table and simulated GPU (same run directory and state file).
+func (e *env) another(memLimit uint64) *env {
+	e.t.Helper()
+	var vars []string
+	for _, v := range e.vars {
+		if !strings.HasPrefix(v, "DETSHARE_QUOTA_FILE=") {
+			vars = append(vars, v)
+		}
+	}
+	o := &env{t: e.t, vars: vars, runDir: e.runDir}
+	return o.withTenant(memLimit, "")
 }
 
 func (e *env) memUsed() uint64 { return atomic.LoadUint64(&e.client.Page().MemUsed) }

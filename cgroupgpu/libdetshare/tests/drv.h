@@ -55,7 +55,8 @@
     X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0)                                                       \
     X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                              \
     X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)                                            \
-    X(cuGraphLaunch, cuGraphLaunch, 10000, 0)
+    X(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                                                        \
+    X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, 0)
 
 struct drv {
 #define DRV_FIELD_(name, base, ver, pt) PFN_##name name;

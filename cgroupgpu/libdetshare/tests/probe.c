@@ -5,7 +5,11 @@
  *
  * Steps: init | info | total | alloc:N | pitch:WxH | managed:N | async:N | pool:N | vmm:N | vmmhost:N |
  *        array:WxH | array3d:WxHxD | mipmap:WxH:L | free-last | free-all | launch:N | hold | env:NAME |
- *        procaddr:SYMBOL:VERSION:FLAGS | dlsym:NAME | fork:N (child allocates N bytes, reports, exits)
+ *        procaddr:SYMBOL:VERSION:FLAGS | dlsym:NAME | fork:N (child allocates N bytes, reports, exits) |
+ *        stream (later kernels go to a new blocking stream; default: the legacy NULL stream) | pause (waits for a
+ *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
+ *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | capture:B (captures smid:B into a graph on
+ *        the current stream) | graph (launches the captured graph, prints the SMs it used)
  */
 #include "drv.h"
 
@@ -29,6 +33,71 @@ static struct alloc g_allocs[4096];
 static int g_n;
 static struct drv D;
 static CUdevice g_dev;
+static CUstream g_stream; /* where kernels go; NULL = legacy default stream */
+static CUmodule g_mod;
+static CUgraphExec g_exec;
+static CUdeviceptr g_graph_out;
+static unsigned g_graph_blocks;
+
+static CUresult func(const char *name, CUfunction *fn) {
+    static char image[] = "simgpu-module"; /* the simulated GPU accepts any image: every module has its kernels */
+    CUresult r = g_mod ? CUDA_SUCCESS : D.cuModuleLoadData(&g_mod, image);
+    return r ? r : D.cuModuleGetFunction(fn, g_mod, name);
+}
+
+/* prints the distinct SMs of out[0..n) as ranges, and the 8-SM groups they fall in */
+static void print_sms(const char *step, CUresult r, const uint32_t *sm, unsigned n) {
+    static unsigned char seen[1024];
+    memset(seen, 0, sizeof seen);
+    unsigned distinct = 0;
+    for (unsigned i = 0; r == CUDA_SUCCESS && i < n; i++)
+        if (sm[i] < sizeof seen && !seen[sm[i]]++)
+            distinct++;
+    printf("%s rc=%d distinct=%u sms=", step, r, distinct);
+    int first = 1;
+    for (unsigned i = 0; i < sizeof seen; i++) {
+        if (!seen[i] || (i > 0 && seen[i - 1]))
+            continue;
+        unsigned j = i;
+        while (j + 1 < sizeof seen && seen[j + 1])
+            j++;
+        printf("%s%u-%u", first ? "" : ",", i, j);
+        first = 0;
+    }
+    printf(" groups=");
+    first = 1;
+    for (unsigned g = 0; g < sizeof seen / 8; g++) {
+        int any = 0;
+        for (unsigned k = 0; k < 8; k++)
+            any |= seen[g * 8 + k];
+        if (any) {
+            printf("%s%u", first ? "" : ",", g);
+            first = 0;
+        }
+    }
+    printf("\n");
+}
+
+static void smid(const char *step, unsigned blocks) {
+    CUfunction fn;
+    CUdeviceptr out = 0;
+    uint32_t *host = calloc(blocks, 4);
+    CUresult r = host ? func("ds_smid", &fn) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemAlloc_v2(&out, (size_t)blocks * 4);
+    uint32_t us = 20;
+    void *args[] = {&out, &us};
+    if (r == CUDA_SUCCESS)
+        r = D.cuLaunchKernel(fn, blocks, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
+    if (r == CUDA_SUCCESS)
+        r = D.cuStreamSynchronize(g_stream);
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemcpyDtoH_v2(host, out, (size_t)blocks * 4);
+    print_sms(step, r, host, blocks);
+    if (out)
+        D.cuMemFree_v2(out);
+    free(host);
+}
 
 static void push(struct alloc a) {
     if (g_n < (int)(sizeof g_allocs / sizeof g_allocs[0]))
@@ -208,6 +277,83 @@ static int step(const char *s) {
         int lr = launch_fill((unsigned)a);
         if (lr >= 0)
             printf("launch rc=%d n=%llu ok=0\n", lr, a);
+    } else if (!strcmp(s, "stream")) {
+        r = D.cuStreamCreate(&g_stream, CU_STREAM_DEFAULT);
+        printf("%s rc=%d\n", s, r);
+    } else if (!strcmp(s, "pause")) {
+        printf("paused\n");
+        fflush(stdout);
+        char buf[64];
+        if (!fgets(buf, sizeof buf, stdin))
+            return 2;
+    } else if (sscanf(s, "smid:%llu", &a) == 1) {
+        smid("smid", (unsigned)a);
+    } else if (sscanf(s, "axpy:%llu", &a) == 1) {
+        enum { N = 4096 };
+        static float x[N], y[N];
+        for (unsigned i = 0; i < N; i++) {
+            x[i] = 1.0f / (float)(i + 1);
+            y[i] = (float)i * 0.5f;
+        }
+        CUfunction fn;
+        CUdeviceptr dx = 0, dy = 0;
+        r = func("ds_axpy", &fn);
+        if (r == CUDA_SUCCESS)
+            r = D.cuMemAlloc_v2(&dx, sizeof x);
+        if (r == CUDA_SUCCESS)
+            r = D.cuMemAlloc_v2(&dy, sizeof y);
+        if (r == CUDA_SUCCESS)
+            r = D.cuMemcpyHtoD_v2(dx, x, sizeof x);
+        if (r == CUDA_SUCCESS)
+            r = D.cuMemcpyHtoD_v2(dy, y, sizeof y);
+        uint64_t n = N;
+        uint32_t us = 2;
+        for (unsigned long long k = 0; k < a && r == CUDA_SUCCESS; k++) {
+            float alpha = 0.75f + (float)(k % 7) * 0.125f;
+            void *args[] = {&dy, &dx, &alpha, &n, &us};
+            r = D.cuLaunchKernel(fn, 16, 1, 1, 256, 1, 1, 0, g_stream, args, NULL);
+        }
+        if (r == CUDA_SUCCESS)
+            r = D.cuStreamSynchronize(g_stream);
+        if (r == CUDA_SUCCESS)
+            r = D.cuMemcpyDtoH_v2(y, dy, sizeof y);
+        uint64_t h = 1469598103934665603ull;
+        const unsigned char *b = (const unsigned char *)y;
+        for (size_t i = 0; i < sizeof y; i++)
+            h = (h ^ b[i]) * 1099511628211ull;
+        if (dx)
+            D.cuMemFree_v2(dx);
+        if (dy)
+            D.cuMemFree_v2(dy);
+        printf("axpy rc=%d k=%llu hash=%016llx\n", r, a, (unsigned long long)h);
+    } else if (sscanf(s, "capture:%llu", &a) == 1) {
+        CUfunction fn;
+        CUgraph graph = NULL;
+        g_graph_blocks = (unsigned)a;
+        r = func("ds_smid", &fn);
+        if (r == CUDA_SUCCESS && !g_graph_out)
+            r = D.cuMemAlloc_v2(&g_graph_out, (size_t)a * 4);
+        if (r == CUDA_SUCCESS)
+            r = D.cuStreamBeginCapture_v2(g_stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        uint32_t us = 20;
+        void *args[] = {&g_graph_out, &us};
+        if (r == CUDA_SUCCESS)
+            r = D.cuLaunchKernel(fn, (unsigned)a, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
+        CUresult r2 = D.cuStreamEndCapture(g_stream, &graph);
+        if (r == CUDA_SUCCESS)
+            r = r2;
+        if (r == CUDA_SUCCESS)
+            r = D.cuGraphInstantiateWithFlags(&g_exec, graph, 0);
+        printf("%s rc=%d\n", s, r);
+    } else if (!strcmp(s, "graph")) {
+        uint32_t *host = calloc(g_graph_blocks ? g_graph_blocks : 1, 4);
+        r = g_exec ? D.cuGraphLaunch(g_exec, g_stream) : CUDA_ERROR_INVALID_HANDLE;
+        if (r == CUDA_SUCCESS)
+            r = D.cuStreamSynchronize(g_stream);
+        if (r == CUDA_SUCCESS)
+            r = D.cuMemcpyDtoH_v2(host, g_graph_out, (size_t)g_graph_blocks * 4);
+        print_sms("graph", r, host, g_graph_blocks);
+        free(host);
     } else if (!strcmp(s, "hold")) {
         printf("holding\n");
         fflush(stdout);

@@ -1,0 +1,258 @@
+package libdetshare_test
+
+import (
+	"bufio"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/detshare/detshare/sched/table"
+)
+
+// h100Split is the split the scheduler publishes for the simulated GPU: 15 groups of 8 SMs and 12 left over, as
+// on an H100 (DESIGN.md §2).
+func h100Split() table.Split {
+	g := make([]uint32, 15)
+	for i := range g {
+		g[i] = 8
+	}
+	return table.Split{MinSize: 8, Alignment: 8, Groups: g, Remainder: 12}
+}
+
+// playScheduler publishes the split and keeps the scheduler heartbeat fresh for the test's duration (the test
+// plays the scheduler leader).
+func (e *env) playScheduler() {
+	t := e.t
+	if _, err := e.tbl.PublishSplit(0, h100Split()); err != nil {
+		t.Fatalf("publish split: %v", err)
+	}
+	if err := e.tbl.SetMPS(0, table.MPSRunning, table.ModeSpatial, ""); err != nil {
+		t.Fatalf("set MPS: %v", err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	e.tbl.Heartbeat()
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(50 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+				e.tbl.Heartbeat()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+func (e *env) grant(mode uint32, groups uint64) {
+	e.t.Helper()
+	sms := uint32(0)
+	for i := 0; i < 15; i++ {
+		if groups&(1<<i) != 0 {
+			sms += 8
+		}
+	}
+	if err := e.tbl.PublishGrant(e.reg.Slot, table.Grant{Groups: groups, SMs: sms, Mode: mode}); err != nil {
+		e.t.Fatalf("publish grant: %v", err)
+	}
+}
+
+// stepper runs a probe whose "pause" steps wait for the test.
+type stepper struct {
+	t     testing.TB
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	sc    *bufio.Scanner
+	lines []string
+}
+
+func (e *env) start(prog string, steps ...string) *stepper {
+	t := e.t
+	t.Helper()
+	cmd := exec.Command(need(t, "tests/"+prog), steps...)
+	cmd.Env = e.vars
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return &stepper{t: t, cmd: cmd, in: in, sc: bufio.NewScanner(out)}
+}
+
+// until reads output up to the next "paused" (or the end) and returns the lines read.
+func (s *stepper) until() result {
+	s.t.Helper()
+	var got []string
+	for s.sc.Scan() {
+		l := s.sc.Text()
+		if l == "paused" {
+			break
+		}
+		got = append(got, l)
+	}
+	s.lines = append(s.lines, got...)
+	return parse(strings.Join(got, "\n"))
+}
+
+func (s *stepper) resume() {
+	s.t.Helper()
+	if _, err := io.WriteString(s.in, "\n"); err != nil {
+		s.t.Fatalf("resume: %v", err)
+	}
+}
+
+func (s *stepper) finish() result {
+	s.t.Helper()
+	r := s.until()
+	s.in.Close()
+	if err := s.cmd.Wait(); err != nil {
+		s.t.Fatalf("probe: %v\n%s", err, strings.Join(s.lines, "\n"))
+	}
+	return r
+}
+
+// groupsOf parses "groups=0,1,2" into a set.
+func groupsOf(t testing.TB, r result, step string) map[int]bool {
+	t.Helper()
+	if rc := r.get(t, step, "rc"); rc != "0" {
+		t.Fatalf("%s failed: rc %s", step, rc)
+	}
+	g := map[int]bool{}
+	for _, x := range strings.Split(r.get(t, step, "groups"), ",") {
+		n, err := strconv.Atoi(x)
+		if err != nil {
+			t.Fatalf("bad groups %q", r.get(t, step, "groups"))
+		}
+		g[n] = true
+	}
+	return g
+}
+
+func within(got map[int]bool, mask uint64) bool {
+	for g := range got {
+		if g >= 64 || mask&(1<<g) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Two tenants' kernels run on disjoint SMs exactly as granted, on both driver paths and with graph capture.
+func TestTwoTenantsRunOnDisjointSMsAsGranted(t *testing.T) {
+	a := newEnv(t, true).withTenant(0, "")
+	b := a.another(0)
+	a.playScheduler()
+	a.grant(table.ModeSpatial, 0b11)     // groups 0-1: SMs 0-15
+	b.grant(table.ModeSpatial, 0b111100) // groups 2-5: SMs 16-47
+	pa := a.start("ds_probe_rt", "init", "stream", "smid:256", "smid:64", "capture:64", "graph")
+	pb := b.start("ds_probe_lcuda", "init", "smid:256", "stream", "smid:256")
+	ra, rb := pa.finish(), pb.finish()
+	ga, gb := groupsOf(t, ra, "smid"), groupsOf(t, rb, "smid")
+	if !within(ga, 0b11) || len(ga) != 2 {
+		t.Errorf("tenant A ran on groups %v, granted exactly {0,1}", ga)
+	}
+	if !within(gb, 0b111100) || len(gb) != 4 {
+		t.Errorf("tenant B ran on groups %v, granted exactly {2,3,4,5}", gb)
+	}
+	if n := ra.num(t, "smid", "distinct"); n != 16 {
+		t.Errorf("tenant A used %d distinct SMs, its grant has 16", n)
+	}
+	if gg := groupsOf(t, ra, "graph"); !within(gg, 0b11) {
+		t.Errorf("a graph captured under the grant ran on groups %v, outside {0,1}", gg)
+	}
+}
+
+// A best-effort tenant expands to what is idle and shrinks at its next kernel boundary when the grant changes;
+// results stay bit-identical with the library, without it, and under grant changes.
+func TestBestEffortExpandsAndShrinksAtKernelBoundary(t *testing.T) {
+	be := newEnv(t, true).withTenant(0, "")
+	be.playScheduler()
+	be.grant(table.ModeSpatial, 0x7fff) // all 15 groups: nothing to confine
+	p := be.start("ds_probe_rt", "init", "stream", "smid:132", "axpy:50", "pause", "smid:132", "axpy:50",
+		"pause", "smid:132", "axpy:50")
+	r1 := p.until()
+	if n := r1.num(t, "smid", "distinct"); n < 120 {
+		t.Errorf("with every group granted the tenant used only %d SMs", n)
+	}
+	be.grant(table.ModeSpatial, 0x7ff0) // a latency-critical tenant took groups 0-3
+	p.resume()
+	r2 := p.until()
+	g2 := groupsOf(t, r2, "smid")
+	if !within(g2, 0x7ff0) || len(g2) != 11 {
+		t.Errorf("after shrinking to groups 4-14 the next kernel ran on groups %v", g2)
+	}
+	be.grant(table.ModeSpatial, 0x7fff) // idle again: expand
+	p.resume()
+	r3 := p.finish()
+	if g3 := groupsOf(t, r3, "smid"); !g3[0] || !g3[3] {
+		t.Errorf("after expanding back the next kernel ran on groups %v (no group 0-3)", g3)
+	}
+	bare := newEnv(t, false).run("ds_probe_rt", "init", "stream", "axpy:50")
+	want := bare.get(t, "axpy", "hash")
+	for i, r := range []result{r1, r2, r3} {
+		if got := r.get(t, "axpy", "hash"); got != want {
+			t.Errorf("axpy result %d under the library = %s, without it %s", i, got, want)
+		}
+	}
+}
+
+// Temporal mode: a tenant without the GPU token waits for it; with the scheduler gone it runs (fail-static).
+func TestTemporalTokenSerialisesAndFailsStatic(t *testing.T) {
+	a := newEnv(t, true).withTenant(0, "")
+	b := a.another(0)
+	a.playScheduler()
+	a.grant(table.ModeTemporal, 0)
+	b.grant(table.ModeTemporal, 0)
+	if err := a.tbl.PublishToken(0, a.reg.Slot, table.MonotonicNs()+uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	pb := b.start("ds_probe_rt", "init", "pause", "launch:1")
+	pb.until()
+	pb.resume()
+	// B must be blocked: nothing reaches the client page's launch count... until the token moves to B
+	time.Sleep(300 * time.Millisecond)
+	if d := atomic.LoadUint64(&b.client.Page().QueueDelayNs); d != 0 {
+		t.Fatalf("queue delay recorded before B got the token: %d", d)
+	}
+	if err := a.tbl.PublishToken(0, b.reg.Slot, table.MonotonicNs()+uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := pb.finish()
+	if r.get(t, "launch", "ok") != "1" {
+		t.Fatalf("B's kernel: %v", r.lines)
+	}
+	if d := atomic.LoadUint64(&b.client.Page().QueueDelayNs); d < uint64(200*time.Millisecond) {
+		t.Errorf("B waited %v for the token, want >= 200ms (it must have waited)", time.Duration(d))
+	}
+	// the scheduler is gone (no heartbeat) while another tenant holds the token: B runs instead of hanging
+	x := newEnv(t, true).withTenant(0, "")
+	y := x.another(0)
+	x.grant(table.ModeTemporal, 0)
+	y.grant(table.ModeTemporal, 0)
+	if err := x.tbl.PublishToken(0, x.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	r2 := y.run("ds_probe_rt", "init", "launch:1")
+	if r2.get(t, "launch", "ok") != "1" {
+		t.Fatalf("without a scheduler the tenant did not run: %v", r2.lines)
+	}
+	if !strings.Contains(strings.Join(r2.lines, "\n"), "running unthrottled (fail-static)") {
+		t.Errorf("no log line saying it runs unthrottled: %v", r2.lines)
+	}
+}
