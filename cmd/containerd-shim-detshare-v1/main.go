@@ -1,0 +1,17 @@
+// Command containerd-shim-detshare-v1 is DetShare's containerd shim (runtime type io.containerd.detshare.v1): the
+// runc shim with DetShare's Create/Delete (package shimv2).
+package main
+
+import (
+	"context"
+
+	"github.com/containerd/containerd/runtime/v2/runc/manager"
+	_ "github.com/containerd/containerd/runtime/v2/runc/pause"
+	"github.com/containerd/containerd/runtime/v2/shim"
+
+	"github.com/detshare/detshare/shimv2"
+)
+
+func main() {
+	shim.RunManager(context.Background(), manager.NewShimManager(shimv2.RuntimeName))
+}

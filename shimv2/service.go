@@ -1,0 +1,172 @@
+// Package shimv2 is containerd-shim-detshare-v1: containerd's runc task service (containerd v1.7 libraries, so the
+// shim runs under containerd 1.6, 1.7 and, through the v2 bridge, 2.x) wrapped so that Create registers the
+// container with DetShare and edits its spec (package hook) before runc sees it, Delete deregisters it, and the
+// runtime options CRI and Docker send to non-runc runtimes are normalised.
+package shimv2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	containersapi "github.com/containerd/containerd/api/services/containers/v1"
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/pkg/shutdown"
+	"github.com/containerd/containerd/plugin"
+	"github.com/containerd/containerd/runtime/v2/runc/task"
+	"github.com/containerd/containerd/runtime/v2/shim"
+	"github.com/containerd/ttrpc"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/detshare/detshare/hook"
+	"github.com/detshare/detshare/hook/specmod"
+)
+
+// RuntimeName is the containerd runtime type of the shim (binary containerd-shim-detshare-v1).
+const RuntimeName = "io.containerd.detshare.v1"
+
+// SandboxTypeAnnotation is set by CRI on every container; "sandbox" marks the pod's pause container.
+const SandboxTypeAnnotation = "io.kubernetes.cri.container-type"
+
+func init() {
+	plugin.Register(&plugin.Registration{
+		Type:     plugin.TTRPCPlugin,
+		ID:       "task",
+		Requires: []plugin.Type{plugin.EventPlugin, plugin.InternalPlugin},
+		InitFn: func(ic *plugin.InitContext) (interface{}, error) {
+			pp, err := ic.GetByID(plugin.EventPlugin, "publisher")
+			if err != nil {
+				return nil, err
+			}
+			ss, err := ic.GetByID(plugin.InternalPlugin, "shutdown")
+			if err != nil {
+				return nil, err
+			}
+			inner, err := task.NewTaskService(ic.Context, pp.(shim.Publisher), ss.(shutdown.Service))
+			if err != nil {
+				return nil, err
+			}
+			ns, _ := namespaces.Namespace(ic.Context)
+			return New(inner, hook.ConfigFromEnv(), ContainerdLabels(ic.Address, ns)), nil
+		},
+	})
+}
+
+// LabelFunc returns a container's engine labels.
+type LabelFunc func(ctx context.Context, id string) (map[string]string, error)
+
+// Service is the DetShare task service: the runc one with Create, Delete and Shutdown wrapped.
+type Service struct {
+	taskAPI.TaskService
+	cfg    hook.Config
+	labels LabelFunc
+
+	mu         sync.Mutex
+	registered map[string]bool
+}
+
+// New wraps inner.
+func New(inner taskAPI.TaskService, cfg hook.Config, labels LabelFunc) *Service {
+	return &Service{TaskService: inner, cfg: cfg, labels: labels, registered: map[string]bool{}}
+}
+
+// RegisterTTRPC registers the wrapper (not the inner service, whose overrides would then never run).
+func (s *Service) RegisterTTRPC(server *ttrpc.Server) error {
+	taskAPI.RegisterTaskService(server, s)
+	return nil
+}
+
+// Create registers the container, edits its spec and delegates to runc; on any later failure the registration is
+// rolled back.
+func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
+	opts, err := NormalizeOptions(r.Options)
+	if err != nil {
+		return nil, errdefs.ToGRPC(fmt.Errorf("%w: detshare shim: %v", errdefs.ErrInvalidArgument, err))
+	}
+	r.Options = opts
+	prep, err := s.prepare(ctx, r)
+	if err != nil {
+		return nil, errdefs.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+	}
+	if prep.Registered {
+		s.mu.Lock()
+		s.registered[r.ID] = true
+		s.mu.Unlock()
+	}
+	resp, err := s.TaskService.Create(ctx, r)
+	if err != nil && prep.Registered {
+		hook.Rollback(s.cfg, r.ID)
+		s.forget(r.ID)
+	}
+	return resp, err
+}
+
+func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest) (hook.Prepared, error) {
+	spec, err := specmod.Load(filepath.Join(r.Bundle, "config.json"))
+	if err == nil && spec.Annotations()[SandboxTypeAnnotation] == "sandbox" {
+		return hook.Prepared{}, nil // the pause container carries the pod's annotations but runs no GPU work
+	}
+	var labels map[string]string
+	if s.labels != nil {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		labels, err = s.labels(lctx, r.ID)
+		cancel()
+		if err != nil {
+			logrus.WithError(err).WithField("id", r.ID).Warn("containerd labels not read; using annotations and env")
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	return hook.Prepare(pctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle, Labels: labels})
+}
+
+func (s *Service) forget(id string) {
+	s.mu.Lock()
+	delete(s.registered, id)
+	s.mu.Unlock()
+}
+
+// Delete delegates, then deregisters the init process's container. The poststop hook normally did it already;
+// this covers a runc that never ran it.
+func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	resp, err := s.TaskService.Delete(ctx, r)
+	if err == nil && r.ExecID == "" {
+		s.mu.Lock()
+		was := s.registered[r.ID]
+		delete(s.registered, r.ID)
+		s.mu.Unlock()
+		if was {
+			if derr := hook.Poststop(s.cfg, r.ID); derr != nil {
+				logrus.WithError(derr).WithField("id", r.ID).Warn("deregistration at delete failed")
+			}
+		}
+	}
+	return resp, err
+}
+
+// ContainerdLabels reads a container's labels from containerd's containers API at address (the shim's -address).
+func ContainerdLabels(address, namespace string) LabelFunc {
+	return func(ctx context.Context, id string) (map[string]string, error) {
+		if address == "" {
+			return nil, errors.New("no containerd address given to the shim")
+		}
+		conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("connect to containerd at %s: %w", address, err)
+		}
+		defer conn.Close()
+		ctx = namespaces.WithNamespace(ctx, namespace)
+		resp, err := containersapi.NewContainersClient(conn).Get(ctx, &containersapi.GetContainerRequest{ID: id})
+		if err != nil {
+			return nil, fmt.Errorf("get container %s from containerd: %w", id, err)
+		}
+		return resp.Container.Labels, nil
+	}
+}
