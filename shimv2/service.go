@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	containersapi "github.com/containerd/containerd/api/services/containers/v1"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
+	containersapi "github.com/containerd/containerd/api/services/containers/v1"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/pkg/shutdown"
