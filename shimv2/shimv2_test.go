@@ -10,8 +10,8 @@ import (
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/runc/options"
-	"github.com/containerd/containerd/protobuf"
 	runtimeoptions "github.com/containerd/containerd/pkg/runtimeoptions/v1"
+	"github.com/containerd/containerd/protobuf"
 	"github.com/containerd/typeurl/v2"
 	"google.golang.org/protobuf/types/known/anypb"
 
