@@ -1,0 +1,117 @@
+// Package gpuinfo discovers the host's GPUs for the scheduler: through NVML when the NVIDIA driver is there, or the
+// simulated GPU (a test double) when DETSHARE_SIMGPU* selects it. Without either it says so instead of failing
+// hard: the scheduler then runs with no GPU and tenants run fail-static.
+//
+// Binaries importing this package link go-nvml and must be linked lazily (-extldflags -Wl,-z,lazy, see the Makefile)
+// so that they start on hosts without the driver.
+package gpuinfo
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/detshare/detshare/sched/table"
+)
+
+// ErrNoDriver is returned (wrapped) when there is no NVIDIA driver and the simulated GPU is not selected.
+var ErrNoDriver = errors.New("no NVIDIA driver (libnvidia-ml.so.1 not found)")
+
+// Source says where a discovery came from.
+type Source string
+
+// Sources.
+const (
+	SourceNVML      Source = "nvml"
+	SourceSimulated Source = "simulated GPU (test double)"
+)
+
+// Discover lists the GPUs. env is os.Environ() in production.
+func Discover(env []string) ([]table.GPUInfo, Source, error) {
+	if table.SimGPUSelected(env) {
+		g, err := table.DiscoverSimGPUs(env)
+		if err != nil {
+			return nil, SourceSimulated, fmt.Errorf("simulated GPU: %w", err)
+		}
+		return g, SourceSimulated, nil
+	}
+	g, err := discoverNVML()
+	return g, SourceNVML, err
+}
+
+// DiscoverHost is Discover(os.Environ()) shaped for cgroupgpu/tenant.DiscoverGPUs.
+func DiscoverHost() ([]table.GPUInfo, error) {
+	g, _, err := Discover(os.Environ())
+	return g, err
+}
+
+func discoverNVML() (out []table.GPUInfo, err error) {
+	defer func() {
+		// go-nvml panics when a symbol is missing from an older driver's NVML; treat it as no usable NVML.
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("NVML unusable: %v", r)
+		}
+	}()
+	if ret := nvml.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, ErrNoDriver
+		}
+		return nil, fmt.Errorf("nvmlInit: %s", nvml.ErrorString(ret))
+	}
+	defer nvml.Shutdown()
+	n, ret := nvml.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvmlDeviceGetCount: %s", nvml.ErrorString(ret))
+	}
+	for i := 0; i < n && i < table.MaxGPUs; i++ {
+		dev, ret := nvml.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("nvmlDeviceGetHandleByIndex(%d): %s", i, nvml.ErrorString(ret))
+		}
+		g := table.GPUInfo{Index: i}
+		g.Name, _ = dev.GetName()
+		g.UUID, _ = dev.GetUUID()
+		if mem, ret := dev.GetMemoryInfo(); ret == nvml.SUCCESS {
+			g.MemTotal = mem.Total
+		}
+		g.SMCount = smCount(dev)
+		if g.SMCount == 0 {
+			return nil, fmt.Errorf("GPU %d (%s): cannot learn its SM count from NVML", i, g.UUID)
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// smCount asks NVML for the multiprocessor count; full GPUs often do not answer GetAttributes, so it falls back to
+// CUDA cores divided by the cores per SM of the compute capability.
+func smCount(dev nvml.Device) uint32 {
+	if a, ret := dev.GetAttributes(); ret == nvml.SUCCESS && a.MultiprocessorCount > 0 {
+		return a.MultiprocessorCount
+	}
+	cores, ret := dev.GetNumGpuCores()
+	if ret != nvml.SUCCESS || cores <= 0 {
+		return 0
+	}
+	major, minor, ret := dev.GetCudaComputeCapability()
+	if ret != nvml.SUCCESS {
+		return 0
+	}
+	return uint32(cores / CoresPerSM(major, minor))
+}
+
+// CoresPerSM is the FP32 cores per SM of a compute capability.
+func CoresPerSM(major, minor int) int {
+	switch {
+	case major == 7:
+		return 64
+	case major == 8 && minor == 0:
+		return 64
+	case major < 7:
+		return 128
+	default: // 8.6, 8.9, 9.x, 10.x, 12.x
+		return 128
+	}
+}
