@@ -256,3 +256,41 @@ func TestTemporalTokenSerialisesAndFailsStatic(t *testing.T) {
 		t.Errorf("no log line saying it runs unthrottled: %v", r2.lines)
 	}
 }
+
+// Demand: the tenant is marked busy (and the doorbell rung) at its first launch, and idle again once it stops
+// launching and its work drained; launches in between do not touch the doorbell.
+func TestDemandBusyIdleTransitions(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b1111)
+	bell := &e.tbl.Doorbell().Seq
+	before := atomic.LoadUint32(bell)
+	e.vars = append(e.vars, "DETSHARE_IDLE_MS=150")
+	p := e.start("ds_probe_rt", "init", "stream", "axpy:20", "pause", "axpy:5")
+	p.until()
+	pg := e.client.Page()
+	if d := atomic.LoadUint32(&pg.Demand); d != 1 {
+		t.Fatalf("demand after launching = %d, want 1", d)
+	}
+	if rung := atomic.LoadUint32(bell) - before; rung != 1 {
+		t.Fatalf("doorbell rung %d times for 20 launches, want once (idle->busy only)", rung)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for atomic.LoadUint32(&pg.Demand) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("tenant still busy 5s after its last launch")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rung := atomic.LoadUint32(bell) - before; rung != 2 {
+		t.Errorf("doorbell rung %d times after going idle, want 2", rung)
+	}
+	if atomic.LoadUint64(&pg.BusyNs) == 0 {
+		t.Errorf("busy_ns not accounted")
+	}
+	p.resume()
+	p.finish()
+	if atomic.LoadUint32(&pg.Demand) != 0 {
+		t.Errorf("demand %d after the process exited", atomic.LoadUint32(&pg.Demand))
+	}
+}

@@ -86,7 +86,8 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     X(cuStreamGetGreenCtx)                                                                                           \
     X(cuEventCreate)                                                                                                 \
     X(cuEventRecord)                                                                                                 \
-    X(cuStreamWaitEvent)
+    X(cuStreamWaitEvent)                                                                                             \
+    X(cuEventQuery)
 
 struct ds_real {
 #define DS_REAL_FIELD_(name, base, ver, pt) PFN_##name name;
@@ -147,6 +148,7 @@ CUstream ds_launch_stream(CUstream s, int per_thread);
 void ds_launch_done(void);
 bool ds_launch_retry(CUresult r);
 void ds_launch_unconfinable(CUstream s, int per_thread);
+void ds_coro_child(void);
 
 /* dlsym / cuGetProcAddress plumbing (ds_dlsym.c). */
 typedef void *(*ds_dlsym_fn)(void *, const char *);

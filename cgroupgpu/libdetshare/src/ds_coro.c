@@ -26,6 +26,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_GCTX 64u
 #define MAX_GROUPS DS_MAX_SM_GROUPS
@@ -370,11 +371,89 @@ static void wait_for_sms(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Demand: busy on the first launch after idle (doorbell only at that transition); ds_coro_monitor clears it.
+ * Demand: a process is busy from its first launch after idle (the doorbell rings only on the tenant's idle->busy
+ * and busy->idle transitions, never per launch) until a monitor thread sees no launch for DETSHARE_IDLE_MS (default
+ * 20 ms) and the work of its redirected streams complete. The monitor is started by the first idle->busy
+ * transition (a slow path) and polls every few milliseconds; it never touches application streams.
  * ------------------------------------------------------------------------------------------------------------- */
+static pthread_once_t g_mon_once = PTHREAD_ONCE_INIT;
+static atomic_int g_mon_running;
+static _Atomic uint64_t g_busy_since;
+
+static bool streams_drained(void) {
+    if (!ds_real.cuEventQuery)
+        return true;
+    for (unsigned i = 0; i < N_LSLOTS; i++) {
+        struct lstream *ls = atomic_load_explicit(&g_vals[i], memory_order_acquire);
+        if (ls && atomic_load(&ls->bound) && ds_real.cuEventQuery(ls->e_out) == CUDA_ERROR_NOT_READY)
+            return false;
+    }
+    return true;
+}
+
+static void *monitor(void *arg) {
+    (void)arg;
+    uint64_t idle_ns = env_ms("DETSHARE_IDLE_MS", 20) * 1000000ull;
+    uint64_t poll_ns = idle_ns / 4 ? idle_ns / 4 : 1000000ull;
+    uint64_t last = 0, last_change = ds_now_ns();
+    ds_depth++; /* driver calls made here are the library's own */
+    for (;;) {
+        struct timespec ts = {(time_t)(poll_ns / 1000000000ull), (long)(poll_ns % 1000000000ull)};
+        nanosleep(&ts, NULL);
+        struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_acquire);
+        if (!self)
+            continue;
+        uint64_t n = __atomic_load_n(&self->launches, __ATOMIC_RELAXED), now = ds_now_ns();
+        if (n != last) {
+            last = n;
+            last_change = now;
+            continue;
+        }
+        if (!__atomic_load_n(&self->busy, __ATOMIC_RELAXED) || now - last_change < idle_ns || !streams_drained())
+            continue;
+        if (__atomic_exchange_n(&self->busy, 0, __ATOMIC_ACQ_REL) == 0)
+            continue;
+        uint64_t since = atomic_load(&g_busy_since);
+        if (since && now > since)
+            __atomic_fetch_add(&self->busy_ns, now - since, __ATOMIC_RELAXED);
+        struct ds_client_page *pg = ds_t->page;
+        uint32_t d = __atomic_load_n(&pg->demand, __ATOMIC_RELAXED);
+        while (d > 0 && !__atomic_compare_exchange_n(&pg->demand, &d, d - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        }
+        if (since && now > since)
+            __atomic_fetch_add(&pg->busy_ns, now - since, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&pg->demand_seq, 1, __ATOMIC_RELEASE);
+        if (d == 1)
+            ds_doorbell_ring(ds_t->doorbell);
+    }
+    return NULL;
+}
+
+static void monitor_start(void) {
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 * 1024);
+    if (pthread_create(&th, &at, monitor, NULL) == 0)
+        atomic_store(&g_mon_running, 1);
+    else
+        DS_LOG(DS_LOG_WARN, "demand monitor thread: not started; the tenant stays marked busy");
+    pthread_attr_destroy(&at);
+}
+
+/* fork: the child has no monitor thread; its first busy transition starts one */
+void ds_coro_child(void) {
+    pthread_once_t fresh = PTHREAD_ONCE_INIT;
+    memcpy(&g_mon_once, &fresh, sizeof fresh);
+    atomic_store(&g_mon_running, 0);
+    t_pending = NULL;
+}
+
 static void set_busy(struct ds_proc *self) {
     if (__atomic_exchange_n(&self->busy, 1, __ATOMIC_ACQ_REL) != 0)
         return;
+    atomic_store(&g_busy_since, ds_now_ns());
     struct ds_client_page *pg = ds_t->page;
     uint32_t old = __atomic_fetch_add(&pg->demand, 1, __ATOMIC_ACQ_REL);
     if (old == 0)
@@ -382,6 +461,7 @@ static void set_busy(struct ds_proc *self) {
     __atomic_fetch_add(&pg->demand_seq, 1, __ATOMIC_RELEASE);
     if (old == 0)
         ds_doorbell_ring(ds_t->doorbell);
+    pthread_once(&g_mon_once, monitor_start);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------

@@ -363,6 +363,7 @@ static void atfork_child(void) {
     atomic_store(&ds_self_idx, -1);
     ds_track_unlock_all();
     ds_track_reset_child();
+    ds_coro_child();
     pthread_mutex_unlock(&g_attach_lock);
 }
 
