@@ -547,3 +547,57 @@ func TestSimulatedMPSFollowsThePipeDirectoryControlFile(t *testing.T) {
 		t.Errorf("a pipe directory with a control file must switch simulated MPS on: %.2fx alone", withPipe/alone)
 	}
 }
+
+func TestStreamsEventsHostFunctionsAndCaptureFollowCUDAOrdering(t *testing.T) {
+	t.Parallel()
+	for _, p := range paths {
+		for _, ptds := range []string{"0", "1"} {
+			rs := probe(t, simEnv(state(t)), 0, "streams", "--path="+p, "--ptds="+ptds)
+			checks := 0
+			for _, r := range rs {
+				if c, ok := r["check"]; ok {
+					checks++
+					if r["ok"] != true {
+						t.Errorf("path %s ptds %s: %q failed", p, ptds, c)
+					}
+				}
+			}
+			if s := last(t, rs, "streams"); s["ok"] != true || checks < 20 {
+				t.Errorf("path %s ptds %s: %v (%d checks)", p, ptds, s, checks)
+			}
+		}
+	}
+}
+
+// A process killed in the middle of its work must neither wedge the device nor keep its memory.
+func TestKilledProcessLeavesTheDeviceUsable(t *testing.T) {
+	t.Parallel()
+	env := simEnv(state(t), "DETSHARE_SIMGPU_MEM=1G")
+	cmd, ch := startProbe(t, env, "alloc", "--size", "700M", "--hold-ms", "60000")
+	if r := recv(t, ch, "the victim's allocation"); r["result"] != "CUDA_SUCCESS" {
+		t.Fatalf("victim allocation: %v", r)
+	}
+	// Keep a spinning process busy on the device too, then kill both with SIGKILL.
+	spinner, _ := startProbe(t, env, "spin", "--us", "5000", "--duration-ms", "60000")
+	time.Sleep(300 * time.Millisecond)
+	_ = cmd.Process.Kill()
+	_ = spinner.Process.Kill()
+	_ = cmd.Wait()
+	_ = spinner.Wait()
+	start := time.Now()
+	m := last(t, probe(t, env, 0, "meminfo"), "meminfo")
+	if num(t, m, "free") != 1<<30 {
+		t.Errorf("memory of a killed process was not given back: %v", m)
+	}
+	al := last(t, probe(t, env, 0, "alloc", "--size", "900M"), "alloc")
+	if al["result"] != "CUDA_SUCCESS" {
+		t.Errorf("allocation after the kill: %v", al)
+	}
+	r := last(t, probe(t, env, 0, "spin", "--us", "1000", "--iters", "5"), "spin")
+	if num(t, r, "mean_ms") > 10 {
+		t.Errorf("device still busy after its users were killed: %v", r)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("recovering took %v", d)
+	}
+}

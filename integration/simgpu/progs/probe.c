@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -83,6 +84,9 @@ static struct {
     PFN_cuGraphLaunch graphLaunch;
     PFN_cuGraphExecDestroy graphExecDestroy;
     PFN_cuGraphDestroy graphDestroy;
+    PFN_cuLaunchHostFunc launchHostFunc;
+    PFN_cuStreamWaitEvent streamWaitEvent;
+    PFN_cuStreamQuery streamQuery;
     PFN_cuGetProcAddress_v2 getProcAddress;
 } D;
 
@@ -227,6 +231,9 @@ static void resolve_all(void) {
     RP(graphLaunch, "cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz);
     R(graphExecDestroy, "cuGraphExecDestroy", 10000, cuGraphExecDestroy);
     R(graphDestroy, "cuGraphDestroy", 10000, cuGraphDestroy);
+    RP(launchHostFunc, "cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz);
+    RP(streamWaitEvent, "cuStreamWaitEvent", g_ptds ? 7000 : 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz);
+    RP(streamQuery, "cuStreamQuery", g_ptds ? 7000 : 2000, cuStreamQuery, cuStreamQuery_ptsz);
 #ifdef PROBE_LINKED
     D.getProcAddress = cuGetProcAddress_v2;
 #endif
@@ -899,9 +906,176 @@ static int cmd_data(void) {
     return g_failed;
 }
 
+/* ---- stream ordering semantics ---- */
+
+static CUfunction g_spin, g_fill;
+
+static void launch_spin(CUstream s, unsigned blocks, unsigned us) {
+    void *args[] = {&us};
+    CK(D.launchKernel(g_spin, blocks, 1, 1, 32, 1, 1, 0, s, args, NULL));
+}
+
+static void host_stamp(void *p) { *(double *)p = now_ms(); }
+
+struct pt_arg {
+    double ms;
+    CUresult r;
+};
+static void *pt_thread(void *p) {
+    struct pt_arg *a = p;
+    CUresult r = D.ctxSetCurrent(g_primary);
+    double t0 = now_ms();
+    unsigned us = 2000;
+    void *args[] = {&us};
+    if (!r)
+        r = D.launchKernel(g_spin, 1, 1, 1, 32, 1, 1, 0, CU_STREAM_PER_THREAD, args, NULL);
+    if (!r)
+        r = D.streamSynchronize(CU_STREAM_PER_THREAD);
+    a->ms = now_ms() - t0;
+    a->r = r;
+    return NULL;
+}
+
+static int cmd_streams(void) {
+    CUmodule mod;
+    CK(D.moduleLoadData(&mod, "simgpu-probe"));
+    CK(D.moduleGetFunction(&g_spin, mod, "ds_spin"));
+    CK(D.moduleGetFunction(&g_fill, mod, "ds_fill_u32"));
+    CUstream blocking, nonblocking;
+    CK(D.streamCreate(&blocking, CU_STREAM_DEFAULT));
+    CK(D.streamCreate(&nonblocking, CU_STREAM_NON_BLOCKING));
+
+    /* The legacy stream waits for blocking streams, not for non-blocking ones. */
+    double t0 = now_ms();
+    launch_spin(blocking, 1, 3000);
+    launch_spin(CU_STREAM_LEGACY, 1, 10);
+    CK(D.streamSynchronize(CU_STREAM_LEGACY));
+    double legacy_after_blocking = now_ms() - t0;
+    check(legacy_after_blocking >= 2.9, "legacy stream waits for a blocking stream");
+    CK(D.ctxSynchronize());
+    t0 = now_ms();
+    launch_spin(nonblocking, 1, 3000);
+    launch_spin(CU_STREAM_LEGACY, 1, 10);
+    CK(D.streamSynchronize(CU_STREAM_LEGACY));
+    double legacy_after_nonblocking = now_ms() - t0;
+    check(legacy_after_nonblocking < 2.0, "legacy stream does not wait for a non-blocking stream");
+    CK(D.ctxSynchronize());
+    /* ... and a blocking stream waits for the legacy stream. */
+    t0 = now_ms();
+    launch_spin(CU_STREAM_LEGACY, 1, 3000);
+    launch_spin(blocking, 1, 10);
+    CK(D.streamSynchronize(blocking));
+    check(now_ms() - t0 >= 2.9, "blocking stream waits for the legacy stream");
+    CK(D.ctxSynchronize());
+
+    /* Query is NOT_READY while work is pending. */
+    launch_spin(nonblocking, 1, 3000);
+    check(D.streamQuery(nonblocking) == CUDA_ERROR_NOT_READY, "cuStreamQuery is NOT_READY while a kernel runs");
+    CK(D.streamSynchronize(nonblocking));
+    check(D.streamQuery(nonblocking) == CUDA_SUCCESS, "cuStreamQuery is SUCCESS after synchronize");
+
+    /* Event edges order streams. */
+    CUevent ev;
+    CK(D.eventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    t0 = now_ms();
+    launch_spin(blocking, 1, 3000);
+    CK(D.eventRecord(ev, blocking));
+    CK(D.streamWaitEvent(nonblocking, ev, 0));
+    launch_spin(nonblocking, 1, 10);
+    CK(D.streamSynchronize(nonblocking));
+    check(now_ms() - t0 >= 2.9, "cuStreamWaitEvent orders a stream after another stream's kernel");
+
+    /* Host functions run after the preceding work, before synchronize returns. */
+    volatile double stamp = 0;
+    t0 = now_ms();
+    launch_spin(nonblocking, 1, 3000);
+    CK(D.launchHostFunc(nonblocking, host_stamp, (void *)&stamp));
+    CK(D.streamSynchronize(nonblocking));
+    check(stamp != 0, "host function ran before cuStreamSynchronize returned");
+    check(stamp - t0 >= 2.9, "host function ran after the preceding kernel finished");
+
+    /* Per-thread default streams of two threads run concurrently. */
+    pthread_t th[2];
+    struct pt_arg pa[2] = {{0, 0}, {0, 0}};
+    t0 = now_ms();
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, pt_thread, &pa[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    double both = now_ms() - t0;
+    check(pa[0].r == CUDA_SUCCESS && pa[1].r == CUDA_SUCCESS, "per-thread default stream launches succeed");
+    check(both < 3.5, "per-thread default streams of two threads overlap");
+
+    /* Capture with fork/join through events; the graph replays the captured work. */
+    CUdeviceptr buf;
+    CK(D.memAlloc(&buf, 4096));
+    CK(D.memsetD32(buf, 0, 1024));
+    CUevent fork, join;
+    CK(D.eventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+    CK(D.eventCreate(&join, CU_EVENT_DISABLE_TIMING));
+    CK(D.beginCapture(blocking, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    check(D.streamSynchronize(blocking) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+          "synchronizing a capturing stream is STREAM_CAPTURE_UNSUPPORTED");
+    CK(D.eventRecord(fork, blocking));
+    CK(D.streamWaitEvent(nonblocking, fork, 0));
+    CUstreamCaptureStatus cs;
+    CK(D.streamIsCapturing(nonblocking, &cs));
+    check(cs == CU_STREAM_CAPTURE_STATUS_ACTIVE, "a stream waiting on a captured event joins the capture");
+    unsigned long long n = 1024;
+    unsigned v = 0x5eed, us = 10;
+    void *fargs[] = {&buf, &v, &n, &us};
+    CK(D.launchKernel(g_fill, 1, 1, 1, 32, 1, 1, 0, nonblocking, fargs, NULL));
+    CK(D.eventRecord(join, nonblocking));
+    CK(D.streamWaitEvent(blocking, join, 0));
+    CUgraph gr;
+    CK(D.endCapture(blocking, &gr));
+    CK(D.streamIsCapturing(nonblocking, &cs));
+    check(cs == CU_STREAM_CAPTURE_STATUS_NONE, "ending the capture releases joined streams");
+    uint32_t h[1024];
+    CK(D.memcpyDtoH(h, buf, sizeof h));
+    check(h[0] == 0 && h[1023] == 0, "captured work does not run at capture time");
+    CUgraphExec ex;
+    CK(D.graphInstantiate(&ex, gr, 0));
+    CK(D.graphLaunch(ex, blocking));
+    CK(D.streamSynchronize(blocking));
+    CK(D.memcpyDtoH(h, buf, sizeof h));
+    check(h[0] == 0x5eed && h[1023] == 0x5eed, "graph launch replays the captured kernel");
+
+    /* Handles and argument checks. */
+    CUstream dead;
+    CK(D.streamCreate(&dead, CU_STREAM_NON_BLOCKING));
+    CK(D.streamDestroy(dead));
+    void *sargs[] = {&us};
+    check(D.launchKernel(g_spin, 1, 1, 1, 32, 1, 1, 0, dead, sargs, NULL) == CUDA_ERROR_INVALID_HANDLE,
+          "launch on a destroyed stream is INVALID_HANDLE");
+    check(D.launchKernel(g_spin, 1, 1, 1, 2048, 1, 1, 0, NULL, sargs, NULL) == CUDA_ERROR_INVALID_VALUE,
+          "2048 threads per block is INVALID_VALUE");
+    check(D.launchKernel(g_spin, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == CUDA_ERROR_INVALID_VALUE,
+          "missing kernel arguments are INVALID_VALUE");
+    CUdevResource dev;
+    memset(&dev, 0, sizeof dev);
+    CK(D.deviceGetDevResource(g_dev, &dev, CU_DEV_RESOURCE_TYPE_SM));
+    CUdevResourceDesc desc;
+    CK(D.generateDesc(&desc, &dev, 1));
+    CUgreenCtx gc;
+    check(D.greenCtxCreate(&gc, desc, g_dev, 0) == CUDA_ERROR_INVALID_VALUE,
+          "cuGreenCtxCreate without CU_GREEN_CTX_DEFAULT_STREAM is INVALID_VALUE");
+    CK(D.greenCtxCreate(&gc, desc, g_dev, CU_GREEN_CTX_DEFAULT_STREAM));
+    CUstream gs;
+    check(D.greenCtxStreamCreate(&gs, gc, CU_STREAM_DEFAULT, 0) == CUDA_ERROR_INVALID_VALUE,
+          "a blocking green stream is INVALID_VALUE");
+    check(D.deviceGetDevResource(g_dev, &dev, (CUdevResourceType)1000) == CUDA_ERROR_INVALID_RESOURCE_TYPE,
+          "workqueue resources are INVALID_RESOURCE_TYPE on 13.0");
+    out("{\"cmd\":\"streams\",\"path\":\"%s\",\"ptds\":%s,\"ok\":%s,\"legacy_after_blocking_ms\":%.3f,"
+        "\"legacy_after_nonblocking_ms\":%.3f,\"two_ptds_threads_ms\":%.3f}",
+        g_path, g_ptds ? "true" : "false", g_failed ? "false" : "true", legacy_after_blocking,
+        legacy_after_nonblocking, both);
+    return g_failed;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
-        usage("missing command (info, meminfo, alloc, spin, split, procaddr, data)");
+        usage("missing command (info, meminfo, alloc, spin, split, procaddr, data, streams)");
     const char *cmd = argv[1];
     parse_opts(argc, argv, 2);
     const char *path = opt_str("path", NULL);
@@ -928,6 +1102,17 @@ int main(int argc, char **argv) {
         resolve_all();
         return cmd_procaddr();
     }
+    if (!strcmp(cmd, "streams")) {
+        /* Before cuInit every call but version and entry-point queries fails with NOT_INITIALIZED. */
+        resolve_all();
+        int cnt;
+        CUdeviceptr p;
+        check(D.deviceGetCount(&cnt) == CUDA_ERROR_NOT_INITIALIZED, "cuDeviceGetCount before cuInit");
+        check(D.memAlloc(&p, 16) == CUDA_ERROR_NOT_INITIALIZED, "cuMemAlloc before cuInit");
+        check(D.init(1) == CUDA_ERROR_INVALID_VALUE, "cuInit(1) is INVALID_VALUE");
+        setup();
+        return cmd_streams();
+    }
     setup();
     if (!strcmp(cmd, "info"))
         return cmd_info();
@@ -941,7 +1126,7 @@ int main(int argc, char **argv) {
         return cmd_split();
     if (!strcmp(cmd, "data"))
         return cmd_data();
-    fprintf(stderr, "simgpu-probe: unknown command %s (allowed: info, meminfo, alloc, spin, split, procaddr, data)\n",
+    fprintf(stderr, "simgpu-probe: unknown command %s (allowed: info, meminfo, alloc, spin, split, procaddr, data, streams)\n",
             cmd);
     return 2;
 }
