@@ -15,7 +15,7 @@
 //   - Each tenant's processes write only their own client page (AttachProcess, demand, statistics) and ring the
 //     doorbell.
 //
-// Readers on the launch fast path (ReadGrant, GrantEpoch) do a few atomic loads: no locks, no syscalls. Blocking
+// Readers on the launch fast path (GrantEpoch, then LoadGrant/ReadGrant when the epoch moved) do a few atomic loads: no locks, no syscalls. Blocking
 // waits use futexes on the shared words with timeouts (FutexWait), never unbounded spins.
 //
 // Reaping: ScanProcesses/IsProcessAlive resolve a process by (PID-namespace inode, PID in that namespace, start

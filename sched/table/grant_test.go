@@ -201,7 +201,8 @@ func TestTokenPublishWait(t *testing.T) {
 	}
 }
 
-func BenchmarkReadGrant(b *testing.B) {
+// BenchmarkReadContainerGrant measures the convenience form, (Grant, error) by value.
+func BenchmarkReadContainerGrant(b *testing.B) {
 	tb := newTable(b)
 	reg, _ := tb.Register(RegisterRequest{ID: "bench", Weight: 1})
 	tb.PublishGrant(reg.Slot, Grant{Groups: 0xff, SMs: 64, Mode: ModeSpatial})
@@ -211,6 +212,25 @@ func BenchmarkReadGrant(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		g, _ := ReadContainerGrant(c)
 		sink += g.Groups
+	}
+	if sink == 0 {
+		b.Fatal("no grant read")
+	}
+}
+
+// BenchmarkReadGrant measures the fast-path read, LoadGrant (seqlock, fills a caller's Grant; inlined).
+func BenchmarkReadGrant(b *testing.B) {
+	tb := newTable(b)
+	reg, _ := tb.Register(RegisterRequest{ID: "bench", Weight: 1})
+	tb.PublishGrant(reg.Slot, Grant{Groups: 0xff, SMs: 64, Mode: ModeSpatial})
+	c := tb.Container(reg.Slot)
+	b.ResetTimer()
+	var sink uint64
+	var g Grant
+	for i := 0; i < b.N; i++ {
+		if LoadGrant(c, &g) {
+			sink += g.Groups
+		}
 	}
 	if sink == 0 {
 		b.Fatal("no grant read")
