@@ -181,31 +181,39 @@ static void *map_anon(size_t n) {
 static CUresult dev_alloc(CUdeviceptr *dptr, size_t bytes, int dev, bool managed, struct CUmemPoolHandle_st *pool) {
     if (!dptr || bytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (pool && pool->max_size && pool->used + bytes > pool->max_size)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = account(dev, (int64_t)bytes);
-    if (r)
-        return r;
-    void *p = map_anon(bytes);
-    if (!p) {
-        account(dev, -(int64_t)bytes);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (pool) {
+        /* Reserve in the pool first so that concurrent allocations cannot both pass its maxSize. */
+        pthread_mutex_lock(&mem_lock);
+        bool fits = !pool->max_size || pool->used + bytes <= pool->max_size;
+        if (fits) {
+            pool->used += bytes;
+            if (pool->used > pool->used_high)
+                pool->used_high = pool->used;
+            if (pool->used > pool->reserved_high)
+                pool->reserved_high = pool->used;
+        }
+        pthread_mutex_unlock(&mem_lock);
+        if (!fits)
+            return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    r = region_add((region){.base = (uintptr_t)p, .size = bytes, .kind = K_DEV, .dev = dev, .managed = managed,
-                            .pool = pool});
-    if (r) {
+    CUresult r = account(dev, (int64_t)bytes);
+    void *p = NULL;
+    if (!r && !(p = map_anon(bytes))) {
+        account(dev, -(int64_t)bytes);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!r && (r = region_add((region){.base = (uintptr_t)p, .size = bytes, .kind = K_DEV, .dev = dev,
+                                       .managed = managed, .pool = pool}))) {
         munmap(p, bytes);
         account(dev, -(int64_t)bytes);
-        return r;
     }
-    if (pool) {
-        pthread_mutex_lock(&mem_lock);
-        pool->used += bytes;
-        if (pool->used > pool->used_high)
-            pool->used_high = pool->used;
-        if (pool->used > pool->reserved_high)
-            pool->reserved_high = pool->used;
-        pthread_mutex_unlock(&mem_lock);
+    if (r) {
+        if (pool) {
+            pthread_mutex_lock(&mem_lock);
+            pool->used -= bytes;
+            pthread_mutex_unlock(&mem_lock);
+        }
+        return r;
     }
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;

@@ -127,7 +127,7 @@ uint64_t sim_schedule_kernel(int device, const sim_mask *sms, unsigned limit, un
                              uint64_t us_per_block, uint64_t ready_ns, uint16_t *smids) {
     heap_ent h[SIM_MAX_SMS];
     unsigned n = 0;
-    uint64_t dur = us_per_block * 1000ULL;
+    uint64_t dur = us_per_block ? us_per_block * 1000ULL : 1; /* 1 ns keeps zero-cost blocks spreading over SMs */
     sim_shared_lock();
     struct sim_dev_state *ds = &g_sim.st->dev[device];
     if (!g_sim.mps) {
@@ -831,17 +831,25 @@ CUresult cuEventQuery(CUevent hEvent) {
     SIM_CHECK_INIT();
     if (!hEvent || hEvent->magic != SIM_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (!hEvent->recorded)
+    pthread_mutex_lock(&g_sim.lock);
+    bool rec = hEvent->recorded;
+    uint64_t t = hEvent->time_ns;
+    pthread_mutex_unlock(&g_sim.lock);
+    if (!rec)
         return CUDA_SUCCESS;
-    return hEvent->time_ns <= sim_now_ns() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return t <= sim_now_ns() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult cuEventSynchronize(CUevent hEvent) {
     SIM_CHECK_INIT();
     if (!hEvent || hEvent->magic != SIM_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (hEvent->recorded)
-        sim_sleep_until(hEvent->time_ns);
+    pthread_mutex_lock(&g_sim.lock);
+    bool rec = hEvent->recorded;
+    uint64_t t = hEvent->time_ns;
+    pthread_mutex_unlock(&g_sim.lock);
+    if (rec)
+        sim_sleep_until(t);
     return CUDA_SUCCESS;
 }
 
@@ -851,12 +859,16 @@ CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEn
         return CUDA_ERROR_INVALID_VALUE;
     if (!hStart || hStart->magic != SIM_EVENT || !hEnd || hEnd->magic != SIM_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (!hStart->recorded || !hEnd->recorded || ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING))
+    pthread_mutex_lock(&g_sim.lock);
+    bool rec = hStart->recorded && hEnd->recorded;
+    uint64_t t0 = hStart->time_ns, t1 = hEnd->time_ns;
+    pthread_mutex_unlock(&g_sim.lock);
+    if (!rec || ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
     uint64_t now = sim_now_ns();
-    if (hStart->time_ns > now || hEnd->time_ns > now)
+    if (t0 > now || t1 > now)
         return CUDA_ERROR_NOT_READY;
-    *pMilliseconds = (float)((double)((int64_t)(hEnd->time_ns - hStart->time_ns)) / 1e6);
+    *pMilliseconds = (float)((double)((int64_t)(t1 - t0)) / 1e6);
     return CUDA_SUCCESS;
 }
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
@@ -893,10 +905,8 @@ CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent) {
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!hEvent || hEvent->magic != SIM_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (!hEvent->recorded)
-        return CUDA_SUCCESS;
     pthread_mutex_lock(&g_sim.lock);
-    for (struct CUstream_st *x = g_sim.streams; x; x = x->next)
+    for (struct CUstream_st *x = g_sim.streams; hEvent->recorded && x; x = x->next)
         if (stream_in_ctx(x, hCtx))
             x->tail_ns = max64(x->tail_ns, hEvent->time_ns);
     pthread_mutex_unlock(&g_sim.lock);
