@@ -1,6 +1,7 @@
 package table
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -162,5 +163,67 @@ func TestCrashSafety(t *testing.T) {
 	}
 	if _, err := t2.Register(RegisterRequest{ID: "after", Weight: 1}); err != nil {
 		t.Fatalf("register after crashes: %v", err)
+	}
+}
+
+// TestLeaderDiesClientsKeepGrant: a scheduler leader (child process) publishes grants and heartbeats until it is
+// SIGKILLed; the grant stays readable (fail-static), the dead leader is detected, and a new leader takes over
+// with a new epoch and publishes again.
+func TestLeaderDiesClientsKeepGrant(t *testing.T) {
+	if dir := os.Getenv("DETSHARE_TEST_LEADER"); dir != "" {
+		tb, err := Open(dir)
+		if err != nil {
+			os.Exit(3)
+		}
+		reg, _ := tb.Lookup("client")
+		if _, err := tb.SetLeader(os.Getpid()); err != nil {
+			os.Exit(4)
+		}
+		for n := uint64(1); ; n++ {
+			tb.PublishGrant(reg.Slot, Grant{Groups: n, SMs: 8, Mode: ModeSpatial})
+			tb.Heartbeat()
+			time.Sleep(time.Millisecond)
+		}
+	}
+	tb := newTable(t)
+	reg, _ := tb.Register(RegisterRequest{ID: "client", Weight: 1})
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLeaderDiesClientsKeepGrant$")
+	cmd.Env = append(os.Environ(), "DETSHARE_TEST_LEADER="+tb.Paths().Dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for tb.Leader().PID != cmd.Process.Pid || tb.GrantEpoch(reg.Slot) < 5 {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("child never led")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !tb.LeaderAlive(5 * time.Second) {
+		t.Error("live leader not alive")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if tb.LeaderAlive(time.Hour) {
+		t.Error("dead leader reported alive")
+	}
+	g, err := tb.ReadGrant(reg.Slot)
+	if err != nil && !errors.Is(err, ErrGrantBusy) {
+		t.Fatal(err)
+	}
+	if err == nil && (g.Groups == 0 || g.Mode != ModeSpatial) {
+		t.Errorf("last grant lost: %+v", g)
+	}
+	epoch := tb.Leader().Epoch
+	l, err := tb.SetLeader(os.Getpid())
+	if err != nil || l.Epoch != epoch+1 {
+		t.Fatalf("takeover: %+v %v (previous epoch %d)", l, err, epoch)
+	}
+	if err := tb.PublishGrant(reg.Slot, Grant{Groups: 1 << 40, SMs: 8, Mode: ModeSpatial}); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := tb.ReadGrant(reg.Slot); err != nil || g.Groups != 1<<40 {
+		t.Fatalf("new leader's grant: %+v %v", g, err)
 	}
 }
