@@ -30,7 +30,7 @@ smi = subprocess.run(["nvidia-smi", "--query-gpu=memory.total,memory.used", "--f
 print("nvidia-smi under the library:", smi.stdout.strip(), smi.stderr.strip()[-300:])
 PY
 echo "== cuBLAS / cuDNN / Triton under the library"
-$DS run --memory 16Gi --name ops -- $py - <<'PY'
+cat > /tmp/ops.py <<'PY'
 import torch, torch.nn.functional as F
 a = torch.randn(4096, 4096, device="cuda"); b = a @ a; torch.cuda.synchronize(); print("cublas ok", float(b.float().abs().sum()) > 0)
 x = torch.randn(8, 3, 224, 224, device="cuda"); w = torch.randn(64, 3, 7, 7, device="cuda"); y = F.conv2d(x, w); print("cudnn ok", tuple(y.shape))
@@ -42,6 +42,7 @@ def add(x, y, o, n, B: tl.constexpr):
 n = 1 << 20; p = torch.randn(n, device="cuda"); q = torch.randn(n, device="cuda"); o = torch.empty_like(p)
 add[(n // 1024,)](p, q, o, n, B=1024); torch.cuda.synchronize(); print("triton ok", bool(torch.allclose(o, p + q)))
 PY
+$DS run --memory 16Gi --name ops -- $py /tmp/ops.py
 echo "== training step time: native vs under the library (same script, alternating, 3 rounds)"
 cat > /tmp/step.py <<'PY'
 import torch, time, sys
