@@ -259,8 +259,11 @@ class Table:
 
     @classmethod
     def create(cls, run_dir, sm_count, group_sms=8, mem_total=80 << 30, gpu_name="GPU", gpu_uuid="GPU-unknown",
-               mps_pipe_dir="", mode="spatial", layout=None, n_gpus=1):
-        """Creates a fresh table for n_gpus identical GPUs (index 0..n-1), split into groups of group_sms."""
+               mps_pipe_dir="", mode="spatial", layout=None, n_gpus=1, groups=None):
+        """Creates a fresh table for n_gpus identical GPUs (index 0..n-1). The split is `groups` (SMs of each
+        group, as the driver's cuDevSmResourceSplitByCount returns it: see gpuinfo.py) or, without it, an
+        estimate of sm_count // group_sms groups. libdetshare refuses to confine kernels when the table's group
+        count differs from the driver's, so pass the real split on a real GPU."""
         L = layout or Layout()
         if sm_count <= 0 or sm_count > 4096:
             raise ValueError("sm_count=%r: must be 1..4096" % (sm_count,))
@@ -291,7 +294,12 @@ class Table:
         h.set("containers_offset", L["DS_CONTAINERS_OFFSET"])
         h.set("created_ns", time.time_ns())
         h.set("n_gpus", n_gpus)
-        n_groups = min(sm_count // group_sms, L["DS_MAX_SM_GROUPS"])
+        if groups is None:
+            groups = [group_sms] * min(sm_count // group_sms, L["DS_MAX_SM_GROUPS"])
+        if not groups or len(groups) > L["DS_MAX_SM_GROUPS"] or sum(groups) > sm_count or min(groups) <= 0:
+            raise ValueError("groups=%r: want 1..%d positive group sizes summing to at most sm_count (%d)"
+                             % (groups, L["DS_MAX_SM_GROUPS"], sm_count))
+        n_groups = len(groups)
         for i in range(n_gpus):
             g = t.gpu(i)
             g.set("state", L["DS_GPU_PRESENT"])
@@ -303,9 +311,9 @@ class Table:
             g.set("split_min_size", group_sms)
             g.set("split_alignment", group_sms)
             g.set("n_groups", n_groups)
-            g.set("remainder_sms", sm_count - n_groups * group_sms)
-            for k in range(n_groups):
-                g.set("group_sms", group_sms, k)
+            g.set("remainder_sms", sm_count - sum(groups))
+            for k, n in enumerate(groups):
+                g.set("group_sms", n, k)
             g.set("split_state", L["DS_SPLIT_PUBLISHED"])
             g.set("mps_state", L["DS_MPS_RUNNING"] if mps_pipe_dir else L["DS_MPS_ABSENT"])
             g.set("mode", L[MODES[mode]])
@@ -555,6 +563,8 @@ def main(argv=None):
     c.add_argument("--run-dir", required=True)
     c.add_argument("--sms", type=int, required=True, help="SM count of the GPU")
     c.add_argument("--group-sms", type=int, default=8, help="SMs per group of the split (H100: 8)")
+    c.add_argument("--groups", default="", help="comma-separated SMs of each group as the driver splits them "
+                                                 "(gpuinfo.py prints it); default sms // group-sms groups")
     c.add_argument("--mem-total", type=int, default=80 << 30)
     c.add_argument("--mps-pipe-dir", default="")
     c.add_argument("--tenant", action="append", default=[],
@@ -569,7 +579,8 @@ def main(argv=None):
         out["defines"] = {k: v for k, v in L.defines.items() if not k.startswith("sizeof:")}
         print(json.dumps(out, indent=1, sort_keys=True))
         return 0
-    t = Table.create(a.run_dir, a.sms, a.group_sms, a.mem_total, mps_pipe_dir=a.mps_pipe_dir, layout=L)
+    groups = [int(x) for x in a.groups.split(",")] if a.groups else None
+    t = Table.create(a.run_dir, a.sms, a.group_sms, a.mem_total, mps_pipe_dir=a.mps_pipe_dir, layout=L, groups=groups)
     for spec in a.tenant:
         parts = spec.split(":")
         if len(parts) < 3:

@@ -33,6 +33,9 @@ def parse(argv=None):
     ap.add_argument("--go", help="file to wait for; holds the start time (time.time())")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of measurement")
     ap.add_argument("--rate", type=float, default=0.0, help="Poisson arrival rate, requests/s (infer, prefill)")
+    ap.add_argument("--load", type=float, default=0.0,
+                    help="infer/prefill without --rate: measure solo capacity closed-loop first, then use "
+                         "rate = load x capacity (do this only when running alone)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--calibrate", type=int, default=0, help="infer: measure N closed-loop requests and exit")
     ap.add_argument("--batch", type=int, default=0, help="training / decode batch (0: per-model default)")
@@ -103,6 +106,18 @@ def sleep_until(t_abs):
         time.sleep(d - 0.0005 if d > 0.002 else 0)
 
 
+def calibrate(step, clk, n):
+    """Closed-loop service times: n requests, or (n = 0) as many as fit in ~3 s (at least 20, at most 500)."""
+    times = []
+    end = time.perf_counter() + 3.0
+    while (len(times) < n) if n else (len(times) < 20 or (time.perf_counter() < end and len(times) < 500)):
+        t = time.perf_counter()
+        step()
+        clk.sync()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 def build_infer(a, torch, dev):
     import models
 
@@ -157,15 +172,13 @@ def run_infer(a):
         clk.sync()
         ref_hash = tensor_hash(y)
         res = {"role": "infer", "model": a.model, "impl": impl, "graph": graph is not None, "tag": a.tag}
-        if a.calibrate:
-            times = []
-            for _ in range(a.calibrate):
-                t = time.perf_counter()
-                step()
-                clk.sync()
-                times.append(time.perf_counter() - t)
-            res.update(calibrate=times)
-            return res
+        if a.calibrate or (a.load and not a.rate):
+            times = calibrate(step, clk, a.calibrate or 0)
+            if a.calibrate:
+                res.update(calibrate=times)
+                return res
+            a.rate = a.load * len(times) / sum(times)
+            res.update(calibration={"requests": len(times), "mean_s": sum(times) / len(times), "load": a.load})
         t0 = wait_go(a)
         arr = arrivals(a.rate, a.duration, a.seed)
         reqs, hashes = [], {ref_hash: 0}
@@ -267,6 +280,11 @@ def run_prefill(a):
             out = m(ids, pos, cache, True)
         clk.sync()
         ref = tensor_hash(out)
+        calib = None
+        if a.load and not a.rate:
+            times = calibrate(lambda: m(ids, pos, cache, True), clk, 0)
+            a.rate = a.load * len(times) / sum(times)
+            calib = {"requests": len(times), "mean_s": sum(times) / len(times), "load": a.load}
         t0 = wait_go(a)
         arr = arrivals(a.rate, a.duration, a.seed)
         reqs = []
@@ -282,7 +300,7 @@ def run_prefill(a):
                 break
             del first
     return {"role": "prefill", "model": a.model, "tag": a.tag, "t0": t0, "duration": a.duration, "rate": a.rate,
-            "prompt_len": seq, "offered": len(arr), "requests": reqs, "output_hash": ref}
+            "prompt_len": seq, "offered": len(arr), "requests": reqs, "output_hash": ref, "calibration": calib}
 
 
 def run_decode(a):

@@ -1,0 +1,513 @@
+#!/usr/bin/env python3
+"""bench: DetShare's side-by-side GPU benchmark (DESIGN.md §5 protocol), one configuration after another, one run.
+
+Configurations, for each pair of a latency-critical (LC) and a best-effort (BE) workload:
+  alone       each workload by itself (LC at Poisson load --load of its own solo capacity, measured first)
+  alone-lib   the same under libdetshare with a grant of every SM group (solo overhead of the library)
+  timeslice   both at once, no MPS: the driver time-slices the two processes
+  mps         both at once under one MPS server (private pipe directory), no limits
+  mps-pct     MPS, BE with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = its share of SMs (LC's groups left out)
+  detshare    MPS + libdetshare; the Python scheduler (dstable.py) grants LC --lc-groups groups, BE the rest
+LLM pair (a Llama-like prefill process with Poisson prompts + a decode process, both best-effort roles):
+  alone, timeslice, mps, detshare-to (throughput-oriented: equal split of groups while both are busy, all groups
+  to whichever is busy alone) and detshare-tpot (TPOT-First: decode gets first pick, --tpot-decode-groups groups).
+Training pair (--suite train): two trainings, alone / timeslice / mps / detshare (equal split).
+
+Raw worker results go to OUTDIR/raw/, logs to OUTDIR/logs/, the plan and the environment to OUTDIR/meta.json;
+report.py turns them into OUTDIR/results.{md,json} and the CDF plot. Nothing here is a simulation: on a machine
+without a GPU use --device cpu (tiny models, no MPS, no library) only to check the harness itself.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import dstable  # noqa: E402  (standard library only)
+
+INFER_PAIRS = {"quick": [("resnet50", "resnet50")],
+               "default": [("resnet50", "resnet50"), ("bert", "gpt2")],
+               "full": [("resnet50", "resnet50"), ("resnet50", "gpt2"), ("bert", "resnet50"), ("bert", "gpt2")]}
+PAIR_CONFIGS = ["alone", "alone-lib", "timeslice", "mps", "mps-pct", "detshare"]
+LLM_CONFIGS = ["alone", "timeslice", "mps", "detshare-to", "detshare-tpot"]
+TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
+SUITES = ["infer", "llm", "train"]
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="output directory (created)")
+    ap.add_argument("--quick", action="store_true", help="one pair, short windows (about 4 minutes on an H100)")
+    ap.add_argument("--suite", default="infer,llm", help="comma list of %s (default infer,llm)" % ",".join(SUITES))
+    ap.add_argument("--pairs", default="", choices=["", "quick", "default", "full"],
+                    help="LC/BE model pairs for the infer suite (default: quick with --quick, else default)")
+    ap.add_argument("--configs", default="", help="comma list restricting the configurations run")
+    ap.add_argument("--duration", type=float, default=0, help="measurement seconds per configuration "
+                                                              "(default 8 with --quick, else 12)")
+    ap.add_argument("--load", type=float, default=0.5, help="LC Poisson load as a fraction of its solo capacity")
+    ap.add_argument("--lc-groups", type=int, default=4, help="SM groups guaranteed to LC (H100: 4 x 8 = 32 SMs)")
+    ap.add_argument("--tpot-decode-groups", type=int, default=0,
+                    help="TPOT-First: groups decode gets first (default: two thirds of the split)")
+    ap.add_argument("--tpot-slo-ms", type=float, default=100.0)
+    ap.add_argument("--lib", default=os.path.join(REPO, "build", "lib", "libdetshare.so"))
+    ap.add_argument("--python", default=sys.executable, help="interpreter for the workers (needs torch)")
+    ap.add_argument("--mps-control", default="nvidia-cuda-mps-control")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: tiny models, no MPS, no library: checks the harness on a machine without a GPU")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan (cases, environments) and exit")
+    ap.add_argument("--worker-timeout", type=float, default=240.0, help="seconds a case may take beyond its window")
+    a = ap.parse_args(argv)
+    a.suites = [s for s in a.suite.split(",") if s]
+    for s in a.suites:
+        if s not in SUITES:
+            ap.error("--suite: %r is not one of %s" % (s, ", ".join(SUITES)))
+    a.only = set(c for c in a.configs.split(",") if c)
+    known = set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS)
+    for c in a.only:
+        if c not in known:
+            ap.error("--configs: %r is not one of %s" % (c, ", ".join(sorted(known))))
+    if not a.duration:
+        a.duration = 8.0 if a.quick else 12.0
+    if not a.pairs:
+        a.pairs = "quick" if a.quick else "default"
+    if not 0 < a.load < 1:
+        ap.error("--load=%s: must be between 0 and 1 (fraction of solo capacity)" % a.load)
+    return a
+
+
+def log(msg, *args):
+    sys.stderr.write("[bench %s] %s\n" % (time.strftime("%H:%M:%S"), msg % args if args else msg))
+    sys.stderr.flush()
+
+
+# ------------------------------------------------------------------------------------------------ MPS ----------
+class MPS:
+    """An MPS control daemon with private pipe and log directories (never the system's), stopped on exit."""
+
+    def __init__(self, binary, root):
+        self.binary, self.pipe, self.logdir = binary, os.path.join(root, "mps-pipe"), os.path.join(root, "mps-log")
+        self.running = False
+
+    def env(self):
+        return {"CUDA_MPS_PIPE_DIRECTORY": self.pipe, "CUDA_MPS_LOG_DIRECTORY": self.logdir}
+
+    def start(self):
+        os.makedirs(self.pipe, exist_ok=True)
+        os.makedirs(self.logdir, exist_ok=True)
+        env = dict(os.environ, **self.env())
+        subprocess.run([self.binary, "-d"], env=env, check=True, timeout=30)
+        for _ in range(200):
+            if os.path.exists(os.path.join(self.pipe, "control")):
+                self.running = True
+                return
+            time.sleep(0.05)
+        raise RuntimeError("MPS control daemon started but %s/control never appeared (see %s)" % (self.pipe,
+                                                                                                 self.logdir))
+
+    def stop(self):
+        if not self.running:
+            return
+        env = dict(os.environ, **self.env())
+        try:
+            subprocess.run([self.binary], input=b"quit\n", env=env, timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            log("MPS control daemon did not quit within 30 s")
+        for _ in range(100):
+            if not os.path.exists(os.path.join(self.pipe, "control")):
+                break
+            time.sleep(0.05)
+        self.running = False
+
+
+# ------------------------------------------------------------------------------------------- schedulers ---------
+class Policy(threading.Thread):
+    """The Python stand-in for `detshare sched` during one case: republishes grants from the tenants' demand
+    (client pages written by libdetshare) every millisecond. rule(demands) -> {slot: mask}."""
+
+    def __init__(self, table, slots, rule, period=0.001):
+        super().__init__(daemon=True)
+        self.table, self.slots, self.rule, self.period = table, slots, rule, period
+        self.changes, self._stop_ev, self.last = 0, threading.Event(), {}
+
+    def run(self):
+        beat = 0
+        while not self._stop_ev.wait(self.period):
+            demand = {s: self.table.demand(s) for s in self.slots}
+            for s, m in self.rule(demand).items():
+                if self.last.get(s) != m:
+                    self.table.publish_grant(s, m)
+                    self.last[s] = m
+                    self.changes += 1
+            beat += 1
+            if beat % 50 == 0:
+                self.table.heartbeat()
+
+    def stop(self):
+        self._stop_ev.set()
+        self.join()
+
+
+def split_rule(a_slot, b_slot, a_mask, b_mask, all_mask, work_conserving):
+    """Both busy (or demand unknown): a gets a_mask, b gets b_mask. Work-conserving: one busy alone gets all."""
+
+    def rule(d):
+        if work_conserving and d[a_slot] and not d[b_slot]:
+            return {a_slot: all_mask, b_slot: b_mask}
+        if work_conserving and d[b_slot] and not d[a_slot]:
+            return {a_slot: a_mask, b_slot: all_mask}
+        return {a_slot: a_mask, b_slot: b_mask}
+
+    return rule
+
+
+# ------------------------------------------------------------------------------------------------ cases --------
+class Case:
+    def __init__(self, name, config, workers, needs_mps=False, table=None, policy=None):
+        self.name, self.config, self.workers, self.needs_mps = name, config, workers, needs_mps
+        self.table, self.policy = table, policy  # table: list of tenant specs for dstable; policy: kind
+
+
+class Worker:
+    def __init__(self, label, args, env=None, tenant=None, mps_pct=None):
+        self.label, self.args, self.env, self.tenant, self.mps_pct = label, args, env or {}, tenant, mps_pct
+
+
+class Runner:
+    def __init__(self, a):
+        self.a = a
+        self.out = os.path.abspath(a.out)
+        self.raw = os.path.join(self.out, "raw")
+        self.logs = os.path.join(self.out, "logs")
+        self.tmp = tempfile.mkdtemp(prefix="detshare-bench-")
+        self.mps = MPS(a.mps_control, self.tmp)
+        self.rates = {}
+        self.gpu = None
+        self.procs = []
+
+    # GPU facts, through the driver (gpuinfo.py) in a child so this process never initialises CUDA itself
+    def gpu_info(self):
+        if self.a.device == "cpu":
+            return {"name": "cpu (harness check, no GPU)", "sms": 132, "split": {"groups": [8] * 15}, "cpu": True}
+        r = subprocess.run([sys.executable, os.path.join(HERE, "gpuinfo.py")], capture_output=True, text=True,
+                           timeout=60)
+        info = json.loads(r.stdout or "{}") if r.stdout.strip().startswith("{") else {"error": r.stderr}
+        if "error" in info:
+            raise RuntimeError("cannot query GPU 0 through the driver: %s" % info["error"])
+        return info
+
+    def groups(self):
+        sp = self.gpu.get("split")
+        if not sp:
+            raise RuntimeError("the driver gave no SM split (%s): DetShare's spatial mode needs green contexts "
+                               "(CUDA 12.5+ driver)" % self.gpu.get("split_error"))
+        return sp["groups"]
+
+    def run(self):
+        a = self.a
+        os.makedirs(self.raw, exist_ok=True)
+        os.makedirs(self.logs, exist_ok=True)
+        self.gpu = self.gpu_info()
+        plan = self.plan()
+        meta = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv, "gpu": self.gpu,
+                "duration": a.duration, "load": a.load, "lc_groups": a.lc_groups, "tpot_slo_ms": a.tpot_slo_ms,
+                "device": a.device, "driver": _nvidia_smi_field("driver_version"),
+                "cases": [{"name": c.name, "config": c.config, "workers": [w.label for w in c.workers]}
+                          for c in plan]}
+        est = len(plan) * (a.duration + (4 if a.device == "cpu" else 15))
+        log("%d cases, about %.1f minutes", len(plan), est / 60)
+        if a.dry_run:
+            for c in plan:
+                print("%-32s %-14s %s" % (c.name, c.config, " | ".join(
+                    "%s: %s%s" % (w.label, " ".join(w.args), " (MPS %s%%)" % w.mps_pct if w.mps_pct else "")
+                    for w in c.workers)))
+            return 0
+        with open(os.path.join(self.out, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        failed = []
+        try:
+            for c in plan:
+                try:
+                    self.run_case(c)
+                except Exception as e:  # one broken case must not lose the others' results
+                    log("case %s FAILED: %s", c.name, e)
+                    failed.append({"case": c.name, "error": str(e)})
+                    self.kill_all()
+        finally:
+            self.mps.stop()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        meta["failed"] = failed
+        meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with open(os.path.join(self.out, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        return 1 if failed else 0
+
+    # ----------------------------------------------------------------------------------------- the plan -------
+    def plan(self):
+        a = self.a
+        cases = []
+        dev = ["--device", a.device]
+        tiny = "-tiny" if a.device == "cpu" else ""
+
+        def want(cfg):
+            return not a.only or cfg in a.only
+
+        if "infer" in a.suites:
+            for lc, be in INFER_PAIRS[a.pairs]:
+                pair = "%s+%s" % (lc, be)
+                lcw = ["--role", "infer", "--model", lc + tiny] + dev
+                bew = ["--role", "train", "--model", be + tiny] + dev
+                for cfg in PAIR_CONFIGS:
+                    if not want(cfg):
+                        continue
+                    if cfg in ("alone", "alone-lib"):
+                        cases.append(self.case("infer/%s/%s/lc" % (pair, cfg), cfg, [("lc", lcw, "lc", pair)]))
+                        cases.append(self.case("infer/%s/%s/be" % (pair, cfg), cfg, [("be", bew, "be", pair)]))
+                    else:
+                        cases.append(self.case("infer/%s/%s" % (pair, cfg), cfg,
+                                               [("lc", lcw, "lc", pair), ("be", bew, "be", pair)]))
+        if "llm" in a.suites:
+            pw = ["--role", "prefill", "--model", "llama" + tiny] + dev
+            dw = ["--role", "decode", "--model", "llama" + tiny] + dev
+            for cfg in LLM_CONFIGS:
+                if not want(cfg):
+                    continue
+                if cfg == "alone":
+                    cases.append(self.case("llm/alone/prefill", cfg, [("prefill", pw, "prefill", "llm")]))
+                    cases.append(self.case("llm/alone/decode", cfg, [("decode", dw, "decode", "llm")]))
+                else:
+                    cases.append(self.case("llm/" + cfg, cfg, [("prefill", pw, "prefill", "llm"),
+                                                               ("decode", dw, "decode", "llm")]))
+        if "train" in a.suites:
+            t1 = ["--role", "train", "--model", "resnet50" + tiny] + dev
+            t2 = ["--role", "train", "--model", "gpt2" + tiny] + dev
+            for cfg in TRAIN_CONFIGS:
+                if not want(cfg):
+                    continue
+                if cfg == "alone":
+                    cases.append(self.case("train/alone/a", cfg, [("a", t1, "a", "train")]))
+                    cases.append(self.case("train/alone/b", cfg, [("b", t2, "b", "train")]))
+                else:
+                    cases.append(self.case("train/" + cfg, cfg, [("a", t1, "a", "train"), ("b", t2, "b", "train")]))
+        return cases
+
+    def case(self, name, cfg, workers):
+        ws = []
+        for label, args, tenant, group in workers:
+            pct = None
+            if cfg == "mps-pct" and label == "be":
+                groups = self.groups()
+                pct = max(1, int(100 * sum(groups[self.a.lc_groups:]) / self.gpu["sms"]))
+            ws.append(Worker(label, list(args), tenant=tenant, mps_pct=pct))
+            ws[-1].group = group
+        return Case(name, cfg, ws, needs_mps=cfg.startswith("mps") or cfg.startswith("detshare"))
+
+    # ----------------------------------------------------------------------------------------- one case -------
+    def run_case(self, c):
+        a = self.a
+        slug = c.name.replace("/", "_").replace("+", "-")
+        log("case %s", c.name)
+        cpu = a.device == "cpu"
+        if c.needs_mps and not cpu and not self.mps.running:
+            if not shutil.which(a.mps_control):
+                raise RuntimeError("%s not found: MPS configurations need it" % a.mps_control)
+            self.mps.start()
+        if not c.needs_mps and self.mps.running:
+            self.mps.stop()
+        table, policy, tenants = None, None, {}
+        lib = c.config.startswith("detshare") or c.config == "alone-lib"
+        if lib:
+            if not os.path.exists(a.lib):
+                raise RuntimeError("%s missing: run `make build/lib/libdetshare.so` first" % a.lib)
+            table, policy, tenants = self.make_table(c, slug)
+        casedir = os.path.join(self.tmp, slug)
+        os.makedirs(casedir, exist_ok=True)
+        go = os.path.join(casedir, "go")
+        procs = []
+        try:
+            for w in c.workers:
+                env = dict(os.environ)
+                env["PYTHONUNBUFFERED"] = "1"
+                if c.needs_mps and not cpu:
+                    env.update(self.mps.env())
+                else:  # never attach to an MPS server someone else runs
+                    env["CUDA_MPS_PIPE_DIRECTORY"] = os.path.join(self.tmp, "no-mps")
+                env.pop("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", None)
+                if w.mps_pct:
+                    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(w.mps_pct)
+                if lib:
+                    env["LD_PRELOAD"] = a.lib
+                    env["DETSHARE_QUOTA_FILE"] = tenants[w.tenant].quota_file
+                    env.setdefault("DETSHARE_LOG", "info")
+                else:
+                    env.pop("LD_PRELOAD", None)
+                    env.pop("DETSHARE_QUOTA_FILE", None)
+                out = os.path.join(self.raw, "%s__%s.json" % (slug, w.label))
+                args = [a.python, os.path.join(HERE, "worker.py")] + w.args + [
+                    "--out", out, "--ready", os.path.join(casedir, w.label + ".ready"), "--go", go,
+                    "--duration", str(a.duration), "--tag", c.config, "--seed", "1234"]
+                rate_key = (w.group, w.label)
+                if w.label in ("lc", "prefill"):
+                    if rate_key in self.rates:
+                        args += ["--rate", "%.6f" % self.rates[rate_key]]
+                    else:
+                        args += ["--load", str(a.load)]
+                if cpu:
+                    args += ["--warmup", "2"]
+                logf = open(os.path.join(self.logs, "%s__%s.log" % (slug, w.label)), "w")
+                p = subprocess.Popen(args, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+                p.logf, p.out, p.w = logf, out, w
+                procs.append(p)
+                self.procs.append(p)
+            # wait until every worker warmed up, then start them together
+            deadline = time.time() + a.worker_timeout
+            while not all(os.path.exists(os.path.join(casedir, w.label + ".ready")) for w in c.workers):
+                for p in procs:
+                    if p.poll() is not None:
+                        raise RuntimeError("worker %s exited with %s before it was ready (log: %s)"
+                                           % (p.w.label, p.returncode, p.logf.name))
+                if time.time() > deadline:
+                    raise RuntimeError("workers not ready after %.0f s" % a.worker_timeout)
+                time.sleep(0.05)
+            if policy:
+                policy.start()
+            with open(go + ".tmp", "w") as f:
+                f.write("%.6f" % (time.time() + 0.5))
+            os.rename(go + ".tmp", go)
+            for p in procs:
+                left = max(1.0, deadline + a.duration - time.time())
+                try:
+                    p.wait(timeout=left)
+                except subprocess.TimeoutExpired:
+                    raise RuntimeError("worker %s did not finish (log: %s)" % (p.w.label, p.logf.name)) from None
+                if p.returncode != 0:
+                    raise RuntimeError("worker %s exited with %s (log: %s)" % (p.w.label, p.returncode, p.logf.name))
+                with open(p.out) as f:
+                    res = json.load(f)
+                if p.w.label in ("lc", "prefill") and "rate" in res and (p.w.group, p.w.label) not in self.rates:
+                    self.rates[(p.w.group, p.w.label)] = res["rate"]
+                    log("  %s %s solo capacity -> Poisson rate %.2f/s at load %.2f", p.w.group, p.w.label,
+                        res["rate"], a.load)
+                res.update(case=c.name, config=c.config, label=p.w.label, group=p.w.group)
+                if policy:
+                    res["grant_changes"] = policy.changes
+                if table is not None:
+                    res["grant_final"] = table.read_grant(tenants[p.w.tenant].slot)
+                with open(p.out, "w") as f:
+                    json.dump(res, f)
+        finally:
+            if policy:
+                policy.stop()
+            for p in procs:
+                if p.poll() is None:
+                    _killpg(p)
+                p.logf.close()
+                if p in self.procs:
+                    self.procs.remove(p)
+            if table is not None:
+                table.close()
+
+    def make_table(self, c, slug):
+        """Table, tenants and grants for one case (dstable.py plays detshare run + detshare sched)."""
+        a = self.a
+        groups = self.groups()
+        n = len(groups)
+        allm = dstable.full_mask(n)
+        run_dir = os.path.join(self.tmp, "run-" + slug)
+        t = dstable.Table.create(run_dir, self.gpu["sms"], groups=groups, mem_total=self.gpu.get("mem_total", 0),
+                                 gpu_name=self.gpu.get("name", "GPU"),
+                                 mps_pipe_dir="" if a.device == "cpu" else self.mps.pipe)
+        tenants, policy = {}, None
+        labels = [w.tenant for w in c.workers]
+        if c.config == "alone-lib":
+            q = t.register(labels[0], tier="best-effort")
+            t.publish_grant(q.slot, allm)
+            tenants[labels[0]] = q
+        elif c.config == "detshare" and "lc" in labels:
+            lcm = dstable.range_mask(0, a.lc_groups)
+            q1 = t.register("lc", tier="latency-critical", guaranteed_groups=lcm)
+            q2 = t.register("be", tier="best-effort")
+            t.publish_grant(q1.slot, lcm)
+            t.publish_grant(q2.slot, allm & ~lcm)
+            tenants = {"lc": q1, "be": q2}
+        elif c.config == "detshare":  # training pair: equal weights, static halves (both always busy)
+            h = n // 2
+            q1 = t.register("a", tier="best-effort")
+            q2 = t.register("b", tier="best-effort")
+            t.publish_grant(q1.slot, dstable.range_mask(0, n - h))
+            t.publish_grant(q2.slot, dstable.range_mask(n - h, h))
+            tenants = {"a": q1, "b": q2}
+        elif c.config in ("detshare-to", "detshare-tpot"):
+            qp = t.register("prefill", tier="best-effort", role="prefill")
+            qd = t.register("decode", tier="best-effort", role="decode")
+            if c.config == "detshare-tpot":
+                dg = a.tpot_decode_groups or max(1, (2 * n) // 3)
+            else:
+                dg = n // 2
+            dm = dstable.range_mask(n - dg, dg)  # decode takes the top groups, prefill the bottom ones
+            pm = allm & ~dm
+            t.publish_grant(qp.slot, pm)
+            t.publish_grant(qd.slot, dm)
+            policy = Policy(t, [qp.slot, qd.slot], split_rule(qp.slot, qd.slot, pm, dm, allm, work_conserving=True))
+            tenants = {"prefill": qp, "decode": qd}
+        else:
+            raise RuntimeError("no table plan for configuration %s" % c.config)
+        if policy is None:
+            policy = Policy(t, [q.slot for q in tenants.values()], lambda d: {}, period=0.05)  # heartbeat only
+        return t, policy, tenants
+
+    def kill_all(self):
+        for p in list(self.procs):
+            _killpg(p)
+
+
+def _killpg(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _nvidia_smi_field(field):
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=" + field, "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=30)
+        return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def main(argv=None):
+    a = parse(argv)
+    r = Runner(a)
+
+    def on_signal(sig, _frame):
+        log("signal %d: stopping workers and MPS", sig)
+        r.kill_all()
+        r.mps.stop()
+        sys.exit(130)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        return r.run()
+    except RuntimeError as e:
+        log("error: %s", e)
+        r.kill_all()
+        r.mps.stop()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

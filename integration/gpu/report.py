@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""report: turns bench.py's raw results (OUTDIR/raw/*.json, OUTDIR/meta.json) into
+  OUTDIR/results.md    Markdown tables ready to paste into BENCHMARKS.md, with the targets of issue 8 checked
+  OUTDIR/results.json  every number in the tables, plus per-case raw summaries
+  OUTDIR/latency_cdf.png (matplotlib) and latency_cdf.csv (always): LC arrival-to-completion CDFs per configuration
+Standard library only (matplotlib optional). Metrics:
+  - the first --skip fraction of each window is dropped (warm-up transients); a request counts in the window of
+    its arrival;
+  - LC P50/P99 of service time (start to end) and of arrival-to-completion, and their ratio to `alone`;
+  - normalised throughput = throughput / the same workload's `alone` throughput (LC: served/s over solo
+    capacity, which at load 0.5 is at most 0.5); their sum is the system throughput;
+  - decode TPOT = gaps between consecutive tokens; violation rate = gaps over the SLO / all gaps; TTFT = prefill
+    arrival-to-completion;
+  - bit-equality: a configuration's output hash equals the `alone` one and every request produced it.
+"""
+import argparse
+import csv
+import glob
+import json
+import os
+import sys
+
+TARGETS = {"lc_p99_ratio": 1.05, "be_norm_min": 0.50, "tpot_violation_cut": 0.20, "solo_overhead": 0.01}
+
+
+def pct(xs, q):
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = (len(s) - 1) * q / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def fmt(x, nd=2, unit=""):
+    if x is None:
+        return "—"
+    return ("%." + str(nd) + "f%s") % (x, unit)
+
+
+def load(outdir):
+    raw = {}
+    for p in sorted(glob.glob(os.path.join(outdir, "raw", "*.json"))):
+        with open(p) as f:
+            d = json.load(f)
+        raw.setdefault(d.get("group", "?"), {}).setdefault(d.get("config", "?"), {})[d.get("label", "?")] = d
+    meta = {}
+    if os.path.exists(os.path.join(outdir, "meta.json")):
+        with open(os.path.join(outdir, "meta.json")) as f:
+            meta = json.load(f)
+    return raw, meta
+
+
+def lc_stats(d, skip):
+    D = d["duration"]
+    reqs = [r for r in d["requests"] if r[0] >= skip * D]
+    svc = [(e - s) * 1e3 for _, s, e in reqs]
+    a2c = [(e - a) * 1e3 for a, _, e in reqs]
+    served = len([r for r in reqs if r[2] <= D])
+    hashes = d.get("output_hashes") or {}
+    return {"n": len(reqs), "offered": d.get("offered"), "rate": d.get("rate"),
+            "svc_p50_ms": pct(svc, 50), "svc_p99_ms": pct(svc, 99), "a2c_p50_ms": pct(a2c, 50),
+            "a2c_p99_ms": pct(a2c, 99), "served_per_s": served / ((1 - skip) * D) if D else None,
+            "capacity_per_s": (1.0 / d["calibration"]["mean_s"]) if d.get("calibration") else None,
+            "output_hash": d.get("output_hash"), "distinct_hashes": len(hashes), "a2c_ms": a2c}
+
+
+def train_stats(d, skip):
+    D = d["duration"]
+    n = len([t for t in d["step_ends"] if skip * D <= t <= D])
+    return {"steps": n, "steps_per_s": n / ((1 - skip) * D) if D else None, "loss_hash": d.get("loss_hash_first5")}
+
+
+def decode_stats(d, skip, slo_ms):
+    D = d["duration"]
+    st = [t for t in d["token_stamps"] if t >= skip * D]
+    gaps = [(b - a) * 1e3 for a, b in zip(st, st[1:])]
+    viol = len([g for g in gaps if g > slo_ms])
+    return {"tokens_per_s": len(st) * d.get("batch", 1) / ((1 - skip) * D) if D else None,
+            "tpot_p50_ms": pct(gaps, 50), "tpot_p99_ms": pct(gaps, 99),
+            "tpot_violation": viol / len(gaps) if gaps else None, "output_hash": d.get("output_hash")}
+
+
+def prefill_stats(d, skip):
+    s = lc_stats(d, skip)
+    return {"ttft_p50_ms": s["a2c_p50_ms"], "ttft_p99_ms": s["a2c_p99_ms"], "served_per_s": s["served_per_s"],
+            "n": s["n"], "output_hash": d.get("output_hash")}
+
+
+def build(outdir, skip, slo_ms):
+    raw, meta = load(outdir)
+    res = {"meta": {k: meta.get(k) for k in ("started", "finished", "gpu", "driver", "duration", "load", "lc_groups",
+                                               "argv", "failed")},
+           "infer": {}, "llm": {}, "train": {}, "targets": []}
+    md = []
+    g = meta.get("gpu") or {}
+    md.append("Run %s, GPU %s (%s SMs), driver %s, %s s per configuration, LC load %s, LC grant %s groups. "
+              "Command: `%s`" % (meta.get("started", "?"), g.get("name", "?"), g.get("sms", "?"), meta.get("driver", "?"),
+                                 meta.get("duration", "?"), meta.get("load", "?"), meta.get("lc_groups", "?"),
+                                 " ".join(meta.get("argv") or [])))
+    md.append("")
+    cdf_rows = []
+    for group, cfgs in sorted(raw.items()):
+        if group in ("llm", "train"):
+            continue
+        # ---- LC/BE pair
+        base_lc = cfgs.get("alone", {}).get("lc")
+        base_be = cfgs.get("alone", {}).get("be")
+        blc = lc_stats(base_lc, skip) if base_lc else None
+        bbe = train_stats(base_be, skip) if base_be else None
+        rows = {}
+        md.append("### %s (LC inference batch 1 + BE training)" % group)
+        md.append("")
+        md.append("| config | LC svc P50 ms | LC svc P99 ms | P99 / solo | LC a2c P50 ms | LC a2c P99 ms | a2c P99 / solo "
+                  "| LC norm | BE steps/s | BE norm | sum | bit-identical |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for cfg in ("alone", "alone-lib", "timeslice", "mps", "mps-pct", "detshare"):
+            c = cfgs.get(cfg)
+            if not c:
+                continue
+            lc = lc_stats(c["lc"], skip) if "lc" in c else None
+            be = train_stats(c["be"], skip) if "be" in c else None
+            cap = blc and blc["capacity_per_s"]
+            r = {"lc": {k: v for k, v in (lc or {}).items() if k != "a2c_ms"}, "be": be}
+            r["lc_svc_p99_ratio"] = ratio(lc and lc["svc_p99_ms"], blc and blc["svc_p99_ms"])
+            r["lc_a2c_p99_ratio"] = ratio(lc and lc["a2c_p99_ms"], blc and blc["a2c_p99_ms"])
+            r["lc_norm"] = ratio(lc and lc["served_per_s"], cap)
+            r["be_norm"] = ratio(be and be["steps_per_s"], bbe and bbe["steps_per_s"])
+            r["sum"] = (r["lc_norm"] or 0) + (r["be_norm"] or 0) if (r["lc_norm"] or r["be_norm"]) else None
+            r["bit_identical"] = (lc["output_hash"] == blc["output_hash"] and lc["distinct_hashes"] == 1) \
+                if lc and blc else None
+            rows[cfg] = r
+            if lc:
+                cdf_rows.append((group, cfg, lc["a2c_ms"]))
+            md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                cfg, fmt(lc and lc["svc_p50_ms"], 3), fmt(lc and lc["svc_p99_ms"], 3), fmt(r["lc_svc_p99_ratio"]),
+                fmt(lc and lc["a2c_p50_ms"], 3), fmt(lc and lc["a2c_p99_ms"], 3), fmt(r["lc_a2c_p99_ratio"]),
+                fmt(r["lc_norm"]), fmt(be and be["steps_per_s"]), fmt(r["be_norm"]), fmt(r["sum"]),
+                {True: "yes", False: "**NO**", None: "—"}[r["bit_identical"]]))
+        lib = cfgs.get("alone-lib", {})
+        ov_lc = ratio(lc_stats(lib["lc"], skip)["svc_p50_ms"], blc and blc["svc_p50_ms"]) if "lc" in lib else None
+        ov_be = ratio(bbe and bbe["steps_per_s"], train_stats(lib["be"], skip)["steps_per_s"]) if "be" in lib else None
+        rows["solo_overhead"] = {"lc_svc_p50": ov_lc - 1 if ov_lc else None, "be_step": ov_be - 1 if ov_be else None}
+        md.append("")
+        md.append("Solo overhead of the library (alone-lib vs alone): LC service P50 %s, BE step time %s." % (
+            fmt(ov_lc and (ov_lc - 1) * 100, 2, "%"), fmt(ov_be and (ov_be - 1) * 100, 2, "%")))
+        md.append("")
+        res["infer"][group] = rows
+        d = rows.get("detshare")
+        if d:
+            res["targets"].append(target("%s: LC P99 (service) within 5%% of solo beside training" % group,
+                                         d["lc_svc_p99_ratio"], "<=", TARGETS["lc_p99_ratio"]))
+            res["targets"].append(target("%s: LC P99 (arrival-to-completion) within 5%% of solo" % group,
+                                         d["lc_a2c_p99_ratio"], "<=", TARGETS["lc_p99_ratio"]))
+            res["targets"].append(target("%s: BE keeps >= 50%% of its solo throughput" % group, d["be_norm"], ">=",
+                                         TARGETS["be_norm_min"]))
+            res["targets"].append(target("%s: LC outputs bit-identical to solo" % group,
+                                         1.0 if d["bit_identical"] else 0.0 if d["bit_identical"] is False else None,
+                                         ">=", 1.0))
+        for k, v in rows["solo_overhead"].items():
+            res["targets"].append(target("%s: solo overhead of the library (%s)" % (group, k), v, "<=",
+                                         TARGETS["solo_overhead"]))
+    # ---- LLM pair
+    if "llm" in raw:
+        cfgs = raw["llm"]
+        bd = cfgs.get("alone", {}).get("decode")
+        bp = cfgs.get("alone", {}).get("prefill")
+        bds = decode_stats(bd, skip, slo_ms) if bd else None
+        bps = prefill_stats(bp, skip) if bp else None
+        md.append("### LLM: Llama-like prefill process + decode process (TPOT SLO %g ms)" % slo_ms)
+        md.append("")
+        md.append("| config | TPOT P50 ms | TPOT P99 ms | TPOT violations | decode norm | TTFT P50 ms | TTFT P99 ms "
+                  "| prefill norm | decode bit-identical |")
+        md.append("|---|---|---|---|---|---|---|---|---|")
+        rows = {}
+        for cfg in ("alone", "timeslice", "mps", "detshare-to", "detshare-tpot"):
+            c = cfgs.get(cfg)
+            if not c:
+                continue
+            ds = decode_stats(c["decode"], skip, slo_ms) if "decode" in c else None
+            ps = prefill_stats(c["prefill"], skip) if "prefill" in c else None
+            r = {"decode": ds, "prefill": ps,
+                 "decode_norm": ratio(ds and ds["tokens_per_s"], bds and bds["tokens_per_s"]),
+                 "prefill_norm": ratio(ps and ps["served_per_s"], bps and bps["served_per_s"]),
+                 "bit_identical": (ds["output_hash"] == bds["output_hash"]) if ds and bds else None}
+            rows[cfg] = r
+            md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                cfg, fmt(ds and ds["tpot_p50_ms"], 2), fmt(ds and ds["tpot_p99_ms"], 2),
+                fmt(ds and ds["tpot_violation"] is not None and ds["tpot_violation"] * 100, 2, "%") if ds else "—",
+                fmt(r["decode_norm"]), fmt(ps and ps["ttft_p50_ms"], 1), fmt(ps and ps["ttft_p99_ms"], 1),
+                fmt(r["prefill_norm"]), {True: "yes", False: "**NO**", None: "—"}[r["bit_identical"]]))
+        md.append("")
+        to, tp = rows.get("detshare-to"), rows.get("detshare-tpot")
+        if to and tp and to["decode"] and tp["decode"]:
+            vto, vtp = to["decode"]["tpot_violation"], tp["decode"]["tpot_violation"]
+            cut = (1 - vtp / vto) if vto else None
+            rows["tpot_violation_cut"] = cut
+            md.append("TPOT-First vs throughput-oriented: violations %s -> %s (%s)." % (
+                fmt(vto * 100, 2, "%"), fmt(vtp * 100, 2, "%"),
+                "cut %s" % fmt(cut * 100, 1, "%") if cut is not None else "no violations under throughput-oriented: "
+                                                                               "the SLO is not under pressure"))
+            md.append("")
+            res["targets"].append(target("LLM: TPOT violations at least 20% lower with TPOT-First", cut, ">=",
+                                         TARGETS["tpot_violation_cut"]))
+        res["llm"] = rows
+    # ---- training pair
+    if "train" in raw:
+        cfgs = raw["train"]
+        ba = cfgs.get("alone", {}).get("a")
+        bb = cfgs.get("alone", {}).get("b")
+        sa = train_stats(ba, skip) if ba else None
+        sb = train_stats(bb, skip) if bb else None
+        md.append("### Training pair (ResNet-50 + GPT-2-like)")
+        md.append("")
+        md.append("| config | A steps/s | A norm | B steps/s | B norm | sum |")
+        md.append("|---|---|---|---|---|---|")
+        rows = {}
+        for cfg in ("alone", "timeslice", "mps", "detshare"):
+            c = cfgs.get(cfg)
+            if not c:
+                continue
+            xa = train_stats(c["a"], skip) if "a" in c else None
+            xb = train_stats(c["b"], skip) if "b" in c else None
+            na = ratio(xa and xa["steps_per_s"], sa and sa["steps_per_s"])
+            nb = ratio(xb and xb["steps_per_s"], sb and sb["steps_per_s"])
+            s = (na or 0) + (nb or 0) if cfg != "alone" else None
+            rows[cfg] = {"a": xa, "b": xb, "a_norm": na, "b_norm": nb, "sum": s}
+            md.append("| %s | %s | %s | %s | %s | %s |" % (cfg, fmt(xa and xa["steps_per_s"]), fmt(na),
+                                                          fmt(xb and xb["steps_per_s"]), fmt(nb), fmt(s)))
+        md.append("")
+        res["train"] = rows
+    # ---- targets
+    md.append("### Targets (issue 8)")
+    md.append("")
+    md.append("| target | measured | goal | met |")
+    md.append("|---|---|---|---|")
+    for t in res["targets"]:
+        md.append("| %s | %s | %s %s | %s |" % (t["what"], fmt(t["value"], 4), t["op"], t["goal"],
+                                               {True: "yes", False: "**no** (%s)" % t.get("miss", ""),
+                                                None: "not measured"}[t["met"]]))
+    if (meta.get("failed")):
+        md.append("")
+        md.append("Cases that failed (see logs/): " + ", ".join("%s (%s)" % (f["case"], f["error"])
+                                                               for f in meta["failed"]))
+    return res, "\n".join(md) + "\n", cdf_rows
+
+
+def target(what, value, op, goal):
+    t = {"what": what, "value": value, "op": op, "goal": goal, "met": None}
+    if value is not None:
+        t["met"] = value <= goal if op == "<=" else value >= goal
+        if not t["met"]:
+            t["miss"] = "by %.4g" % abs(value - goal)
+    return t
+
+
+def write_cdf(outdir, rows):
+    path = os.path.join(outdir, "latency_cdf.csv")
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["pair", "config", "quantile", "arrival_to_completion_ms"])
+        for group, cfg, xs in rows:
+            s = sorted(xs)
+            for i, x in enumerate(s):
+                w.writerow([group, cfg, "%.5f" % ((i + 1) / len(s)), "%.4f" % x])
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return path, "matplotlib is not installed: wrote %s only, no PNG plot" % path
+    groups = sorted(set(r[0] for r in rows))
+    if not groups:
+        return path, "no latency-critical results: no plot"
+    fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4.2), squeeze=False)
+    for ax, grp in zip(axes[0], groups):
+        for g, cfg, xs in rows:
+            if g != grp or not xs:
+                continue
+            s = sorted(xs)
+            ax.plot(s, [(i + 1) / len(s) for i in range(len(s))], label=cfg)
+        ax.set_xscale("log")
+        ax.set_xlabel("LC arrival-to-completion latency (ms, log)")
+        ax.set_ylabel("CDF")
+        ax.set_title(grp)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = os.path.join(outdir, "latency_cdf.png")
+    fig.savefig(png, dpi=120)
+    return png, "wrote %s and %s" % (png, path)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir")
+    ap.add_argument("--skip", type=float, default=0.1, help="fraction of each window dropped as warm-up")
+    ap.add_argument("--tpot-slo-ms", type=float, default=0, help="default: the run's (meta.json), else 100")
+    a = ap.parse_args(argv)
+    if not os.path.isdir(os.path.join(a.outdir, "raw")):
+        sys.exit("report: %s/raw does not exist: run bench.py --out %s first" % (a.outdir, a.outdir))
+    slo = a.tpot_slo_ms
+    if not slo:
+        try:
+            with open(os.path.join(a.outdir, "meta.json")) as f:
+                slo = json.load(f).get("tpot_slo_ms") or 100.0
+        except OSError:
+            slo = 100.0
+    res, md, cdf = build(a.outdir, a.skip, slo)
+    with open(os.path.join(a.outdir, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(a.outdir, "results.md"), "w") as f:
+        f.write(md)
+    _, msg = write_cdf(a.outdir, cdf)
+    sys.stdout.write(md)
+    sys.stderr.write("report: %s\n" % msg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
