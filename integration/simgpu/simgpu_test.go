@@ -28,7 +28,7 @@ func buildDir() string {
 func probePath(t *testing.T) string {
 	t.Helper()
 	b := buildDir()
-	for _, p := range []string{"lib/simgpu/libcuda.so.1", "lib/simgpu/libcuda.so", "tests/simgpu-probe", "tests/simgpu-probe-linked"} {
+	for _, p := range []string{"lib/simgpu/libcuda.so.1", "lib/simgpu/libcuda.so", "lib/simgpu/libnvidia-ml.so.1", "tests/simgpu-probe", "tests/simgpu-probe-linked"} {
 		if _, err := os.Stat(filepath.Join(b, p)); err != nil {
 			t.Fatalf("simulated GPU not built (%v): run `make build` first", err)
 		}
@@ -599,5 +599,26 @@ func TestKilledProcessLeavesTheDeviceUsable(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("recovering took %v", d)
+	}
+}
+
+func TestSimulatedNVMLSeesTheDriversMemory(t *testing.T) {
+	t.Parallel()
+	env := simEnv(state(t), "DETSHARE_SIMGPU_MEM=1G")
+	n := last(t, probe(t, env, 0, "nvml"), "nvml")
+	if n["name"] != "DetShare simulated GPU" || num(t, n, "total") != 1<<30 || num(t, n, "used") != 0 ||
+		!strings.HasPrefix(n["uuid"].(string), "GPU-53494d2d") || len(n["processes"].([]any)) != 0 {
+		t.Errorf("idle device through NVML: %v", n)
+	}
+	cmd, ch := startProbe(t, env, "alloc", "--size", "100M", "--hold-ms", "3000")
+	recv(t, ch, "the allocation")
+	n = last(t, probe(t, env, 0, "nvml"), "nvml")
+	ps := n["processes"].([]any)
+	if num(t, n, "used") != 100<<20 || num(t, n, "free") != 1<<30-100<<20 || num(t, n, "v2_free") != 1<<30-100<<20 || len(ps) != 1 {
+		t.Fatalf("NVML while a process holds 100 MiB: %v", n)
+	}
+	p := ps[0].(map[string]any)
+	if int(p["pid"].(float64)) != cmd.Process.Pid || p["used"].(float64) != 100<<20 {
+		t.Errorf("NVML process list: %v, want pid %d with 100 MiB", ps, cmd.Process.Pid)
 	}
 }

@@ -1073,9 +1073,69 @@ static int cmd_streams(void) {
     return g_failed;
 }
 
+/* ---- NVML (libnvidia-ml.so.1 through dlopen, as frameworks load it) ---- */
+
+typedef struct {
+    unsigned long long total, free, used;
+} probe_nvml_mem;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} probe_nvml_mem2;
+typedef struct {
+    unsigned int pid;
+    unsigned long long used;
+    unsigned int gi, ci;
+} probe_nvml_proc;
+
+static int cmd_nvml(void) {
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        out("{\"error\":\"dlopen libnvidia-ml.so.1 failed\",\"detail\":\"%s\"}", dlerror());
+        return 1;
+    }
+    int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+    int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(h, "nvmlDeviceGetCount_v2");
+    int (*handle)(unsigned, void **) = (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    int (*name)(void *, char *, unsigned) = (int (*)(void *, char *, unsigned))dlsym(h, "nvmlDeviceGetName");
+    int (*uuid)(void *, char *, unsigned) = (int (*)(void *, char *, unsigned))dlsym(h, "nvmlDeviceGetUUID");
+    int (*mem)(void *, probe_nvml_mem *) = (int (*)(void *, probe_nvml_mem *))dlsym(h, "nvmlDeviceGetMemoryInfo");
+    int (*mem2)(void *, probe_nvml_mem2 *) =
+        (int (*)(void *, probe_nvml_mem2 *))dlsym(h, "nvmlDeviceGetMemoryInfo_v2");
+    int (*procs)(void *, unsigned *, probe_nvml_proc *) =
+        (int (*)(void *, unsigned *, probe_nvml_proc *))dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (!init || !count || !handle || !name || !uuid || !mem || !mem2 || !procs) {
+        out("{\"error\":\"missing NVML symbols\"}");
+        return 1;
+    }
+    int r;
+    unsigned n = 0;
+    void *dev = NULL;
+    char nm[96] = "", id[96] = "";
+    probe_nvml_mem m = {0};
+    probe_nvml_mem2 m2 = {.version = (unsigned)(sizeof(probe_nvml_mem2) | (2u << 24))};
+    probe_nvml_proc ps[64];
+    unsigned np = 64;
+    if ((r = init()) || (r = count(&n)) || (r = handle(0, &dev)) || (r = name(dev, nm, sizeof nm)) ||
+        (r = uuid(dev, id, sizeof id)) || (r = mem(dev, &m)) || (r = mem2(dev, &m2)) || (r = procs(dev, &np, ps))) {
+        out("{\"error\":\"NVML call failed\",\"code\":%d}", r);
+        return 1;
+    }
+    char plist[2048];
+    size_t off = 0;
+    for (unsigned i = 0; i < np && i < 64; i++)
+        off += (size_t)snprintf(plist + off, sizeof plist - off, "%s{\"pid\":%u,\"used\":%llu}", i ? "," : "",
+                                ps[i].pid, ps[i].used);
+    plist[off] = 0;
+    out("{\"cmd\":\"nvml\",\"count\":%u,\"name\":\"%s\",\"uuid\":\"%s\",\"total\":%llu,\"free\":%llu,\"used\":%llu,"
+        "\"v2_total\":%llu,\"v2_free\":%llu,\"processes\":[%s]}",
+        n, nm, id, m.total, m.free, m.used, m2.total, m2.free, plist);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
-        usage("missing command (info, meminfo, alloc, spin, split, procaddr, data, streams)");
+        usage("missing command (info, meminfo, alloc, spin, split, procaddr, data, streams, nvml)");
     const char *cmd = argv[1];
     parse_opts(argc, argv, 2);
     const char *path = opt_str("path", NULL);
@@ -1102,6 +1162,8 @@ int main(int argc, char **argv) {
         resolve_all();
         return cmd_procaddr();
     }
+    if (!strcmp(cmd, "nvml"))
+        return cmd_nvml(); /* NVML only: no CUDA context in this process */
     if (!strcmp(cmd, "streams")) {
         /* Before cuInit every call but version and entry-point queries fails with NOT_INITIALIZED. */
         resolve_all();
@@ -1126,7 +1188,7 @@ int main(int argc, char **argv) {
         return cmd_split();
     if (!strcmp(cmd, "data"))
         return cmd_data();
-    fprintf(stderr, "simgpu-probe: unknown command %s (allowed: info, meminfo, alloc, spin, split, procaddr, data, streams)\n",
+    fprintf(stderr, "simgpu-probe: unknown command %s (allowed: info, meminfo, alloc, spin, split, procaddr, data, streams, nvml)\n",
             cmd);
     return 2;
 }
