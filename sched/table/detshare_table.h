@@ -124,7 +124,8 @@ struct ds_container {                    /* 512 bytes each */
     uint64_t owner_start;                /* 184 its starttime */
     uint32_t flags;                      /* 192 DS_CF_* */
     uint32_t pad0;                       /* 196 */
-    /* grant: written only by the scheduler leader, seqlock protected */
+    /* grant: written by the scheduler leader (registration resets it when the slot changes hands), seqlock
+     * protected; writers take the seqlock by CAS even->odd so the two never write at once */
     uint32_t grant_seq;                  /* 200 odd while the grant is being written */
     uint32_t grant_epoch;                /* 204 futex word; +1 at every grant change (fast path compares it) */
     uint64_t grant_groups;               /* 208 bit i = group i of the GPU's split */

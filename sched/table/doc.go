@@ -11,7 +11,9 @@
 //     reserves, any RESERVED or DRAINING slot seen while holding the lock belongs to a registrar that died, and is
 //     rolled back (or its deregistration completed) on the spot. kill -9 at any point leaves a usable table.
 //   - The scheduler leader is the only writer of grants (PublishGrant, a seqlock plus an epoch futex word), GPU
-//     splits/mode/MPS state and temporal tokens, and the leader/heartbeat fields (SetLeader, Heartbeat).
+//     splits/mode/MPS state and temporal tokens, and the leader/heartbeat fields (SetLeader, Heartbeat). The one
+//     exception: registration resets a slot's grant when the slot changes hands; both writers take the seqlock's
+//     writer side by CAS (even -> odd), and a grant left odd by a dead writer is taken over after a timeout.
 //   - Each tenant's processes write only their own client page (AttachProcess, demand, statistics) and ring the
 //     doorbell.
 //

@@ -15,6 +15,7 @@ type Grant struct {
 	Mode   uint32 // ModeSpatial, ModeTemporal, ModeUnrestricted, or ModeNone (nothing granted yet)
 	Epoch  uint32 // grant_epoch after the change (set by ReadGrant; ignored by PublishGrant)
 	Ns     uint64 // CLOCK_MONOTONIC of publication (set by PublishGrant)
+	Gen    uint32 // PublishGrant: the slot generation this grant is for (0 = whatever holds the slot)
 }
 
 // ErrGrantBusy is returned by ReadGrant when the grant stayed mid-write for the whole bounded retry (a leader
@@ -22,7 +23,9 @@ type Grant struct {
 var ErrGrantBusy = errors.New("grant is being written")
 
 // PublishGrant writes slot's grant (scheduler leader only): seqlock odd, fields, seqlock even, then grant_epoch+1
-// and a futex wake on grant_epoch for clients blocked waiting for SMs or a token.
+// and a futex wake on grant_epoch for clients blocked waiting for SMs or a token. With g.Gen set, the grant is
+// published only if the slot still holds that generation (a grant computed for a tenant that has since been
+// replaced is dropped with an error).
 func (t *Table) PublishGrant(slot int, g Grant) error {
 	if err := t.mustWrite("publish grant"); err != nil {
 		return err
@@ -31,10 +34,17 @@ func (t *Table) PublishGrant(slot int, g Grant) error {
 		return fmt.Errorf("publish grant: slot %d out of range 0..%d", slot, MaxContainers-1)
 	}
 	c := t.Container(slot)
-	if st := atomic.LoadUint32(&c.State); st != SlotActive {
-		return fmt.Errorf("publish grant: slot %d is not active (state %d)", slot, st)
+	held := lockGrant(c)
+	// Checked with the seqlock held: registration resets a slot's grant under the same lock, so a grant for a
+	// departed tenant can never land on its successor.
+	st, gen := atomic.LoadUint32(&c.State), atomic.LoadUint32(&c.Gen)
+	if st != SlotActive || (g.Gen != 0 && g.Gen != gen) {
+		unlockGrant(c, held)
+		return fmt.Errorf("publish grant: slot %d is not active with generation %d (state %d, generation %d)", slot, g.Gen, st, gen)
 	}
-	publishGrant(c, g)
+	writeGrant(c, g)
+	unlockGrant(c, held)
+	atomic.AddUint32(&c.GrantEpoch, 1)
 	if gpu := int(c.GPU); gpu >= 0 && gpu < MaxGPUs {
 		atomic.AddUint64(&t.GPU(gpu).GrantChanges, 1)
 	}
@@ -42,18 +52,52 @@ func (t *Table) PublishGrant(slot int, g Grant) error {
 	return nil
 }
 
+// publishGrant is the registrar's reset of a slot's grant (under the seqlock's writer lock).
 func publishGrant(c *Container, g Grant) {
-	s := atomic.LoadUint32(&c.GrantSeq)
-	if s&1 != 0 { // a previous leader died mid-write: complete the cycle
-		s++
-	}
-	atomic.StoreUint32(&c.GrantSeq, s+1)
+	held := lockGrant(c)
+	writeGrant(c, g)
+	unlockGrant(c, held)
+	atomic.AddUint32(&c.GrantEpoch, 1)
+}
+
+func writeGrant(c *Container, g Grant) {
 	atomic.StoreUint64(&c.GrantGroups, g.Groups)
 	atomic.StoreUint32(&c.GrantSMs, g.SMs)
 	atomic.StoreUint32(&c.GrantMode, g.Mode)
 	atomic.StoreUint64(&c.GrantNs, MonotonicNs())
-	atomic.StoreUint32(&c.GrantSeq, s+2)
-	atomic.AddUint32(&c.GrantEpoch, 1)
+}
+
+// grantTakeover is how long a grant may stay mid-write before another writer decides its writer died. Writing a
+// grant takes nanoseconds; only a dead (or stopped) writer holds it this long.
+var grantTakeover = 500 * time.Millisecond
+
+// lockGrant makes grant_seq odd for this writer (CAS even -> odd, so the scheduler and a registrar never write
+// at once) and returns the odd value it holds. A grant left odd longer than grantTakeover is taken over.
+func lockGrant(c *Container) uint32 {
+	var oddSince time.Time
+	for i := 0; ; i++ {
+		s := atomic.LoadUint32(&c.GrantSeq)
+		if s&1 == 0 {
+			if atomic.CompareAndSwapUint32(&c.GrantSeq, s, s+1) {
+				return s + 1
+			}
+			continue
+		}
+		if oddSince.IsZero() {
+			oddSince = time.Now()
+		} else if time.Since(oddSince) > grantTakeover && atomic.CompareAndSwapUint32(&c.GrantSeq, s, s+2) {
+			return s + 2
+		}
+		if i%64 == 63 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// unlockGrant makes grant_seq even again, unless another writer took the grant over meanwhile (then the
+// sequence has moved on and must not go back).
+func unlockGrant(c *Container, held uint32) {
+	atomic.CompareAndSwapUint32(&c.GrantSeq, held, held+1)
 }
 
 // grantReadTries bounds the seqlock retry loop so a reader never spins forever on a dead writer.
