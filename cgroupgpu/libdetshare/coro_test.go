@@ -294,3 +294,40 @@ func TestDemandBusyIdleTransitions(t *testing.T) {
 		t.Errorf("demand %d after the process exited", atomic.LoadUint32(&pg.Demand))
 	}
 }
+
+// Conformance: CUDA's stream semantics (query, synchronize, legacy and per-thread default streams, blocking vs
+// non-blocking, events, cross-stream waits, context synchronize) are the same with kernels moved to green-context
+// streams as without the library.
+func TestStreamSemanticsConformance(t *testing.T) {
+	for _, prog := range probes {
+		t.Run(prog, func(t *testing.T) {
+			bare := newEnv(t, false).run(prog, "init", "conform")
+			e := newEnv(t, true).withTenant(0, "")
+			e.playScheduler()
+			e.grant(table.ModeSpatial, 0b110)
+			with := e.run(prog, "init", "conform", "smid:64")
+			if g := groupsOf(t, with, "smid"); !within(g, 0b110) {
+				t.Fatalf("kernels were not confined to the grant during the checks: groups %v", g)
+			}
+			checks := 0
+			for _, l := range bare.order {
+				if !strings.HasPrefix(l.step, "conform:") {
+					continue
+				}
+				checks++
+				if l.kv["ok"] != "1" {
+					t.Errorf("simulated GPU without the library fails %s: %v", l.step, l.kv)
+				}
+				if w := with.steps[l.step]; w == nil || w["ok"] != "1" || w["rc"] != "0" {
+					t.Errorf("%s: without the library %v, with it %v", l.step, l.kv, w)
+				}
+			}
+			if checks < 10 {
+				t.Fatalf("only %d conformance checks ran:\n%s", checks, strings.Join(bare.lines, "\n"))
+			}
+			if n := atomic.LoadUint64(&e.client.Page().Launches); n < 8 {
+				t.Fatalf("the library saw %d launches: the checks did not go through it", n)
+			}
+		})
+	}
+}

@@ -56,7 +56,13 @@
     X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                              \
     X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)                                            \
     X(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                                                        \
-    X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, 0)
+    X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, 0)                                               \
+    X(cuStreamQuery, cuStreamQuery, 2000, 0)                                                                         \
+    X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, 0)                                                                 \
+    X(cuEventCreate, cuEventCreate, 2000, 0)                                                                         \
+    X(cuEventRecord, cuEventRecord, 2000, 0)                                                                         \
+    X(cuEventQuery, cuEventQuery, 2000, 0)                                                                           \
+    X(cuEventSynchronize, cuEventSynchronize, 2000, 0)
 
 struct drv {
 #define DRV_FIELD_(name, base, ver, pt) PFN_##name name;

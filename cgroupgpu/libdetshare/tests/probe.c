@@ -9,7 +9,8 @@
  *        stream (later kernels go to a new blocking stream; default: the legacy NULL stream) | pause (waits for a
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
  *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | capture:B (captures smid:B into a graph on
- *        the current stream) | graph (launches the captured graph, prints the SMs it used)
+ *        the current stream) | graph (launches the captured graph, prints the SMs it used) |
+ *        conform (CUDA stream semantics checks, one line each: "conform:<check> rc=0 ok=<0|1>")
  */
 #include "drv.h"
 
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { A_PTR, A_ASYNC, A_VMM, A_ARRAY, A_MIPMAP };
@@ -167,6 +169,112 @@ static int launch_fill(unsigned n) {
     return -1;
 }
 
+static double ms_since(struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* a 60 ms kernel (one block of the simulated GPU's spin kernel) */
+static CUresult spin(CUstream st, int per_thread) {
+    CUfunction fn;
+    CUresult r = func("ds_spin", &fn);
+    uint32_t us = 60000;
+    void *args[] = {&us};
+    if (r == CUDA_SUCCESS)
+        r = per_thread ? D.cuLaunchKernel_ptsz(fn, 1, 1, 1, 1, 1, 1, 0, st, args, NULL)
+                       : D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, st, args, NULL);
+    return r;
+}
+
+static void check(const char *name, CUresult r, int ok) { printf("conform:%s rc=%d ok=%d\n", name, r, r == 0 && ok); }
+
+/* CUDA's documented stream semantics, observed through the simulated GPU's timing: results must be the same with
+ * and without libdetshare (which moves kernels to green-context streams). */
+static void conform(void) {
+    struct timespec t0;
+    uint32_t word;
+    CUdeviceptr dev = 0;
+    CUstream blk = NULL, nb = NULL, s2 = NULL;
+    CUevent ev = NULL;
+    CUresult r = D.cuStreamCreate(&blk, CU_STREAM_DEFAULT);
+    if (!r)
+        r = D.cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING);
+    if (!r)
+        r = D.cuStreamCreate(&s2, CU_STREAM_DEFAULT);
+    if (!r)
+        r = D.cuEventCreate(&ev, CU_EVENT_DEFAULT);
+    if (!r)
+        r = D.cuMemAlloc_v2(&dev, 4);
+    if (r) {
+        check("setup", r, 0);
+        return;
+    }
+    /* stream query / synchronize see the kernel */
+    r = spin(blk, 0);
+    CUresult q = D.cuStreamQuery(blk);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!r)
+        r = D.cuStreamSynchronize(blk);
+    check("stream_query_not_ready", r, q == CUDA_ERROR_NOT_READY);
+    check("stream_sync_waits", r, ms_since(&t0) >= 40);
+    /* a synchronous copy (legacy stream) waits for a blocking stream's kernel */
+    r = spin(blk, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!r)
+        r = D.cuMemcpyDtoH_v2(&word, dev, 4);
+    check("legacy_copy_waits_blocking_stream", r, ms_since(&t0) >= 40);
+    D.cuCtxSynchronize();
+    /* ... but not for a non-blocking stream's */
+    r = spin(nb, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!r)
+        r = D.cuMemcpyDtoH_v2(&word, dev, 4);
+    check("legacy_copy_skips_nonblocking_stream", r, ms_since(&t0) < 30);
+    D.cuCtxSynchronize();
+    /* events recorded after a kernel */
+    r = spin(blk, 0);
+    if (!r)
+        r = D.cuEventRecord(ev, blk);
+    q = D.cuEventQuery(ev);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!r)
+        r = D.cuEventSynchronize(ev);
+    check("event_query_not_ready", r, q == CUDA_ERROR_NOT_READY);
+    check("event_sync_waits", r, ms_since(&t0) >= 40);
+    /* cross-stream dependency */
+    r = spin(blk, 0);
+    if (!r)
+        r = D.cuEventRecord(ev, blk);
+    if (!r)
+        r = D.cuStreamWaitEvent(s2, ev, 0);
+    q = D.cuStreamQuery(s2);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!r)
+        r = D.cuStreamSynchronize(s2);
+    check("stream_wait_event", r, q == CUDA_ERROR_NOT_READY && ms_since(&t0) >= 40);
+    /* context synchronize waits for everything */
+    r = spin(nb, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!r)
+        r = D.cuCtxSynchronize();
+    check("ctx_sync_waits", r, ms_since(&t0) >= 40);
+    /* legacy default stream kernel, then a synchronous copy */
+    r = spin(NULL, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!r)
+        r = D.cuMemcpyDtoH_v2(&word, dev, 4);
+    check("legacy_stream_kernel_then_copy", r, ms_since(&t0) >= 40);
+    /* per-thread default stream */
+    r = spin(NULL, 1);
+    q = D.cuStreamQuery(CU_STREAM_PER_THREAD);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!r)
+        r = D.cuStreamSynchronize(CU_STREAM_PER_THREAD);
+    check("per_thread_stream_sync", r, q == CUDA_ERROR_NOT_READY && ms_since(&t0) >= 40);
+    D.cuMemFree_v2(dev);
+}
+
 static int step(const char *s) {
     CUresult r = CUDA_SUCCESS;
     unsigned long long a = 0, b = 0, c = 0;
@@ -277,6 +385,8 @@ static int step(const char *s) {
         int lr = launch_fill((unsigned)a);
         if (lr >= 0)
             printf("launch rc=%d n=%llu ok=0\n", lr, a);
+    } else if (!strcmp(s, "conform")) {
+        conform();
     } else if (!strcmp(s, "stream")) {
         r = D.cuStreamCreate(&g_stream, CU_STREAM_DEFAULT);
         printf("%s rc=%d\n", s, r);
