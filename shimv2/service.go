@@ -8,13 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
 	containersapi "github.com/containerd/containerd/api/services/containers/v1"
-	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/pkg/shutdown"
 	"github.com/containerd/containerd/plugin"
@@ -23,7 +24,9 @@ import (
 	"github.com/containerd/ttrpc"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/hook/specmod"
@@ -88,12 +91,12 @@ func (s *Service) RegisterTTRPC(server *ttrpc.Server) error {
 func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
 	opts, err := NormalizeOptions(r.Options)
 	if err != nil {
-		return nil, errdefs.ToGRPC(fmt.Errorf("%w: detshare shim: %v", errdefs.ErrInvalidArgument, err))
+		return nil, invalidArgument(fmt.Errorf("detshare shim: %w", err))
 	}
 	r.Options = opts
 	prep, err := s.prepare(ctx, r)
 	if err != nil {
-		return nil, errdefs.ToGRPC(fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+		return nil, invalidArgument(err)
 	}
 	if prep.Registered {
 		s.mu.Lock()
@@ -106,6 +109,17 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		s.forget(r.ID)
 	}
 	return resp, err
+}
+
+// invalidArgument is err as an InvalidArgument status. Quota messages contain '%' ("sms=200%"), and containerd
+// before 1.7 passes the message through errdefs.ToGRPC, which uses it as a format string; those daemons do not set
+// MAX_SHIM_VERSION for their shims, so the '%' is doubled for them alone.
+func invalidArgument(err error) error {
+	msg := err.Error()
+	if os.Getenv("MAX_SHIM_VERSION") == "" {
+		msg = strings.ReplaceAll(msg, "%", "%%")
+	}
+	return status.Error(codes.InvalidArgument, msg)
 }
 
 func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest) (hook.Prepared, error) {

@@ -172,6 +172,7 @@ func TestCreateSkipsSandboxAndPlainContainers(t *testing.T) {
 }
 
 func TestCreateRefusesBadQuotaAndRollsBackOnRuncFailure(t *testing.T) {
+	t.Setenv("MAX_SHIM_VERSION", "2") // a containerd ≥1.7 daemon: the message goes through unformatted
 	cfg := testCfg(t)
 	inner := &fakeTask{}
 	s := New(inner, cfg, nil)
@@ -195,5 +196,16 @@ func TestCreateRefusesBadQuotaAndRollsBackOnRuncFailure(t *testing.T) {
 		if ents, _ := os.ReadDir(filepath.Join(cfg.RunDir, d)); len(ents) != 0 {
 			t.Errorf("%s/ not empty after failures", d)
 		}
+	}
+}
+
+func TestInvalidArgumentEscapesPercentForOldDaemons(t *testing.T) {
+	t.Setenv("MAX_SHIM_VERSION", "")
+	if got := invalidArgument(errors.New("sms=\"200%\"")).Error(); !strings.Contains(got, `sms="200%%"`) {
+		t.Errorf("containerd 1.6 formats the message once; want %%%% in %q", got)
+	}
+	t.Setenv("MAX_SHIM_VERSION", "2")
+	if got := invalidArgument(errors.New("sms=\"200%\"")).Error(); !strings.Contains(got, `sms="200%"`) || strings.Contains(got, "%%") {
+		t.Errorf("containerd ≥1.7 does not format; got %q", got)
 	}
 }
