@@ -481,7 +481,7 @@ func (e *env) writeImage(name, tag string, files []rootfsFile, cfg map[string]an
 	sum := sha256.Sum256(layer.Bytes())
 	diffID := "sha256:" + hex.EncodeToString(sum[:])
 	config := map[string]any{"architecture": "amd64", "os": "linux", "config": cfg,
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{diffID}},
+		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 		"created": "2026-01-01T00:00:00Z"}
 	cfgData, _ := json.Marshal(config)
 	csum := sha256.Sum256(cfgData)
