@@ -42,7 +42,9 @@ var DiscoverGPUs = func() ([]table.GPUInfo, error) {
 }
 
 // Placer picks the GPU for a tenant whose quota says gpu=auto. It is called under the registration lock with every
-// GPU and every active tenant; it returns the index of a GPU from gpus or an error explaining why none fits.
+// GPU and every active tenant; it returns the index of a GPU from gpus or an error explaining why none fits. It
+// must not register, deregister or set GPUs itself (those take the same lock). Admission is checked again on the
+// GPU it picks.
 type Placer interface {
 	Place(id string, q quota.Quota, gpus []table.GPUState, active []quota.Registered) (int, error)
 }
