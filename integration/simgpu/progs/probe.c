@@ -84,6 +84,10 @@ static struct {
     PFN_cuGraphLaunch graphLaunch;
     PFN_cuGraphExecDestroy graphExecDestroy;
     PFN_cuGraphDestroy graphDestroy;
+    PFN_cuCtxFromGreenCtx ctxFromGreenCtx;
+    PFN_cuCtxPushCurrent_v2 ctxPushCurrent;
+    PFN_cuCtxPopCurrent_v2 ctxPopCurrent;
+    PFN_cuGreenCtxRecordEvent greenCtxRecordEvent;
     PFN_cuLaunchHostFunc launchHostFunc;
     PFN_cuStreamWaitEvent streamWaitEvent;
     PFN_cuStreamQuery streamQuery;
@@ -231,6 +235,10 @@ static void resolve_all(void) {
     RP(graphLaunch, "cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz);
     R(graphExecDestroy, "cuGraphExecDestroy", 10000, cuGraphExecDestroy);
     R(graphDestroy, "cuGraphDestroy", 10000, cuGraphDestroy);
+    R(ctxFromGreenCtx, "cuCtxFromGreenCtx", 12040, cuCtxFromGreenCtx);
+    R(ctxPushCurrent, "cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2);
+    R(ctxPopCurrent, "cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2);
+    R(greenCtxRecordEvent, "cuGreenCtxRecordEvent", 12040, cuGreenCtxRecordEvent);
     RP(launchHostFunc, "cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz);
     RP(streamWaitEvent, "cuStreamWaitEvent", g_ptds ? 7000 : 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz);
     RP(streamQuery, "cuStreamQuery", g_ptds ? 7000 : 2000, cuStreamQuery, cuStreamQuery_ptsz);
@@ -1040,6 +1048,45 @@ static int cmd_streams(void) {
     CK(D.streamSynchronize(blocking));
     CK(D.memcpyDtoH(h, buf, sizeof h));
     check(h[0] == 0x5eed && h[1023] == 0x5eed, "graph launch replays the captured kernel");
+
+    /* CUDA 12.4 style: a green context made current through cuCtxFromGreenCtx confines NULL-stream work and
+     * owns the streams created while it is current. */
+    green_setup gsu = {0};
+    CK(make_green(32, 1ULL << 1, &gsu));
+    CUcontext gctx, popped;
+    CK(D.ctxFromGreenCtx(&gctx, gsu.green));
+    CK(D.ctxPushCurrent(gctx));
+    CUfunction smid;
+    CK(D.moduleGetFunction(&smid, mod, "ds_smid"));
+    CUdeviceptr ids;
+    CK(D.memAlloc(&ids, 64 * 4));
+    void *iargs[] = {&ids, &us};
+    CK(D.launchKernel(smid, 64, 1, 1, 32, 1, 1, 0, NULL, iargs, NULL));
+    uint32_t hid[64];
+    CK(D.memcpyDtoH(hid, ids, sizeof hid));
+    bool inside = true;
+    for (int i = 0; i < 64; i++)
+        inside &= hid[i] >= 32 && hid[i] < 64;
+    check(inside, "NULL-stream kernels of a current green context stay on its SMs");
+    CUstream owned;
+    CK(D.streamCreate(&owned, CU_STREAM_NON_BLOCKING));
+    CUgreenCtx got = NULL;
+    CK(D.streamGetGreenCtx(owned, &got));
+    check(got == gsu.green, "a stream created under a current green context belongs to it");
+    CK(D.ctxPopCurrent(&popped));
+    check(popped == gctx, "cuCtxPopCurrent returns the green context's CUcontext");
+    CK(D.streamGetGreenCtx(nonblocking, &got));
+    check(got == NULL, "a primary-context stream has no green context");
+    /* cuGreenCtxRecordEvent captures the green context's pending work. */
+    CUevent gev;
+    CK(D.eventCreate(&gev, CU_EVENT_DISABLE_TIMING));
+    t0 = now_ms();
+    launch_spin(gsu.stream, 1, 3000);
+    CK(D.greenCtxRecordEvent(gsu.green, gev));
+    CK(D.streamWaitEvent(nonblocking, gev, 0));
+    launch_spin(nonblocking, 1, 10);
+    CK(D.streamSynchronize(nonblocking));
+    check(now_ms() - t0 >= 2.9, "cuGreenCtxRecordEvent orders other streams after the green context's work");
 
     /* Handles and argument checks. */
     CUstream dead;
