@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/detshare/detshare/sched/view"
+)
+
+func init() { commands = append(commands, statusCommand()) }
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show the scheduler, the GPUs and every tenant's grant (--json for scripts)",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object (schema: sched/view.Snapshot)"},
+			&cli.DurationFlag{Name: "interval", Value: 0,
+				Usage: "sample twice this far apart to fill busy_percent and launches_per_second (0: cumulative counters only)"},
+		},
+		Action: func(c *cli.Context) error {
+			runDir := c.String("run-dir")
+			if c.Duration("interval") < 0 {
+				return cli.Exit(fmt.Sprintf("--interval %s: must be >= 0", c.Duration("interval")), 2)
+			}
+			t, err := view.Open(runDir)
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			defer t.Close()
+			snap := view.Take(t)
+			if d := c.Duration("interval"); d > 0 {
+				time.Sleep(d)
+				next := view.Take(t)
+				view.Rates(&snap, &next)
+				snap = next
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(snap)
+			}
+			printStatus(os.Stdout, snap)
+			return nil
+		},
+	}
+}
+
+func printStatus(w io.Writer, s view.Snapshot) {
+	state := "not running"
+	if s.Scheduler.Alive {
+		state = fmt.Sprintf("pid %d, epoch %d, heartbeat %.1fs ago", s.Scheduler.PID, s.Scheduler.Epoch, s.Scheduler.HeartbeatAge)
+	} else if s.Scheduler.PID != 0 {
+		state = fmt.Sprintf("gone (last leader pid %d); tenants keep their last grants", s.Scheduler.PID)
+	}
+	fmt.Fprintf(w, "run dir   %s\nscheduler %s\npolicy    %s\n", s.RunDir, state, s.Scheduler.Policy)
+	for _, g := range s.GPUs {
+		sim := ""
+		if g.Simulated {
+			sim = " [simulated GPU, test double]"
+		}
+		fmt.Fprintf(w, "GPU %d  %s  %s%s\n  %d SMs in %d groups, MPS %s, mode %s", g.Index, g.UUID, g.Name, sim, g.SMs,
+			len(g.Groups), g.MPS, g.Mode)
+		if g.TokenHolder != "" {
+			fmt.Fprintf(w, ", token held by %s", g.TokenHolder)
+		}
+		fmt.Fprintln(w)
+		for _, t := range s.Tenants {
+			if t.GPU != g.Index {
+				continue
+			}
+			fmt.Fprintf(w, "  %-24s %-16s role %-7s weight %-3d SMs %3d granted / %3d guaranteed (%s)  demand %d  mem %s / %s\n",
+				t.ID, t.Tier, t.Role, t.Weight, t.GrantedSMs, t.GuaranteedSMs, t.GrantMode, t.Demand,
+				human(t.MemUsed), limit(t.MemLimit))
+		}
+	}
+	if len(s.Tenants) == 0 {
+		fmt.Fprintln(w, "no tenants")
+	}
+}
+
+func human(b uint64) string {
+	const u = 1024
+	if b < u {
+		return fmt.Sprintf("%dB", b)
+	}
+	f, unit := float64(b), ""
+	for _, x := range []string{"K", "M", "G", "T"} {
+		f /= u
+		unit = x
+		if f < u {
+			break
+		}
+	}
+	return fmt.Sprintf("%.1f%s", f, unit)
+}
+
+func limit(b uint64) string {
+	if b == 0 {
+		return "-"
+	}
+	return human(b)
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/detshare/detshare/sched/view"
+)
+
+func init() { commands = append(commands, topCommand()) }
+
+// topWidth is the terminal width top is laid out for.
+const topWidth = 80
+
+func topCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "top",
+		Usage: "live per-GPU, per-tenant view (tier, granted SMs, busy %, launches/s, memory, queueing delay)",
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "interval", Value: time.Second, Usage: "refresh period"},
+			&cli.IntFlag{Name: "iterations", Aliases: []string{"n"}, Usage: "stop after this many frames (0 = until ^C)"},
+		},
+		Action: func(c *cli.Context) error {
+			iv := c.Duration("interval")
+			if iv < 50*time.Millisecond {
+				return cli.Exit(fmt.Sprintf("--interval %s: allowed values are >= 50ms", iv), 2)
+			}
+			t, err := view.Open(c.String("run-dir"))
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			defer t.Close()
+			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer cancel()
+			prev := view.Take(t)
+			for n := 1; ; n++ {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(iv):
+				}
+				cur := view.Take(t)
+				view.Rates(&prev, &cur)
+				var b strings.Builder
+				renderTop(&b, &prev, cur)
+				// Home, frame with each line cleared to its end, then clear below: refresh in place without flicker.
+				out := "\x1b[H" + strings.ReplaceAll(b.String(), "\n", "\x1b[K\n") + "\x1b[J"
+				io.WriteString(os.Stdout, out)
+				prev = cur
+				if it := c.Int("iterations"); it > 0 && n >= it {
+					return nil
+				}
+			}
+		},
+	}
+}
+
+var tierShort = map[string]string{"latency-critical": "LC", "burstable": "BU", "best-effort": "BE"}
+var roleShort = map[string]string{"prefill": "pre", "decode": "dec", "none": "-"}
+
+// renderTop lays out one frame in at most topWidth columns.
+func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot) {
+	sched := "scheduler DOWN (fail-static)"
+	if s.Scheduler.Alive {
+		sched = fmt.Sprintf("sched pid %d ep %d", s.Scheduler.PID, s.Scheduler.Epoch)
+	}
+	line(w, fmt.Sprintf("DetShare top  %s  %s  %s", s.Taken.Format("15:04:05"), sched, s.Scheduler.Policy))
+	old := map[string]view.Tenant{}
+	if prev != nil {
+		for _, t := range prev.Tenants {
+			old[t.ID] = t
+		}
+	}
+	for _, g := range s.GPUs {
+		sim := ""
+		if g.Simulated {
+			sim = " SIMULATED"
+		}
+		line(w, "")
+		line(w, fmt.Sprintf("GPU %d %s%s  %d SMs/%d grp  MPS %s  %s", g.Index, g.Name, sim, g.SMs, len(g.Groups), g.MPS, g.Mode))
+		line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5s %8s %15s %8s", "TENANT", "T", "ROL", "SM g/q", "BUSY%", "LAUNCH/s", "MEM used/quota", "QDLY ms"))
+		for _, t := range s.Tenants {
+			if t.GPU != g.Index {
+				continue
+			}
+			id := t.ID
+			if len(id) > 18 {
+				id = id[:17] + "~"
+			}
+			if g.TokenHolder == t.ID {
+				id = "*" + id
+				if len(id) > 18 {
+					id = id[:18]
+				}
+			}
+			qd := float64(t.QueueDelayMaxNs) / 1e6
+			if p, ok := old[t.ID]; ok && t.Launches > p.Launches && t.QueueDelayNs >= p.QueueDelayNs {
+				qd = float64(t.QueueDelayNs-p.QueueDelayNs) / float64(t.Launches-p.Launches) / 1e6
+			}
+			line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5.1f %8.0f %15s %8.2f", id, tierShort[t.Tier], roleShort[t.Role],
+				fmt.Sprintf("%d/%d", t.GrantedSMs, t.GuaranteedSMs), t.BusyPct, t.LaunchesSec,
+				human(t.MemUsed)+"/"+limit(t.MemLimit), qd))
+		}
+	}
+	if len(s.GPUs) == 0 {
+		line(w, "no GPUs recorded in the table")
+	}
+}
+
+func line(w io.Writer, s string) {
+	if len(s) > topWidth {
+		s = s[:topWidth]
+	}
+	fmt.Fprintln(w, s)
+}

@@ -1,0 +1,255 @@
+// Package view reads a consistent-enough picture of the table and the client pages for humans and scripts:
+// `detshare status`, `detshare top` and the metrics endpoint. It only reads (read-only mappings), so a viewer can
+// never disturb tenants or the scheduler.
+package view
+
+import (
+	"fmt"
+	"math/bits"
+	"os"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/detshare/detshare/sched/table"
+)
+
+// Snapshot is one look at a run directory.
+type Snapshot struct {
+	RunDir    string    `json:"run_dir"`
+	Taken     time.Time `json:"taken"`
+	TakenNs   uint64    `json:"-"` // CLOCK_MONOTONIC, for rates
+	Scheduler Leader    `json:"scheduler"`
+	GPUs      []GPU     `json:"gpus"`
+	Tenants   []Tenant  `json:"tenants"`
+}
+
+// Leader describes the scheduler leader.
+type Leader struct {
+	PID          int     `json:"pid"`
+	Alive        bool    `json:"alive"`
+	HeartbeatAge float64 `json:"heartbeat_age_seconds"`
+	Epoch        uint64  `json:"epoch"`
+	Policy       string  `json:"policy"`
+}
+
+// GPU is one GPU entry.
+type GPU struct {
+	Index        int      `json:"index"`
+	UUID         string   `json:"uuid"`
+	Name         string   `json:"name"`
+	Simulated    bool     `json:"simulated"`
+	SMs          uint32   `json:"sms"`
+	MemTotal     uint64   `json:"memory_bytes"`
+	Groups       []uint32 `json:"groups"`
+	SplitKnown   bool     `json:"split_published"`
+	MPS          string   `json:"mps"`
+	Mode         string   `json:"mode"`
+	TokenHolder  string   `json:"token_holder,omitempty"`
+	GrantChanges uint64   `json:"grant_changes"`
+}
+
+// Tenant is one registered tenant with its grant and its client page's statistics.
+type Tenant struct {
+	ID              string `json:"id"`
+	Slot            int    `json:"slot"`
+	GPU             int    `json:"gpu"`
+	Tier            string `json:"tier"`
+	Role            string `json:"role"`
+	Weight          uint32 `json:"weight"`
+	Lend            bool   `json:"lend"`
+	HostTenant      bool   `json:"host_tenant"`
+	GuaranteedSMs   uint32 `json:"guaranteed_sms"`
+	GrantedSMs      uint32 `json:"granted_sms"`
+	GrantGroups     uint64 `json:"grant_groups"`
+	GrantMode       string `json:"grant_mode"`
+	GrantEpoch      uint32 `json:"grant_epoch"`
+	Demand          uint32 `json:"demand"`
+	Processes       int    `json:"processes"`
+	Launches        uint64 `json:"launches"`
+	BusyNs          uint64 `json:"busy_ns"`
+	MemUsed         uint64 `json:"memory_used_bytes"`
+	MemLimit        uint64 `json:"memory_limit_bytes"`
+	OOMRefusals     uint64 `json:"oom_refusals"`
+	QueueDelayNs    uint64 `json:"queue_delay_ns"`
+	QueueDelayMaxNs uint64 `json:"queue_delay_max_ns"`
+	// Rates over the interval since the previous snapshot (Rates fills them).
+	BusyPct     float64 `json:"busy_percent"`
+	LaunchesSec float64 `json:"launches_per_second"`
+}
+
+// TierName and friends turn table enums into the words users write.
+func TierName(t uint32) string {
+	switch t {
+	case table.TierLatencyCritical:
+		return "latency-critical"
+	case table.TierBurstable:
+		return "burstable"
+	case table.TierBestEffort:
+		return "best-effort"
+	}
+	return fmt.Sprintf("tier(%d)", t)
+}
+
+// RoleName names a role.
+func RoleName(r uint32) string {
+	switch r {
+	case table.RolePrefill:
+		return "prefill"
+	case table.RoleDecode:
+		return "decode"
+	}
+	return "none"
+}
+
+// ModeName names a mode.
+func ModeName(m uint32) string {
+	switch m {
+	case table.ModeSpatial:
+		return "spatial"
+	case table.ModeTemporal:
+		return "temporal"
+	case table.ModeUnrestricted:
+		return "unrestricted"
+	}
+	return "none"
+}
+
+// MPSName names an MPS state.
+func MPSName(m uint32) string {
+	switch m {
+	case table.MPSAbsent:
+		return "absent"
+	case table.MPSRunning:
+		return "running"
+	case table.MPSFailed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// PolicyName names the policy id in the header (sched/policy.Kind.ID).
+func PolicyName(id uint32) string {
+	switch id {
+	case 1:
+		return "throughput-oriented"
+	case 2:
+		return "tpot-first"
+	}
+	return "none"
+}
+
+// Open maps runDir's table read-only. The error says clearly when there is no table or it is of another version.
+func Open(runDir string) (*table.Table, error) {
+	t, err := table.OpenReadOnly(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("open the DetShare table in %s: %w", runDir, err)
+	}
+	return t, nil
+}
+
+// Take reads a snapshot.
+func Take(t *table.Table) Snapshot {
+	s := Snapshot{RunDir: t.Paths().Dir, Taken: time.Now(), TakenNs: table.MonotonicNs()}
+	li := t.Leader()
+	s.Scheduler = Leader{PID: li.PID, Epoch: li.Epoch, Alive: t.LeaderAlive(5 * time.Second),
+		Policy: PolicyName(atomic.LoadUint32(&t.Header().Policy))}
+	if li.HeartbeatNs != 0 && s.TakenNs > li.HeartbeatNs {
+		s.Scheduler.HeartbeatAge = float64(s.TakenNs-li.HeartbeatNs) / 1e9
+	}
+	regs := t.List()
+	slotID := map[int]string{}
+	for _, r := range regs {
+		slotID[r.Slot] = r.ID
+	}
+	for _, g := range t.GPUs() {
+		e := t.GPU(g.Index)
+		v := GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, SMs: g.SMCount, MemTotal: g.MemTotal, Groups: g.Split.Groups,
+			SplitKnown: g.Split.Published, MPS: MPSName(g.MPSState), Mode: ModeName(g.Mode),
+			GrantChanges: atomic.LoadUint64(&e.GrantChanges), Simulated: len(g.UUID) > 4 && g.UUID[:4] == "SIM-"}
+		if tok := t.ReadToken(g.Index); tok.Holder >= 0 {
+			v.TokenHolder = slotID[tok.Holder]
+		}
+		s.GPUs = append(s.GPUs, v)
+	}
+	for _, r := range regs {
+		v := Tenant{ID: r.ID, Slot: r.Slot, GPU: r.GPU, Tier: TierName(r.Tier), Role: RoleName(r.Role), Weight: r.Weight,
+			Lend: r.Flags&table.FlagLend != 0, HostTenant: r.HostTenant(), GuaranteedSMs: r.SMs, MemLimit: r.MemLimit}
+		if g, err := t.ReadGrant(r.Slot); err == nil {
+			v.GrantedSMs, v.GrantGroups, v.GrantMode, v.GrantEpoch = g.SMs, g.Groups, ModeName(g.Mode), g.Epoch
+		}
+		if cl, err := table.OpenClientPageReadOnly(r.ClientPagePath); err == nil {
+			p := cl.Page()
+			if p.Slot == uint32(r.Slot) && p.SlotGen == r.Gen {
+				v.Demand = atomic.LoadUint32(&p.Demand)
+				v.Launches = atomic.LoadUint64(&p.Launches)
+				v.BusyNs = atomic.LoadUint64(&p.BusyNs)
+				v.MemUsed = atomic.LoadUint64(&p.MemUsed)
+				v.OOMRefusals = atomic.LoadUint64(&p.OOMRefusals)
+				v.QueueDelayNs = atomic.LoadUint64(&p.QueueDelayNs)
+				v.QueueDelayMaxNs = atomic.LoadUint64(&p.QueueDelayMaxNs)
+				v.Processes = cl.LiveProcesses()
+				// Per-process counters are more up to date than the page totals for launches and busy time.
+				var launches, busy uint64
+				for i := range p.Procs {
+					if atomic.LoadUint32(&p.Procs[i].State) == table.ProcLive {
+						launches += atomic.LoadUint64(&p.Procs[i].Launches)
+						busy += atomic.LoadUint64(&p.Procs[i].BusyNs)
+					}
+				}
+				if launches > v.Launches {
+					v.Launches = launches
+				}
+				if busy > v.BusyNs {
+					v.BusyNs = busy
+				}
+			}
+			cl.Close()
+		}
+		s.Tenants = append(s.Tenants, v)
+	}
+	sort.Slice(s.Tenants, func(i, j int) bool {
+		if s.Tenants[i].GPU != s.Tenants[j].GPU {
+			return s.Tenants[i].GPU < s.Tenants[j].GPU
+		}
+		return s.Tenants[i].ID < s.Tenants[j].ID
+	})
+	return s
+}
+
+// Rates fills busy % and launches/s of cur from the difference with prev (same tenant ID and slot).
+func Rates(prev, cur *Snapshot) {
+	if prev == nil || cur.TakenNs <= prev.TakenNs {
+		return
+	}
+	dt := float64(cur.TakenNs - prev.TakenNs)
+	old := map[string]Tenant{}
+	for _, t := range prev.Tenants {
+		old[t.ID] = t
+	}
+	for i := range cur.Tenants {
+		c := &cur.Tenants[i]
+		p, ok := old[c.ID]
+		if !ok || p.Slot != c.Slot {
+			continue
+		}
+		if c.BusyNs >= p.BusyNs {
+			c.BusyPct = 100 * float64(c.BusyNs-p.BusyNs) / dt
+			if c.BusyPct > 100 {
+				c.BusyPct = 100
+			}
+		}
+		if c.Launches >= p.Launches {
+			c.LaunchesSec = float64(c.Launches-p.Launches) / (dt / 1e9)
+		}
+	}
+}
+
+// Groups counts the groups in a mask.
+func Groups(mask uint64) int { return bits.OnesCount64(mask) }
+
+// RunDirExists tells whether runDir has a table (for friendlier messages).
+func RunDirExists(runDir string) bool {
+	_, err := os.Stat(table.NewPaths(runDir).Table())
+	return err == nil
+}
