@@ -103,7 +103,9 @@ class Layout:
         for m in re.finditer(r"struct\s+(\w+)\s*\{(.*?)\n\};", raw, flags=re.S):
             st = Struct(m.group(1))
             off = 0
-            for line in m.group(2).splitlines():
+            # comments spanning lines are prose; single-line ones may carry the offset this parser checks
+            body = re.sub(r"/\*(?:(?!\*/).)*\n(?:.|\n)*?\*/", " ", m.group(2))
+            for line in body.splitlines():
                 comment = re.search(r"/\*\s*(\d+)\b", line)
                 decl = _strip_comments(line).strip()
                 if not decl:
@@ -441,7 +443,9 @@ class Table:
 
     # --- scheduling (what the scheduler leader does) ----------------------------------------------------------
     def publish_grant(self, slot, groups, mode="spatial"):
-        """Seqlock write of one grant, then the epoch bump and a futex wake (sched/table/grant.go's protocol)."""
+        """Seqlock write of one grant, then the epoch bump and a futex wake (sched/table/grant.go's protocol).
+        Python has no CAS on shared memory, so this writer assumes it is the only grant writer of its run
+        directory (true for the private run directories of these scripts; never point it at a live scheduler's)."""
         if mode not in MODES:
             raise ValueError("mode=%r: allowed %s" % (mode, ", ".join(MODES)))
         c = self.container(slot)

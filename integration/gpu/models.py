@@ -14,9 +14,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+# The determinism check sets this: fused attention backward kernels may use atomics (not bit-reproducible).
+FORCE_MATH_ATTENTION = False
+
+
 def attention(q, k, v, causal=False, mask=None):
     """SDPA when this PyTorch has it (2.x, fused kernels on the GPU), else the textbook formula (CPU checks)."""
-    if hasattr(F, "scaled_dot_product_attention"):
+    if hasattr(F, "scaled_dot_product_attention") and not FORCE_MATH_ATTENTION:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
     s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
