@@ -962,11 +962,11 @@ static int cmd_streams(void) {
     check(legacy_after_blocking >= 2.9, "legacy stream waits for a blocking stream");
     CK(D.ctxSynchronize());
     t0 = now_ms();
-    launch_spin(nonblocking, 1, 3000);
+    launch_spin(nonblocking, 1, 10000);
     launch_spin(CU_STREAM_LEGACY, 1, 10);
     CK(D.streamSynchronize(CU_STREAM_LEGACY));
     double legacy_after_nonblocking = now_ms() - t0;
-    check(legacy_after_nonblocking < 2.0, "legacy stream does not wait for a non-blocking stream");
+    check(legacy_after_nonblocking < 5.0, "legacy stream does not wait for a non-blocking stream (10 ms kernel)");
     CK(D.ctxSynchronize());
     /* ... and a blocking stream waits for the legacy stream. */
     t0 = now_ms();
