@@ -331,3 +331,23 @@ func TestStreamSemanticsConformance(t *testing.T) {
 		})
 	}
 }
+
+// A graph captured while the tenant held every group is still captured in a green context (of every group), so it
+// never runs on the SMs outside the split, as a primary-context capture would.
+func TestCaptureUnderFullGrantIsConfined(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0x7fff)
+	r := e.run("ds_probe_rt", "init", "stream", "smid:132", "capture:132", "graph")
+	if n := r.num(t, "smid", "distinct"); n != 132 {
+		t.Fatalf("plain kernels with every group granted used %d SMs, want all 132 (not redirected)", n)
+	}
+	g := groupsOf(t, r, "graph")
+	if !within(g, 0x7fff) {
+		t.Fatalf("graph captured under the full grant ran on groups %v, outside the split's 15 groups", g)
+	}
+	bare := newEnv(t, false).run("ds_probe_rt", "init", "stream", "capture:132", "graph")
+	if gb := groupsOf(t, bare, "graph"); within(gb, 0x7fff) {
+		t.Fatalf("without the library the graph also stayed in the split (%v): the test proves nothing", gb)
+	}
+}

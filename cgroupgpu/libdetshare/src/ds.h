@@ -71,7 +71,13 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     HOOK(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0)                                              \
     HOOK(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1)                                         \
     HOOK(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                                                     \
-    HOOK(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1)
+    HOOK(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1)                                                               \
+    HOOK(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0)                                                    \
+    HOOK(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, 1)                                               \
+    HOOK(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, 0)                                         \
+    HOOK(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph, 12030, 1)                                    \
+    HOOK(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                           \
+    HOOK(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1)
 
 /* Driver functions the library calls itself without hooking them. */
 #define DS_NEEDED(X)                                                                                                 \
@@ -149,6 +155,7 @@ void ds_launch_done(void);
 bool ds_launch_retry(CUresult r);
 void ds_launch_unconfinable(CUstream s, int per_thread);
 void ds_coro_child(void);
+extern atomic_int ds_capturing; /* stream captures in progress in this process */
 
 /* dlsym / cuGetProcAddress plumbing (ds_dlsym.c). */
 typedef void *(*ds_dlsym_fn)(void *, const char *);

@@ -42,7 +42,7 @@ struct lstream {
     CUstream app;                 /* the application's handle (CU_STREAM_LEGACY / _PER_THREAD for the defaults) */
     CUevent e_in, e_out;
     _Atomic(struct gctx *) bound; /* green context phys belongs to */
-    CUstream phys;
+    _Atomic(CUstream) phys;
     CUstream phys_by_ctx[MAX_GCTX];
     atomic_int unconfinable;
 };
@@ -59,12 +59,16 @@ static unsigned g_ngroups;               /* 0 until the split is learnt */
 static int g_split_failed;
 static int g_dev;
 static struct gctx *g_last_nonempty;
+static atomic_int g_full;               /* the spatial grant holds every group of the split */
+static _Atomic(struct gctx *) g_full_ctx; /* green context over every group, made at the first capture */
+atomic_int ds_capturing;
 
 /* lock-free lookup: keys are written once (under g_lock) and never removed */
 static _Atomic(uintptr_t) g_keys[N_LSLOTS];
 static _Atomic(struct lstream *) g_vals[N_LSLOTS];
 static __thread struct lstream *t_ptds; /* this thread's per-thread default stream */
 static __thread struct lstream *t_pending;
+static __thread CUstream t_pending_phys;
 
 static uint64_t env_ms(const char *name, uint64_t def) {
     const char *v = getenv(name);
@@ -171,6 +175,22 @@ static struct gctx *gctx_for_locked(uint64_t mask) {
     return c;
 }
 
+/* While a capture is in progress and the grant holds every group, kernels are still recorded in a green context
+ * (of every group), so that the graph stays confined after the grant shrinks. */
+static struct gctx *capture_ctx(void) {
+    struct gctx *c = atomic_load_explicit(&g_full_ctx, memory_order_acquire);
+    if (c)
+        return c;
+    pthread_mutex_lock(&g_lock);
+    c = atomic_load(&g_full_ctx);
+    if (!c && g_ngroups) {
+        c = gctx_for_locked(g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1);
+        atomic_store_explicit(&g_full_ctx, c, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return c;
+}
+
 /* A new grant epoch: read the grant (seqlock) and choose what launches bind to. */
 static void regrant(uint32_t ep) {
     pthread_mutex_lock(&g_lock);
@@ -189,7 +209,7 @@ static void regrant(uint32_t ep) {
         uint64_t all = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
         uint64_t mask = gr.groups & all;
         if (mask == all) {
-            cur = NULL; /* every group: nothing to confine */
+            cur = NULL; /* every group: nothing to confine (but captures are, see capture_ctx) */
         } else if (mask) {
             cur = gctx_for_locked(mask);
             if (cur)
@@ -199,6 +219,9 @@ static void regrant(uint32_t ep) {
         }
     }
     atomic_store(&g_empty, gr.mode == DS_MODE_SPATIAL && g_ngroups && !(gr.groups & ((g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1))));
+    atomic_store(&g_full, gr.mode == DS_MODE_SPATIAL && g_ngroups &&
+                              (gr.groups & (g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1)) ==
+                                  (g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1));
     atomic_store(&g_mode, gr.mode);
     atomic_store_explicit(&g_cur, cur, memory_order_release);
     atomic_store_explicit(&g_epoch_seen, gr.epoch, memory_order_release);
@@ -290,7 +313,7 @@ static bool rebind(struct lstream *ls, struct gctx *c) {
         }
     }
     if (ok) {
-        ls->phys = ls->phys_by_ctx[c->idx];
+        atomic_store_explicit(&ls->phys, ls->phys_by_ctx[c->idx], memory_order_relaxed);
         atomic_store_explicit(&ls->bound, c, memory_order_release);
     }
     pthread_mutex_unlock(&g_lock);
@@ -485,8 +508,11 @@ CUstream ds_launch_stream(CUstream s, int per_thread) {
     if (DS_UNLIKELY(atomic_load_explicit(&g_empty, memory_order_relaxed)))
         wait_for_sms();
     struct gctx *c = atomic_load_explicit(&g_cur, memory_order_acquire);
-    if (DS_LIKELY(c == NULL))
-        return s;
+    if (DS_LIKELY(c == NULL)) {
+        if (DS_LIKELY(!atomic_load_explicit(&ds_capturing, memory_order_relaxed)) ||
+            !atomic_load_explicit(&g_full, memory_order_relaxed) || !(c = capture_ctx()))
+            return s;
+    }
     CUstream app = s;
     if (app == NULL)
         app = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
@@ -495,11 +521,13 @@ CUstream ds_launch_stream(CUstream s, int per_thread) {
         return s;
     if (DS_UNLIKELY(atomic_load_explicit(&ls->bound, memory_order_acquire) != c) && !rebind(ls, c))
         return s;
+    CUstream phys = atomic_load_explicit(&ls->phys, memory_order_relaxed);
     if (ds_real.cuEventRecord(ls->e_in, app) != CUDA_SUCCESS ||
-        ds_real.cuStreamWaitEvent(ls->phys, ls->e_in, 0) != CUDA_SUCCESS)
+        ds_real.cuStreamWaitEvent(phys, ls->e_in, 0) != CUDA_SUCCESS)
         return s;
     t_pending = ls;
-    return ls->phys;
+    t_pending_phys = phys;
+    return phys;
 }
 
 bool ds_launch_retry(CUresult r) {
@@ -522,6 +550,6 @@ void ds_launch_done(void) {
     if (!ls)
         return;
     t_pending = NULL;
-    if (ds_real.cuEventRecord(ls->e_out, ls->phys) == CUDA_SUCCESS)
+    if (ds_real.cuEventRecord(ls->e_out, t_pending_phys) == CUDA_SUCCESS)
         ds_real.cuStreamWaitEvent(ls->app, ls->e_out, 0);
 }

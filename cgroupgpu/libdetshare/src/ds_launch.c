@@ -105,3 +105,48 @@ LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz, 1)
     }
 GRAPH_LAUNCH(cuGraphLaunch, 0)
 GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
+
+/* Stream capture: counted so that a capture made while the tenant holds every group (launches not redirected)
+ * still records its kernels in a green context of the split: a graph captured on a primary-context stream would run
+ * on all SMs wherever it is launched later (DESIGN.md §2). */
+#define BEGIN_CAPTURE(name, params, args)                                                                            \
+    DS_EXPORT CUresult name params {                                                                                 \
+        REAL_OR_FAIL(name);                                                                                          \
+        if (PASS_THROUGH())                                                                                          \
+            return real args;                                                                                        \
+        ds_depth++;                                                                                                  \
+        CUresult r = real args;                                                                                      \
+        ds_depth--;                                                                                                  \
+        if (r == CUDA_SUCCESS)                                                                                       \
+            atomic_fetch_add(&ds_capturing, 1);                                                                      \
+        return r;                                                                                                    \
+    }
+BEGIN_CAPTURE(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+BEGIN_CAPTURE(cuStreamBeginCaptureToGraph,
+              (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *edgeData,
+               size_t numDependencies, CUstreamCaptureMode mode),
+              (hStream, hGraph, dependencies, edgeData, numDependencies, mode))
+BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz,
+              (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *edgeData,
+               size_t numDependencies, CUstreamCaptureMode mode),
+              (hStream, hGraph, dependencies, edgeData, numDependencies, mode))
+
+#define END_CAPTURE(name)                                                                                            \
+    DS_EXPORT CUresult name(CUstream hStream, CUgraph *phGraph) {                                                    \
+        REAL_OR_FAIL(name);                                                                                          \
+        if (PASS_THROUGH())                                                                                          \
+            return real(hStream, phGraph);                                                                           \
+        ds_depth++;                                                                                                  \
+        CUresult r = real(hStream, phGraph);                                                                         \
+        ds_depth--;                                                                                                  \
+        if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||                                       \
+            r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) {                                                               \
+            int n = atomic_load(&ds_capturing);                                                                      \
+            while (n > 0 && !atomic_compare_exchange_weak(&ds_capturing, &n, n - 1)) {                               \
+            }                                                                                                        \
+        }                                                                                                            \
+        return r;                                                                                                    \
+    }
+END_CAPTURE(cuStreamEndCapture)
+END_CAPTURE(cuStreamEndCapture_ptsz)
