@@ -1108,6 +1108,16 @@ _Static_assert(sizeof(CUctxCreateParams) == 24, "CUctxCreateParams is 24 bytes")
 _Static_assert(sizeof(CUuuid) == 16, "CUuuid is 16 bytes");
 #endif
 
+/* added for conformance */
+/* CUjit_option values (cuda.h CUjit_option_enum) that integration/conformance passes to cuModuleLoadDataEx so a PTX
+ * JIT failure on a real GPU prints the compiler's log. */
+enum {
+    CU_JIT_INFO_LOG_BUFFER = 3,
+    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+    CU_JIT_ERROR_LOG_BUFFER = 5,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
+};
+
 #ifdef __cplusplus
 }
 #endif
