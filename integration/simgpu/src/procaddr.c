@@ -172,7 +172,7 @@ static const alias_ent aliases[] = {
     {"cuGreenCtxStreamCreate", 12050, "cuGreenCtxStreamCreate"},
     {"cuCtxRecordEvent", 12050, "cuCtxRecordEvent"},
     {"cuCtxWaitEvent", 12050, "cuCtxWaitEvent"},
-    {"cuGreenCtxGetId", 12090, "cuGreenCtxGetId"},
+    {"cuGreenCtxGetId", 13000, "cuGreenCtxGetId"},
     /* CUDA 13.1 additions: absent from a 13.0 driver. */
     {"cuDevSmResourceSplit", 13010, NULL},
     {"cuStreamGetDevResource", 13010, NULL},
