@@ -51,7 +51,7 @@ def parse(argv=None):
                     help="LC/BE model pairs for the infer suite (default: quick with --quick, else default)")
     ap.add_argument("--configs", default="", help="comma list restricting the configurations run")
     ap.add_argument("--duration", type=float, default=0, help="measurement seconds per configuration "
-                                                              "(default 8 with --quick, else 12)")
+                                                              "(default 6 with --quick, else 10)")
     ap.add_argument("--load", type=float, default=0.5, help="LC Poisson load as a fraction of its solo capacity")
     ap.add_argument("--lc-groups", type=int, default=4, help="SM groups guaranteed to LC (H100: 4 x 8 = 32 SMs)")
     ap.add_argument("--tpot-decode-groups", type=int, default=0,
@@ -75,7 +75,7 @@ def parse(argv=None):
         if c not in known:
             ap.error("--configs: %r is not one of %s" % (c, ", ".join(sorted(known))))
     if not a.duration:
-        a.duration = 8.0 if a.quick else 12.0
+        a.duration = 6.0 if a.quick else 10.0
     if not a.pairs:
         a.pairs = "quick" if a.quick else "default"
     if not 0 < a.load < 1:

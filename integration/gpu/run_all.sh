@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# run_all.sh — DetShare's real-GPU benchmark suite, one command: build, then run every configuration side by side.
+#
+#   integration/gpu/run_all.sh [--quick] [--suite infer,llm,train] [--no-bench] [--no-det] [--no-mem] OUTDIR
+#
+# Builds libdetshare (with `make build` when Go is installed, else only the C library: Go is not needed on the GPU
+# machine, the Python stand-in dstable.py writes the table and grants), then runs
+#   bench.py        alone / alone-lib / time-slicing / MPS / MPS+percentage / DetShare (+ LLM and training pairs)
+#   report.py       OUTDIR/bench/results.{md,json}, latency_cdf.{png,csv}
+#   determinism.py  OUTDIR/det/determinism.{md,json}
+#   memquota.py     OUTDIR/mem/memquota.{md,json}
+# and writes OUTDIR/SUMMARY.md (date, GPU, driver, command, every table) ready to paste into BENCHMARKS.md.
+# Budget: --quick about 5 minutes on an H100; without --quick the default suite is `infer` (about 7 minutes);
+# run `--suite llm,train --no-det --no-mem` as a second invocation for the rest. Environment: PYTHON (default
+# python3, needs torch with CUDA), DETSHARE_BENCH_ARGS (extra bench.py arguments).
+set -euo pipefail
+
+orig_args="$*"
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+quick=0 suite="" bench=1 det=1 mem=1 out=""
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --suite) suite="${2:?--suite needs a value (infer,llm,train)}"; shift ;;
+    --suite=*) suite="${1#--suite=}" ;;
+    --no-bench) bench=0 ;;
+    --no-det) det=0 ;;
+    --no-mem) mem=0 ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "run_all.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+    *) [ -z "$out" ] || { echo "run_all.sh: one OUTDIR only (got $out and $1)" >&2; exit 2; }; out="$1" ;;
+  esac
+  shift
+done
+[ -n "$out" ] || { echo "run_all.sh: OUTDIR is required" >&2; usage >&2; exit 2; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+PY=${PYTHON:-python3}
+log() { printf '[run_all %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# ---- build ------------------------------------------------------------------------------------------------------
+cd "$repo"
+built=0
+if command -v go >/dev/null 2>&1; then
+  log "building everything (make build)"
+  if make build >"$out/build.log" 2>&1; then built=1; else
+    log "make build failed (see $out/build.log); building only libdetshare, which is all the suite needs"; fi
+else
+  log "Go not installed: building only libdetshare (C); the Python table writer stands in for detshare run/sched"
+fi
+if [ $built = 0 ]; then
+  make build/lib/libdetshare.so >>"$out/build.log" 2>&1 ||
+    make -f cgroupgpu/libdetshare/build.mk build/lib/libdetshare.so >>"$out/build.log" 2>&1 ||
+    { log "building libdetshare failed, see $out/build.log"; tail -20 "$out/build.log" >&2; exit 1; }
+fi
+lib="$repo/build/lib/libdetshare.so"
+[ -f "$lib" ] || { log "$lib was not built"; exit 1; }
+
+# ---- environment ------------------------------------------------------------------------------------------------
+"$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)' 2>"$out/torch.err" || {
+  log "$PY cannot use CUDA through PyTorch ($(tail -1 "$out/torch.err")); set PYTHON to an interpreter with torch"
+  exit 1; }
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "command: $0 $orig_args"
+  echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /' || echo "gpu: nvidia-smi failed"
+  "$PY" -c 'import torch; print("torch:", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+  "$PY" -c 'import triton; print("triton:", triton.__version__)' 2>/dev/null || echo "triton: not installed"
+  "$PY" -c 'import torchvision; print("torchvision:", torchvision.__version__)' 2>/dev/null || echo "torchvision: not installed (built-in ResNet-50)"
+  command -v nvidia-cuda-mps-control >/dev/null && echo "mps: $(command -v nvidia-cuda-mps-control)" || echo "mps: nvidia-cuda-mps-control not found"
+  "$PY" "$here/gpuinfo.py" | sed 's/^/driver view: /'
+} >"$out/env.txt" 2>&1
+cat "$out/env.txt" >&2
+
+status=0
+quickarg=()
+[ $quick = 1 ] && quickarg=(--quick)
+if [ -z "$suite" ]; then
+  if [ $quick = 1 ]; then suite=infer,llm; else suite=infer; fi
+fi
+
+# ---- benchmark --------------------------------------------------------------------------------------------------
+if [ $bench = 1 ]; then
+  log "bench.py --suite $suite ${quickarg[*]:-}"
+  # shellcheck disable=SC2086
+  "$PY" "$here/bench.py" --out "$out/bench" --suite "$suite" --lib "$lib" --python "$PY" "${quickarg[@]}" \
+    ${DETSHARE_BENCH_ARGS:-} || { status=1; log "bench.py reported failed cases (see $out/bench/meta.json)"; }
+  "$PY" "$here/report.py" "$out/bench" >/dev/null || status=1
+fi
+# ---- determinism ------------------------------------------------------------------------------------------------
+if [ $det = 1 ]; then
+  log "determinism.py"
+  "$PY" "$here/determinism.py" "$out/det" --lib "$lib" --python "$PY" >/dev/null || { status=1; log "determinism: not bit-identical or failed"; }
+fi
+# ---- memory quota -----------------------------------------------------------------------------------------------
+if [ $mem = 1 ]; then
+  log "memquota.py"
+  "$PY" "$here/memquota.py" "$out/mem" --lib "$lib" --python "$PY" >/dev/null || { status=1; log "memquota: a check failed"; }
+fi
+
+# ---- summary ----------------------------------------------------------------------------------------------------
+{
+  echo "## Real-GPU run $(date -u +%Y-%m-%d)"
+  echo
+  echo '```'
+  cat "$out/env.txt"
+  echo '```'
+  echo
+  for f in "$out/bench/results.md" "$out/det/determinism.md" "$out/mem/memquota.md"; do
+    [ -f "$f" ] && { cat "$f"; echo; }
+  done
+  [ -f "$out/bench/latency_cdf.png" ] && echo "Latency CDFs: bench/latency_cdf.png"
+} >"$out/SUMMARY.md"
+log "done (status $status): $out/SUMMARY.md"
+exit $status
