@@ -347,3 +347,19 @@ func TestLaunchCountedAndUnchanged(t *testing.T) {
 
 var _ = strconv.Itoa
 var _ = time.Second
+
+// NVML (nvidia-smi, pynvml, vLLM) shows the tenant its quota and usage, like cuMemGetInfo (simulated NVML).
+func TestNVMLShowsTheQuota(t *testing.T) {
+	e := newEnv(t, true).withTenant(64*MiB, "")
+	r := e.run("ds_probe_rt", "init", "alloc:16777216", "nvml")
+	if r.get(t, "nvml", "rc") != "0" {
+		t.Fatalf("nvml: %v", r.lines)
+	}
+	if tot, free, used := r.num(t, "nvml", "total"), r.num(t, "nvml", "free"), r.num(t, "nvml", "used"); tot != 64*MiB ||
+		free != 48*MiB || used != 16*MiB {
+		t.Fatalf("NVML shows total %d free %d used %d, want %d %d %d", tot, free, used, 64*MiB, 48*MiB, 16*MiB)
+	}
+	if tot := newEnv(t, true).run("ds_probe_rt", "nvml").num(t, "nvml", "total"); tot != simMem {
+		t.Fatalf("without a tenant NVML total = %d, want the device's %d", tot, simMem)
+	}
+}

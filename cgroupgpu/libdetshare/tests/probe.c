@@ -10,7 +10,8 @@
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
  *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | capture:B (captures smid:B into a graph on
  *        the current stream) | graph (launches the captured graph, prints the SMs it used) |
- *        conform (CUDA stream semantics checks, one line each: "conform:<check> rc=0 ok=<0|1>")
+ *        conform (CUDA stream semantics checks, one line each: "conform:<check> rc=0 ok=<0|1>") |
+ *        nvml (memory of GPU 0 through libnvidia-ml.so.1, found with dlopen + dlsym like nvidia-smi and pynvml)
  */
 #include "drv.h"
 
@@ -385,6 +386,22 @@ static int step(const char *s) {
         int lr = launch_fill((unsigned)a);
         if (lr >= 0)
             printf("launch rc=%d n=%llu ok=0\n", lr, a);
+    } else if (!strcmp(s, "nvml")) {
+        typedef struct {
+            unsigned long long total, free, used;
+        } mem_t;
+        void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+        int (*init)(void) = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : NULL;
+        int (*get)(unsigned, void **) = h ? (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+        int (*info)(void *, mem_t *) = h ? (int (*)(void *, mem_t *))dlsym(h, "nvmlDeviceGetMemoryInfo") : NULL;
+        void *dev = NULL;
+        mem_t m = {0, 0, 0};
+        int rc = !init || !get || !info ? 12 : init();
+        if (!rc)
+            rc = get(0, &dev);
+        if (!rc)
+            rc = info(dev, &m);
+        printf("nvml rc=%d total=%llu free=%llu used=%llu\n", rc, m.total, m.free, m.used);
     } else if (!strcmp(s, "conform")) {
         conform();
     } else if (!strcmp(s, "stream")) {
