@@ -112,15 +112,19 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 }
 
 // invalidArgument is err as an InvalidArgument status. Quota messages contain '%' ("sms=200%"), and containerd
-// before 1.7 passes the message through errdefs.ToGRPC, which uses it as a format string; those daemons do not set
-// MAX_SHIM_VERSION for their shims, so the '%' is doubled for them alone.
+// before 1.7 passes the message through errdefs.ToGRPC, which uses it as a format string, once on the ctr path and
+// twice on the CRI path, so no escaping survives both. For those daemons (they set no MAX_SHIM_VERSION for their
+// shims) '%' is written as U+FF05 FULLWIDTH PERCENT SIGN, which reads the same and is no format verb.
 func invalidArgument(err error) error {
 	msg := err.Error()
 	if os.Getenv("MAX_SHIM_VERSION") == "" {
-		msg = strings.ReplaceAll(msg, "%", "%%")
+		msg = strings.ReplaceAll(msg, "%", FullwidthPercent)
 	}
 	return status.Error(codes.InvalidArgument, msg)
 }
+
+// FullwidthPercent stands for '%' in refusals sent to containerd < 1.7.
+const FullwidthPercent = "\uff05"
 
 func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest) (hook.Prepared, error) {
 	spec, err := specmod.Load(filepath.Join(r.Bundle, "config.json"))

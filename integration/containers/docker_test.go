@@ -133,6 +133,7 @@ func TestDockerBadQuotaRefusedAndNothingLeaks(t *testing.T) {
 			if err == nil {
 				t.Fatalf("docker run succeeded with a bad quota: %s", out)
 			}
+			t.Logf("refusal as the user sees it: %s", strings.TrimSpace(out))
 			for _, w := range c.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("error does not name %s:\n%s", w, out)

@@ -162,7 +162,8 @@ state = %q
   address = %q
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
-  disable_cgroup = false
+  # The CI sandbox forbids lowering oom_score_adj (CRI gives pause containers -998): keep it at containerd's.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -298,6 +299,10 @@ func (e *env) teardown() {
 			}
 		}
 		stopDaemon(e.ctrd)
+	}
+	if e.dir != "" && os.Getenv("DETSHARE_E2E_KEEP") == "1" {
+		fmt.Println("DETSHARE_E2E_KEEP=1: test directory kept:", e.dir)
+		return
 	}
 	if e.dir != "" {
 		unmountUnder(e.dir)
