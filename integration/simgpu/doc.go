@@ -1,5 +1,7 @@
-// Package simgpu holds the tests of DetShare's simulated GPU, a test double of the CUDA driver
-// (build/lib/simgpu/libcuda.so.1, sources in src/) and of its test programs (progs/, built into build/tests/).
-// The tests run the programs as real processes against the double, so that scheduling, isolation and memory
-// accounting are exercised across processes the way they are on a GPU. README.md describes the model.
+// Package simgpu is DetShare's simulated GPU, a test double of the CUDA driver and NVML
+// (build/lib/simgpu/libcuda.so.1 and libnvidia-ml.so.1, sources in src/ and nvml/), and its test programs
+// (progs/, built into build/tests/). The Go package offers what other components' tests need to run processes
+// against a private simulated device (Env, LibDir, ProbePath); its tests run the programs as real processes, so
+// scheduling, isolation and memory accounting are exercised across processes the way they are on a GPU.
+// README.md describes the model.
 package simgpu

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/detshare/detshare/integration/simgpu"
 )
 
 // buildDir is DETSHARE_BUILD_DIR or the repository's build/.
@@ -33,20 +35,18 @@ func probePath(t *testing.T) string {
 			t.Fatalf("simulated GPU not built (%v): run `make build` first", err)
 		}
 	}
-	return filepath.Join(b, "tests", "simgpu-probe")
+	return simgpu.ProbePath(b)
 }
 
 // simEnv is the environment of a probe against a private simulated GPU whose state lives in state.
 func simEnv(state string, extra ...string) []string {
-	env := []string{}
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "DETSHARE_SIMGPU_") || strings.HasPrefix(kv, "CUDA_MPS_") || strings.HasPrefix(kv, "LD_LIBRARY_PATH=") || strings.HasPrefix(kv, "LD_PRELOAD=") {
-			continue
+	var env []string
+	for _, kv := range simgpu.Env(buildDir(), state, extra...) {
+		if !strings.HasPrefix(kv, "LD_PRELOAD=") { // the double is tested alone; interposers test themselves
+			env = append(env, kv)
 		}
-		env = append(env, kv)
 	}
-	env = append(env, "LD_LIBRARY_PATH="+filepath.Join(buildDir(), "lib", "simgpu"), "DETSHARE_SIMGPU_STATE="+state)
-	return append(env, extra...)
+	return env
 }
 
 type result map[string]any

@@ -19,7 +19,9 @@ static CUresult mod_new(CUmodule *module, const void *image) {
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->magic = SIM_MODULE;
-    m->ctx = c;
+    /* Modules are device resources: loaded while a green context is current they still belong to the primary
+     * context, so a graph node made from their functions is not confined by that green context. */
+    m->ctx = c->green ? &g_sim.dev[c->device].primary : c;
     *module = m;
     return CUDA_SUCCESS;
 }
