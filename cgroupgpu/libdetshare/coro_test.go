@@ -351,3 +351,18 @@ func TestCaptureUnderFullGrantIsConfined(t *testing.T) {
 		t.Fatalf("without the library the graph also stayed in the split (%v): the test proves nothing", gb)
 	}
 }
+
+// Green contexts the application makes itself are kept within the tenant's grant.
+func TestAppGreenContextKeptWithinGrant(t *testing.T) {
+	bare := newEnv(t, false).run("ds_probe_rt", "init", "appgreen:9", "smid:64")
+	if g := groupsOf(t, bare, "smid"); len(g) != 1 || !g[9] {
+		t.Fatalf("without the library the application's green context ran on groups %v, want {9}", g)
+	}
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11)
+	r := e.run("ds_probe_rt", "init", "appgreen:9", "smid:64")
+	if g := groupsOf(t, r, "smid"); !within(g, 0b11) {
+		t.Fatalf("the application's own green context (group 9) escaped the grant {0,1}: ran on %v", g)
+	}
+}

@@ -62,7 +62,12 @@
     X(cuEventCreate, cuEventCreate, 2000, 0)                                                                         \
     X(cuEventRecord, cuEventRecord, 2000, 0)                                                                         \
     X(cuEventQuery, cuEventQuery, 2000, 0)                                                                           \
-    X(cuEventSynchronize, cuEventSynchronize, 2000, 0)
+    X(cuEventSynchronize, cuEventSynchronize, 2000, 0)                                                               \
+    X(cuDeviceGetDevResource, cuDeviceGetDevResource, 12040, 0)                                                      \
+    X(cuDevSmResourceSplitByCount, cuDevSmResourceSplitByCount, 12040, 0)                                            \
+    X(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc, 12040, 0)                                                \
+    X(cuGreenCtxCreate, cuGreenCtxCreate, 12040, 0)                                                                  \
+    X(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, 12050, 0)
 
 struct drv {
 #define DRV_FIELD_(name, base, ver, pt) PFN_##name name;

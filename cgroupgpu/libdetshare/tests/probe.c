@@ -11,6 +11,8 @@
  *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | capture:B (captures smid:B into a graph on
  *        the current stream) | graph (launches the captured graph, prints the SMs it used) |
  *        conform (CUDA stream semantics checks, one line each: "conform:<check> rc=0 ok=<0|1>") |
+ *        appgreen:G (the application makes its own green context over 8-SM group G of a split and launches
+ *        later kernels on a stream of it) |
  *        nvml (memory of GPU 0 through libnvidia-ml.so.1, found with dlopen + dlsym like nvidia-smi and pynvml)
  */
 #include "drv.h"
@@ -386,6 +388,26 @@ static int step(const char *s) {
         int lr = launch_fill((unsigned)a);
         if (lr >= 0)
             printf("launch rc=%d n=%llu ok=0\n", lr, a);
+    } else if (sscanf(s, "appgreen:%llu", &a) == 1) {
+        CUdevResource all, groups[64], rem;
+        unsigned nb = 64;
+        memset(&all, 0, sizeof all);
+        memset(groups, 0, sizeof groups);
+        memset(&rem, 0, sizeof rem);
+        CUdevResourceDesc desc;
+        CUgreenCtx g;
+        r = D.cuDeviceGetDevResource(g_dev, &all, CU_DEV_RESOURCE_TYPE_SM);
+        if (!r)
+            r = D.cuDevSmResourceSplitByCount(groups, &nb, &all, &rem, 0, 8);
+        if (!r && a >= nb)
+            r = CUDA_ERROR_INVALID_VALUE;
+        if (!r)
+            r = D.cuDevResourceGenerateDesc(&desc, &groups[a], 1);
+        if (!r)
+            r = D.cuGreenCtxCreate(&g, desc, g_dev, CU_GREEN_CTX_DEFAULT_STREAM);
+        if (!r)
+            r = D.cuGreenCtxStreamCreate(&g_stream, g, CU_STREAM_NON_BLOCKING, 0);
+        printf("%s rc=%d\n", s, r);
     } else if (!strcmp(s, "nvml")) {
         typedef struct {
             unsigned long long total, free, used;
