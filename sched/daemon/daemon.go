@@ -272,6 +272,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for _, g := range s.gpus {
 		gpus = append(gpus, g)
 	}
+	mpsCtx, mpsStop := context.WithCancel(ctx)
 	mpsDone := make(chan struct{})
 	go func() {
 		defer close(mpsDone)
@@ -279,14 +280,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		defer tk.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-mpsCtx.Done():
 				return
 			case <-tk.C:
 				s.checkMPS(gpus)
 			}
 		}
 	}()
-	defer func() { <-mpsDone }()
+	defer func() { mpsStop(); <-mpsDone }()
 	seq := s.t.DoorbellSeq()
 	s.Pass()
 	if s.opts.Ready != nil {
@@ -514,10 +515,10 @@ func (s *Scheduler) decideSpatial(g table.GPUState, rows []tenantRow, popt polic
 func (s *Scheduler) publish(r tenantRow, ng table.Grant, reason string) {
 	changed := ng.Groups != r.grant.Groups || ng.SMs != r.grant.SMs || ng.Mode != r.grant.Mode
 	c := s.t.Container(r.reg.Slot)
+	if r.demand > 0 && r.since != 0 && atomic.LoadUint64(&c.DemandSeenNs) != r.since {
+		atomic.StoreUint64(&c.DemandSeenNs, r.since) // the demand this grant answers
+	}
 	if changed {
-		if r.demand > 0 && r.since != 0 {
-			atomic.StoreUint64(&c.DemandSeenNs, r.since)
-		}
 		if err := s.t.PublishGrant(r.reg.Slot, ng); err != nil {
 			logrus.WithError(err).WithField("id", r.reg.ID).Debug("publish grant")
 			return

@@ -8,6 +8,8 @@
 //   - Latency-critical: its guaranteed groups are exclusive, busy or idle, unless it allows lending; an idle lender
 //     keeps its grant (so its next kernel starts at once) while the same groups are lent to busy borrowers, who lose
 //     them within one in-flight kernel once the lender is busy again.
+//   - A busy latency-critical tenant runs on exactly its guarantee and does not borrow: its latency must not depend on
+//     how busy its neighbours are (performance determinism).
 //   - Burstable: guarantee + borrow. Its guarantee is exclusive while it is busy and lendable while it is idle.
 //   - Best-effort: no guarantee; work-conserving, soaks up whatever is idle.
 //   - What is not held exclusively is shared by the busy tenants in proportion to their weights (largest remainder,
@@ -188,10 +190,11 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	}
 	shared := all &^ exclusive
 
-	// 2. The shared part goes to the busy tenants by weight, minus what their own guarantee already covers.
+	// 2. The shared part goes to the busy borrowers by weight, minus what their own guarantee already covers.
+	// A latency-critical tenant with a guarantee does not borrow: its speed must not depend on its neighbours.
 	var busy []int
 	for _, i := range order {
-		if tenants[i].Busy {
+		if tenants[i].Busy && borrows(tenants[i]) {
 			busy = append(busy, i)
 		}
 	}
@@ -258,6 +261,8 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	}
 	return d
 }
+
+func borrows(t Tenant) bool { return t.Tier != LatencyCritical || t.Guarantee <= 0 }
 
 func sumGuaranteeBits(guar []uint64, busy []int, excl []uint64) int {
 	s := 0

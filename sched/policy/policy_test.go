@@ -28,7 +28,11 @@ func checkInvariants(t *testing.T, gs []uint32, ts []Tenant, d Decision) {
 		excl |= d.Exclusive[i]
 	}
 	var busyUnion uint64
+	borrower := false
 	for i, a := range ts {
+		if a.Busy && (a.Tier != LatencyCritical || a.Guarantee == 0) {
+			borrower = true
+		}
 		g := d.Grants[i].Groups
 		if g&^all != 0 {
 			t.Fatalf("%s granted groups outside the split: %b", a.ID, g)
@@ -54,7 +58,7 @@ func checkInvariants(t *testing.T, gs []uint32, ts []Tenant, d Decision) {
 		}
 	}
 	// Work conservation: with anyone busy, every group is either used by a busy tenant or held exclusively by an idle one.
-	if busyUnion != 0 && (busyUnion|excl) != all {
+	if borrower && (busyUnion|excl) != all {
 		t.Fatalf("not work-conserving: busy %b exclusive %b all %b", busyUnion, excl, all)
 	}
 }
@@ -79,6 +83,10 @@ func TestDecideRules(t *testing.T) {
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
 		}, []int{4, 8}, []uint64{0x0f, 0xff}},
+		{"LC busy does not borrow idle groups", 8, o, []Tenant{
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 4, Guarantee: 2, Busy: true},
+			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1},
+		}, []int{2, 6}, []uint64{0x03, 0xfc}},
 		{"LC busy lending: guarantee back, BE the rest", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0xff},
