@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	logrus.SetLevel(logrus.WarnLevel)
+	// These tests are about `detshare run`, not the scheduler: registration's start-the-scheduler step
+	// (sched/ensure) gets a binary that exits at once, so no daemon outlives a test.
+	os.Setenv("DETSHARE_BIN", "/bin/false")
 	os.Exit(m.Run())
 }
 
@@ -60,12 +63,13 @@ func (e runEnv) detshare(args ...string) *exec.Cmd {
 // the given code.
 func (e runEnv) script(t *testing.T, name string, code int) string {
 	p := filepath.Join(e.dir, name+".sh")
+	// The traps come first: the PID file tells the test that signals will be caught.
 	s := fmt.Sprintf(`#!/bin/sh
-echo $$ > %[1]s/%[2]s.pid
-env > %[1]s/%[2]s.env
-cat "$DETSHARE_QUOTA_FILE" > %[1]s/%[2]s.quota 2>/dev/null
 trap 'echo TERM > %[1]s/%[2]s.sig; exit 143' TERM
 trap 'echo INT > %[1]s/%[2]s.sig; exit 130' INT
+env > %[1]s/%[2]s.env
+cat "$DETSHARE_QUOTA_FILE" > %[1]s/%[2]s.quota 2>/dev/null
+echo $$ > %[1]s/%[2]s.pid
 i=0
 while [ ! -e %[1]s/%[2]s.go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
 exit %[3]d
@@ -116,6 +120,7 @@ func TestRunRegistersWhileCommandRuns(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	waitFile(t, filepath.Join(e.dir, "job1.pid")) // written last
 	env := string(waitFile(t, filepath.Join(e.dir, "job1.env")))
 	res, ok := lookup(t, e.runDir, "job1")
 	if !ok {
