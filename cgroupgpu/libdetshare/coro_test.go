@@ -3,13 +3,16 @@ package libdetshare_test
 import (
 	"bufio"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -364,5 +367,53 @@ func TestAppGreenContextKeptWithinGrant(t *testing.T) {
 	r := e.run("ds_probe_rt", "init", "appgreen:9", "smid:64")
 	if g := groupsOf(t, r, "smid"); !within(g, 0b11) {
 		t.Fatalf("the application's own green context (group 9) escaped the grant {0,1}: ran on %v", g)
+	}
+}
+
+// A host tenant (`detshare run`) publishes the split it learnt when the table has none; a container tenant, whose
+// table is read-only, leaves it to the scheduler.
+func TestHostTenantPublishesSplit(t *testing.T) {
+	e := newEnv(t, true)
+	tbl, err := table.Create(e.runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	if err := tbl.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-0", Name: "DetShare simulated GPU (test double)",
+		SMCount: 132, MemTotal: simMem}}); err != nil {
+		t.Fatal(err)
+	}
+	// a container tenant first: nothing published
+	c := (&env{t: t, vars: append([]string(nil), e.vars...), runDir: e.runDir}).withTenant(0, "")
+	c.grant(table.ModeSpatial, 0b1)
+	c.run("ds_probe_rt", "init", "smid:8")
+	if st := tbl.GPUs()[0].Split; st.Published {
+		t.Fatalf("a container tenant published the split %+v", st)
+	}
+	reg, err := tbl.Register(table.RegisterRequest{ID: "host-tenant", Tier: table.TierBestEffort, Weight: 1, GPU: 0,
+		OwnerPID: os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reg.HostTenant() {
+		t.Fatal("registration with an owner PID is not a host tenant")
+	}
+	h := &env{t: t, vars: append([]string(nil), e.vars...), runDir: e.runDir}
+	h.tbl, h.reg = tbl, reg
+	qf := filepath.Join(t.TempDir(), "quota")
+	if err := os.WriteFile(qf, quota.Render(quota.File{Version: quota.QuotaFileVersion, ID: reg.ID, Slot: reg.Slot,
+		SlotGen: reg.Gen, Tier: quota.TierBestEffort, Weight: 1, Role: quota.RoleNone, Table: tbl.Paths().Table(),
+		ClientPage: reg.ClientPagePath, Doorbell: tbl.Paths().Doorbell()}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.vars = append(h.vars, "DETSHARE_QUOTA_FILE="+qf)
+	h.grant(table.ModeSpatial, 0b1)
+	r := h.run("ds_probe_rt", "init", "smid:64")
+	if g := groupsOf(t, r, "smid"); !within(g, 0b1) {
+		t.Fatalf("host tenant ran on groups %v, granted {0}", g)
+	}
+	s := tbl.GPUs()[0].Split
+	if !s.Published || len(s.Groups) != 15 || s.Groups[0] != 8 || s.Remainder != 12 || s.MinSize != 8 {
+		t.Fatalf("split published by the host tenant: %+v, want 15 groups of 8 + 12 left over", s)
 	}
 }

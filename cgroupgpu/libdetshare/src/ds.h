@@ -130,6 +130,7 @@ struct ds_tenant {
     struct ds_client_page *page;          /* read-write */
     struct ds_doorbell *doorbell;         /* read-write, may be NULL */
     char mps_pipe_dir[256];
+    char table_path[256];
 };
 /* NULL when the process has no tenant (pure pass-through); set once in the constructor. */
 extern struct ds_tenant *ds_t;

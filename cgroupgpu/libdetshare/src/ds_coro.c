@@ -26,6 +26,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define MAX_GCTX 64u
@@ -87,6 +88,8 @@ static uint64_t env_ms(const char *name, uint64_t def) {
 /* ---------------------------------------------------------------------------------------------------------------
  * The split and green contexts (slow path, g_lock held)
  * ------------------------------------------------------------------------------------------------------------- */
+static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdevResource *rem);
+
 static bool learn_split_locked(void) {
     if (g_ngroups)
         return true;
@@ -134,12 +137,42 @@ static bool learn_split_locked(void) {
                nb, min, ge->n_groups);
         return false;
     }
+    if (split_state == DS_SPLIT_UNKNOWN)
+        publish_split(min, all.sm.smCoscheduledAlignment ? all.sm.smCoscheduledAlignment : min, nb, &rem);
     g_dev = dev;
     g_ngroups = nb;
     g_split_failed = 0;
     DS_LOG(DS_LOG_INFO, "split: %u groups of %u SMs (%u SMs on the device)", nb, g_groups[0].sm.smCount,
            all.sm.smCount);
     return true;
+}
+
+/* Host tenants (`detshare run`, root on the host) publish the split they learnt when nobody has (the same CAS
+ * protocol as sched/table PublishSplit). Containers map the table read-only and leave it to the scheduler. */
+static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdevResource *rem) {
+    if (!(__atomic_load_n(&ds_t->ctr->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT))
+        return;
+    const char *path = ds_t->table_path;
+    void *m = NULL;
+    if (ds_map_file(path, DS_TABLE_SIZE, 1, &m) != 0) {
+        DS_LOG(DS_LOG_INFO, "table %s not writable here: the scheduler publishes the split", path);
+        return;
+    }
+    struct ds_gpu *g = (struct ds_gpu *)((char *)m + DS_GPUS_OFFSET) + ds_t->gpu;
+    uint32_t want = DS_SPLIT_UNKNOWN;
+    if (__atomic_compare_exchange_n(&g->split_state, &want, DS_SPLIT_PUBLISHING, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)) {
+        g->split_min_size = min;
+        g->split_alignment = align;
+        g->remainder_sms = rem->sm.smCount;
+        for (unsigned i = 0; i < DS_MAX_SM_GROUPS; i++)
+            g->group_sms[i] = i < nb ? g_groups[i].sm.smCount : 0;
+        __atomic_store_n(&g->n_groups, nb, __ATOMIC_RELAXED);
+        __atomic_store_n(&g->split_state, DS_SPLIT_PUBLISHED, __ATOMIC_RELEASE);
+        DS_LOG(DS_LOG_INFO, "published the split of GPU %d: %u groups, %u SMs left over", ds_t->gpu, nb,
+               rem->sm.smCount);
+    }
+    munmap(m, DS_TABLE_SIZE);
 }
 
 static struct gctx *gctx_for_locked(uint64_t mask) {

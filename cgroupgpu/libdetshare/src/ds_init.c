@@ -289,6 +289,7 @@ static void load_tenant(void) {
     t->page = pg;
     t->doorbell = db;
     memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
+    memcpy(t->table_path, q.table, sizeof t->table_path);
     if (t->mps_pipe_dir[0])
         set_mps_backstop(atomic_load_explicit((_Atomic uint64_t *)&c->mem_limit, memory_order_relaxed));
     ds_t = t;
