@@ -450,12 +450,18 @@ func TestMemoryIsAccountedAcrossProcesses(t *testing.T) {
 // spinScenario runs A (and B, if given) from the same start time and returns A's mean latency in ms.
 func spinScenario(t *testing.T, extraEnv []string, aArgs, bArgs []string) float64 {
 	t.Helper()
+	return spinScenarioB(t, extraEnv, aArgs, bArgs, nil)
+}
+
+// spinScenarioB is spinScenario with extra environment for B only.
+func spinScenarioB(t *testing.T, extraEnv []string, aArgs, bArgs, bEnv []string) float64 {
+	t.Helper()
 	env := simEnv(state(t), extraEnv...)
 	start := time.Now().Add(400 * time.Millisecond).UnixMilli()
 	var bcmd *exec.Cmd
 	if bArgs != nil {
 		bcmd = exec.Command(probePath(t), append(bArgs, "--duration-ms", "700", "--start-at", fmt.Sprint(start))...)
-		bcmd.Env = env
+		bcmd.Env = append(append([]string{}, env...), bEnv...)
 		if err := bcmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -485,12 +491,17 @@ func TestTimeSlicingAndMPSHaveTheShapeOfTheH100Table(t *testing.T) {
 		{"mps-same-group", mps, []string{"spin", "--split", "32", "--groups", "0", "--us", "2000"}},
 		{"mps-whole-gpu", mps, []string{"spin", "--us", "2000"}},
 		{"time-slicing-disjoint", nil, []string{"spin", "--split", "32", "--groups", "1-3", "--us", "2000"}},
+		{"mps-b-active-thread-75", mps, []string{"spin", "--us", "2000", "--blocks", "99"}},
 	}
 	res := make([]float64, len(scenarios))
 	done := make(chan int)
 	for i, s := range scenarios {
 		go func() {
 			defer func() { done <- i }()
+			if s.name == "mps-b-active-thread-75" {
+				res[i] = spinScenarioB(t, s.env, a, s.b, []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75"})
+				return
+			}
 			res[i] = spinScenario(t, s.env, a, s.b)
 		}()
 	}
@@ -498,15 +509,15 @@ func TestTimeSlicingAndMPSHaveTheShapeOfTheH100Table(t *testing.T) {
 		<-done
 	}
 	alone := res[0]
-	t.Logf("A mean ms: alone %.2f, MPS disjoint %.2f, MPS same group %.2f, MPS B whole GPU %.2f, time-slicing disjoint %.2f",
-		res[0], res[1], res[2], res[3], res[4])
+	t.Logf("A mean ms: alone %.2f, MPS disjoint %.2f, MPS same group %.2f, MPS B whole GPU %.2f, time-slicing disjoint %.2f, MPS B at 75%% active threads %.2f",
+		res[0], res[1], res[2], res[3], res[4], res[5])
 	if alone < 1.9 || alone > 3.0 {
 		t.Errorf("A alone: %.2f ms for a 2 ms kernel", alone)
 	}
 	if r := res[1] / alone; r > 1.3 {
 		t.Errorf("MPS with disjoint groups must isolate A: %.2fx alone", r)
 	}
-	for i, name := range []string{"", "", "MPS same group", "MPS B on the whole GPU", "time-slicing"} {
+	for i, name := range []string{"", "", "MPS same group", "MPS B on the whole GPU", "time-slicing", "MPS B at 75% active threads"} {
 		if i >= 2 && res[i]/alone < 1.5 {
 			t.Errorf("%s must slow A down (H100: 2x-5x): %.2fx alone", name, res[i]/alone)
 		}

@@ -136,7 +136,10 @@ uint64_t sim_schedule_kernel(int device, const sim_mask *sms, unsigned limit, un
             if (ds->busy_pid[i] != g_sim.pid && ds->busy_until[i] > ready_ns)
                 ready_ns = ds->busy_until[i];
     }
-    for (unsigned i = 0; i < g_sim.nsms; i++)
+    /* MPS active-thread percentage (limit > 0): the client gets `limit` SMs, which it does not choose and which
+     * other clients may be using; modelled as the lowest-numbered ones, as on the H100 this overlapped a
+     * neighbour's green context (DESIGN.md table). */
+    for (unsigned i = 0; i < g_sim.nsms && (!limit || n < limit); i++)
         if (mask_has(sms, i))
             h[n++] = (heap_ent){max64(ds->busy_until[i], ready_ns), (uint16_t)i};
     if (n == 0) {
@@ -145,17 +148,6 @@ uint64_t sim_schedule_kernel(int device, const sim_mask *sms, unsigned limit, un
     }
     for (int i = (int)n / 2 - 1; i >= 0; i--)
         heap_down(h, n, (unsigned)i);
-    if (limit && limit < n) {
-        /* MPS active-thread percentage: the client may use only `limit` SMs, the ones that free first. */
-        heap_ent keep[SIM_MAX_SMS];
-        for (unsigned k = 0; k < limit; k++) {
-            keep[k] = h[0];
-            h[0] = h[--n];
-            heap_down(h, n, 0);
-        }
-        n = limit;
-        memcpy(h, keep, n * sizeof h[0]); /* sorted, hence a heap */
-    }
     uint64_t end = ready_ns;
     for (unsigned b = 0; b < nblocks; b++) {
         uint64_t start = h[0].t;
