@@ -58,6 +58,9 @@ type Scheduler struct {
 	popt  atomic.Pointer[policy.Options]
 
 	lastReap time.Time
+	regs     []table.Registration // cached List(), valid while the table generation is regGen
+	regGen   uint64
+	regsOK   bool
 	tableIno uint64
 	lost     error // set when the table file was removed or replaced: the scheduler steps down
 	stats    Stats
@@ -431,8 +434,18 @@ func (s *Scheduler) pageOf(reg table.Registration) *table.Client {
 	return cl
 }
 
+// registrations returns the active registrations, re-reading the table only when its generation moved (registration
+// bumps it after the slot turns ACTIVE or FREE, so reading the generation first can only cause an extra re-read).
+func (s *Scheduler) registrations() []table.Registration {
+	gen := s.t.Generation()
+	if !s.regsOK || gen != s.regGen {
+		s.regs, s.regGen, s.regsOK = s.t.List(), gen, true
+	}
+	return s.regs
+}
+
 func (s *Scheduler) decide(now time.Time) {
-	regs := s.t.List()
+	regs := s.registrations()
 	live := make(map[int]bool, len(regs))
 	byGPU := map[int][]tenantRow{}
 	for _, r := range regs {

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/detshare/detshare/sched/config"
+	"github.com/detshare/detshare/sched/mps"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -92,4 +93,20 @@ func helperClient() int {
 	fmt.Println("ready")
 	time.Sleep(time.Hour)
 	return 0
+}
+
+func simMPS(dir string) *mps.Manager {
+	return &mps.Manager{Paths: table.NewPaths(dir), Simulated: true}
+}
+
+func ctxFromChan(stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
