@@ -113,6 +113,24 @@ static inline void ds_driver(void) {
         ds_driver_init();
 }
 
+/* The real function for a hook. Normally the resolved table; while the driver itself is being loaded (re-entrant
+ * call from its constructor on this thread) a direct lookup of the next definition, so that loading never
+ * deadlocks on the once-guard. */
+void *ds_early_sym(const char *name);
+static inline bool ds_driver_ready_or_init(void) {
+    if (DS_LIKELY(atomic_load_explicit(&ds_drv_ready, memory_order_acquire)))
+        return true;
+    extern __thread int ds_depth __attribute__((tls_model("initial-exec")));
+    if (ds_depth)
+        return false;
+    ds_driver_init();
+    return true;
+}
+#define DS_REAL_OR_FAIL(name)                                                                                        \
+    PFN_##name real = ds_driver_ready_or_init() ? ds_real.name : (PFN_##name)ds_early_sym(#name);                   \
+    if (DS_UNLIKELY(!real))                                                                                          \
+        return CUDA_ERROR_NOT_INITIALIZED;
+
 /* Re-entrancy depth: a hook entered from inside another hook on the same thread (a driver that calls its own
  * exported entry points, a callback) is a pure pass-through so that nothing is counted twice. */
 extern __thread int ds_depth __attribute__((tls_model("initial-exec")));

@@ -467,6 +467,7 @@ static void *monitor(void *arg) {
         }
         if (!__atomic_load_n(&self->busy, __ATOMIC_RELAXED) || now - last_change < idle_ns || !streams_drained())
             continue;
+        __atomic_store_n(&self->queued, 0, __ATOMIC_RELAXED); /* everything submitted has drained */
         if (__atomic_exchange_n(&self->busy, 0, __ATOMIC_ACQ_REL) == 0)
             continue;
         uint64_t since = atomic_load(&g_busy_since);
@@ -527,6 +528,7 @@ CUstream ds_launch_stream(CUstream s, int per_thread) {
     struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_relaxed);
     if (DS_LIKELY(self != NULL)) {
         __atomic_fetch_add(&self->launches, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&self->queued, 1, __ATOMIC_RELAXED);
         if (DS_UNLIKELY(!__atomic_load_n(&self->busy, __ATOMIC_RELAXED)))
             set_busy(self);
     }

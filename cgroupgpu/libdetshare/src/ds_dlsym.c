@@ -72,6 +72,11 @@ void ds_dlsym_init(void) {
     __atomic_store_n(&ds_real_dlsym, (ds_dlsym_fn)p, __ATOMIC_RELEASE);
 }
 
+void *ds_early_sym(const char *name) {
+    ds_dlsym_init();
+    return ds_real_dlsym ? ds_real_dlsym(RTLD_NEXT, name) : NULL;
+}
+
 /* ---------------------------------------------------------------------------------------------------------------
  * The hook table.
  * ------------------------------------------------------------------------------------------------------------- */
@@ -175,20 +180,16 @@ void *ds_map_proc(const char *symbol, void *real, int version, cuuint64_t flags)
  * ------------------------------------------------------------------------------------------------------------- */
 DS_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                        CUdriverProcAddressQueryResult *symbolStatus) {
-    ds_driver();
-    if (!ds_real.cuGetProcAddress_v2)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = ds_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+    DS_REAL_OR_FAIL(cuGetProcAddress_v2);
+    CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
     if (r == CUDA_SUCCESS && ds_t && !ds_depth && symbol && pfn && *pfn)
         *pfn = ds_map_proc(symbol, *pfn, cudaVersion, flags);
     return r;
 }
 
 DS_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
-    ds_driver();
-    if (!ds_real.cuGetProcAddress)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = ds_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+    DS_REAL_OR_FAIL(cuGetProcAddress);
+    CUresult r = real(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS && ds_t && !ds_depth && symbol && pfn && *pfn)
         *pfn = ds_map_proc(symbol, *pfn, cudaVersion, flags);
     return r;

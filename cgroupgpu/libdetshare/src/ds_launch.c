@@ -7,11 +7,7 @@
 
 #include <string.h>
 
-#define REAL_OR_FAIL(name)                                                                                           \
-    ds_driver();                                                                                                     \
-    PFN_##name real = ds_real.name;                                                                                  \
-    if (DS_UNLIKELY(!real))                                                                                          \
-        return CUDA_ERROR_NOT_INITIALIZED;
+#define REAL_OR_FAIL(name) DS_REAL_OR_FAIL(name)
 #define PASS_THROUGH() (!ds_t || ds_depth)
 
 #define LAUNCH_KERNEL(name, pt)                                                                                      \

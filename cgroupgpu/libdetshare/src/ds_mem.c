@@ -142,13 +142,8 @@ void ds_uncharge(uint64_t size) {
 /* ---------------------------------------------------------------------------------------------------------------
  * Hooks
  * ------------------------------------------------------------------------------------------------------------- */
-static CUresult missing(void) { return CUDA_ERROR_NOT_INITIALIZED; }
 
-#define REAL_OR_FAIL(name)                                                                                           \
-    ds_driver();                                                                                                     \
-    PFN_##name real = ds_real.name;                                                                                  \
-    if (DS_UNLIKELY(!real))                                                                                          \
-        return missing();
+#define REAL_OR_FAIL(name) DS_REAL_OR_FAIL(name)
 #define PASS_THROUGH() (!ds_t || ds_depth)
 
 DS_EXPORT CUresult cuInit(unsigned int Flags) {
