@@ -26,7 +26,7 @@ go-build:
 
 # C components append their outputs to C_TARGETS in their build.mk.
 C_TARGETS :=
--include $(wildcard cgroupgpu/libdetshare/build.mk integration/simgpu/build.mk integration/*/build.mk)
+-include $(sort $(wildcard cgroupgpu/libdetshare/build.mk integration/*/build.mk))
 c-build: $(C_TARGETS)
 
 test: build
