@@ -3,6 +3,7 @@ package libdetshare_test
 import (
 	"bufio"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -361,5 +362,49 @@ func TestNVMLShowsTheQuota(t *testing.T) {
 	}
 	if tot := newEnv(t, true).run("ds_probe_rt", "nvml").num(t, "nvml", "total"); tot != simMem {
 		t.Fatalf("without a tenant NVML total = %d, want the device's %d", tot, simMem)
+	}
+}
+
+// A bad quota file or a table that does not match is reported clearly and the process runs without DetShare
+// (fail-open): its GPU work is never taken down.
+func TestBrokenTenantFilesFailOpen(t *testing.T) {
+	cases := []struct {
+		name, edit, wantLog string
+	}{
+		{"bad slot", "slot=abc", "slot=abc is not an integer in 0..255"},
+		{"wrong generation", "slot_gen=999", "quota file says generation 999"},
+		{"missing table", "table=/nonexistent/table", "table /nonexistent/table"},
+		{"bad version", "version=7", "version=7, this library reads version=1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(16*MiB, "")
+			data, err := os.ReadFile(e.quotaFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, _, _ := strings.Cut(c.edit, "=")
+			var out []string
+			for _, l := range strings.Split(string(data), "\n") {
+				if strings.HasPrefix(l, key+"=") {
+					l = c.edit
+				}
+				out = append(out, l)
+			}
+			if err := os.WriteFile(e.quotaFile, []byte(strings.Join(out, "\n")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := e.run("ds_probe_rt", "init", "alloc:33554432", "info")
+			joined := strings.Join(r.lines, "\n")
+			if !strings.Contains(joined, c.wantLog) || !strings.Contains(joined, "running") {
+				t.Errorf("log does not explain the problem (want %q):\n%s", c.wantLog, joined)
+			}
+			if r.get(t, "alloc:33554432", "rc") != "0" || r.num(t, "info", "total") != simMem {
+				t.Errorf("process was restricted despite running without DetShare:\n%s", joined)
+			}
+			if e.memUsed() != 0 {
+				t.Errorf("a process running without DetShare charged the tenant %d bytes", e.memUsed())
+			}
+		})
 	}
 }
