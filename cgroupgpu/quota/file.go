@@ -29,7 +29,18 @@ type File struct {
 	MPSPipeDir string
 }
 
-// Render writes f in the quota file format.
+// Validate checks that f can be written: one value per line, so no value may contain a line break or NUL.
+func (f File) Validate() error {
+	for k, v := range map[string]string{"id": f.ID, "table": f.Table, "client_page": f.ClientPage,
+		"doorbell": f.Doorbell, "mps_pipe_dir": f.MPSPipeDir} {
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Errorf("quota file %s=%q: values cannot contain line breaks or NUL", k, v)
+		}
+	}
+	return nil
+}
+
+// Render writes f in the quota file format (call Validate first when the values come from outside).
 func Render(f File) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# DetShare quota file, written at registration; format: docs/internals.md\n")
@@ -53,7 +64,7 @@ func Render(f File) []byte {
 // ParseFile parses a quota file. Unknown keys are ignored (newer writers may add keys); missing required keys and
 // malformed values are errors naming the line.
 func ParseFile(data []byte) (File, error) {
-	f := File{Slot: -1}
+	f := File{Slot: -1, Role: RoleNone}
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)

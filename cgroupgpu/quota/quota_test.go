@@ -278,6 +278,12 @@ func TestQuotaFileRoundTrip(t *testing.T) {
 	if err != nil || got != f {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
+	if err := (File{ID: "a\nslot=9"}).Validate(); err == nil || !strings.Contains(err.Error(), "line breaks") {
+		t.Errorf("a value with a line break validated: %v", err)
+	}
+	if err := f.Validate(); err != nil {
+		t.Error(err)
+	}
 	for _, bad := range []string{"version=2\nid=a\nslot=0\nslot_gen=1\ntier=burstable\ntable=x\nclient_page=y\n",
 		"id=a\n", "version=1\nnot a pair\n", "version=1\nid=a\nslot=x\n"} {
 		if _, err := ParseFile([]byte(bad)); err == nil {

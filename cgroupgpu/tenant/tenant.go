@@ -233,6 +233,9 @@ func writeQuotaFiles(p table.Paths, reg table.Registration, q quota.Quota, pl qu
 	f := quota.File{ID: reg.ID, Slot: reg.Slot, SlotGen: reg.Gen, Tier: q.Tier, SMs: pl.SMs, Memory: pl.MemLimit,
 		Weight: q.Weight, Role: q.Role, GPU: pl.GPU,
 		Table: p.Table(), ClientPage: p.ClientPage(reg.ID), Doorbell: p.Doorbell(), MPSPipeDir: gpu.MPSPipeDir}
+	if err := f.Validate(); err != nil {
+		return err
+	}
 	if err := writeFileAtomic(p.QuotaFile(reg.ID), quota.Render(f)); err != nil {
 		return err
 	}
