@@ -179,7 +179,10 @@ class Region:
         return ct.from_buffer(self.mm, self.addr(name, index))
 
     def get(self, name, index=0):
-        return self._cobj(name, index).value
+        try:
+            return self._cobj(name, index).value
+        except TypeError:  # a read-only mapping: a plain native-width load
+            return struct.unpack_from("@" + _CTYPES[self._f(name).ctype][0], self.mm, self.addr(name, index))[0]
 
     def set(self, name, value, index=0):
         self._cobj(name, index).value = value
@@ -583,18 +586,41 @@ def main(argv=None):
         out["defines"] = {k: v for k, v in L.defines.items() if not k.startswith("sizeof:")}
         print(json.dumps(out, indent=1, sort_keys=True))
         return 0
-    groups = [int(x) for x in a.groups.split(",")] if a.groups else None
-    t = Table.create(a.run_dir, a.sms, a.group_sms, a.mem_total, mps_pipe_dir=a.mps_pipe_dir, layout=L, groups=groups)
+    try:
+        groups = [int(x) for x in a.groups.split(",")] if a.groups else None
+    except ValueError:
+        ap.error("--groups=%r: want comma-separated SM counts, e.g. 8,8,8" % a.groups)
+    n = len(groups) if groups else a.sms // a.group_sms
+    # validate every tenant before anything is written, so bad input leaves nothing behind
+    specs = []
     for spec in a.tenant:
         parts = spec.split(":")
         if len(parts) < 3:
             ap.error("--tenant %r: want ID:TIER:GROUPS[:MEMBYTES[:ROLE]]" % spec)
-        tid, tier, groups = parts[0], parts[1], _parse_mask(parts[2], t.n_groups())
-        mem = int(parts[3]) if len(parts) > 3 and parts[3] else 0
+        tid, tier = parts[0], parts[1]
+        if not _ID_RE.match(tid):
+            ap.error("--tenant %r: id=%r must match %s" % (spec, tid, _ID_RE.pattern))
+        if tier not in TIERS:
+            ap.error("--tenant %r: tier=%r, allowed %s" % (spec, tier, ", ".join(TIERS)))
+        try:
+            mask = _parse_mask(parts[2], n)
+        except ValueError:
+            ap.error("--tenant %r: groups=%r, want e.g. 0-3, 4,5 or all" % (spec, parts[2]))
+        if mask >> n:
+            ap.error("--tenant %r: groups=%r, the split has groups 0..%d" % (spec, parts[2], n - 1))
+        try:
+            mem = int(parts[3]) if len(parts) > 3 and parts[3] else 0
+        except ValueError:
+            ap.error("--tenant %r: memory=%r, want bytes" % (spec, parts[3]))
         role = parts[4] if len(parts) > 4 else "none"
-        guaranteed = groups if tier != "best-effort" else 0
+        if role not in ROLES:
+            ap.error("--tenant %r: role=%r, allowed %s" % (spec, role, ", ".join(ROLES)))
+        specs.append((tid, tier, mask, mem, role))
+    t = Table.create(a.run_dir, a.sms, a.group_sms, a.mem_total, mps_pipe_dir=a.mps_pipe_dir, layout=L, groups=groups)
+    for tid, tier, mask, mem, role in specs:
+        guaranteed = mask if tier != "best-effort" else 0
         q = t.register(tid, tier=tier, role=role, guaranteed_groups=guaranteed, mem_limit=mem)
-        t.publish_grant(q.slot, groups)
+        t.publish_grant(q.slot, mask)
         print("%s slot=%d quota=%s" % (tid, q.slot, q.quota_file))
     sys.stdout.flush()
     end = time.monotonic() + a.hold_s
