@@ -28,15 +28,15 @@ DS_SIMGPU_LIBDIR := $(LIB)/simgpu
 
 $(TESTBIN)/ds_probe_rt: $(DS_DIR)/tests/probe.c $(DS_TDEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -o $@ $< -ldl
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -pthread -o $@ $< -ldl
 
 $(TESTBIN)/ds_bench_launch: $(DS_DIR)/tests/bench_launch.c $(DS_TDEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -o $@ $< -ldl
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -pthread -o $@ $< -ldl
 
 $(TESTBIN)/ds_dlsym_old: $(DS_DIR)/tests/dlsym_old.c $(DS_TDEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -o $@ $< -ldl
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -pthread -o $@ $< -ldl
 
 $(TESTBIN)/nulldrv/libcuda.so.1: $(DS_DIR)/tests/nulldrv.c $(DS_TDEPS)
 	@mkdir -p $(dir $@)

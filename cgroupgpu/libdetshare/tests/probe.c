@@ -11,6 +11,7 @@
  *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | capture:B (captures smid:B into a graph on
  *        the current stream) | graph (launches the captured graph, prints the SMs it used) |
  *        conform (CUDA stream semantics checks, one line each: "conform:<check> rc=0 ok=<0|1>") |
+ *        mt:NxK (N threads, own streams / per-thread default streams, K axpy kernels each + a smid kernel) |
  *        appgreen:G (the application makes its own green context over 8-SM group G of a split and launches
  *        later kernels on a stream of it) |
  *        nvml (memory of GPU 0 through libnvidia-ml.so.1, found with dlopen + dlsym like nvidia-smi and pynvml)
@@ -18,6 +19,7 @@
 #include "drv.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +172,121 @@ static int launch_fill(unsigned n) {
     D.cuMemFree_v2(buf);
     printf("launch rc=%d n=%u ok=%d\n", r, n, ok);
     return -1;
+}
+
+/* K dependent kernels y = a*x + y on stream st; *hash = FNV-1a of y. */
+static CUresult axpy(CUstream st, unsigned long long k, uint64_t *hash) {
+    enum { N = 4096 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (unsigned i = 0; i < N; i++) {
+        x[i] = 1.0f / (float)(i + 1);
+        y[i] = (float)i * 0.5f;
+    }
+    CUfunction fn;
+    CUdeviceptr dx = 0, dy = 0;
+    CUresult r = func("ds_axpy", &fn);
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemAlloc_v2(&dx, N * sizeof(float));
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemAlloc_v2(&dy, N * sizeof(float));
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemcpyHtoD_v2(dx, x, N * sizeof(float));
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemcpyHtoD_v2(dy, y, N * sizeof(float));
+    uint64_t n = N;
+    uint32_t us = 2;
+    for (unsigned long long i = 0; i < k && r == CUDA_SUCCESS; i++) {
+        float alpha = 0.75f + (float)(i % 7) * 0.125f;
+        void *args[] = {&dy, &dx, &alpha, &n, &us};
+        r = D.cuLaunchKernel(fn, 16, 1, 1, 256, 1, 1, 0, st, args, NULL);
+    }
+    if (r == CUDA_SUCCESS)
+        r = D.cuStreamSynchronize(st);
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemcpyDtoH_v2(y, dy, N * sizeof(float));
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)y;
+    for (size_t i = 0; i < N * sizeof(float); i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    if (dx)
+        D.cuMemFree_v2(dx);
+    if (dy)
+        D.cuMemFree_v2(dy);
+    free(x);
+    free(y);
+    *hash = h;
+    return r;
+}
+
+/* N threads, each on its own stream (odd threads on their per-thread default stream), K axpy kernels each and a
+ * smid kernel: prints whether every thread got the same result, and the SM groups they ran on. */
+struct mt_arg {
+    unsigned k, idx;
+    CUcontext ctx;
+    CUresult r;
+    uint64_t hash;
+    uint32_t sm[32];
+};
+static void *mt_thread(void *p) {
+    struct mt_arg *a = p;
+    CUstream st = NULL;
+    a->r = D.cuCtxSetCurrent(a->ctx);
+    if (!a->r && (a->idx & 1) == 0)
+        a->r = D.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
+    else if (!a->r)
+        st = CU_STREAM_PER_THREAD;
+    if (!a->r)
+        a->r = axpy(st, a->k, &a->hash);
+    CUfunction fn;
+    CUdeviceptr out = 0;
+    if (!a->r)
+        a->r = func("ds_smid", &fn);
+    if (!a->r)
+        a->r = D.cuMemAlloc_v2(&out, sizeof a->sm);
+    uint32_t us = 20;
+    void *args[] = {&out, &us};
+    if (!a->r)
+        a->r = D.cuLaunchKernel(fn, 32, 1, 1, 1, 1, 1, 0, st, args, NULL);
+    if (!a->r)
+        a->r = D.cuStreamSynchronize(st);
+    if (!a->r)
+        a->r = D.cuMemcpyDtoH_v2(a->sm, out, sizeof a->sm);
+    if (out)
+        D.cuMemFree_v2(out);
+    return NULL;
+}
+static void mt(unsigned n, unsigned k) {
+    struct mt_arg args[64];
+    pthread_t th[64];
+    CUcontext ctx;
+    CUfunction warm;
+    if (n > 64)
+        n = 64;
+    CUresult r = D.cuDevicePrimaryCtxRetain(&ctx, g_dev);
+    if (!r)
+        r = func("ds_axpy", &warm); /* load the module before the threads race for it */
+    for (unsigned i = 0; i < n && !r; i++) {
+        args[i] = (struct mt_arg){.k = k, .idx = i, .ctx = ctx};
+        if (pthread_create(&th[i], NULL, mt_thread, &args[i]))
+            r = CUDA_ERROR_OPERATING_SYSTEM, n = i;
+    }
+    uint32_t all[64 * 32];
+    unsigned same = 1;
+    for (unsigned i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        if (!r)
+            r = args[i].r;
+        if (args[i].hash != args[0].hash)
+            same = 0;
+        memcpy(&all[i * 32], args[i].sm, sizeof args[i].sm);
+    }
+    printf("mthash rc=%d same=%u hash=%016llx\n", r, same, n ? (unsigned long long)args[0].hash : 0ull);
+    print_sms("mt", r, all, n * 32);
 }
 
 static double ms_since(struct timespec *t0) {
@@ -438,43 +555,11 @@ static int step(const char *s) {
     } else if (sscanf(s, "smid:%llu", &a) == 1) {
         smid("smid", (unsigned)a);
     } else if (sscanf(s, "axpy:%llu", &a) == 1) {
-        enum { N = 4096 };
-        static float x[N], y[N];
-        for (unsigned i = 0; i < N; i++) {
-            x[i] = 1.0f / (float)(i + 1);
-            y[i] = (float)i * 0.5f;
-        }
-        CUfunction fn;
-        CUdeviceptr dx = 0, dy = 0;
-        r = func("ds_axpy", &fn);
-        if (r == CUDA_SUCCESS)
-            r = D.cuMemAlloc_v2(&dx, sizeof x);
-        if (r == CUDA_SUCCESS)
-            r = D.cuMemAlloc_v2(&dy, sizeof y);
-        if (r == CUDA_SUCCESS)
-            r = D.cuMemcpyHtoD_v2(dx, x, sizeof x);
-        if (r == CUDA_SUCCESS)
-            r = D.cuMemcpyHtoD_v2(dy, y, sizeof y);
-        uint64_t n = N;
-        uint32_t us = 2;
-        for (unsigned long long k = 0; k < a && r == CUDA_SUCCESS; k++) {
-            float alpha = 0.75f + (float)(k % 7) * 0.125f;
-            void *args[] = {&dy, &dx, &alpha, &n, &us};
-            r = D.cuLaunchKernel(fn, 16, 1, 1, 256, 1, 1, 0, g_stream, args, NULL);
-        }
-        if (r == CUDA_SUCCESS)
-            r = D.cuStreamSynchronize(g_stream);
-        if (r == CUDA_SUCCESS)
-            r = D.cuMemcpyDtoH_v2(y, dy, sizeof y);
-        uint64_t h = 1469598103934665603ull;
-        const unsigned char *b = (const unsigned char *)y;
-        for (size_t i = 0; i < sizeof y; i++)
-            h = (h ^ b[i]) * 1099511628211ull;
-        if (dx)
-            D.cuMemFree_v2(dx);
-        if (dy)
-            D.cuMemFree_v2(dy);
+        uint64_t h = 0;
+        r = axpy(g_stream, a, &h);
         printf("axpy rc=%d k=%llu hash=%016llx\n", r, a, (unsigned long long)h);
+    } else if (sscanf(s, "mt:%llux%llu", &a, &b) == 2) {
+        mt((unsigned)a, (unsigned)b);
     } else if (sscanf(s, "capture:%llu", &a) == 1) {
         CUfunction fn;
         CUgraph graph = NULL;
