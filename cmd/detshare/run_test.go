@@ -288,6 +288,14 @@ func TestRunRefusesBadQuotaWithoutRunning(t *testing.T) {
 	if code := exitCode(t, cmd, err); code != 125 || !strings.Contains(string(out), "missing CMD") {
 		t.Errorf("no CMD: %d %s", code, out)
 	}
+	cmd = e.detshare("run", "--name", "nocmd", "--", filepath.Join(e.dir, "no-such-command"))
+	out, err = cmd.CombinedOutput()
+	if code := exitCode(t, cmd, err); code != 125 || !strings.Contains(string(out), "no-such-command") {
+		t.Errorf("missing command: %d %s", code, out)
+	}
+	if _, ok := lookup(t, e.runDir, "nocmd"); ok {
+		t.Error("tenant left registered after its command failed to start")
+	}
 }
 
 // TestRunFailsOpen: when the table cannot be used at all, CMD still runs (without DetShare), unless --strict.
