@@ -120,11 +120,19 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 				bw.WriteByte('}')
 			}
 			bw.WriteByte(' ')
-			bw.WriteString(strconv.FormatFloat(s.value, 'g', -1, 64))
+			bw.WriteString(formatValue(s.value))
 			bw.WriteByte('\n')
 		}
 	}
 	return bw.Flush()
+}
+
+// formatValue writes integers (bytes, counts) in full rather than in exponent form.
+func formatValue(v float64) string {
+	if v == float64(int64(v)) && v < 1e18 && v > -1e18 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 func escape(s string) string {

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/sched/view"
+)
+
+// captureRun runs `detshare args...` in this process and returns its stdout.
+func captureRun(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, oldExiter := os.Stdout, cli.OsExiter
+	os.Stdout = w
+	cli.OsExiter = func(int) {} // cli.Exit errors come back as errors instead of ending the test binary
+	defer func() { cli.OsExiter = oldExiter }()
+	done := make(chan string)
+	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
+	runErr := newApp().Run(append([]string{"detshare"}, args...))
+	w.Close()
+	os.Stdout = old
+	return <-done, runErr
+}
+
+func viewRunDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "run")
+	tb, err := table.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-cli", Name: "simulated GPU (test double)", SMCount: 132, MemTotal: 80 << 30}})
+	for _, r := range []table.RegisterRequest{
+		{ID: "an-extremely-long-container-id-0123456789abcdef0123456789abcdef", Tier: table.TierLatencyCritical, Weight: 1, SMGroups: 4, SMs: 32, MemLimit: 40 << 30},
+		{ID: "train", Tier: table.TierBestEffort, Role: table.RolePrefill, Weight: 3},
+	} {
+		reg, err := tb.Register(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb.PublishGrant(reg.Slot, table.Grant{Groups: 0xf, SMs: 32, Mode: table.ModeSpatial})
+	}
+	return dir
+}
+
+func TestStatusJSON(t *testing.T) {
+	dir := viewRunDir(t)
+	out, err := captureRun(t, "--run-dir", dir, "status", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s view.Snapshot
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("status --json is not JSON: %v\n%s", err, out)
+	}
+	if len(s.GPUs) != 1 || !s.GPUs[0].Simulated || len(s.Tenants) != 2 || s.Scheduler.Alive {
+		t.Fatalf("%+v", s)
+	}
+	if s.Tenants[1].ID != "train" || s.Tenants[1].Tier != "best-effort" || s.Tenants[1].GrantedSMs != 32 || s.Tenants[1].Weight != 3 {
+		t.Fatalf("tenant %+v", s.Tenants[1])
+	}
+	human, err := captureRun(t, "--run-dir", dir, "status")
+	if err != nil || !strings.Contains(human, "simulated GPU, test double") || !strings.Contains(human, "tenants keep their last grants") && !strings.Contains(human, "not running") {
+		t.Fatalf("status: %v\n%s", err, human)
+	}
+	_, err = captureRun(t, "--run-dir", filepath.Join(dir, "missing"), "status")
+	if err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("missing run dir: %v", err)
+	}
+}
+
+func TestTopFits80ColumnsAndRefreshesInPlace(t *testing.T) {
+	dir := viewRunDir(t)
+	out, err := captureRun(t, "--run-dir", dir, "top", "--interval", "50ms", "-n", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(out, "\x1b[H") != 2 || !strings.HasSuffix(out, "\x1b[J") {
+		t.Fatalf("top must redraw in place (cursor home per frame, clear below): %q", out)
+	}
+	frame := out[strings.LastIndex(out, "\x1b[H")+3:]
+	for _, l := range strings.Split(frame, "\n") {
+		l = strings.TrimSuffix(strings.TrimSuffix(l, "\x1b[J"), "\x1b[K")
+		if len([]rune(l)) > 80 {
+			t.Errorf("line wider than 80 columns (%d): %q", len([]rune(l)), l)
+		}
+	}
+	for _, want := range []string{"SIMULATED", "an-extremely-long~", "train", "LC", "BE", "32/32", "40.0G", "BUSY%", "LAUNCH/s", "QDLY"} {
+		if !strings.Contains(frame, want) {
+			t.Errorf("frame lacks %q:\n%s", want, frame)
+		}
+	}
+	if _, err := captureRun(t, "--run-dir", dir, "top", "--interval", "1ms"); err == nil || !strings.Contains(err.Error(), "--interval") {
+		t.Fatalf("bad interval: %v", err)
+	}
+	_ = time.Second
+}
+
+func TestRenderTopWidthWithManyTenants(t *testing.T) {
+	s := view.Snapshot{Taken: time.Now(), Scheduler: view.Leader{Alive: true, PID: 123456789, Epoch: 1 << 40, Policy: "throughput-oriented"},
+		GPUs: []view.GPU{{Index: 15, Name: strings.Repeat("NVIDIA H100 80GB HBM3 ", 3), SMs: 132, Groups: make([]uint32, 15), MPS: "running", Mode: "spatial", TokenHolder: "x"}}}
+	for i := 0; i < 5; i++ {
+		s.Tenants = append(s.Tenants, view.Tenant{ID: strings.Repeat("x", 40), GPU: 15, Tier: "burstable", Role: "decode",
+			GrantedSMs: 132, GuaranteedSMs: 132, BusyPct: 100, LaunchesSec: 12345678, MemUsed: 1 << 50, MemLimit: 1 << 50, QueueDelayMaxNs: 1 << 40})
+	}
+	var b strings.Builder
+	renderTop(&b, nil, s)
+	for _, l := range strings.Split(b.String(), "\n") {
+		if len(l) > 80 {
+			t.Errorf("line wider than 80 columns (%d): %q", len(l), l)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/detshare/detshare/sched/view"
+)
+
+func sampleSnap() (view.Snapshot, Extra) {
+	s := view.Snapshot{Scheduler: view.Leader{PID: 1, Alive: true, Epoch: 3},
+		GPUs: []view.GPU{{Index: 0, UUID: "SIM-0", SMs: 132, Groups: make([]uint32, 15), Mode: "spatial", Simulated: true, GrantChanges: 9}},
+		Tenants: []view.Tenant{{ID: `we"ird\id`, GPU: 0, Tier: "latency-critical", Role: "decode", GrantedSMs: 32, GuaranteedSMs: 32,
+			BusyNs: 1500000000, Launches: 42, MemUsed: 1 << 30, MemLimit: 2 << 30, QueueDelayNs: 2000000, GrantEpoch: 5}}}
+	return s, Extra{Passes: 7, GrantChanges: 5, SLOViolations: map[string]uint64{`we"ird\id`: 2}}
+}
+
+// lineRE is the text exposition grammar for one sample line (name, optional labels, value).
+var lineRE = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? [-+0-9.eE]+$`)
+
+func TestWrite(t *testing.T) {
+	var b strings.Builder
+	s, ex := sampleSnap()
+	if err := Write(&b, s, ex); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(l, "# HELP ") || strings.HasPrefix(l, "# TYPE ") {
+			continue
+		}
+		if !lineRE.MatchString(l) {
+			t.Errorf("not valid exposition: %q", l)
+		}
+	}
+	for _, want := range []string{
+		`detshare_tenant_sms_granted{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 32`,
+		`detshare_tenant_busy_seconds_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 1.5`,
+		`detshare_tenant_slo_violations_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 2`,
+		`detshare_tenant_memory_used_bytes{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 1073741824`,
+		`detshare_gpu_sms{gpu="0",uuid="SIM-0",simulated="true"} 132`,
+		`detshare_scheduler_up 1`,
+		"# TYPE detshare_tenant_grant_changes_total counter",
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
+
+func TestServe(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := Serve(ctx, "127.0.0.1:0", func() (view.Snapshot, Extra) { return sampleSnap() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") ||
+		!strings.Contains(string(body), "detshare_scheduler_passes_total 7") {
+		t.Fatalf("%d %q\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if _, err := Serve(ctx, "not an address", nil); err == nil || !strings.Contains(err.Error(), "metrics.listen") {
+		t.Fatalf("bad address: %v", err)
+	}
+}
+
+// TestDashboardUsesExportedMetrics keeps configs/grafana/detshare-dashboard.json in step with what Write exports.
+func TestDashboardUsesExportedMetrics(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(file), "..", "..", "configs", "grafana", "detshare-dashboard.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Targets []struct{ Expr string } `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	known := map[string]bool{}
+	for _, n := range Names() {
+		known[n] = true
+	}
+	used := 0
+	re := regexp.MustCompile(`detshare_[a-z_]+`)
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range re.FindAllString(tg.Expr, -1) {
+				used++
+				if !known[m] {
+					t.Errorf("dashboard uses %s, which is not exported", m)
+				}
+			}
+		}
+	}
+	if used < 10 {
+		t.Fatalf("dashboard uses only %d metrics", used)
+	}
+}

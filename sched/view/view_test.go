@@ -1,0 +1,66 @@
+package view
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/detshare/detshare/sched/table"
+)
+
+func TestTakeAndRates(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	tb, err := table.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-view", Name: "simulated GPU (test double)", SMCount: 64, MemTotal: 1 << 30}})
+	reg, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Role: table.RoleDecode, Weight: 2,
+		SMGroups: 2, SMs: 16, MemLimit: 1 << 20, Lend: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.PublishGrant(reg.Slot, table.Grant{Groups: 0x3, SMs: 16, Mode: table.ModeSpatial})
+	cl, err := table.OpenClientPage(reg.ClientPagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	id, _ := table.SelfIdentity()
+	i, _ := cl.AttachProcess(id)
+	cl.ChargeMemory(i, 4096, 1<<20)
+	cl.SetBusy(i, true)
+
+	ro, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	s1 := Take(ro)
+	if len(s1.GPUs) != 1 || !s1.GPUs[0].Simulated || len(s1.GPUs[0].Groups) != 8 {
+		t.Fatalf("gpus %+v", s1.GPUs)
+	}
+	if len(s1.Tenants) != 1 {
+		t.Fatalf("tenants %+v", s1.Tenants)
+	}
+	v := s1.Tenants[0]
+	if v.ID != "lc" || v.Tier != "latency-critical" || v.Role != "decode" || !v.Lend || v.GrantedSMs != 16 ||
+		v.GrantMode != "spatial" || v.MemUsed != 4096 || v.MemLimit != 1<<20 || v.Demand != 1 || v.Processes != 1 || v.GuaranteedSMs != 16 {
+		t.Fatalf("tenant %+v", v)
+	}
+	// Rates: 50 ms later with 10 more launches and 25 ms busy.
+	p := &cl.Page().Procs[i]
+	p.Launches += 10
+	p.BusyNs += uint64(25 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	s2 := Take(ro)
+	Rates(&s1, &s2)
+	r := s2.Tenants[0]
+	if r.LaunchesSec < 50 || r.LaunchesSec > 220 || r.BusyPct < 15 || r.BusyPct > 55 {
+		t.Fatalf("rates: %.1f launches/s, %.1f%% busy", r.LaunchesSec, r.BusyPct)
+	}
+	if _, err := Open(filepath.Join(dir, "nope")); err == nil {
+		t.Fatal("missing table accepted")
+	}
+}
