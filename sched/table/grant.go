@@ -113,8 +113,7 @@ func (t *Table) ReadGrant(slot int) (Grant, error) {
 }
 
 // ReadContainerGrant is ReadGrant on an entry pointer (what a client caches).
-func ReadContainerGrant(c *Container) (Grant, error) {
-	var g Grant
+func ReadContainerGrant(c *Container) (g Grant, err error) {
 	if !LoadGrant(c, &g) {
 		return Grant{}, ErrGrantBusy
 	}
