@@ -1,7 +1,8 @@
 // Package ensure starts the host scheduler on demand: the shim, the runc wrapper, the hook and `detshare run`
 // register tenants through cgroupgpu/tenant, which calls tenant.EnsureScheduler; importing this package plugs
 // EnsureScheduler in, so a host needs no extra service. It is kept free of NVML (go-nvml) so that the hook, the
-// wrapper and the shim stay small and start on hosts without a driver.
+// wrapper and the shim stay small and start on hosts without a driver. It also plugs in the profile-aware placer
+// for gpu=auto (sched/placement).
 package ensure
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/sched/placement"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -30,6 +32,7 @@ var StartWait = 2 * time.Second
 
 func init() {
 	tenant.EnsureScheduler = EnsureScheduler
+	tenant.DefaultPlacer = &placement.Placer{}
 }
 
 // LeaderRunning tells whether some process holds runDir's scheduler lock (sched.lock).

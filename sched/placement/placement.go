@@ -1,0 +1,188 @@
+// Package placement picks the GPU for a tenant whose quota says gpu=auto (cgroupgpu/tenant's Placer): among the GPUs
+// where its guarantee is admitted, the one whose current tenants' measured profile best complements it. A
+// compute-heavy newcomer (role prefill) goes where the neighbours keep the SMs least busy; a memory-heavy one (role
+// decode) where the neighbours use the least memory; one with no role where the sum is lowest. Profiles are measured
+// from the client pages (busy time since registration, device memory held); a neighbour with no history yet counts
+// by its role. The decision and its reason are logged, and the reason is part of the refusal when nothing fits.
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// Placer implements cgroupgpu/tenant.Placer.
+type Placer struct {
+	// RunDir is where the client pages are; empty means table.RunDir("") ($DETSHARE_RUN_DIR or /run/detshare).
+	RunDir string
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+	mu         sync.Mutex
+	lastReason string
+}
+
+// LastReason is the reason of the last decision (for callers that show it).
+func (pl *Placer) LastReason() string {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.lastReason
+}
+
+// Pressure is what the tenants of one GPU load it with.
+type Pressure struct {
+	Compute float64 // sum of busy fractions (0..1 each)
+	Memory  float64 // sum of memory held / GPU memory
+}
+
+type candidate struct {
+	gpu   table.GPUState
+	free  int
+	p     Pressure
+	score float64
+}
+
+// Kind classifies a newcomer by its role.
+func Kind(r quota.Role) string {
+	switch r {
+	case quota.RolePrefill:
+		return "compute-heavy"
+	case quota.RoleDecode:
+		return "memory-heavy"
+	}
+	return "unknown"
+}
+
+// Score is the cost of putting a newcomer of kind on a GPU with pressure p and free groups free (lower is better).
+func Score(kind string, p Pressure, free, total int) float64 {
+	wc, wm := 1.0, 1.0
+	switch kind {
+	case "compute-heavy":
+		wm = 0.25
+	case "memory-heavy":
+		wc = 0.25
+	}
+	s := wc*p.Compute + wm*p.Memory
+	if total > 0 {
+		s += 0.1 * float64(total-free) / float64(total) // tie-break: more room left
+	}
+	return s
+}
+
+// Place implements cgroupgpu/tenant.Placer.
+func (pl *Placer) Place(id string, q quota.Quota, gpus []table.GPUState, active []quota.Registered) (int, error) {
+	pressure := pl.measure(gpus)
+	kind := Kind(q.Role)
+	var cands []candidate
+	var refusals []error
+	for _, g := range gpus {
+		p, err := q.Place(g)
+		if err == nil {
+			err = quota.Admit(g, active, id, q.Tier, p)
+		}
+		if err != nil {
+			refusals = append(refusals, err)
+			continue
+		}
+		used := 0
+		for _, r := range active {
+			if r.GPU == g.Index && r.Tier.Guaranteed() {
+				used += int(r.Groups)
+			}
+		}
+		total := len(g.Split.Groups)
+		c := candidate{gpu: g, free: total - used - int(p.Groups), p: pressure[g.Index]}
+		c.score = Score(kind, c.p, c.free, total)
+		cands = append(cands, c)
+	}
+	if len(cands) == 0 {
+		if len(refusals) == 0 {
+			return -1, errors.New("gpu=auto: no GPUs")
+		}
+		return -1, fmt.Errorf("gpu=auto: no GPU can take %q: %w", id, errors.Join(refusals...))
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].score < cands[j].score })
+	best := cands[0]
+	var others []string
+	for _, c := range cands[1:] {
+		others = append(others, fmt.Sprintf("GPU %d score %.2f", c.gpu.Index, c.score))
+	}
+	for _, e := range refusals {
+		others = append(others, "refused: "+e.Error())
+	}
+	reason := fmt.Sprintf("GPU %d: guarantee fits (%d groups left free); neighbours' compute pressure %.2f, memory pressure %.2f; %s newcomer, score %.2f",
+		best.gpu.Index, best.free, best.p.Compute, best.p.Memory, kind, best.score)
+	if len(others) > 0 {
+		reason += " [" + strings.Join(others, "; ") + "]"
+	}
+	pl.mu.Lock()
+	pl.lastReason = reason
+	pl.mu.Unlock()
+	logrus.WithFields(logrus.Fields{"id": id, "gpu": best.gpu.Index, "reason": reason}).Info("placement (gpu=auto)")
+	return best.gpu.Index, nil
+}
+
+// measure reads the table and client pages read-only. Anything unreadable counts as no pressure: placement must
+// never fail because a page could not be read.
+func (pl *Placer) measure(gpus []table.GPUState) map[int]Pressure {
+	out := map[int]Pressure{}
+	t, err := table.OpenReadOnly(table.RunDir(pl.RunDir))
+	if err != nil {
+		return out
+	}
+	defer t.Close()
+	mem := map[int]uint64{}
+	for _, g := range gpus {
+		mem[g.Index] = g.MemTotal
+	}
+	now := time.Now
+	if pl.Now != nil {
+		now = pl.Now
+	}
+	for _, r := range t.List() {
+		p := out[r.GPU]
+		busy, used, age := 0.0, uint64(0), now().Sub(time.Unix(0, int64(r.RegisteredNs)))
+		measured := false
+		if cl, err := table.OpenClientPageReadOnly(r.ClientPagePath); err == nil {
+			pg := cl.Page()
+			if pg.Slot == uint32(r.Slot) && pg.SlotGen == r.Gen {
+				b := atomic.LoadUint64(&pg.BusyNs)
+				for i := range pg.Procs {
+					if atomic.LoadUint32(&pg.Procs[i].State) == table.ProcLive {
+						b = max(b, atomic.LoadUint64(&pg.Procs[i].BusyNs))
+					}
+				}
+				used = atomic.LoadUint64(&pg.MemUsed)
+				if age > time.Second && (b > 0 || used > 0) {
+					busy = min(1, float64(b)/float64(age))
+					measured = true
+				}
+			}
+			cl.Close()
+		}
+		if !measured { // no history yet: count it by its role
+			switch r.Role {
+			case table.RolePrefill:
+				busy = 0.5
+			case table.RoleDecode:
+				used = mem[r.GPU] / 4
+			}
+		}
+		p.Compute += busy
+		if m := mem[r.GPU]; m > 0 {
+			p.Memory += float64(used) / float64(m)
+		}
+		out[r.GPU] = p
+	}
+	return out
+}
+

@@ -1,0 +1,90 @@
+package placement
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/cgroupgpu/tenant"
+)
+
+func TestMain(m *testing.M) {
+	logrus.SetLevel(logrus.ErrorLevel)
+	os.Setenv("DETSHARE_BIN", "/bin/false") // no scheduler here: placement only
+	os.Exit(m.Run())
+}
+
+func reg(t *testing.T, dir string, pl tenant.Placer, id string, env ...string) tenant.Result {
+	t.Helper()
+	res, err := tenant.Register(context.Background(), dir, tenant.Request{ID: id, Env: env, Placer: pl})
+	if err != nil {
+		t.Fatalf("register %s: %v", id, err)
+	}
+	return res
+}
+
+// TestComplementsNeighbours: on two simulated GPUs (test doubles), a prefill neighbour on GPU 0 and a decode one on
+// GPU 1: a new prefill tenant goes beside the decode one and a new decode tenant beside the prefill one.
+func TestComplementsNeighbours(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU_COUNT", "2")
+	t.Setenv("DETSHARE_SIMGPU_SMS", "64")
+	dir := filepath.Join(t.TempDir(), "run")
+	pl := &Placer{RunDir: dir}
+	reg(t, dir, pl, "pf", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=prefill", "DETSHARE_GPU=0")
+	reg(t, dir, pl, "dc", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=decode", "DETSHARE_GPU=1")
+	if r := reg(t, dir, pl, "pf2", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=prefill", "DETSHARE_GPU=auto"); r.Registration.GPU != 1 {
+		t.Fatalf("prefill placed on GPU %d (%s), want 1 beside the decode tenant", r.Registration.GPU, pl.LastReason())
+	}
+	if !strings.Contains(pl.LastReason(), "GPU 1") || !strings.Contains(pl.LastReason(), "compute-heavy") {
+		t.Errorf("reason %q", pl.LastReason())
+	}
+	// GPU 1 now has a decode and a prefill; GPU 0 a prefill: a decode newcomer goes to GPU 0.
+	if r := reg(t, dir, pl, "dc2", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=decode", "DETSHARE_GPU=auto"); r.Registration.GPU != 0 {
+		t.Fatalf("decode placed on GPU %d (%s), want 0", r.Registration.GPU, pl.LastReason())
+	}
+}
+
+// TestGuaranteeMustFit: the complementing GPU is skipped when the guarantee does not fit there; when it fits nowhere
+// the refusal names every GPU's reason.
+func TestGuaranteeMustFit(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU_COUNT", "2")
+	t.Setenv("DETSHARE_SIMGPU_SMS", "64")
+	dir := filepath.Join(t.TempDir(), "run")
+	pl := &Placer{RunDir: dir}
+	reg(t, dir, pl, "dc", "DETSHARE_TIER=latency-critical", "DETSHARE_ROLE=decode", "DETSHARE_SMS=48", "DETSHARE_GPU=1")
+	reg(t, dir, pl, "pf", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=prefill", "DETSHARE_GPU=0")
+	r := reg(t, dir, pl, "pf2", "DETSHARE_TIER=burstable", "DETSHARE_ROLE=prefill", "DETSHARE_SMS=32", "DETSHARE_GPU=auto")
+	if r.Registration.GPU != 0 {
+		t.Fatalf("placed on GPU %d where 32 SMs do not fit (%s)", r.Registration.GPU, pl.LastReason())
+	}
+	if !strings.Contains(pl.LastReason(), "refused") {
+		t.Errorf("reason should mention the refused GPU: %q", pl.LastReason())
+	}
+	_, err := tenant.Register(context.Background(), dir, tenant.Request{ID: "big", Placer: pl,
+		Env: []string{"DETSHARE_TIER=latency-critical", "DETSHARE_SMS=48", "DETSHARE_GPU=auto"}})
+	if err == nil || !strings.Contains(err.Error(), "gpu=auto") || !strings.Contains(err.Error(), "GPU 0") || !strings.Contains(err.Error(), "GPU 1") {
+		t.Fatalf("refusal must explain every GPU: %v", err)
+	}
+}
+
+func TestScore(t *testing.T) {
+	busy := Pressure{Compute: 1}
+	full := Pressure{Memory: 1}
+	if !(Score("compute-heavy", full, 4, 8) < Score("compute-heavy", busy, 4, 8)) {
+		t.Error("compute-heavy should prefer the memory-loaded GPU")
+	}
+	if !(Score("memory-heavy", busy, 4, 8) < Score("memory-heavy", full, 4, 8)) {
+		t.Error("memory-heavy should prefer the compute-loaded GPU")
+	}
+	if !(Score("unknown", Pressure{}, 8, 8) < Score("unknown", Pressure{}, 2, 8)) {
+		t.Error("with equal pressure, more free groups wins")
+	}
+	if Kind(quota.RolePrefill) != "compute-heavy" || Kind(quota.RoleNone) != "unknown" {
+		t.Error("kind")
+	}
+}
