@@ -462,3 +462,33 @@ func TestThreadsUnderChangingGrants(t *testing.T) {
 	}
 	t.Logf("%d grant changes during the run", n)
 }
+
+// A graph captured under one grant and launched under another runs on the SMs of the grant it is launched under
+// (a copy made once per grant and cached), even after the application destroyed the source graph.
+func TestCapturedGraphFollowsTheGrant(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11)
+	p := e.start("ds_probe_rt", "init", "stream", "capture:64", "graph", "pause", "graph", "pause", "graph", "pause",
+		"graph")
+	steps := []struct {
+		grant uint64
+		name  string
+	}{{0b11, "captured"}, {0b1100, "shrunk"}, {0b11, "back"}, {0b110000, "moved"}}
+	for i, s := range steps {
+		if i > 0 {
+			e.grant(table.ModeSpatial, s.grant)
+			p.resume()
+		}
+		var r result
+		if i == len(steps)-1 {
+			r = p.finish()
+		} else {
+			r = p.until()
+		}
+		g := groupsOf(t, r, "graph")
+		if !within(g, s.grant) || len(g) != 2 {
+			t.Errorf("%s: graph ran on groups %v, granted %b", s.name, g, s.grant)
+		}
+	}
+}

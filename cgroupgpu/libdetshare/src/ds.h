@@ -77,7 +77,12 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     HOOK(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, 0)                                         \
     HOOK(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph, 12030, 1)                                    \
     HOOK(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                           \
-    HOOK(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1)
+    HOOK(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1)                                                      \
+    HOOK(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)                                         \
+    HOOK(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0)                                       \
+    HOOK(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, 1)                                  \
+    HOOK(cuGraphDestroy, cuGraphDestroy, 10000, 0)                                                                   \
+    HOOK(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0)
 
 /* Driver functions the library calls itself without hooking them. */
 #define DS_NEEDED(X)                                                                                                 \
@@ -93,7 +98,10 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     X(cuEventCreate)                                                                                                 \
     X(cuEventRecord)                                                                                                 \
     X(cuStreamWaitEvent)                                                                                             \
-    X(cuEventQuery)
+    X(cuEventQuery)                                                                                                  \
+    X(cuGraphGetNodes)                                                                                               \
+    X(cuGraphNodeGetType)                                                                                            \
+    X(cuGraphKernelNodeGetParams_v2)
 
 struct ds_real {
 #define DS_REAL_FIELD_(name, base, ver, pt) PFN_##name name;
@@ -175,6 +183,16 @@ bool ds_launch_retry(CUresult r);
 void ds_launch_unconfinable(CUstream s, int per_thread);
 void ds_coro_child(void);
 extern atomic_int ds_capturing; /* stream captures in progress in this process */
+const void *ds_coro_capture_binding(void);
+const void *ds_coro_pending_binding(unsigned *idx);
+CUstream ds_coro_private_stream(const void *gctx);
+
+/* Graphs (ds_graph.c). */
+void ds_graph_captured(CUgraph g);
+void ds_graph_instantiated(CUgraphExec e, CUgraph g);
+bool ds_graph_destroying(CUgraph g);
+void ds_graph_exec_destroyed(CUgraphExec e);
+CUgraphExec ds_graph_for(CUgraphExec e, const void *gctx, unsigned idx);
 
 /* dlsym / cuGetProcAddress plumbing (ds_dlsym.c). */
 typedef void *(*ds_dlsym_fn)(void *, const char *);

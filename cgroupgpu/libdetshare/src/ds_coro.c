@@ -37,6 +37,7 @@ struct gctx {
     uint64_t mask;
     CUgreenCtx g;
     unsigned idx;
+    CUstream priv; /* the library's own stream in it (graph copies) */
 };
 
 struct lstream {
@@ -587,4 +588,29 @@ void ds_launch_done(void) {
     t_pending = NULL;
     if (ds_real.cuEventRecord(ls->e_out, t_pending_phys) == CUDA_SUCCESS)
         ds_real.cuStreamWaitEvent(ls->app, ls->e_out, 0);
+}
+
+/* The green context captures are recorded in right now (see ds_graph.c). */
+const void *ds_coro_capture_binding(void) {
+    const void *c = atomic_load_explicit(&g_cur, memory_order_acquire);
+    return c ? c : atomic_load_explicit(&g_full_ctx, memory_order_acquire);
+}
+
+/* The green context of the launch being made on this thread, NULL when it is not redirected. */
+const void *ds_coro_pending_binding(unsigned *idx) {
+    struct lstream *ls = t_pending;
+    struct gctx *c = ls ? atomic_load_explicit(&ls->bound, memory_order_acquire) : NULL;
+    if (c && idx)
+        *idx = c->idx;
+    return c;
+}
+
+CUstream ds_coro_private_stream(const void *gc) {
+    struct gctx *c = (struct gctx *)(uintptr_t)gc;
+    pthread_mutex_lock(&g_lock);
+    if (!c->priv && ds_real.cuGreenCtxStreamCreate(&c->priv, c->g, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS)
+        c->priv = NULL;
+    CUstream s = c->priv;
+    pthread_mutex_unlock(&g_lock);
+    return s;
 }

@@ -89,7 +89,9 @@ LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz, 1)
             return real(hGraphExec, hStream);                                                                        \
         ds_depth++;                                                                                                  \
         CUstream s = ds_launch_stream(hStream, pt);                                                                  \
-        CUresult r = real(hGraphExec, s);                                                                            \
+        unsigned cidx_ = 0;                                                                                          \
+        const void *c_ = ds_coro_pending_binding(&cidx_);                                                            \
+        CUresult r = real(c_ ? ds_graph_for(hGraphExec, c_, cidx_) : hGraphExec, s);                                 \
         if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
             r = real(hGraphExec, hStream);                                                                           \
             if (r == CUDA_SUCCESS)                                                                                   \
@@ -136,6 +138,8 @@ BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz,
         ds_depth++;                                                                                                  \
         CUresult r = real(hStream, phGraph);                                                                         \
         ds_depth--;                                                                                                  \
+        if (r == CUDA_SUCCESS && phGraph)                                                                            \
+            ds_graph_captured(*phGraph);                                                                             \
         if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||                                       \
             r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) {                                                               \
             int n = atomic_load(&ds_capturing);                                                                      \
@@ -146,3 +150,52 @@ BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz,
     }
 END_CAPTURE(cuStreamEndCapture)
 END_CAPTURE(cuStreamEndCapture_ptsz)
+
+/* Graph executables and graphs: tracked so that a captured graph can be re-made for another grant (ds_graph.c). */
+DS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+    REAL_OR_FAIL(cuGraphInstantiateWithFlags);
+    if (PASS_THROUGH())
+        return real(phGraphExec, hGraph, flags);
+    ds_depth++;
+    CUresult r = real(phGraphExec, hGraph, flags);
+    ds_depth--;
+    if (r == CUDA_SUCCESS && phGraphExec)
+        ds_graph_instantiated(*phGraphExec, hGraph);
+    return r;
+}
+
+#define INSTANTIATE_PARAMS(name)                                                                                     \
+    DS_EXPORT CUresult name(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *p) {            \
+        REAL_OR_FAIL(name);                                                                                          \
+        if (PASS_THROUGH())                                                                                          \
+            return real(phGraphExec, hGraph, p);                                                                     \
+        ds_depth++;                                                                                                  \
+        CUresult r = real(phGraphExec, hGraph, p);                                                                   \
+        ds_depth--;                                                                                                  \
+        if (r == CUDA_SUCCESS && phGraphExec)                                                                        \
+            ds_graph_instantiated(*phGraphExec, hGraph);                                                             \
+        return r;                                                                                                    \
+    }
+INSTANTIATE_PARAMS(cuGraphInstantiateWithParams)
+INSTANTIATE_PARAMS(cuGraphInstantiateWithParams_ptsz)
+
+DS_EXPORT CUresult cuGraphDestroy(CUgraph hGraph) {
+    REAL_OR_FAIL(cuGraphDestroy);
+    if (PASS_THROUGH() || !hGraph)
+        return real(hGraph);
+    if (ds_graph_destroying(hGraph))
+        return CUDA_SUCCESS; /* kept for the grant copies of its executables; destroyed with the last of them */
+    return real(hGraph);
+}
+
+DS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+    REAL_OR_FAIL(cuGraphExecDestroy);
+    if (PASS_THROUGH() || !hGraphExec)
+        return real(hGraphExec);
+    ds_depth++;
+    CUresult r = real(hGraphExec);
+    ds_depth--;
+    if (r == CUDA_SUCCESS)
+        ds_graph_exec_destroyed(hGraphExec);
+    return r;
+}

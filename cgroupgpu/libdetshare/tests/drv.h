@@ -56,6 +56,7 @@
     X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                              \
     X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)                                            \
     X(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                                                        \
+    X(cuGraphDestroy, cuGraphDestroy, 10000, 0)                                                                        \
     X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, 0)                                               \
     X(cuStreamQuery, cuStreamQuery, 2000, 0)                                                                         \
     X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, 0)                                                                 \

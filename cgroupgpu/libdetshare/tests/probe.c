@@ -578,6 +578,8 @@ static int step(const char *s) {
             r = r2;
         if (r == CUDA_SUCCESS)
             r = D.cuGraphInstantiateWithFlags(&g_exec, graph, 0);
+        if (graph && r == CUDA_SUCCESS)
+            r = D.cuGraphDestroy(graph); /* as frameworks do: only the executable is kept */
         printf("%s rc=%d\n", s, r);
     } else if (!strcmp(s, "graph")) {
         uint32_t *host = calloc(g_graph_blocks ? g_graph_blocks : 1, 4);
