@@ -119,6 +119,9 @@ type Request struct {
 	ID     string            // container ID; also the tenant ID
 	Bundle string            // bundle directory holding config.json
 	Labels map[string]string // engine labels (Docker labels, containerd container labels); may be nil
+	// NoPoststopHook leaves the poststop hook out of the spec, for callers that see every deletion themselves (the
+	// runc wrapper is run for every `runc delete`, crash clean-up included); it saves a process start per container.
+	NoPoststopHook bool
 }
 
 // Prepare registers the container of req when its spec or labels carry DetShare settings and edits its
@@ -158,9 +161,13 @@ func Prepare(ctx context.Context, cfg Config, req Request) (Prepared, error) {
 		}
 		return failOpen(cfg, req.ID, err)
 	}
+	hookPath := cfg.HookPath
+	if req.NoPoststopHook {
+		hookPath = ""
+	}
 	mod := specmod.ForTenant(specmod.Tenant{ID: req.ID, RunDir: cfg.RunDir, LibPath: cfg.LibPath,
 		PreloadFile: preload, QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir,
-		HookPath: cfg.HookPath})
+		HookPath: hookPath})
 	if err := mod.Modify(spec); err == nil {
 		err = spec.WriteFile(specPath)
 	}

@@ -94,7 +94,10 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return nil, invalidArgument(fmt.Errorf("detshare shim: %w", err))
 	}
 	r.Options = opts
+	t0 := time.Now()
 	prep, err := s.prepare(ctx, r)
+	logrus.WithFields(logrus.Fields{"id": r.ID, "registered": prep.Registered,
+		"prepare_ms": float64(time.Since(t0).Microseconds()) / 1000}).Debug("detshare prepare done")
 	if err != nil {
 		return nil, invalidArgument(err)
 	}
@@ -128,11 +131,18 @@ const FullwidthPercent = "\uff05"
 
 func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest) (hook.Prepared, error) {
 	spec, err := specmod.Load(filepath.Join(r.Bundle, "config.json"))
-	if err == nil && spec.Annotations()[SandboxTypeAnnotation] == "sandbox" {
+	if err != nil {
+		// hook.Prepare reports it (fail-open); an unreadable spec is not the user's quota.
+		return hook.Prepare(ctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle})
+	}
+	if spec.Annotations()[SandboxTypeAnnotation] == "sandbox" {
 		return hook.Prepared{}, nil // the pause container carries the pod's annotations but runs no GPU work
 	}
 	var labels map[string]string
-	if s.labels != nil {
+	_, cri := spec.Annotations()[SandboxTypeAnnotation]
+	// Kubernetes reaches DetShare through pod annotations (pod_annotations); CRI containers skip the label
+	// round trip to containerd (~10 ms of start latency).
+	if s.labels != nil && !cri {
 		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		labels, err = s.labels(lctx, r.ID)
 		cancel()

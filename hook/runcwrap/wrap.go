@@ -156,7 +156,9 @@ func create(cfg Config, inv Invocation) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p, err := hook.Prepare(ctx, cfg.Hook, hook.Request{ID: inv.ID, Bundle: bundle, Labels: labels})
+	// Every `runc delete` of this container comes through the wrapper (containerd's runc shim runs its BinaryName,
+	// also when cleaning up after a dead shim), which deregisters; no poststop hook is needed.
+	p, err := hook.Prepare(ctx, cfg.Hook, hook.Request{ID: inv.ID, Bundle: bundle, Labels: labels, NoPoststopHook: true})
 	if err != nil {
 		reportError(inv, err)
 		return 1

@@ -61,8 +61,9 @@ func (s *Spec) Bytes() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// WriteFile writes the spec to path atomically: a temporary file in the same directory, fsync, rename. The file
-// keeps the mode of the file it replaces (0644 when new).
+// WriteFile writes the spec to path atomically: a temporary file in the same directory, then rename, so a reader
+// sees the old or the new spec, never a partial one. No fsync: a bundle does not outlive a reboot, and the sync
+// would cost container start latency. The file keeps the mode of the file it replaces (0644 when new).
 func (s *Spec) WriteFile(path string) error {
 	data, err := s.Bytes()
 	if err != nil {
@@ -87,9 +88,6 @@ func (s *Spec) WriteFile(path string) error {
 		return fmt.Errorf("write OCI spec %s: %w", path, err)
 	}
 	if err := tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
 		return fmt.Errorf("write OCI spec %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {

@@ -116,7 +116,8 @@ func setup() (*env, error) {
 			e.teardown()
 		}
 	}()
-	cmd := exec.Command("go", "build", "-o", e.bin+"/", "./cmd/detshare-hook", "./cmd/detshare-runtime",
+	// Built as the Makefile builds them (stripped, lazy binding).
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -extldflags -Wl,-z,lazy", "-o", e.bin+"/", "./cmd/detshare-hook", "./cmd/detshare-runtime",
 		"./cmd/containerd-shim-detshare-v1")
 	cmd.Dir = e.repo
 	if out, err := cmd.CombinedOutput(); err != nil {
