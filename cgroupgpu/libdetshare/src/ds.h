@@ -167,6 +167,7 @@ extern _Atomic(struct ds_proc *) ds_self;
 extern atomic_int ds_self_idx;
 struct ds_proc *ds_attach(void);
 void ds_detach(void);
+extern atomic_int ds_exiting; /* set when the process released its entry at exit */
 
 /* Memory accounting (ds_mem.c). */
 uint64_t ds_mem_limit(void);

@@ -26,6 +26,7 @@ __thread int ds_depth __attribute__((tls_model("initial-exec")));
 struct ds_tenant *ds_t;
 _Atomic(struct ds_proc *) ds_self;
 atomic_int ds_self_idx = -1;
+atomic_int ds_exiting;
 
 static struct ds_tenant g_tenant;
 static void *g_libcuda;
@@ -368,7 +369,10 @@ static void atfork_child(void) {
     pthread_mutex_unlock(&g_attach_lock);
 }
 
-static void on_exit_release(void) { ds_detach(); }
+static void on_exit_release(void) {
+    atomic_store(&ds_exiting, 1);
+    ds_detach();
+}
 
 __attribute__((constructor(101))) static void ds_constructor(void) {
     const char *lvl = getenv("DETSHARE_LOG");

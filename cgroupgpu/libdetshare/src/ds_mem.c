@@ -144,7 +144,8 @@ void ds_uncharge(uint64_t size) {
  * ------------------------------------------------------------------------------------------------------------- */
 
 #define REAL_OR_FAIL(name) DS_REAL_OR_FAIL(name)
-#define PASS_THROUGH() (!ds_t || ds_depth)
+/* After the process released its entry at exit, late frees (runtime teardown) must not credit the tenant again. */
+#define PASS_THROUGH() (!ds_t || ds_depth || atomic_load_explicit(&ds_exiting, memory_order_relaxed))
 
 DS_EXPORT CUresult cuInit(unsigned int Flags) {
     REAL_OR_FAIL(cuInit);
