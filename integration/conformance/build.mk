@@ -7,12 +7,12 @@ TESTBIN       ?= $(BUILD)/tests
 CFLAGS_COMMON ?= -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -D_GNU_SOURCE -I$(CURDIR)
 
 CONF_DIR   := integration/conformance
-CONF_SRCS  := $(sort $(wildcard $(CONF_DIR)/c[0-9][0-9]_*.c))
+CONF_SRCS  := $(sort $(wildcard $(CONF_DIR)/cases/c[0-9][0-9]_*.c))
 CONF_BIN   := $(TESTBIN)/conformance
-CONF_PROGS := $(patsubst $(CONF_DIR)/%.c,$(CONF_BIN)/%,$(CONF_SRCS))
+CONF_PROGS := $(patsubst $(CONF_DIR)/cases/%.c,$(CONF_BIN)/%,$(CONF_SRCS))
 
 # -ffp-contract=off: the host reference of c11 must not fuse multiply-adds (the kernels do not either).
-$(CONF_BIN)/%: $(CONF_DIR)/%.c $(CONF_DIR)/conf.h cgroupgpu/cuda/cuda_abi.h $(CONF_DIR)/build.mk
+$(CONF_BIN)/%: $(CONF_DIR)/cases/%.c $(CONF_DIR)/cases/conf.h cgroupgpu/cuda/cuda_abi.h $(CONF_DIR)/build.mk
 	@mkdir -p $(CONF_BIN)
 	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -ffp-contract=off -pthread -o $@ $< -ldl
 

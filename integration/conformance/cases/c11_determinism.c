@@ -23,6 +23,9 @@ static void graph_run(struct run *R) {
         for (int s = 0; s < S; s++)
             k_axpy(R->st[s], R->y[s], R->x[s], alpha(s, k), N);
         if (k % 4 == 3) {
+            /* a short kernel per stream: the run lasts long enough for grant changes to land between kernels */
+            for (int s = 0; s < S; s++)
+                k_spin(R->st[s], 2000);
             /* exchange: s snapshots y_s into c_s (after its right neighbour finished reading c_s last time) ... */
             for (int s = 0; s < S; s++) {
                 CK(D.cuStreamWaitEvent(R->st[s], R->r[(s + 1) % S], 0));

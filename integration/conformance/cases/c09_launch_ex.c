@@ -92,9 +92,11 @@ int main(void) {
     CK(D.cuStreamSynchronize(B));
     fact("cooperative.smids_in_range", "%s", yn(smids_ok(ids, grid, "cooperative")));
 
-    /* 5. an ordinary grid of one block per SM: where it ran (info; the Go test checks confinement with it) */
-    CK(launch(false, K_smid, grid, 32, B, a));
-    CK(D.cuStreamSynchronize(B));
+    /* 5. an ordinary grid of one block per SM on a fresh stream: where it ran (info; the Go test checks
+     * confinement with it) */
+    CUstream C = mkstream(CU_STREAM_NON_BLOCKING);
+    CK(launch(false, K_smid, grid, 32, C, a));
+    CK(D.cuStreamSynchronize(C));
     fact("plain.smids_in_range", "%s", yn(smids_ok(ids, grid, "plain")));
 
     conf_done();

@@ -1,0 +1,337 @@
+// Package conformance_test runs the CUDA semantics conformance suite (integration/conformance, README.md): every
+// case program in build/tests/conformance runs against the simulated GPU (a test double, build/lib/simgpu) natively,
+// under LD_PRELOAD=build/lib/libdetshare.so without a tenant (pass-through), with a tenant whose grant confines it
+// to two SM groups (GPU coroutines on green-context streams), and with that grant changing every few milliseconds
+// (rebinding at kernel boundaries). Each run's facts must equal testdata/expected/<case>.txt, which holds CUDA's
+// documented results and orderings.
+package conformance_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/sched/table"
+	"github.com/sirupsen/logrus"
+)
+
+const (
+	simSMs       = 132
+	simMem       = 8 << 30
+	groupSMs     = 8    // the simulated GPU splits like a Hopper GPU: groups of 8 SMs
+	confineMask  = 0b11 // the confined modes grant two groups ...
+	confinedSMs  = 16   // ... i.e. 16 SMs
+	rebindPeriod = 2 * time.Millisecond
+)
+
+// the grants the rebinding mode cycles through: always two groups, never the same two in a row
+var rebindMasks = []uint64{0b11, 0b1100, 0b110000, 0b11000000, 0b110}
+
+func buildDir() string {
+	if d := os.Getenv("DETSHARE_BUILD_DIR"); d != "" {
+		return d
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		panic("cannot locate the test file to find build/")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..", "build")
+}
+
+// need returns a build output's path, failing loudly when it is missing (DETSHARE_SKIP_SIMGPU=1 skips instead).
+func need(t *testing.T, rel string) string {
+	t.Helper()
+	p := filepath.Join(buildDir(), rel)
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("DETSHARE_SKIP_SIMGPU") == "1" {
+			t.Skipf("%s missing (%v) and DETSHARE_SKIP_SIMGPU=1", p, err)
+		}
+		t.Fatalf("%s missing (%v): run `make c-build` first", p, err)
+	}
+	return p
+}
+
+// cases lists the case programs, from the expected files (so a program that was not built fails loudly).
+func cases(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "expected", "c*.txt"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no expected outputs in testdata/expected (%v)", err)
+	}
+	var out []string
+	for _, f := range files {
+		out = append(out, strings.TrimSuffix(filepath.Base(f), ".txt"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+type mode struct {
+	name     string
+	preload  bool
+	tenant   bool
+	rebind   bool
+	maxSMs   int // most distinct SMs an ordinary kernel may use (plain_distinct_sms in c09)
+	exactSMs bool
+}
+
+var modes = []mode{
+	{name: "native", maxSMs: simSMs, exactSMs: true},
+	{name: "passthrough", preload: true, maxSMs: simSMs, exactSMs: true},
+	{name: "confined", preload: true, tenant: true, maxSMs: confinedSMs},
+	{name: "rebinding", preload: true, tenant: true, rebind: true, maxSMs: confinedSMs},
+}
+
+// runResult is one program run: its facts (info lines removed) and its info lines.
+type runResult struct {
+	facts  []string
+	infos  map[string]string
+	stdout string
+	stderr string
+}
+
+var infoKV = regexp.MustCompile(`([A-Za-z_]+)=("[^"]*"|\S+)`)
+
+func parseRun(stdout, stderr string) runResult {
+	r := runResult{infos: map[string]string{}, stdout: stdout, stderr: stderr}
+	sc := bufio.NewScanner(strings.NewReader(stdout))
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "info: ") {
+			for _, m := range infoKV.FindAllStringSubmatch(strings.TrimPrefix(l, "info: "), -1) {
+				r.infos[m[1]] = strings.Trim(m[2], `"`)
+			}
+			continue
+		}
+		r.facts = append(r.facts, l)
+	}
+	return r
+}
+
+func expected(t *testing.T, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "expected", name+".txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+}
+
+// setupTenant registers a best-effort tenant in a fresh run directory through cgroupgpu/tenant (the one
+// registration path) and grants it two SM groups; it returns the quota file and the table for further grants.
+func setupTenant(t *testing.T, runDir, id string) (quotaFile string, tbl *table.Table, slot int, client *table.Client) {
+	t.Helper()
+	tb, err := table.Create(runDir)
+	if err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	if err := tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-0", Name: "DetShare simulated GPU (test double)",
+		SMCount: simSMs, MemTotal: simMem}}); err != nil {
+		t.Fatalf("set GPUs: %v", err)
+	}
+	res, err := tenant.Register(context.Background(), runDir, tenant.Request{ID: id,
+		Env: []string{"DETSHARE_TIER=best-effort"}})
+	if err != nil {
+		t.Fatalf("register tenant %s: %v", id, err)
+	}
+	t.Cleanup(func() {
+		if err := tenant.Deregister(runDir, id); err != nil {
+			t.Errorf("deregister %s: %v", id, err)
+		}
+		tb.Close()
+	})
+	slot = res.Registration.Slot
+	client, err = table.OpenClientPage(res.Registration.ClientPagePath)
+	if err != nil {
+		t.Fatalf("open client page: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	if err := tb.PublishGrant(slot, table.Grant{Groups: confineMask, SMs: confinedSMs, Mode: table.ModeSpatial}); err != nil {
+		t.Fatalf("publish grant: %v", err)
+	}
+	return res.QuotaFile, tb, slot, client
+}
+
+func TestMain(m *testing.M) {
+	logrus.SetLevel(logrus.WarnLevel) // tenant registration logs at info
+	os.Exit(m.Run())
+}
+
+// TestConformance runs every case in every mode; the modes run in parallel (each has its own simulated GPU state
+// and run directory), the cases of one mode one after the other.
+func TestConformance(t *testing.T) {
+	simDir := filepath.Dir(need(t, "lib/simgpu/libcuda.so.1"))
+	lib := need(t, "lib/libdetshare.so")
+	names := cases(t)
+	progs := map[string]string{}
+	for _, n := range names {
+		progs[n] = need(t, filepath.Join("tests", "conformance", n))
+	}
+	var mu sync.Mutex
+	results := map[string]map[string]runResult{} // mode -> case -> result
+	t.Run("modes", func(t *testing.T) {
+		for _, m := range modes {
+			m := m
+			t.Run(m.name, func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				env := []string{
+					"PATH=" + os.Getenv("PATH"),
+					"LD_LIBRARY_PATH=" + simDir,
+					"DETSHARE_SIMGPU_STATE=" + filepath.Join(dir, "simgpu-state"),
+					"DETSHARE_SIMGPU_SMS=" + strconv.Itoa(simSMs),
+					"DETSHARE_SIMGPU_MEM=" + strconv.Itoa(simMem),
+				}
+				if m.preload {
+					env = append(env, "LD_PRELOAD="+lib)
+				}
+				var tbl *table.Table
+				var client *table.Client
+				slot := -1
+				if m.tenant {
+					var qf string
+					qf, tbl, slot, client = setupTenant(t, filepath.Join(dir, "run"), "conf-"+m.name)
+					env = append(env, "DETSHARE_QUOTA_FILE="+qf, "DETSHARE_SIMGPU_MPS=1")
+				}
+				for _, n := range names {
+					var stop chan struct{}
+					var wg sync.WaitGroup
+					grants := 0
+					if m.rebind {
+						stop = make(chan struct{})
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							tick := time.NewTicker(rebindPeriod)
+							defer tick.Stop()
+							for i := 1; ; i++ {
+								select {
+								case <-stop:
+									return
+								case <-tick.C:
+								}
+								g := table.Grant{Groups: rebindMasks[i%len(rebindMasks)], SMs: confinedSMs, Mode: table.ModeSpatial}
+								if err := tbl.PublishGrant(slot, g); err != nil {
+									t.Errorf("publish grant: %v", err)
+									return
+								}
+								grants++
+							}
+						}()
+					}
+					var before uint64
+					if client != nil {
+						before = atomic.LoadUint64(&client.Page().Launches)
+					}
+					r := runCase(t, progs[n], env)
+					if client != nil {
+						// the library counted this program's launches in the tenant's page: it ran with the tenant
+						if after := atomic.LoadUint64(&client.Page().Launches); after <= before {
+							t.Errorf("%s [%s]: tenant launch counter %d -> %d: libdetshare did not see the launches",
+								n, m.name, before, after)
+						}
+					}
+					if stop != nil {
+						close(stop)
+						wg.Wait()
+						if grants < 3 {
+							t.Errorf("%s: only %d grant changes while it ran: rebinding not exercised", n, grants)
+						}
+					}
+					checkRun(t, m, n, r)
+					mu.Lock()
+					if results[m.name] == nil {
+						results[m.name] = map[string]runResult{}
+					}
+					results[m.name][n] = r
+					mu.Unlock()
+				}
+			})
+		}
+	})
+	// Every mode against native, case by case (checkRun compared each with the expected file already; this names
+	// the first differing fact between two modes when both differ from it).
+	for _, m := range modes[1:] {
+		for _, n := range names {
+			a, b := results["native"][n], results[m.name][n]
+			if a.facts == nil || b.facts == nil {
+				continue
+			}
+			if d := firstDiff(a.facts, b.facts); d != "" {
+				t.Errorf("%s: %s differs from native: %s", n, m.name, d)
+			}
+		}
+	}
+}
+
+func runCase(t *testing.T, prog string, env []string) runResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := parseRun(out.String(), errb.String())
+	if err != nil {
+		t.Errorf("%s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(prog), err, out.String(), errb.String())
+	}
+	return r
+}
+
+func checkRun(t *testing.T, m mode, name string, r runResult) {
+	t.Helper()
+	want := expected(t, name)
+	if d := firstDiff(want, r.facts); d != "" {
+		t.Errorf("%s [%s]: output differs from testdata/expected/%s.txt: %s\nstdout:\n%s\nstderr:\n%s", name, m.name,
+			name, d, r.stdout, r.stderr)
+	}
+	if !strings.HasPrefix(r.infos["device"], "DetShare simulated GPU") || r.infos["kernels"] != "simgpu-builtin" {
+		t.Errorf("%s [%s]: not run on the simulated GPU with its built-in kernels: %v", name, m.name, r.infos)
+	}
+	if name != "c09_launch_ex" {
+		return
+	}
+	// Where an ordinary kernel ran: on every SM without a tenant, within the granted groups with one. This is what
+	// makes the comparison meaningful: the confined modes really ran the suite through the GPU coroutines.
+	n, err := strconv.Atoi(r.infos["plain_distinct_sms"])
+	if err != nil {
+		t.Fatalf("%s [%s]: no plain_distinct_sms info line: %v", name, m.name, r.infos)
+	}
+	if n == 0 || n > m.maxSMs || (m.exactSMs && n != m.maxSMs) {
+		t.Errorf("%s [%s]: an ordinary grid of %d blocks ran on %d distinct SMs, want %s%d", name, m.name, simSMs, n,
+			map[bool]string{true: "", false: "at most "}[m.exactSMs], m.maxSMs)
+	}
+}
+
+// firstDiff describes the first line where two fact lists differ, or returns "".
+func firstDiff(want, got []string) string {
+	for i := 0; i < len(want) || i < len(got); i++ {
+		var w, g string
+		if i < len(want) {
+			w = want[i]
+		}
+		if i < len(got) {
+			g = got[i]
+		}
+		if w != g {
+			return fmt.Sprintf("line %d: want %q, got %q", i+1, w, g)
+		}
+	}
+	return ""
+}
