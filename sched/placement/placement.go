@@ -26,7 +26,7 @@ type Placer struct {
 	// RunDir is where the client pages are; empty means table.RunDir("") ($DETSHARE_RUN_DIR or /run/detshare).
 	RunDir string
 	// Now is the clock (tests); nil means time.Now.
-	Now func() time.Time
+	Now        func() time.Time
 	mu         sync.Mutex
 	lastReason string
 }
@@ -185,4 +185,3 @@ func (pl *Placer) measure(gpus []table.GPUState) map[int]Pressure {
 	}
 	return out
 }
-
