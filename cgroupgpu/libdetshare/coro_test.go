@@ -158,7 +158,9 @@ func within(got map[int]bool, mask uint64) bool {
 
 // Two tenants' kernels run on disjoint SMs exactly as granted, on both driver paths and with graph capture.
 func TestTwoTenantsRunOnDisjointSMsAsGranted(t *testing.T) {
-	a := newEnv(t, true).withTenant(0, "")
+	a := newEnv(t, true)
+	a.vars = append(a.vars, "DETSHARE_SIMGPU_MPS=1") // several processes at once, as under MPS
+	a.withTenant(0, "")
 	b := a.another(0)
 	a.playScheduler()
 	a.grant(table.ModeSpatial, 0b11)     // groups 0-1: SMs 0-15
