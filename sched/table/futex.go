@@ -50,6 +50,24 @@ func FutexWake(addr *uint32, n int) (int, error) {
 
 const wakeAll = int(^uint32(0) >> 1)
 
+// waitChange blocks until *addr != seen or timeout passes, riding out spurious wake-ups (EINTR from the Go
+// runtime's preemption signals, wakes meant for other values). It returns whether the word changed.
+func waitChange(addr *uint32, seen uint32, timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if atomic.LoadUint32(addr) != seen {
+			return true, nil
+		}
+		rem := time.Until(deadline)
+		if rem <= 0 {
+			return false, nil
+		}
+		if _, err := FutexWait(addr, seen, rem); err != nil {
+			return false, err
+		}
+	}
+}
+
 // RingDoorbell tells the scheduler that some demand changed: it bumps doorbell.seq and wakes its waiters. A
 // table mapped without a doorbell does nothing.
 func (t *Table) RingDoorbell() {
@@ -80,9 +98,6 @@ func (t *Table) WaitDoorbell(seen uint32, timeout time.Duration) (uint32, bool, 
 		time.Sleep(timeout)
 		return seen, false, nil
 	}
-	if _, err := FutexWait(&d.Seq, seen, timeout); err != nil {
-		return seen, false, err
-	}
-	now := atomic.LoadUint32(&d.Seq)
-	return now, now != seen, nil
+	changed, err := waitChange(&d.Seq, seen, timeout)
+	return atomic.LoadUint32(&d.Seq), changed, err
 }

@@ -148,11 +148,7 @@ func (t *Table) WaitGrantChange(slot int, seen uint32, timeout time.Duration) (b
 	if uint(slot) >= MaxContainers {
 		return false, fmt.Errorf("wait grant: slot %d out of range 0..%d", slot, MaxContainers-1)
 	}
-	c := t.Container(slot)
-	if _, err := FutexWait(&c.GrantEpoch, seen, timeout); err != nil {
-		return false, err
-	}
-	return atomic.LoadUint32(&c.GrantEpoch) != seen, nil
+	return waitChange(&t.Container(slot).GrantEpoch, seen, timeout)
 }
 
 // Token is the temporal-mode token of one GPU.
@@ -194,13 +190,14 @@ func (t *Table) ReadToken(gpu int) Token {
 		HolderGen: atomic.LoadUint32(&e.TokenHolderGen), DeadlineNs: atomic.LoadUint64(&e.TokenDeadlineNs)}
 }
 
-// WaitToken blocks until GPU gpu's token_seq differs from seen, at most timeout, and returns the token then.
+// WaitToken blocks until GPU gpu's token_seq differs from seen, at most timeout, and returns the token then
+// (Seq == seen means it timed out).
 // A temporal-mode client loops on it with its own overall bound and runs unthrottled past it (fail-static).
 func (t *Table) WaitToken(gpu int, seen uint32, timeout time.Duration) (Token, error) {
 	if gpu < 0 || gpu >= MaxGPUs {
 		return Token{}, fmt.Errorf("wait token: gpu %d out of range 0..%d", gpu, MaxGPUs-1)
 	}
-	if _, err := FutexWait(&t.GPU(gpu).TokenSeq, seen, timeout); err != nil {
+	if _, err := waitChange(&t.GPU(gpu).TokenSeq, seen, timeout); err != nil {
 		return Token{}, err
 	}
 	return t.ReadToken(gpu), nil
