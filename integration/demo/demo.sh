@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# demo.sh — `make demo`: DetShare in one command on a fresh Debian/Ubuntu machine.
+#
+#   integration/demo/demo.sh [--yes] [--duration SECONDS] [--keep]      (make demo DEMO_ARGS=--yes)
+#
+# 1. installs what is missing (containerd, runc, busybox-static from the distribution; asks first unless --yes or
+#    stdin is not a terminal, as in CI), then builds DetShare (`make build`);
+# 2. starts a PRIVATE containerd (its own root, state and socket under a temporary directory: the system's
+#    daemons are not touched) with DetShare's shim registered as runtime io.containerd.detshare.v1, and the
+#    DetShare scheduler on a private run directory;
+# 3. imports a small locally built image (busybox + the simulated-GPU workload program simgpu-probe);
+# 4. runs a latency-critical inference-like container (short kernels on 32 SMs' worth of blocks, back to back)
+#    and a best-effort training-like container (long multi-wave kernels) on one GPU: each alone, both shared
+#    without DetShare (plain runc: the GPU time-slices between them), and both under DetShare (latency-critical
+#    tier with 32 SMs, best-effort soaking up the rest), showing `detshare top` while they run;
+# 5. prints latency-critical p50/p99 and best-effort throughput for the three situations.
+# The GPU here is the SIMULATED GPU (a test double of the CUDA driver that times kernels on simulated SMs); the
+# screen says so. Real-GPU figures come from integration/gpu/run_all.sh (BENCHMARKS.md).
+# Everything is removed on exit, including on Ctrl-C. --keep leaves the temporary directory for inspection.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+yes=0 keep=0 duration=6
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --yes|-y) yes=1 ;;
+    --keep) keep=1 ;;
+    --duration) duration="${2:?--duration needs seconds}"; shift ;;
+    --duration=*) duration="${1#--duration=}" ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo: unknown argument '$1' (allowed: --yes, --duration SECONDS, --keep, --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$duration" in
+  ''|*[!0-9]*) echo "demo: --duration=$duration: want whole seconds between 2 and 120" >&2; exit 2 ;;
+esac
+if [ "$duration" -lt 2 ] || [ "$duration" -gt 120 ]; then
+  echo "demo: --duration=$duration: want whole seconds between 2 and 120" >&2; exit 2
+fi
+
+bold=$(printf '\033[1m') off=$(printf '\033[0m')
+[ -t 1 ] || { bold=""; off=""; }
+say() { printf '%s==>%s %s\n' "$bold" "$off" "$*"; }
+die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root: containerd and runc run as root (sudo make demo)"
+
+# ---- 1. dependencies ----------------------------------------------------------------------------------------------
+missing=()
+command -v containerd >/dev/null || missing+=(containerd)
+command -v ctr >/dev/null || missing+=(containerd)
+command -v runc >/dev/null || missing+=(runc)
+[ -x /bin/busybox ] || missing+=(busybox-static)
+command -v gcc >/dev/null || missing+=(gcc)
+command -v make >/dev/null || missing+=(make)
+if [ ${#missing[@]} -gt 0 ]; then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get: install them with your package manager"
+  if [ $yes = 0 ] && [ -t 0 ]; then
+    printf 'DetShare demo needs: %s (from your distribution, via apt-get). Install now? [y/N] ' "${missing[*]}"
+    read -r ans
+    case "$ans" in y|Y|yes|YES) ;; *) die "not installing; rerun with --yes or install: ${missing[*]}" ;; esac
+  fi
+  say "installing ${missing[*]} (apt-get)"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+command -v go >/dev/null || [ -x /usr/local/go/bin/go ] ||
+  die "Go is needed to build DetShare (the version in go.mod, from https://go.dev/dl; distributions ship older ones)"
+command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
+
+# ---- build ---------------------------------------------------------------------------------------------------------
+if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
+  say "building DetShare (make build)"
+  make -C "$repo" build >/dev/null 2>"${TMPDIR:-/tmp}/detshare-demo-build.err" ||
+    { tail -30 "${TMPDIR:-/tmp}/detshare-demo-build.err" >&2; die "make build failed"; }
+fi
+build="${DETSHARE_BUILD_DIR:-$repo/build}"
+for f in bin/detshare bin/containerd-shim-detshare-v1 bin/detshare-hook lib/libdetshare.so lib/simgpu/libcuda.so.1 \
+  tests/simgpu-probe; do
+  [ -e "$build/$f" ] || die "$build/$f is missing after the build (is every component built? make build)"
+done
+
+gpu_note="SIMULATED GPU (a test double of the CUDA driver: 132 simulated SMs, kernels are timed work)"
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  gpu_note="$gpu_note — an NVIDIA GPU is present, but the demo's containers carry no NVIDIA driver libraries; \
+real-GPU figures: integration/gpu/run_all.sh --quick OUTDIR (BENCHMARKS.md)"
+fi
+
+# ---- 2. private containerd + scheduler ------------------------------------------------------------------------------
+tmp=$(mktemp -d /tmp/detshare-demo.XXXXXX)
+ns=detshare-demo
+sock="$tmp/containerd.sock"
+run_dir="$tmp/run"
+ctrd_pid="" sched_pid=""
+mkdir -p "$tmp/bin" "$run_dir" "$tmp/simgpu"
+ctr_() { ctr --address "$sock" --namespace "$ns" "$@"; }
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -S "$sock" ]; then
+    for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
+    sleep 0.3
+    for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks rm -f "$id" >/dev/null 2>&1 || true; done
+    for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers rm "$id" >/dev/null 2>&1 || true; done
+  fi
+  for pid in $sched_pid $ctrd_pid; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  # mounts containerd left below our directory (rootfs overlays, shm), deepest first
+  awk -v d="$tmp" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r |
+    while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  if [ $keep = 1 ]; then echo "demo: --keep: $tmp kept" >&2; else rm -rf "$tmp"; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'echo; echo "demo: interrupted, cleaning up" >&2; exit 130' INT TERM
+
+ln -s "$build/bin/containerd-shim-detshare-v1" "$tmp/bin/containerd-shim-detshare-v1"
+export DETSHARE_RUN_DIR="$run_dir" DETSHARE_SIMGPU=1 DETSHARE_SIMGPU_SMS=132 DETSHARE_LIB="$build/lib/libdetshare.so" \
+  DETSHARE_HOOK="$build/bin/detshare-hook" DETSHARE_BIN="$build/bin/detshare" DETSHARE_LOG_LEVEL=warning
+cat >"$tmp/containerd.toml" <<EOF
+version = 2
+root = "$tmp/ctrd-root"
+state = "$tmp/ctrd-state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "$sock"
+[ttrpc]
+  address = "$sock.ttrpc"
+EOF
+say "starting a private containerd ($sock) with DetShare's shim registered (io.containerd.detshare.v1)"
+PATH="$tmp/bin:$PATH" containerd --config "$tmp/containerd.toml" >"$tmp/containerd.log" 2>&1 &
+ctrd_pid=$!
+for _ in $(seq 100); do ctr_ version >/dev/null 2>&1 && break; sleep 0.1; done
+ctr_ version >/dev/null 2>&1 || { tail -20 "$tmp/containerd.log" >&2; die "containerd did not start"; }
+
+say "starting the DetShare scheduler on $run_dir (simulated GPU)"
+"$build/bin/detshare" sched >"$tmp/sched.log" 2>&1 &
+sched_pid=$!
+for _ in $(seq 50); do "$build/bin/detshare" status --json >/dev/null 2>&1 && break; sleep 0.1; done
+"$build/bin/detshare" status --json >/dev/null 2>&1 || { tail -20 "$tmp/sched.log" >&2; die "the scheduler did not start"; }
+
+# ---- 3. image -------------------------------------------------------------------------------------------------------
+say "building and importing the workload image (busybox + simgpu-probe + the simulated GPU driver)"
+root="$tmp/rootfs" img="$tmp/image"
+mkdir -p "$root"/{bin,dev,etc,proc,sys,tmp,run,usr/lib/simgpu,usr/local/bin,simgpu} "$img/layer"
+cp /bin/busybox "$root/bin/busybox"
+for t in sh cat sleep echo ls; do ln -s busybox "$root/bin/$t"; done
+cp "$build/tests/simgpu-probe" "$root/usr/local/bin/"
+cp "$build/lib/simgpu/libcuda.so.1" "$root/usr/lib/simgpu/"
+for l in $(ldd "$build/tests/simgpu-probe" "$build/lib/simgpu/libcuda.so.1" "$build/lib/libdetshare.so" 2>/dev/null |
+  grep -o '/[^ :]*\( \|$\)' | grep -v ':' | sed 's/ $//' | sort -u); do
+  mkdir -p "$root$(dirname "$l")"
+  cp -L "$l" "$root$l"
+done
+tar -C "$root" --numeric-owner --owner=0 --group=0 -cf "$img/layer/layer.tar" .
+diff_id=$(sha256sum "$img/layer/layer.tar" | cut -d' ' -f1)
+printf '{"architecture":"%s","os":"linux","created":"2026-01-01T00:00:00Z","config":{"Env":["PATH=/usr/local/bin:/bin","LD_LIBRARY_PATH=/usr/lib/simgpu","DETSHARE_SIMGPU_SMS=132","DETSHARE_SIMGPU_STATE=/simgpu/state"],"Cmd":["/bin/sh"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+  "$(dpkg --print-architecture 2>/dev/null || echo amd64)" "$diff_id" >"$img/config.json"
+printf '[{"Config":"config.json","RepoTags":["detshare-demo:latest"],"Layers":["layer/layer.tar"]}]' >"$img/manifest.json"
+tar -C "$img" -cf "$tmp/image.tar" manifest.json config.json layer
+ctr_ images import "$tmp/image.tar" >/dev/null || die "ctr images import failed"
+image=docker.io/library/detshare-demo:latest
+
+# ---- 4. the workloads -----------------------------------------------------------------------------------------------
+# LC: an inference-like service: small kernels (32 blocks x 2 ms: one wave on 32 SMs), back to back, each timed.
+# BE: a training-like job: long kernels of 4 waves (528 blocks x 1 ms on 132 SMs); throughput = kernels/s.
+lc_args=(simgpu-probe spin --blocks 32 --us 2000 --per-iter 1)
+be_args=(simgpu-probe spin --blocks 528 --us 1000)
+ms=$((duration * 1000))
+
+# run_phase NAME RUNTIME WITH_LC WITH_BE: both containers start at the same instant (--start-at)
+run_phase() {
+  local name=$1 runtime=$2 lc=$3 be=$4 start pids=() rt_args=() lc_env=() be_env=()
+  start=$(( $(date +%s%3N) + 1500 ))
+  # a fresh simulated GPU for every phase (its state file holds the simulated SMs' busy times)
+  rm -f "$tmp/simgpu/state"
+  if [ "$runtime" = detshare ]; then
+    rt_args=(--runtime io.containerd.detshare.v1)
+    lc_env=(--env DETSHARE_TIER=latency-critical --env DETSHARE_SMS=32 --env DETSHARE_SIMGPU_MPS=1)
+    be_env=(--env DETSHARE_TIER=best-effort --env DETSHARE_SIMGPU_MPS=1)
+  fi
+  local mnt=(--mount "type=bind,src=$tmp/simgpu,dst=/simgpu,options=rbind:rw")
+  if [ "$lc" = 1 ]; then
+    ctr_ run --rm "${rt_args[@]}" "${lc_env[@]}" "${mnt[@]}" "$image" "lc-$name" "${lc_args[@]}" \
+      --duration-ms "$ms" --start-at "$start" >"$tmp/$name.lc.out" 2>"$tmp/$name.lc.err" </dev/null &
+    pids+=($!)
+  fi
+  if [ "$be" = 1 ]; then
+    ctr_ run --rm "${rt_args[@]}" "${be_env[@]}" "${mnt[@]}" "$image" "be-$name" "${be_args[@]}" \
+      --duration-ms "$ms" --start-at "$start" >"$tmp/$name.be.out" 2>"$tmp/$name.be.err" </dev/null &
+    pids+=($!)
+  fi
+  if [ "$runtime" = detshare ]; then
+    sleep 2.5
+    say "detshare top (while both containers run):"
+    "$build/bin/detshare" top -n 2 --interval 1s </dev/null || true
+  fi
+  local failed=0
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  if [ $failed = 1 ]; then
+    cat "$tmp/$name".*.err >&2 || true
+    die "a container of phase '$name' failed (see the errors above)"
+  fi
+}
+
+# lc_stats FILE -> "p50 p99" of the per-request latencies (ms); the first 3 requests are warm-up (module load)
+lc_stats() {
+  grep -o '"iter":[0-9]*,"ms":[0-9.]*' "$1" | awk -F'[:,]' '$2 >= 3 {print $4}' | sort -g |
+    awk '{v[NR]=$1} END { if (NR == 0) { print "- -"; exit }
+      i50 = int(0.50 * (NR - 1)) + 1; i99 = int(0.99 * (NR - 1)) + 1; printf "%.2f %.2f\n", v[i50], v[i99] }'
+}
+# be_rate FILE -> kernels per second
+be_rate() {
+  grep -o '"iters":[0-9]*' "$1" | tail -1 | sed 's/.*://' | awk -v d="$duration" '{printf "%.1f\n", $1 / d}'
+}
+
+echo
+printf '%s%s%s\n' "$bold" "*** GPU: $gpu_note ***" "$off"
+echo
+say "phase 1/4: latency-critical container alone (${duration}s)"
+run_phase alone-lc runc 1 0
+say "phase 2/4: best-effort container alone (${duration}s)"
+run_phase alone-be runc 0 1
+say "phase 3/4: both shared WITHOUT DetShare (runc; the GPU time-slices) (${duration}s)"
+run_phase shared runc 1 1
+say "phase 4/4: both shared WITH DetShare (latency-critical 32 SMs, best-effort the rest) (${duration}s)"
+run_phase detshare detshare 1 1
+
+read -r a50 a99 < <(lc_stats "$tmp/alone-lc.lc.out")
+read -r s50 s99 < <(lc_stats "$tmp/shared.lc.out")
+read -r d50 d99 < <(lc_stats "$tmp/detshare.lc.out")
+ba=$(be_rate "$tmp/alone-be.be.out")
+bs=$(be_rate "$tmp/shared.be.out")
+bd=$(be_rate "$tmp/detshare.be.out")
+pct() { awk -v x="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * x / b; else print "-" }'; }
+
+echo
+printf '%sResults on the %s%s\n' "$bold" "SIMULATED GPU (test double)" "$off"
+printf '%-34s %10s %10s %16s %8s\n' "" "LC p50 ms" "LC p99 ms" "BE kernels/s" "BE kept"
+printf '%-34s %10s %10s %16s %8s\n' "alone" "$a50" "$a99" "$ba" "100%"
+printf '%-34s %10s %10s %16s %8s\n' "shared without DetShare" "$s50" "$s99" "$bs" "$(pct "$bs" "$ba")"
+printf '%-34s %10s %10s %16s %8s\n' "shared with DetShare" "$d50" "$d99" "$bd" "$(pct "$bd" "$ba")"
+echo
+echo "LC = latency-critical inference-like container (p50/p99 of its request latency)."
+echo "BE = best-effort training-like container (its throughput, and the share of its solo throughput it kept)."
+echo "Simulated GPU: shapes, not H100 numbers. Real-GPU results: BENCHMARKS.md."
