@@ -240,9 +240,9 @@ static void regrant(uint32_t ep) {
     }
     struct gctx *cur = NULL;
     if (gr.mode == DS_MODE_SPATIAL && learn_split_locked()) {
-        uint64_t all = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
-        uint64_t mask = gr.groups & all;
-        if (mask == all) {
+        uint64_t every = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
+        uint64_t mask = gr.groups & every;
+        if (mask == every) {
             cur = NULL; /* every group: nothing to confine (but captures are, see capture_ctx) */
         } else if (mask) {
             cur = gctx_for_locked(mask);
@@ -252,10 +252,10 @@ static void regrant(uint32_t ep) {
             cur = g_last_nonempty; /* no SMs granted: launches wait for a grant, see wait_for_sms */
         }
     }
-    atomic_store(&g_empty, gr.mode == DS_MODE_SPATIAL && g_ngroups && !(gr.groups & ((g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1))));
-    atomic_store(&g_full, gr.mode == DS_MODE_SPATIAL && g_ngroups &&
-                              (gr.groups & (g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1)) ==
-                                  (g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1));
+    uint64_t all = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
+    bool spatial = gr.mode == DS_MODE_SPATIAL && g_ngroups;
+    atomic_store(&g_empty, spatial && !(gr.groups & all));
+    atomic_store(&g_full, spatial && (gr.groups & all) == all);
     atomic_store(&g_mode, gr.mode);
     atomic_store_explicit(&g_cur, cur, memory_order_release);
     atomic_store_explicit(&g_epoch_seen, gr.epoch, memory_order_release);

@@ -531,7 +531,8 @@ static int step(const char *s) {
         } mem_t;
         void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
         int (*init)(void) = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : NULL;
-        int (*get)(unsigned, void **) = h ? (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+        int (*get)(unsigned, void **) =
+            h ? (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
         int (*info)(void *, mem_t *) = h ? (int (*)(void *, mem_t *))dlsym(h, "nvmlDeviceGetMemoryInfo") : NULL;
         void *dev = NULL;
         mem_t m = {0, 0, 0};
