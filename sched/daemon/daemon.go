@@ -42,7 +42,13 @@ type Options struct {
 	MPS *mps.Manager
 	// Ready, if set, is closed once the scheduler leads and has published its first decision.
 	Ready chan<- struct{}
+	// MPSCheckEvery is the period of the MPS watcher (daemon liveness, faulted servers, orphan clients); 0 = 1 s.
+	MPSCheckEvery time.Duration
 }
+
+// orphanChecks is how many consecutive MPS checks a client must match no live tenant process before it is
+// terminated: a process may reach the MPS server a moment before its library attaches to the client page.
+const orphanChecks = 3
 
 // Scheduler is a running leader.
 type Scheduler struct {
@@ -80,6 +86,7 @@ type gpuState struct {
 	holder  int           // temporal: slot holding the token, -1 none
 	holdGen uint32
 	until   time.Time
+	orphans map[int]int // MPS client PID -> consecutive checks matching no tenant (MPS watcher only)
 }
 
 // Stats are the scheduler-wide counters (metrics).
@@ -184,7 +191,7 @@ func New(opts Options) (*Scheduler, error) {
 
 // startGPU brings up MPS for one GPU and records the mode; the temporal token state is resumed from the table.
 func (s *Scheduler) startGPU(g table.GPUState) *gpuState {
-	st := &gpuState{index: g.Index, holder: -1}
+	st := &gpuState{index: g.Index, holder: -1, orphans: map[int]int{}}
 	st.mode.Store(table.ModeTemporal)
 	if tok := s.t.ReadToken(g.Index); tok.Holder >= 0 {
 		st.holder, st.holdGen = tok.Holder, tok.HolderGen
@@ -268,8 +275,14 @@ func (s *Scheduler) Close() error {
 
 // Run is the main loop until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() { s.t.RingDoorbell() })
-	defer stop()
+	// Cancellation rings the doorbell to wake the loop; the ring must finish before Run returns (Close unmaps).
+	rung := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { defer close(rung); s.t.RingDoorbell() })
+	defer func() {
+		if !stop() {
+			<-rung
+		}
+	}()
 	// MPS checks run external commands; they live beside the loop so they never delay a reaction.
 	gpus := make([]*gpuState, 0, len(s.gpus))
 	for _, g := range s.gpus {
@@ -279,7 +292,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	mpsDone := make(chan struct{})
 	go func() {
 		defer close(mpsDone)
-		tk := time.NewTicker(time.Second)
+		every := s.opts.MPSCheckEvery
+		if every <= 0 {
+			every = time.Second
+		}
+		tk := time.NewTicker(every)
 		defer tk.Stop()
 		for {
 			select {
@@ -399,9 +416,71 @@ func (s *Scheduler) checkMPS(gpus []*gpuState) {
 			continue
 		}
 		if !s.mps.Simulated {
+			s.terminateOrphans(g)
 			if _, err := s.mps.RestartIdleFailedServers(g.daemon); err != nil {
 				logrus.WithError(err).WithField("gpu", g.index).Debug("MPS server check")
 			}
+		}
+	}
+}
+
+// terminateOrphans asks the MPS server to terminate clients that belong to no live tenant process: leftovers of
+// dead containers, which could otherwise wedge the server for every tenant of the GPU. Only DetShare tenants can
+// reach this daemon (its pipe directory is private and mounted only into tenants), so such a client is ours to end.
+func (s *Scheduler) terminateOrphans(g *gpuState) {
+	servers, err := s.mps.Servers(g.daemon)
+	if err != nil || len(servers) == 0 {
+		return
+	}
+	known := map[table.ProcIdentity]bool{}
+	for _, r := range s.t.List() {
+		cl, err := table.OpenClientPageReadOnly(r.ClientPagePath)
+		if err != nil {
+			continue
+		}
+		pg := cl.Page()
+		for i := range pg.Procs {
+			p := &pg.Procs[i]
+			if st := atomic.LoadUint32(&p.State); st == table.ProcLive || st == table.ProcClaiming {
+				known[table.ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
+					StartTime: atomic.LoadUint64(&p.StartTime)}] = true
+			}
+		}
+		cl.Close()
+	}
+	seen := map[int]bool{}
+	for _, srv := range servers {
+		clients, err := s.mps.Clients(g.daemon, srv)
+		if err != nil {
+			continue
+		}
+		for _, pid := range clients {
+			seen[pid] = true
+			id, err := table.PidIdentity(pid)
+			if err != nil {
+				continue // gone already
+			}
+			id.HostPID = 0
+			if known[id] {
+				delete(g.orphans, pid)
+				continue
+			}
+			g.orphans[pid]++
+			if g.orphans[pid] < orphanChecks {
+				continue
+			}
+			if _, err := s.mps.Command(g.daemon, fmt.Sprintf("terminate_client %d %d", srv, pid)); err != nil {
+				logrus.WithError(err).WithFields(logrus.Fields{"gpu": g.index, "pid": pid}).Warn("terminate_client failed")
+				continue
+			}
+			s.stats.Reaped.Add(1)
+			delete(g.orphans, pid)
+			logrus.WithFields(logrus.Fields{"gpu": g.index, "server": srv, "pid": pid}).Warn("MPS client of no live tenant terminated")
+		}
+	}
+	for pid := range g.orphans {
+		if !seen[pid] {
+			delete(g.orphans, pid)
 		}
 	}
 }
