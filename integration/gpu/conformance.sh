@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# conformance.sh — the CUDA semantics conformance suite (integration/conformance/README.md) on a REAL GPU.
+#
+# Builds the case programs and libdetshare with gcc only (driver API + embedded PTX: no nvcc, no CUDA headers, no
+# Go), then runs every case against the machine's libcuda.so.1 in four modes:
+#   native       no library
+#   passthrough  LD_PRELOAD=libdetshare.so, no tenant
+#   confined     + a best-effort tenant granted SM groups 0-1 of the driver's split (Python table writer dstable.py)
+#   rebinding    + that tenant's grant moved to another pair of groups every 2 ms while the case runs
+# and compares each run's facts with integration/conformance/testdata/expected/<case>.txt (CUDA's documented results,
+# the same file the simulated-GPU CI test uses) and with the native run. Prints a summary table and the first
+# differing line of every difference; exit status 0 only when everything matches.
+#
+# usage: integration/gpu/conformance.sh [OUTDIR]          (default build/conformance-gpu-<UTC time>)
+# env:   CONF_SPIN_MS   length of the "slow kernel" of the ordering checks (default 150)
+#        CONF_CASES     space-separated case names to run (default: all)
+#        CONF_MODES     space-separated modes (default: native passthrough confined rebinding)
+#        PYTHON         python3 to use for the table writer (standard library only)
+#        CONF_ALLOW_SIMGPU=1  let it run against the simulated GPU (a test double; only to test this script)
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo"
+out=${1:-$repo/build/conformance-gpu-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+PY=${PYTHON:-python3}
+log() { printf '%s conformance: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+case ":${LD_LIBRARY_PATH:-}:${CONF_ALLOW_SIMGPU:-}" in
+*simgpu*:1) log "CONF_ALLOW_SIMGPU=1: running against the simulated GPU (a test double), not a real GPU" ;;
+*simgpu*) log "LD_LIBRARY_PATH names the simulated GPU (${LD_LIBRARY_PATH}); unset it to test the real driver"; exit 2 ;;
+esac
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda.so.1 '; then
+  log "warning: ldconfig does not list libcuda.so.1; the programs dlopen it and will say so if it is missing"
+fi
+
+log "building (gcc) into build/, log in $out/build.log"
+{
+  make -f integration/conformance/build.mk conformance &&
+    make -f cgroupgpu/libdetshare/build.mk build/lib/libdetshare.so
+} >"$out/build.log" 2>&1 || { log "build failed:"; tail -30 "$out/build.log" >&2; exit 1; }
+
+"$PY" - "$repo" "$out" <<'PY'
+import json, os, subprocess, sys, time
+repo, out = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.join(repo, "integration", "gpu"))
+import dstable  # noqa: E402  (the Python table writer: layout parsed from sched/table/detshare_table.h)
+
+binDir = os.path.join(repo, "build", "tests", "conformance")
+expDir = os.path.join(repo, "integration", "conformance", "testdata", "expected")
+lib = os.path.join(repo, "build", "lib", "libdetshare.so")
+cases = os.environ.get("CONF_CASES", "").split() or sorted(f[:-4] for f in os.listdir(expDir) if f.endswith(".txt"))
+modes = os.environ.get("CONF_MODES", "").split() or ["native", "passthrough", "confined", "rebinding"]
+
+info = json.loads(subprocess.run([sys.executable, os.path.join(repo, "integration", "gpu", "gpuinfo.py")],
+                                 capture_output=True, text=True, timeout=120).stdout or "{}")
+print("driver view:", json.dumps(info))
+if "simulated" in info.get("name", "") and os.environ.get("CONF_ALLOW_SIMGPU") != "1":
+    sys.exit("conformance: libcuda.so.1 is the simulated GPU; this script is for a real GPU")
+
+def parse(text):
+    facts, infos = [], {}
+    for l in text.splitlines():
+        if l.startswith("info: "):
+            for kv in l[6:].split():
+                if "=" in kv:
+                    k, v = kv.split("=", 1)
+                    infos[k] = v.strip('"')
+        else:
+            facts.append(l)
+    return facts, infos
+
+def first_diff(a, b):
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else "<missing>"
+        y = b[i] if i < len(b) else "<missing>"
+        if x != y:
+            return "line %d: expected %r, got %r" % (i + 1, x, y)
+    return ""
+
+groups = (info.get("split") or {}).get("groups")
+results, problems = {}, []
+for mode in modes:
+    env = dict(os.environ)
+    table = changer = None
+    granted_sms = None
+    if mode != "native":
+        env["LD_PRELOAD"] = lib
+    if mode in ("confined", "rebinding"):
+        if not groups or len(groups) < 4:
+            problems.append("%s: skipped, no usable SM split from the driver: %s" % (mode, info))
+            continue
+        n = len(groups)
+        run_dir = os.path.join(out, "run-" + mode)
+        table = dstable.Table.create(run_dir, info["sms"], groups=groups, gpu_name=info.get("name", "GPU"))
+        q = table.register("conformance-" + mode, tier="best-effort")
+        table.publish_grant(q.slot, 0b11)
+        granted_sms = groups[0] + groups[1]
+        env["DETSHARE_QUOTA_FILE"] = q.quota_file
+        if mode == "rebinding":
+            masks = [3 << (2 * k) for k in range(n // 2)] + [0b110]
+            changer = dstable.GrantChanger(table, q.slot, masks, 0.002)
+        else:
+            changer = dstable.Heartbeat(table)
+        changer.start()
+    try:
+        for c in cases:
+            t0 = time.monotonic()
+            p = subprocess.run([os.path.join(binDir, c)], env=env, capture_output=True, text=True, timeout=300,
+                               stdin=subprocess.DEVNULL)
+            dt = time.monotonic() - t0
+            with open(os.path.join(out, "%s.%s.out" % (c, mode)), "w") as f:
+                f.write(p.stdout + ("\n--- stderr ---\n" + p.stderr if p.stderr else ""))
+            facts, infos = parse(p.stdout)
+            results[(c, mode)] = (p.returncode, facts, infos, dt)
+    finally:
+        if changer:
+            changer.stop()
+        if table:
+            table.close()
+    if mode == "rebinding" and changer:
+        print("rebinding: %d grant changes" % changer.changes)
+
+print()
+print("| case | " + " | ".join(modes) + " |")
+print("|---|" + "---|" * len(modes))
+for c in cases:
+    with open(os.path.join(expDir, c + ".txt")) as f:
+        want = f.read().rstrip("\n").split("\n")
+    row = []
+    for mode in modes:
+        if (c, mode) not in results:
+            row.append("not run")
+            continue
+        rc, facts, infos, dt = results[(c, mode)]
+        d = first_diff(want, facts)
+        nat = results.get((c, "native"))
+        dn = first_diff(nat[1], facts) if nat and mode != "native" else ""
+        ok = rc == 0 and not d
+        cell = ("ok" if ok else "**DIFF**") + " %.1fs" % dt
+        if rc != 0:
+            problems.append("%s [%s]: exit %d (see %s.%s.out)" % (c, mode, rc, c, mode))
+        if d:
+            problems.append("%s [%s]: vs expected: %s" % (c, mode, d))
+        if dn:
+            problems.append("%s [%s]: vs native: %s" % (c, mode, dn))
+        if c == "c09_launch_ex" and "plain_distinct_sms" in infos:
+            k = int(infos["plain_distinct_sms"])
+            cell += " (%d SMs)" % k
+            if mode in ("confined", "rebinding") and granted_sms and k > granted_sms:
+                problems.append("%s [%s]: a kernel ran on %d SMs, the grant has %d: not confined"
+                                % (c, mode, k, granted_sms))
+        row.append(cell)
+    print("| %s | %s |" % (c, " | ".join(row)))
+print()
+if problems:
+    print("DIFFERENCES / PROBLEMS (%d):" % len(problems))
+    for p in problems:
+        print("  - " + p)
+    print("outputs in", out)
+    sys.exit(1)
+print("all %d cases x %d modes match the expected CUDA semantics; outputs in %s" % (len(cases), len(modes), out))
+PY
