@@ -22,7 +22,7 @@ $(DS_LIB): $(DS_SRCS) $(DS_HDRS) $(DS_DIR)/src/libdetshare.map $(DS_DIR)/build.m
 # Test programs (tests/), all test doubles or clients; none links libcuda at build time except ds_probe_lcuda,
 # which is linked with -lcuda against the simulated GPU (a test double) when that is part of the build.
 DS_TDEPS := $(wildcard $(DS_DIR)/tests/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h $(DS_DIR)/build.mk
-DS_TESTS := $(TESTBIN)/ds_probe_rt $(TESTBIN)/ds_bench_launch $(TESTBIN)/ds_dlsym_old \
+DS_TESTS := $(TESTBIN)/ds_probe_rt $(TESTBIN)/ds_bench_launch $(TESTBIN)/ds_dlsym_old $(TESTBIN)/ds_procmap \
             $(TESTBIN)/nulldrv/libcuda.so.1 $(TESTBIN)/libds_nextlib.so
 DS_SIMGPU_LIBDIR := $(LIB)/simgpu
 
@@ -37,6 +37,10 @@ $(TESTBIN)/ds_bench_launch: $(DS_DIR)/tests/bench_launch.c $(DS_TDEPS)
 $(TESTBIN)/ds_dlsym_old: $(DS_DIR)/tests/dlsym_old.c $(DS_TDEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -pthread -o $@ $< -ldl
+
+$(TESTBIN)/ds_procmap: $(DS_DIR)/tests/procmap.c $(DS_TDEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -o $@ $< -ldl
 
 $(TESTBIN)/nulldrv/libcuda.so.1: $(DS_DIR)/tests/nulldrv.c $(DS_TDEPS)
 	@mkdir -p $(dir $@)

@@ -408,3 +408,29 @@ func TestBrokenTenantFilesFailOpen(t *testing.T) {
 		})
 	}
 }
+
+// A cuGetProcAddress answer that is not one of the driver's exports still gets the wrapper of the variant the
+// name and version select (and the allocation is counted); per-thread lookups get the per-thread wrapper.
+func TestProcAddressInternalPointerMappedByName(t *testing.T) {
+	e := newEnv(t, true).withTenant(64*MiB, "")
+	for i, v := range e.vars {
+		if strings.HasPrefix(v, "LD_LIBRARY_PATH=") {
+			e.vars[i] = "LD_LIBRARY_PATH=" + need(t, "tests/nulldrv")
+		}
+	}
+	r := e.run("ds_procmap")
+	if sym, obj := r.get(t, "memalloc", "sym"), r.get(t, "memalloc", "obj"); sym != "cuMemAlloc_v2" ||
+		obj != "libdetshare.so" {
+		t.Errorf("cuMemAlloc 3020 -> %s in %s, want cuMemAlloc_v2 in libdetshare.so", sym, obj)
+	}
+	if r.get(t, "call", "rc") != "0" || r.get(t, "call", "ptr") != "1" {
+		t.Errorf("calling the mapped cuMemAlloc: %v", r.steps["call"])
+	}
+	// the process has exited (its memory credited at exit): the charge shows in the peak
+	if peak := atomic.LoadUint64(&e.client.Page().MemPeak); peak != 1<<20 {
+		t.Errorf("allocation through the mapped wrapper charged %d bytes, want %d", peak, 1<<20)
+	}
+	if sym := r.get(t, "launchpt", "sym"); sym != "cuLaunchKernel_ptsz" {
+		t.Errorf("per-thread cuLaunchKernel -> %s, want cuLaunchKernel_ptsz", sym)
+	}
+}

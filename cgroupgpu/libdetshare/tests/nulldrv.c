@@ -28,6 +28,18 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int 
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, p, e);
 }
 
+/* Device memory of the null driver: addresses only, nothing behind them. */
+static CUdeviceptr g_next = 0x100000;
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    if (!p || !n)
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = __atomic_fetch_add(&g_next, (n + 255) & ~(size_t)255, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+/* What a driver may hand out from cuGetProcAddress: an internal function that is not one of its exports. */
+static CUresult internal_mem_alloc(CUdeviceptr *p, size_t n) { return cuMemAlloc_v2(p, n); }
+
 static const struct {
     const char *name;
     void *fn;
@@ -39,11 +51,16 @@ static const struct {
 
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *st) {
-    (void)cudaVersion;
     if (!symbol || !pfn)
         return CUDA_ERROR_INVALID_VALUE;
     if (!strcmp(symbol, "cuLaunchKernel") && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
         *pfn = (void *)cuLaunchKernel_ptsz;
+        if (st)
+            *st = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(symbol, "cuMemAlloc") && cudaVersion >= 3020) {
+        *pfn = (void *)internal_mem_alloc;
         if (st)
             *st = CU_GET_PROC_ADDRESS_SUCCESS;
         return CUDA_SUCCESS;
