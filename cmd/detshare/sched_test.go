@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,5 +124,59 @@ func TestRenderTopWidthWithManyTenants(t *testing.T) {
 		if len(l) > 80 {
 			t.Errorf("line wider than 80 columns (%d): %q", len(l), l)
 		}
+	}
+}
+
+// TestSchedCommand runs `detshare sched` as a real process on the simulated GPU (a test double): it leads, a second
+// instance exits 0 at once, SIGTERM stops it cleanly, and a bad configuration is refused naming the key.
+func TestSchedCommand(t *testing.T) {
+	e := newRunEnv(t)
+	cfg := filepath.Join(e.dir, "config.toml")
+	os.WriteFile(cfg, []byte("[scheduler]\npolicy = \"tpot-first\"\n"), 0o644)
+	s := e.detshare("sched", "--config", cfg)
+	var stderr strings.Builder
+	s.Stderr = &stderr
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Process.Kill()
+	var tb *table.Table
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var err error
+		if tb == nil {
+			tb, _ = table.OpenReadOnly(e.runDir)
+		}
+		if tb != nil && tb.LeaderAlive(time.Second) && tb.Leader().PID == s.Process.Pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("detshare sched did not lead: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	defer tb.Close()
+	if g := tb.GPUs(); len(g) != 1 || !strings.HasPrefix(g[0].UUID, "SIM-") || g[0].Mode != table.ModeSpatial {
+		t.Fatalf("GPUs after start: %+v", g)
+	}
+	if tb.Header().Policy != 2 {
+		t.Fatalf("policy from --config not applied: %d", tb.Header().Policy)
+	}
+	second := e.detshare("sched", "--config", cfg)
+	start := time.Now()
+	if out, err := second.CombinedOutput(); err != nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("second instance: %v after %s\n%s", err, time.Since(start), out)
+	}
+	s.Process.Signal(syscall.SIGTERM)
+	if err := s.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	if tb.Leader().PID != 0 {
+		t.Fatalf("leader record left after clean exit: %+v", tb.Leader())
+	}
+	os.WriteFile(cfg, []byte("[scheduler]\nquantum = \"forever\"\n"), 0o644)
+	out, err := e.detshare("sched", "--config", cfg).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "forever") {
+		t.Fatalf("bad config: %v\n%s", err, out)
 	}
 }
