@@ -114,6 +114,15 @@ cleanup() {
       kill -KILL "$pid" 2>/dev/null || true
     fi
   done
+  # shims (and anything else) still naming our directory: only processes this demo started can
+  # (bash builtins only, so that no helper process of this loop names the directory itself)
+  local p args
+  for p in /proc/[0-9]*; do
+    [ "${p#/proc/}" = "$$" ] && continue
+    args=()
+    { mapfile -d '' -t args <"$p/cmdline"; } 2>/dev/null || continue
+    case " ${args[*]} " in *"$tmp/"*) kill -KILL "${p#/proc/}" 2>/dev/null || true ;; esac
+  done
   # mounts containerd left below our directory (rootfs overlays, shm), deepest first
   awk -v d="$tmp" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
@@ -137,13 +146,14 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = "$sock.ttrpc"
 EOF
 say "starting a private containerd ($sock) with DetShare's shim registered (io.containerd.detshare.v1)"
-PATH="$tmp/bin:$PATH" containerd --config "$tmp/containerd.toml" >"$tmp/containerd.log" 2>&1 &
+# own session: a terminal's Ctrl-C must not reach containerd before cleanup() has removed the containers through it
+PATH="$tmp/bin:$PATH" setsid containerd --config "$tmp/containerd.toml" >"$tmp/containerd.log" 2>&1 &
 ctrd_pid=$!
 for _ in $(seq 100); do ctr_ version >/dev/null 2>&1 && break; sleep 0.1; done
 ctr_ version >/dev/null 2>&1 || { tail -20 "$tmp/containerd.log" >&2; die "containerd did not start"; }
 
 say "starting the DetShare scheduler on $run_dir (simulated GPU)"
-"$build/bin/detshare" sched >"$tmp/sched.log" 2>&1 &
+setsid "$build/bin/detshare" sched >"$tmp/sched.log" 2>&1 &
 sched_pid=$!
 for _ in $(seq 50); do "$build/bin/detshare" status --json >/dev/null 2>&1 && break; sleep 0.1; done
 "$build/bin/detshare" status --json >/dev/null 2>&1 || { tail -20 "$tmp/sched.log" >&2; die "the scheduler did not start"; }
