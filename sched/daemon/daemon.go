@@ -172,17 +172,18 @@ func New(opts Options) (*Scheduler, error) {
 			}
 		}
 	}
-	li, err := t.SetLeader(os.Getpid())
-	if err != nil {
-		return fail(fmt.Errorf("scheduler: %w", err))
-	}
-	t.SetPolicy(po.Kind.ID())
 	s.mps = opts.MPS
 	if s.mps == nil {
 		s.mps = &mps.Manager{Paths: t.Paths(), Control: opts.Config.MPS.Control, Simulated: table.SimGPUSelected(os.Environ())}
 	}
 	for _, g := range t.GPUs() {
 		s.gpus[g.Index] = s.startGPU(g)
+	}
+	// Recorded last, so that a leader seen in the table has its GPUs' modes set up.
+	t.SetPolicy(po.Kind.ID())
+	li, err := t.SetLeader(os.Getpid())
+	if err != nil {
+		return fail(fmt.Errorf("scheduler: %w", err))
 	}
 	logrus.WithFields(logrus.Fields{"run_dir": opts.RunDir, "epoch": li.Epoch, "gpus": len(s.gpus),
 		"policy": po.Kind}).Info("scheduler leads")
