@@ -73,6 +73,41 @@ int main(void) {
     CK(D.cuStreamSynchronize(NULL));
     fact("graph_on_legacy.blocking_stream", "%s", st(D.cuStreamQuery(A)));
 
+    /* a captured grid of one block per SM: where its replay ran (info; the Go test checks that graphs captured
+     * under a grant stay confined wherever they are launched) */
+    CUstream G = mkstream(CU_STREAM_NON_BLOCKING);
+    unsigned grid = (unsigned)conf_sms, us = 1000;
+    CUdeviceptr ids = dalloc((size_t)grid * 4);
+    void *a[] = {&ids, &us};
+    CUgraph g2;
+    CUgraphExec ge2;
+    CK(D.cuStreamBeginCapture_v2(G, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CK(launch(false, K_smid, grid, 32, G, a));
+    CK(D.cuStreamEndCapture(G, &g2));
+    CK(D.cuGraphInstantiateWithFlags(&ge2, g2, 0));
+    CK(D.cuGraphLaunch(ge2, NULL));
+    CK(D.cuStreamSynchronize(NULL));
+    uint32_t *h = malloc((size_t)grid * 4);
+    if (!h)
+        return 3;
+    CK(D.cuMemcpyDtoH_v2(h, ids, (size_t)grid * 4));
+    static unsigned char seen[4096];
+    unsigned distinct = 0;
+    bool in_range = true;
+    for (unsigned i = 0; i < grid; i++) {
+        if (h[i] >= (unsigned)conf_sms || h[i] >= sizeof seen) {
+            in_range = false;
+            continue;
+        }
+        if (!seen[h[i]]++)
+            distinct++;
+    }
+    free(h);
+    fact("captured_smid.smids_in_range", "%s", yn(in_range));
+    info("graph_distinct_sms=%u", distinct);
+
+    CK(D.cuGraphExecDestroy(ge2));
+    CK(D.cuGraphDestroy(g2));
     CK(D.cuGraphExecDestroy(ge));
     CK(D.cuGraphDestroy(g));
     conf_done();
