@@ -1,0 +1,535 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/urfave/cli/v2"
+)
+
+func init() { commands = append(commands, installCommand(), uninstallCommand()) }
+
+// Paths and names the installers register.
+const (
+	installRuntimeName = "detshare"
+	installShimType    = "io.containerd.detshare.v1"
+	installPodAnnot    = "detshare.io/*"
+	defaultDaemonJSON  = "/etc/docker/daemon.json"
+	defaultCtrdConfig  = "/etc/containerd/config.toml"
+	defaultCtrdDropIn  = "/etc/containerd/conf.d/detshare.toml"
+	defaultRuntimeBin  = "/usr/bin/detshare-runtime"
+	defaultShimBin     = "/usr/bin/containerd-shim-detshare-v1"
+	backupSuffix       = ".detshare-backup"
+	beginMarker        = "# BEGIN detshare (added by `detshare install containerd`; `detshare uninstall containerd` removes it)"
+	endMarker          = "# END detshare"
+)
+
+func installCommand() *cli.Command {
+	dry := &cli.BoolFlag{Name: "dry-run", Usage: "print the file that would be written and change nothing"}
+	return &cli.Command{
+		Name:  "install",
+		Usage: "register the detshare runtime with Docker or containerd",
+		Description: `Edits the engine's configuration idempotently (a second run changes nothing), keeps a copy of the
+original next to it (` + backupSuffix + `), and says what to restart.
+
+  docker:     daemon.json "runtimes": {"detshare": …}. Docker < 24 gets the runc wrapper (a "path" runtime; Docker
+              20.10 cannot name a shim); Docker ≥ 24 the containerd shim through "runtimeType".
+  containerd: the CRI runtime handler "detshare" (runtime_type io.containerd.detshare.v1) with
+              pod_annotations = ["detshare.io/*"]. containerd 1.x: a marked section in config.toml (config version 2;
+              1.x imports would replace the whole CRI section); 2.x: a drop-in (config version 3) and an imports entry.`,
+		Subcommands: []*cli.Command{
+			{
+				Name:  "docker",
+				Usage: "add the detshare runtime to Docker's daemon.json",
+				Flags: []cli.Flag{dry,
+					&cli.StringFlag{Name: "config", Value: defaultDaemonJSON, Usage: "daemon.json to edit"},
+					&cli.StringFlag{Name: "docker-version", Value: "auto", Usage: "Docker version (auto: ask dockerd --version)"},
+					&cli.StringFlag{Name: "runtime", Value: defaultRuntimeBin, Usage: "detshare-runtime (runc wrapper) path"},
+					&cli.StringFlag{Name: "shim", Value: defaultShimBin, Usage: "containerd-shim-detshare-v1 path (Docker ≥ 24)"},
+				},
+				Action: func(c *cli.Context) error {
+					ver, err := engineVersion(c.String("docker-version"), "dockerd", "--docker-version")
+					if err != nil {
+						return err
+					}
+					return applyEdit(c.App.Writer, c.String("config"), c.Bool("dry-run"), func(old []byte) ([]byte, error) {
+						return dockerInstall(old, ver, c.String("runtime"), c.String("shim"))
+					}, "restart Docker: systemctl restart docker; then docker run --runtime=detshare -e DETSHARE_TIER=burstable …")
+				},
+			},
+			{
+				Name:  "containerd",
+				Usage: "add the detshare CRI runtime handler to containerd's configuration",
+				Flags: []cli.Flag{dry,
+					&cli.StringFlag{Name: "config", Value: defaultCtrdConfig, Usage: "containerd config.toml"},
+					&cli.StringFlag{Name: "drop-in", Value: defaultCtrdDropIn, Usage: "drop-in file (containerd 2.x)"},
+					&cli.StringFlag{Name: "containerd-version", Value: "auto", Usage: "containerd version (auto: ask containerd --version)"},
+				},
+				Action: func(c *cli.Context) error {
+					ver, err := engineVersion(c.String("containerd-version"), "containerd", "--containerd-version")
+					if err != nil {
+						return err
+					}
+					return containerdInstall(c.App.Writer, c.String("config"), c.String("drop-in"), ver, c.Bool("dry-run"))
+				},
+			},
+		},
+	}
+}
+
+func uninstallCommand() *cli.Command {
+	flags := func() []cli.Flag {
+		return []cli.Flag{
+			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written and change nothing"},
+			&cli.StringFlag{Name: "docker-config", Value: defaultDaemonJSON, Usage: "Docker daemon.json"},
+			&cli.StringFlag{Name: "containerd-config", Value: defaultCtrdConfig, Usage: "containerd config.toml"},
+			&cli.StringFlag{Name: "drop-in", Value: defaultCtrdDropIn, Usage: "containerd 2.x drop-in to remove"},
+		}
+	}
+	sub := func(what, usage string) *cli.Command {
+		return &cli.Command{Name: what, Usage: usage, Flags: flags(),
+			Action: func(c *cli.Context) error { return uninstall(c, what) }}
+	}
+	return &cli.Command{
+		Name:  "uninstall",
+		Usage: "remove the detshare runtime from Docker and/or containerd (default: both)",
+		Flags: flags(),
+		Subcommands: []*cli.Command{
+			sub("docker", "remove runtimes.detshare from daemon.json"),
+			sub("containerd", "remove the detshare runtime section (and the 2.x drop-in)"),
+			sub("all", "both"),
+		},
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return fmt.Errorf("uninstall %q: allowed values are docker, containerd, all", c.Args().First())
+			}
+			return uninstall(c, "all")
+		},
+	}
+}
+
+func uninstall(c *cli.Context, what string) error {
+	w, dry := c.App.Writer, c.Bool("dry-run")
+	if what != "containerd" {
+		if err := applyEdit(w, c.String("docker-config"), dry, dockerUninstall, "restart Docker: systemctl restart docker"); err != nil {
+			return err
+		}
+	}
+	if what == "docker" {
+		return nil
+	}
+	drop := c.String("drop-in")
+	if err := applyEdit(w, c.String("containerd-config"), dry, func(old []byte) ([]byte, error) {
+		return containerdUninstall(old, drop)
+	}, "restart containerd: systemctl restart containerd"); err != nil {
+		return err
+	}
+	if _, err := os.Stat(drop); err != nil {
+		return nil
+	}
+	if dry {
+		fmt.Fprintf(w, "would remove %s\n", drop)
+		return nil
+	}
+	if err := os.Remove(drop); err != nil {
+		return fmt.Errorf("remove drop-in: %w", err)
+	}
+	fmt.Fprintf(w, "removed %s\n", drop)
+	return nil
+}
+
+var versionRE = regexp.MustCompile(`\bv?(\d+)\.(\d+)`)
+
+// engineVersion returns the major and minor version: given, or from `<bin> --version`.
+func engineVersion(given, bin, flag string) ([2]int, error) {
+	text := given
+	if given == "auto" {
+		out, err := exec.Command(bin, "--version").Output()
+		if err != nil {
+			return [2]int{}, fmt.Errorf("cannot ask %s its version (%v): pass %s (for example 20.10 or 1.6)", bin, err, flag)
+		}
+		text = string(out)
+	}
+	m := versionRE.FindStringSubmatch(text)
+	if m == nil {
+		return [2]int{}, fmt.Errorf("%s %q: want a version such as 20.10, 24.0, 1.6 or 2.0", flag, given)
+	}
+	maj, _ := strconv.Atoi(m[1])
+	min, _ := strconv.Atoi(m[2])
+	return [2]int{maj, min}, nil
+}
+
+// applyEdit reads path (missing = empty), computes the new content, and writes it atomically after keeping a
+// backup of the original (the first backup is never overwritten). Unchanged content writes nothing.
+func applyEdit(w io.Writer, path string, dry bool, edit func([]byte) ([]byte, error), restart string) error {
+	old, err := os.ReadFile(path)
+	existed := err == nil
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	updated, err := edit(old)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if bytes.Equal(old, updated) {
+		fmt.Fprintf(w, "%s: already up to date, nothing changed\n", path)
+		return nil
+	}
+	if dry {
+		fmt.Fprintf(w, "--- %s would become:\n%s", path, updated)
+		return nil
+	}
+	if existed {
+		if _, err := os.Stat(path + backupSuffix); errors.Is(err, os.ErrNotExist) {
+			if err := writeAtomic(path+backupSuffix, old); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	if err := writeAtomic(path, updated); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s: updated (original kept as %s)\n%s\n", path, path+backupSuffix, restart)
+	return nil
+}
+
+func writeAtomic(path string, data []byte) error {
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(path); err == nil {
+		mode = st.Mode().Perm()
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil { // engine configuration must survive a crash
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// ---- Docker ---------------------------------------------------------------------------------------------------------
+
+func parseDaemonJSON(old []byte) (map[string]any, error) {
+	m := map[string]any{}
+	if len(bytes.TrimSpace(old)) == 0 {
+		return m, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(old))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("not valid JSON (%v): fix it by hand first; nothing was changed", err)
+	}
+	return m, nil
+}
+
+func encodeDaemonJSON(m map[string]any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// dockerInstall adds runtimes.detshare, keeping every other key.
+func dockerInstall(old []byte, ver [2]int, runtimeBin, shimBin string) ([]byte, error) {
+	for name, p := range map[string]string{"--runtime": runtimeBin, "--shim": shimBin} {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("%s %q: must be an absolute path", name, p)
+		}
+	}
+	m, err := parseDaemonJSON(old)
+	if err != nil {
+		return nil, err
+	}
+	rts, ok := m["runtimes"].(map[string]any)
+	if m["runtimes"] != nil && !ok {
+		return nil, errors.New(`"runtimes" is not a JSON object; fix it by hand first`)
+	}
+	if rts == nil {
+		rts = map[string]any{}
+	}
+	var entry map[string]any
+	if ver[0] >= 24 {
+		entry = map[string]any{"runtimeType": shimBin}
+	} else {
+		entry = map[string]any{"path": runtimeBin}
+		if root, ok := m["data-root"].(string); ok && root != "" && root != "/var/lib/docker" {
+			// The wrapper reads Docker labels from Docker's record of the container.
+			entry["runtimeArgs"] = []any{"--detshare-docker-root", root}
+		}
+	}
+	if cur, ok := rts[installRuntimeName]; ok {
+		a, _ := json.Marshal(cur)
+		b, _ := json.Marshal(entry)
+		if bytes.Equal(a, b) {
+			return old, nil
+		}
+	}
+	rts[installRuntimeName] = entry
+	m["runtimes"] = rts
+	return encodeDaemonJSON(m)
+}
+
+func dockerUninstall(old []byte) ([]byte, error) {
+	if len(old) == 0 {
+		return old, nil
+	}
+	m, err := parseDaemonJSON(old)
+	if err != nil {
+		return nil, err
+	}
+	rts, _ := m["runtimes"].(map[string]any)
+	if _, ok := rts[installRuntimeName]; !ok {
+		return old, nil
+	}
+	delete(rts, installRuntimeName)
+	if len(rts) == 0 {
+		delete(m, "runtimes")
+	}
+	if m["default-runtime"] == installRuntimeName {
+		delete(m, "default-runtime")
+	}
+	return encodeDaemonJSON(m)
+}
+
+// ---- containerd -----------------------------------------------------------------------------------------------------
+
+func criSection(version int) string {
+	if version >= 3 {
+		return `plugins."io.containerd.cri.v1.runtime".containerd.runtimes.` + installRuntimeName
+	}
+	return `plugins."io.containerd.grpc.v1.cri".containerd.runtimes.` + installRuntimeName
+}
+
+func runtimeBlock(version int) string {
+	return fmt.Sprintf("%s\n[%s]\n  runtime_type = %q\n  pod_annotations = [%q]\n%s\n",
+		beginMarker, criSection(version), installShimType, installPodAnnot, endMarker)
+}
+
+// configVersion reads the `version` key of a containerd config (1 when absent, as containerd does).
+func configVersion(data []byte) (int, map[string]any, error) {
+	var m map[string]any
+	if _, err := toml.Decode(string(data), &m); err != nil {
+		return 0, nil, fmt.Errorf("not valid TOML (%v): fix it by hand first; nothing was changed", err)
+	}
+	v := 1
+	if n, ok := m["version"].(int64); ok {
+		v = int(n)
+	}
+	return v, m, nil
+}
+
+// lookupPath walks a decoded TOML map.
+func lookupPath(m map[string]any, keys ...string) (any, bool) {
+	var cur any = m
+	for _, k := range keys {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = mm[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// ctrdV2Install adds the marked runtime section to a containerd 1.x (config version 2) config.toml. A section from an
+// earlier install is replaced, so the result is the same however often it runs.
+func ctrdV2Install(old []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(old)) == 0 {
+		return []byte("version = 2\n\n" + runtimeBlock(2)), nil
+	}
+	base, err := ctrdRemoveBlock(old)
+	if err != nil {
+		return nil, err
+	}
+	v, m, err := configVersion(base)
+	if err != nil {
+		return nil, err
+	}
+	if v != 2 {
+		return nil, fmt.Errorf("config version %d: containerd 1.x needs version = 2 (version 1 names the CRI plugin \"cri\"); migrate the file first", v)
+	}
+	if _, ok := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", installRuntimeName); ok {
+		return nil, fmt.Errorf("[%s] already exists and was not written by detshare install: set runtime_type = %q and pod_annotations = [%q] in it by hand, or remove it",
+			criSection(2), installShimType, installPodAnnot)
+	}
+	out := append([]byte{}, base...)
+	if len(out) > 0 && !bytes.HasSuffix(out, []byte("\n")) {
+		out = append(out, '\n')
+	}
+	out = append(out, '\n')
+	out = append(out, runtimeBlock(2)...)
+	if bytes.Equal(out, old) {
+		return old, nil
+	}
+	if _, _, err := configVersion(out); err != nil {
+		return nil, fmt.Errorf("the edited file would not parse (%v); nothing was changed", err)
+	}
+	return out, nil
+}
+
+// ctrdRemoveBlock removes the marked section (and the blank line before it).
+func ctrdRemoveBlock(data []byte) ([]byte, error) {
+	s := string(data)
+	i := strings.Index(s, beginMarker)
+	if i < 0 {
+		return data, nil
+	}
+	j := strings.Index(s[i:], endMarker)
+	if j < 0 {
+		return nil, fmt.Errorf("found %q without %q: remove the detshare section by hand", beginMarker, endMarker)
+	}
+	end := i + j + len(endMarker)
+	if end < len(s) && s[end] == '\n' {
+		end++
+	}
+	head := strings.TrimRight(s[:i], "\n")
+	if head != "" {
+		head += "\n"
+	}
+	return []byte(head + s[end:]), nil
+}
+
+// containerdUninstall removes the marked section and, from a version-3 config, the imports entry naming the drop-in
+// (containerd 2.x refuses to start when an imported file is missing).
+func containerdUninstall(old []byte, dropIn string) ([]byte, error) {
+	out, err := ctrdRemoveBlock(old)
+	if err != nil || len(bytes.TrimSpace(out)) == 0 {
+		return out, err
+	}
+	v, m, err := configVersion(out)
+	if err != nil || v != 3 {
+		return out, nil
+	}
+	raw, _ := m["imports"].([]any)
+	var keep []string
+	found := false
+	for _, x := range raw {
+		if s, ok := x.(string); ok {
+			if s == dropIn {
+				found = true
+				continue
+			}
+			keep = append(keep, strconv.Quote(s))
+		}
+	}
+	if !found {
+		return out, nil
+	}
+	lines := strings.Split(string(out), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "imports") && strings.Contains(l, dropIn) {
+			if len(keep) == 0 {
+				lines = append(lines[:i], lines[i+1:]...)
+			} else {
+				lines[i] = "imports = [" + strings.Join(keep, ", ") + "]"
+			}
+			break
+		}
+	}
+	return []byte(strings.Join(lines, "\n")), nil
+}
+
+// ctrdImports adds path to the top-level imports of a version-3 config (creating the file when missing).
+func ctrdImports(old []byte, path string) ([]byte, error) {
+	if len(bytes.TrimSpace(old)) == 0 {
+		return []byte(fmt.Sprintf("version = 3\nimports = [%q]\n", path)), nil
+	}
+	v, m, err := configVersion(old)
+	if err != nil {
+		return nil, err
+	}
+	if v != 3 {
+		return nil, fmt.Errorf("config version %d: containerd 2.x uses version = 3; run `containerd config migrate` first", v)
+	}
+	var imports []string
+	if raw, ok := m["imports"].([]any); ok {
+		for _, x := range raw {
+			if s, ok := x.(string); ok {
+				imports = append(imports, s)
+				if ok, _ := filepath.Match(s, path); ok || s == path {
+					return old, nil
+				}
+			}
+		}
+	}
+	imports = append(imports, path)
+	quoted := make([]string, len(imports))
+	for i, s := range imports {
+		quoted[i] = strconv.Quote(s)
+	}
+	line := "imports = [" + strings.Join(quoted, ", ") + "]"
+	lines := strings.Split(string(old), "\n")
+	replaced := false
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "imports") && strings.Contains(l, "=") && strings.Contains(l, "]") {
+			lines[i], replaced = line, true
+			break
+		}
+	}
+	if !replaced { // top-level keys must precede the first table: put it right after `version`
+		for i, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), "version") {
+				lines = append(lines[:i+1], append([]string{line}, lines[i+1:]...)...)
+				replaced = true
+				break
+			}
+		}
+	}
+	if !replaced {
+		return nil, errors.New("cannot place an imports line (multi-line imports?): add the drop-in to imports by hand")
+	}
+	out := []byte(strings.Join(lines, "\n"))
+	if _, _, err := configVersion(out); err != nil {
+		return nil, fmt.Errorf("the edited file would not parse (%v); nothing was changed", err)
+	}
+	return out, nil
+}
+
+func containerdInstall(w io.Writer, config, dropIn string, ver [2]int, dry bool) error {
+	const restart = "restart containerd: systemctl restart containerd; Kubernetes: apply configs/kubernetes/runtimeclass.yaml"
+	if ver[0] < 2 {
+		return applyEdit(w, config, dry, ctrdV2Install, restart)
+	}
+	if err := applyEdit(w, dropIn, dry, func(old []byte) ([]byte, error) {
+		return []byte("version = 3\n\n" + runtimeBlock(3)), nil
+	}, "(drop-in)"); err != nil {
+		return err
+	}
+	return applyEdit(w, config, dry, func(old []byte) ([]byte, error) { return ctrdImports(old, dropIn) }, restart)
+}

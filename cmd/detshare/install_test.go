@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+)
+
+func runCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	app := newApp()
+	var out bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &out
+	err := app.Run(append([]string{"detshare"}, args...))
+	return out.String(), err
+}
+
+func readJSON(t *testing.T, p string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("%s: %v\n%s", p, err, data)
+	}
+	return m
+}
+
+func TestInstallDocker2010IdempotentWithBackupAndUninstall(t *testing.T) {
+	d := t.TempDir()
+	p := filepath.Join(d, "daemon.json")
+	orig := `{"log-driver":"json-file","runtimes":{"nvidia":{"path":"nvidia-container-runtime"}},"data-root":"/data/docker","x-future":{"a":1}}`
+	os.WriteFile(p, []byte(orig), 0o600)
+	out, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "20.10.24")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !strings.Contains(out, "systemctl restart docker") {
+		t.Errorf("no restart advice: %s", out)
+	}
+	m := readJSON(t, p)
+	rt := m["runtimes"].(map[string]any)
+	ds := rt["detshare"].(map[string]any)
+	if ds["path"] != defaultRuntimeBin || rt["nvidia"] == nil || m["log-driver"] != "json-file" || m["x-future"] == nil {
+		t.Errorf("daemon.json after install: %v", m)
+	}
+	if args, _ := ds["runtimeArgs"].([]any); len(args) != 2 || args[1] != "/data/docker" {
+		t.Errorf("runtimeArgs %v: the wrapper must learn Docker's data-root", ds["runtimeArgs"])
+	}
+	if st, _ := os.Stat(p); st.Mode().Perm() != 0o600 {
+		t.Errorf("mode changed to %v", st.Mode().Perm())
+	}
+	if b, _ := os.ReadFile(p + backupSuffix); string(b) != orig {
+		t.Errorf("backup %q, want the original", b)
+	}
+	after, _ := os.ReadFile(p)
+	out, err = runCLI(t, "install", "docker", "--config", p, "--docker-version", "20.10")
+	if again, _ := os.ReadFile(p); err != nil || !bytes.Equal(again, after) || !strings.Contains(out, "already up to date") {
+		t.Errorf("second install changed the file or did not say so: %v %s", err, out)
+	}
+	if out, err := runCLI(t, "uninstall", "docker", "--docker-config", p); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	m = readJSON(t, p)
+	if _, ok := m["runtimes"].(map[string]any)["detshare"]; ok || m["runtimes"].(map[string]any)["nvidia"] == nil {
+		t.Errorf("after uninstall: %v", m)
+	}
+}
+
+func TestInstallDocker24UsesShimAndDryRunChangesNothing(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "daemon.json")
+	out, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "Docker version 24.0.7, build afdd53b", "--dry-run")
+	if err != nil || !strings.Contains(out, `"runtimeType": "/usr/bin/containerd-shim-detshare-v1"`) {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(p); err == nil {
+		t.Fatal("dry run wrote the file")
+	}
+	if out, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "24.0"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rt := readJSON(t, p)["runtimes"].(map[string]any)["detshare"].(map[string]any); rt["runtimeType"] != defaultShimBin || rt["path"] != nil {
+		t.Errorf("Docker 24 entry %v", rt)
+	}
+}
+
+func TestInstallBadInputNamesItAndChangesNothing(t *testing.T) {
+	d := t.TempDir()
+	p := filepath.Join(d, "daemon.json")
+	os.WriteFile(p, []byte(`{"runtimes": [}`), 0o644)
+	if _, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "20.10"); err == nil || !strings.Contains(err.Error(), "not valid JSON") {
+		t.Errorf("broken daemon.json: %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != `{"runtimes": [}` {
+		t.Error("broken file was rewritten")
+	}
+	if _, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "latest"); err == nil || !strings.Contains(err.Error(), `--docker-version "latest"`) {
+		t.Errorf("bad version: %v", err)
+	}
+	if _, err := runCLI(t, "install", "docker", "--config", filepath.Join(d, "x.json"), "--docker-version", "20.10", "--runtime", "rel/path"); err == nil || !strings.Contains(err.Error(), `--runtime "rel/path"`) {
+		t.Errorf("relative runtime path: %v", err)
+	}
+	if _, err := runCLI(t, "uninstall", "podman"); err == nil || !strings.Contains(err.Error(), "docker, containerd, all") {
+		t.Errorf("unknown engine: %v", err)
+	}
+	c := filepath.Join(d, "config.toml")
+	os.WriteFile(c, []byte("[plugins.cri]\n  x = 1\n"), 0o644)
+	if _, err := runCLI(t, "install", "containerd", "--config", c, "--containerd-version", "1.6.20"); err == nil || !strings.Contains(err.Error(), "config version 1") {
+		t.Errorf("version-1 config: %v", err)
+	}
+	os.WriteFile(c, []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.detshare]\n  runtime_type = \"x\"\n"), 0o644)
+	if _, err := runCLI(t, "install", "containerd", "--config", c, "--containerd-version", "1.6.20"); err == nil || !strings.Contains(err.Error(), "not written by detshare install") {
+		t.Errorf("foreign detshare section: %v", err)
+	}
+}
+
+const ctrdConfig16 = `# my containerd config
+version = 2
+root = "/var/lib/containerd"
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.9" # pinned
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = true`
+
+func TestInstallContainerd16KeepsTheFileAndUninstallRestoresIt(t *testing.T) {
+	d := t.TempDir()
+	c := filepath.Join(d, "config.toml")
+	os.WriteFile(c, []byte(ctrdConfig16), 0o644)
+	out, err := runCLI(t, "install", "containerd", "--config", c, "--containerd-version", "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	data, _ := os.ReadFile(c)
+	if !strings.HasPrefix(string(data), ctrdConfig16) {
+		t.Errorf("original content not kept verbatim:\n%s", data)
+	}
+	var m map[string]any
+	if _, err := toml.Decode(string(data), &m); err != nil {
+		t.Fatalf("result does not parse: %v\n%s", err, data)
+	}
+	rt, _ := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "detshare")
+	rtm, _ := rt.(map[string]any)
+	if rtm["runtime_type"] != installShimType || len(rtm["pod_annotations"].([]any)) != 1 || rtm["pod_annotations"].([]any)[0] != "detshare.io/*" {
+		t.Errorf("runtime section %v", rt)
+	}
+	if sc, _ := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options", "SystemdCgroup"); sc != true {
+		t.Error("existing runc options lost")
+	}
+	if out, _ := runCLI(t, "install", "containerd", "--config", c, "--containerd-version", "1.6"); !strings.Contains(out, "already up to date") {
+		t.Errorf("second install: %s", out)
+	}
+	if again, _ := os.ReadFile(c); !bytes.Equal(again, data) {
+		t.Error("second install changed the file")
+	}
+	if ctrd, err := exec.LookPath("containerd"); err == nil { // the real daemon accepts the result
+		dump, err := exec.Command(ctrd, "--config", c, "config", "dump").CombinedOutput()
+		if err != nil || !strings.Contains(string(dump), `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.detshare]`) ||
+			!strings.Contains(string(dump), `runtime_type = "io.containerd.detshare.v1"`) {
+			t.Errorf("containerd config dump: %v\n%s", err, dump)
+		}
+	}
+	if out, err := runCLI(t, "uninstall", "containerd", "--containerd-config", c, "--drop-in", filepath.Join(d, "none.toml")); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if restored, _ := os.ReadFile(c); string(restored) != ctrdConfig16+"\n" && string(restored) != ctrdConfig16 {
+		t.Errorf("uninstall did not restore the original:\n%q", restored)
+	}
+}
+
+func TestInstallContainerd2DropInAndImports(t *testing.T) {
+	d := t.TempDir()
+	c := filepath.Join(d, "config.toml")
+	drop := filepath.Join(d, "conf.d", "detshare.toml")
+	os.WriteFile(c, []byte("version = 3\nroot = \"/var/lib/containerd\"\n\n[plugins.\"io.containerd.cri.v1.images\"]\n  snapshotter = \"overlayfs\"\n"), 0o644)
+	for i := 0; i < 2; i++ {
+		if out, err := runCLI(t, "install", "containerd", "--config", c, "--drop-in", drop, "--containerd-version", "2.1.4"); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	data, _ := os.ReadFile(c)
+	if strings.Count(string(data), drop) != 1 || !strings.Contains(string(data), "snapshotter") {
+		t.Errorf("main config:\n%s", data)
+	}
+	var m map[string]any
+	dd, _ := os.ReadFile(drop)
+	if _, err := toml.Decode(string(dd), &m); err != nil {
+		t.Fatalf("drop-in: %v", err)
+	}
+	if rt, _ := lookupPath(m, "plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "detshare", "runtime_type"); rt != installShimType || m["version"] != int64(3) {
+		t.Errorf("drop-in:\n%s", dd)
+	}
+	if out, err := runCLI(t, "uninstall", "containerd", "--containerd-config", c, "--drop-in", drop); err != nil || !strings.Contains(out, "removed") {
+		t.Errorf("uninstall: %v %s", err, out)
+	}
+	if _, err := os.Stat(drop); err == nil {
+		t.Error("drop-in left after uninstall")
+	}
+	if after, _ := os.ReadFile(c); strings.Contains(string(after), drop) {
+		t.Errorf("imports still names the removed drop-in (containerd 2 would not start):\n%s", after)
+	}
+}
