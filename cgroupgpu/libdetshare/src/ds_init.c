@@ -212,8 +212,9 @@ static int read_quota_file(const char *path, struct quota_file *q) {
 
 /* Under MPS the driver enforces CUDA_MPS_PINNED_DEVICE_MEM_LIMIT itself: a backstop for code that escapes the
  * interposer. It must be in the environment before the driver initialises, hence the constructor. A value the
- * user set that is lower is kept (it can only lower the limit anyway). */
-static void set_mps_backstop(uint64_t limit) {
+ * user set is kept (a client can only lower the server's limit anyway). The device ordinal is the process's view:
+ * 0 in a container (it sees its GPU only) or when CUDA_VISIBLE_DEVICES selects it, else the table's index. */
+static void set_mps_backstop(uint64_t limit, int ordinal) {
     if (!limit)
         return;
     unsigned long long mib = (unsigned long long)((limit + (1ull << 20) - 1) >> 20);
@@ -223,7 +224,7 @@ static void set_mps_backstop(uint64_t limit) {
         return;
     }
     char v[64];
-    snprintf(v, sizeof v, "0=%lluM", mib);
+    snprintf(v, sizeof v, "%d=%lluM", ordinal, mib);
     setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", v, 1);
     DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s", v);
 }
@@ -291,8 +292,11 @@ static void load_tenant(void) {
     t->doorbell = db;
     memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
     memcpy(t->table_path, q.table, sizeof t->table_path);
-    if (t->mps_pipe_dir[0])
-        set_mps_backstop(atomic_load_explicit((_Atomic uint64_t *)&c->mem_limit, memory_order_relaxed));
+    if (t->mps_pipe_dir[0]) {
+        bool host = (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
+        const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+        set_mps_backstop(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED), host && !(cvd && *cvd) ? gpu : 0);
+    }
     ds_t = t;
     DS_LOG(DS_LOG_INFO, "tenant %s slot %d gpu %d memory limit %llu", t->id, t->slot, t->gpu,
            (unsigned long long)c->mem_limit);
