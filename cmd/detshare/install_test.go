@@ -213,3 +213,74 @@ func TestInstallContainerd2DropInAndImports(t *testing.T) {
 		t.Errorf("imports still names the removed drop-in (containerd 2 would not start):\n%s", after)
 	}
 }
+
+// configs/ ships the same snippets the installer writes.
+func TestConfigsMatchTheInstaller(t *testing.T) {
+	root := filepath.Join("..", "..", "configs")
+	for file, ver := range map[string][2]int{"docker/daemon.json": {20, 10}, "docker/daemon-24.json": {24, 0}} {
+		want, err := dockerInstall(nil, ver, defaultRuntimeBin, defaultShimBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, b any
+		data, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.Unmarshal(data, &a)
+		json.Unmarshal(want, &b)
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if !bytes.Equal(ja, jb) {
+			t.Errorf("configs/%s = %s, installer writes %s", file, ja, jb)
+		}
+	}
+	for file, ver := range map[string]int{"containerd/config-v2-detshare.toml": 2, "containerd/conf.d-detshare.toml": 3} {
+		data, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), runtimeBlock(ver)) {
+			t.Errorf("configs/%s does not hold the installer's section:\n%s", file, runtimeBlock(ver))
+		}
+		var m map[string]any
+		if _, err := toml.Decode(string(data), &m); err != nil {
+			t.Errorf("configs/%s: %v", file, err)
+		}
+	}
+	for file, stage := range map[string]string{"hooks.d/detshare-createcontainer.json": "createContainer", "hooks.d/detshare-poststop.json": "poststop"} {
+		data, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h struct {
+			Version string `json:"version"`
+			Hook    struct {
+				Path string   `json:"path"`
+				Args []string `json:"args"`
+			} `json:"hook"`
+			When   map[string]any `json:"when"`
+			Stages []string       `json:"stages"`
+		}
+		if err := json.Unmarshal(data, &h); err != nil {
+			t.Fatalf("configs/%s: %v", file, err)
+		}
+		if h.Version != "1.0.0" || h.Hook.Path != "/usr/bin/detshare-hook" || len(h.Hook.Args) != 2 || h.Hook.Args[1] != stage ||
+			len(h.Stages) != 1 || h.Stages[0] != stage || h.When["always"] != true {
+			t.Errorf("configs/%s: %+v", file, h)
+		}
+	}
+	for _, file := range []string{"kubernetes/runtimeclass.yaml", "kubernetes/daemonset.yaml"} {
+		data, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), "\t") {
+			t.Errorf("configs/%s has tabs (invalid YAML indentation)", file)
+		}
+	}
+	rc, _ := os.ReadFile(filepath.Join(root, "kubernetes/runtimeclass.yaml"))
+	if !strings.Contains(string(rc), "handler: "+installRuntimeName) {
+		t.Error("RuntimeClass handler does not match the containerd runtime name")
+	}
+}
