@@ -224,6 +224,10 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	}
 
 	// 3. Assemble.
+	uniform := n > 0
+	for _, x := range groupSMs[:n] {
+		uniform = uniform && x == groupSMs[0]
+	}
 	for i, t := range tenants {
 		g := &d.Grants[i]
 		switch {
@@ -255,8 +259,12 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 				g.Reason = "idle, every group is reserved"
 			}
 		}
-		for b := g.Groups; b != 0; b &= b - 1 {
-			g.SMs += groupSMs[bits.TrailingZeros64(b)]
+		if uniform {
+			g.SMs = uint32(bits.OnesCount64(g.Groups)) * groupSMs[0]
+		} else {
+			for b := g.Groups; b != 0; b &= b - 1 {
+				g.SMs += groupSMs[bits.TrailingZeros64(b)]
+			}
 		}
 	}
 	return d
@@ -272,10 +280,11 @@ func sumGuaranteeBits(guar []uint64, busy []int, excl []uint64) int {
 	return s
 }
 
-// shareCounts returns, for each busy tenant, how many groups in total (guarantee included) its weight earns out of
-// pool groups, never less than its guarantee. Largest remainder; every busy tenant gets >= 1 while possible.
-func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) map[int]int {
-	out := map[int]int{}
+// shareCounts returns, for each busy tenant (indexed like ts), how many groups in total (guarantee included) its
+// weight earns out of pool groups, never less than its guarantee. Largest remainder; every busy tenant gets >= 1
+// while possible.
+func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) []int {
+	out := make([]int, len(ts))
 	if len(busy) == 0 {
 		return out
 	}
@@ -293,9 +302,14 @@ func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) ma
 		}
 		return x
 	}
+	type rem struct {
+		i    int
+		frac uint64
+	}
+	rems := make([]rem, 0, len(busy))
 	// Guarantees are floors: tenants whose weighted share is below their guarantee take the guarantee and leave the
-	// rest to the others (iterate until stable).
-	fixed := map[int]bool{}
+	// rest to the others (iterate until stable; each round fixes at least one more tenant).
+	fixed := make([]bool, len(ts))
 	for {
 		rest := pool
 		var tw uint64
@@ -309,12 +323,7 @@ func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) ma
 		if rest < 0 {
 			rest = 0
 		}
-		changed := false
-		type rem struct {
-			i    int
-			frac uint64
-		}
-		var rems []rem
+		rems = rems[:0]
 		given := 0
 		for _, i := range busy {
 			if fixed[i] {
@@ -332,19 +341,23 @@ func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) ma
 			out[rems[k].i]++
 			given++
 		}
-		// Nobody busy starves while a group can be moved from a tenant holding more than one share-only group.
+		// Nobody busy starves while a group can be moved from a tenant holding more than one share-only group. A
+		// donor that cannot give now cannot later (giving only lowers counts), so one pass over donors suffices.
+		d := 0
 		for _, r := range rems {
 			if out[r.i] > 0 {
 				continue
 			}
-			for _, d := range rems {
-				if out[d.i] > 1 && out[d.i] > bits.OnesCount64(guar[d.i]) {
-					out[d.i]--
-					out[r.i]++
-					break
-				}
+			for d < len(rems) && !(out[rems[d].i] > 1 && out[rems[d].i] > bits.OnesCount64(guar[rems[d].i])) {
+				d++
 			}
+			if d == len(rems) {
+				break
+			}
+			out[rems[d].i]--
+			out[r.i]++
 		}
+		changed := false
 		for _, i := range busy {
 			if !fixed[i] && out[i] < bits.OnesCount64(guar[i]) {
 				fixed[i] = true
