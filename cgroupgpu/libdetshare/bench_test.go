@@ -2,9 +2,13 @@ package libdetshare_test
 
 import (
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/detshare/detshare/sched/table"
 )
 
 // BenchmarkLaunchAddedCost measures what libdetshare adds to one kernel launch (target: <= 100 ns median). It runs
@@ -44,5 +48,56 @@ func BenchmarkLaunchAddedCost(b *testing.B) {
 		b.ReportMetric(base, "ns/launch-bare")
 		b.ReportMetric(pass-base, "ns/launch-added-no-tenant")
 		b.ReportMetric(tenant-base, "ns/launch-added-tenant")
+	}
+}
+
+// BenchmarkRebind measures, on the simulated GPU (a test double), what a grant change costs the next kernel: a
+// probe launches one small kernel and synchronises per step; the test flips the grant between two group sets
+// before every step (or leaves it, for the baseline) and times each step from the test's side. The difference of
+// the medians is the library's rebinding cost at a kernel boundary (grant seqlock read, switch of the logical
+// stream to another cached green stream, event edges). The first switch to a new group set also creates its green
+// context (reported separately; about 2 ms on an H100, much less in the simulation).
+//
+//	go test ./cgroupgpu/libdetshare -run '^$' -bench Rebind -benchtime 1x
+func BenchmarkRebind(b *testing.B) {
+	const steps = 200
+	measure := func(flip bool) (first time.Duration, median time.Duration) {
+		e := newEnv(b, true).withTenant(0, "")
+		e.playScheduler()
+		e.grant(table.ModeSpatial, 0b11)
+		args := []string{"init", "stream", "smid:8"}
+		for i := 0; i < steps; i++ {
+			args = append(args, "pause", "smid:8")
+		}
+		p := e.start("ds_probe_rt", args...)
+		p.until()
+		var d []time.Duration
+		for i := 0; i < steps; i++ {
+			if flip {
+				if i%2 == 0 {
+					e.grant(table.ModeSpatial, 0b1100)
+				} else {
+					e.grant(table.ModeSpatial, 0b11)
+				}
+			}
+			t0 := time.Now()
+			p.resume()
+			if i == steps-1 {
+				p.finish()
+			} else {
+				p.until()
+			}
+			d = append(d, time.Since(t0))
+		}
+		first = d[0]
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return first, d[len(d)/2]
+	}
+	for i := 0; i < b.N; i++ {
+		_, base := measure(false)
+		first, flipped := measure(true)
+		b.ReportMetric(float64(base.Nanoseconds()), "ns/step-same-grant")
+		b.ReportMetric(float64(flipped.Nanoseconds()-base.Nanoseconds()), "ns/rebind-added")
+		b.ReportMetric(float64(first.Nanoseconds()), "ns/first-step-new-group-set")
 	}
 }
