@@ -64,6 +64,14 @@ int main(void) {
     fact("cross_stream.elapsed_covers_kernel", "%s", yn(ms >= 0.9f * (float)T / 1000.0f));
     info("cross_stream_elapsed_ms=%.3f", (double)ms);
 
+    /* 7. a BLOCKING_SYNC event: the host sleeps instead of spinning, same ordering */
+    CUevent bs = mkevent(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
+    k_spin(A, T);
+    CK(D.cuEventRecord(bs, A));
+    fact("blocking_sync.query", "%s", st(D.cuEventQuery(bs)));
+    CK(D.cuEventSynchronize(bs));
+    fact("blocking_sync.stream_after_sync", "%s", st(D.cuStreamQuery(A)));
+
     conf_done();
     return 0;
 }

@@ -51,6 +51,7 @@ int main(void) {
 
     CUgraphExec ge;
     CK(D.cuGraphInstantiateWithFlags(&ge, g, 0));
+    fact("upload.rc", "%s", st(D.cuGraphUpload(ge, S)));
     for (int r = 0; r < ROUNDS; r++)
         CK(D.cuGraphLaunch(ge, S));
     fact("replay.stream_before_sync", "%s", st(D.cuStreamQuery(S)));

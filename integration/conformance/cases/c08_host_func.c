@@ -21,6 +21,22 @@ static void hostfn(void *p) {
     atomic_store(&h->ran, 1);
 }
 
+/* cuStreamAddCallback: the callback gets the application's own stream handle and the stream's status. */
+struct cbrec {
+    CUstream stream;
+    CUresult status;
+    uint64_t t;
+    atomic_int ran;
+};
+
+static void callback(CUstream s, CUresult status, void *p) {
+    struct cbrec *c = p;
+    c->stream = s;
+    c->status = status;
+    c->t = now_ns();
+    atomic_store(&c->ran, 1);
+}
+
 int main(void) {
     conf_init("host_func");
     const unsigned T = conf_spin_us;
@@ -78,6 +94,17 @@ int main(void) {
     CK(D.cuLaunchHostFunc_ptsz(NULL, hostfn, &h[10]));
     CK(D.cuStreamSynchronize_ptsz(NULL));
     fact("per_thread.ran_after_kernel", "%s", yn(atomic_load(&h[10].ran) && h[10].t - t0 >= (uint64_t)T * 900u));
+
+    /* 7. stream callbacks (the older API): after the kernel, with the application's stream handle */
+    static struct cbrec cb;
+    t0 = now_ns();
+    k_spin(B, T);
+    CK(D.cuStreamAddCallback(B, callback, &cb, 0));
+    CK(D.cuStreamSynchronize(B));
+    fact("callback.ran", "%d", atomic_load(&cb.ran));
+    fact("callback.stream_is_app_stream", "%s", yn(cb.stream == B));
+    fact("callback.status", "%s", st(cb.status));
+    fact("callback.ran_after_kernel", "%s", yn(cb.t - t0 >= (uint64_t)T * 900u));
 
     conf_done();
     return 0;

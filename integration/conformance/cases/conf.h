@@ -96,7 +96,15 @@
     X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0)                                                        \
     X(cuMemAllocAsync, cuMemAllocAsync, 11020, 0)                                                                    \
     X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0)                                                    \
-    X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)
+    X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                                                                      \
+    X(cuStreamAddCallback, cuStreamAddCallback, 5000, 0)                                                             \
+    X(cuGraphUpload, cuGraphUpload, 11010, 0)                                                                        \
+    X(cuStreamGetFlags, cuStreamGetFlags, 5050, 0)                                                                   \
+    X(cuStreamGetPriority, cuStreamGetPriority, 5050, 0)                                                             \
+    X(cuStreamGetCtx, cuStreamGetCtx, 9020, 0)                                                                       \
+    X(cuStreamGetCtx_v2, cuStreamGetCtx, 12050, 0)                                                                   \
+    X(cuStreamGetId, cuStreamGetId, 12000, 0)                                                                        \
+    X(cuCtxGetCurrent, cuCtxGetCurrent, 4000, 0)
 
 struct conf_drv {
 #define CONF_FIELD_(f, base, ver, pt) PFN_##f f;
