@@ -4,6 +4,7 @@
 Configurations, for each pair of a latency-critical (LC) and a best-effort (BE) workload:
   alone       each workload by itself (LC at Poisson load --load of its own solo capacity, measured first)
   alone-lib   the same under libdetshare with a grant of every SM group (solo overhead of the library)
+  alone-grant LC alone under MPS + libdetshare with its DetShare grant (--lc-groups): isolation baseline
   timeslice   both at once, no MPS: the driver time-slices the two processes
   mps         both at once under one MPS server (private pipe directory), no limits
   mps-pct     MPS, BE with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = its share of SMs (LC's groups left out)
@@ -36,7 +37,7 @@ import dstable  # noqa: E402  (standard library only)
 INFER_PAIRS = {"quick": [("resnet50", "resnet50")],
                "default": [("resnet50", "resnet50"), ("bert", "gpt2")],
                "full": [("resnet50", "resnet50"), ("resnet50", "gpt2"), ("bert", "resnet50"), ("bert", "gpt2")]}
-PAIR_CONFIGS = ["alone", "alone-lib", "timeslice", "mps", "mps-pct", "detshare"]
+PAIR_CONFIGS = ["alone", "alone-lib", "alone-grant", "timeslice", "mps", "mps-pct", "detshare"]
 LLM_CONFIGS = ["alone", "timeslice", "mps", "detshare-to", "detshare-tpot"]
 TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
 SUITES = ["infer", "llm", "train"]
@@ -51,7 +52,7 @@ def parse(argv=None):
                     help="LC/BE model pairs for the infer suite (default: quick with --quick, else default)")
     ap.add_argument("--configs", default="", help="comma list restricting the configurations run")
     ap.add_argument("--duration", type=float, default=0, help="measurement seconds per configuration "
-                                                              "(default 6 with --quick, else 10)")
+                                                              "(default 6 with --quick, else 8)")
     ap.add_argument("--load", type=float, default=0.5, help="LC Poisson load as a fraction of its solo capacity")
     ap.add_argument("--lc-groups", type=int, default=4, help="SM groups guaranteed to LC (H100: 4 x 8 = 32 SMs)")
     ap.add_argument("--tpot-decode-groups", type=int, default=0,
@@ -75,7 +76,7 @@ def parse(argv=None):
         if c not in known:
             ap.error("--configs: %r is not one of %s" % (c, ", ".join(sorted(known))))
     if not a.duration:
-        a.duration = 6.0 if a.quick else 10.0
+        a.duration = 6.0 if a.quick else 8.0
     if not a.pairs:
         a.pairs = "quick" if a.quick else "default"
     if not 0 < a.load < 1:
@@ -267,7 +268,9 @@ class Runner:
                 for cfg in PAIR_CONFIGS:
                     if not want(cfg):
                         continue
-                    if cfg in ("alone", "alone-lib"):
+                    if cfg == "alone-grant":
+                        cases.append(self.case("infer/%s/%s/lc" % (pair, cfg), cfg, [("lc", lcw, "lc", pair)]))
+                    elif cfg in ("alone", "alone-lib"):
                         cases.append(self.case("infer/%s/%s/lc" % (pair, cfg), cfg, [("lc", lcw, "lc", pair)]))
                         cases.append(self.case("infer/%s/%s/be" % (pair, cfg), cfg, [("be", bew, "be", pair)]))
                     else:
@@ -307,7 +310,8 @@ class Runner:
                 pct = max(1, int(100 * sum(groups[self.a.lc_groups:]) / self.gpu["sms"]))
             ws.append(Worker(label, list(args), tenant=tenant, mps_pct=pct))
             ws[-1].group = group
-        return Case(name, cfg, ws, needs_mps=cfg.startswith("mps") or cfg.startswith("detshare"))
+        return Case(name, cfg, ws, needs_mps=cfg.startswith("mps") or cfg.startswith("detshare") or
+                    cfg == "alone-grant")
 
     # ----------------------------------------------------------------------------------------- one case -------
     def run_case(self, c):
@@ -322,7 +326,7 @@ class Runner:
         if not c.needs_mps and self.mps.running:
             self.mps.stop()
         table, policy, tenants = None, None, {}
-        lib = c.config.startswith("detshare") or c.config == "alone-lib"
+        lib = c.config.startswith("detshare") or c.config in ("alone-lib", "alone-grant")
         if lib:
             if not os.path.exists(a.lib):
                 raise RuntimeError("%s missing: run `make build/lib/libdetshare.so` first" % a.lib)
@@ -430,6 +434,11 @@ class Runner:
             q = t.register(labels[0], tier="best-effort")
             t.publish_grant(q.slot, allm)
             tenants[labels[0]] = q
+        elif c.config == "alone-grant":
+            lcm = dstable.range_mask(0, a.lc_groups)
+            q = t.register("lc", tier="latency-critical", guaranteed_groups=lcm)
+            t.publish_grant(q.slot, lcm)
+            tenants["lc"] = q
         elif c.config == "detshare" and "lc" in labels:
             lcm = dstable.range_mask(0, a.lc_groups)
             q1 = t.register("lc", tier="latency-critical", guaranteed_groups=lcm)

@@ -119,7 +119,7 @@ def build(outdir, skip, slo_ms):
         md.append("| config | LC svc P50 ms | LC svc P99 ms | P99 / solo | LC a2c P50 ms | LC a2c P99 ms | a2c P99 / solo "
                   "| LC norm | BE steps/s | BE norm | sum | bit-identical |")
         md.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for cfg in ("alone", "alone-lib", "timeslice", "mps", "mps-pct", "detshare"):
+        for cfg in ("alone", "alone-lib", "alone-grant", "timeslice", "mps", "mps-pct", "detshare"):
             c = cfgs.get(cfg)
             if not c:
                 continue
@@ -142,6 +142,18 @@ def build(outdir, skip, slo_ms):
                 fmt(lc and lc["a2c_p50_ms"], 3), fmt(lc and lc["a2c_p99_ms"], 3), fmt(r["lc_a2c_p99_ratio"]),
                 fmt(r["lc_norm"]), fmt(be and be["steps_per_s"]), fmt(r["be_norm"]), fmt(r["sum"]),
                 {True: "yes", False: "**NO**", None: "—"}[r["bit_identical"]]))
+        ag = cfgs.get("alone-grant", {}).get("lc")
+        if ag and rows.get("detshare") and rows["detshare"]["lc"]:
+            ags = lc_stats(ag, skip)
+            d = rows["detshare"]
+            d["lc_svc_p50_ratio_vs_grant_alone"] = ratio(d["lc"]["svc_p50_ms"], ags["svc_p50_ms"])
+            d["lc_svc_p99_ratio_vs_grant_alone"] = ratio(d["lc"]["svc_p99_ms"], ags["svc_p99_ms"])
+            md.append("")
+            md.append("Isolation: DetShare LC service time vs LC alone on the same %s-group grant: P50 x%s, P99 x%s." % (
+                meta.get("lc_groups", "?"), fmt(d["lc_svc_p50_ratio_vs_grant_alone"], 3),
+                fmt(d["lc_svc_p99_ratio_vs_grant_alone"], 3)))
+            res["targets"].append(target("%s: LC service time (P50) within 3%% of alone on its grant (issue 5)" % group,
+                                         d["lc_svc_p50_ratio_vs_grant_alone"], "<=", 1.03))
         lib = cfgs.get("alone-lib", {})
         ov_lc = ratio(lc_stats(lib["lc"], skip)["svc_p50_ms"], blc and blc["svc_p50_ms"]) if "lc" in lib else None
         ov_be = ratio(bbe and bbe["steps_per_s"], train_stats(lib["be"], skip)["steps_per_s"]) if "be" in lib else None
