@@ -57,7 +57,9 @@ type Scheduler struct {
 	lock  *os.File
 	mps   *mps.Manager
 	pages map[int]*page // slot -> mapped client page of the current generation
-	gpus  map[int]*gpuState
+	// gpus is written by the loop (a GPU recorded later by a registration) and read by the MPS watcher.
+	gpusMu sync.Mutex
+	gpus   map[int]*gpuState
 
 	cfgMu sync.Mutex
 	cfg   config.Config
@@ -285,10 +287,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 	}()
 	// MPS checks run external commands; they live beside the loop so they never delay a reaction.
-	gpus := make([]*gpuState, 0, len(s.gpus))
-	for _, g := range s.gpus {
-		gpus = append(gpus, g)
-	}
 	mpsCtx, mpsStop := context.WithCancel(ctx)
 	mpsDone := make(chan struct{})
 	go func() {
@@ -304,7 +302,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			case <-mpsCtx.Done():
 				return
 			case <-tk.C:
-				s.checkMPS(gpus)
+				s.checkMPS(s.gpuList())
 			}
 		}
 	}()
@@ -332,13 +330,23 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
+func (s *Scheduler) gpuList() []*gpuState {
+	s.gpusMu.Lock()
+	defer s.gpusMu.Unlock()
+	out := make([]*gpuState, 0, len(s.gpus))
+	for _, g := range s.gpus {
+		out = append(out, g)
+	}
+	return out
+}
+
 func (s *Scheduler) nextWait() time.Duration {
 	c := s.Config()
 	w := c.Scheduler.Tick.Duration
 	if r := c.Scheduler.ReapEvery.Duration - time.Since(s.lastReap); r < w {
 		w = r
 	}
-	for _, g := range s.gpus {
+	for _, g := range s.gpuList() {
 		if g.mode.Load() == table.ModeTemporal && g.holder >= 0 {
 			if r := time.Until(g.until); r < w {
 				w = r
@@ -551,10 +559,15 @@ func (s *Scheduler) decide(now time.Time) {
 	states := s.t.GPUs()
 	sort.Slice(states, func(i, j int) bool { return states[i].Index < states[j].Index })
 	for _, g := range states {
+		s.gpusMu.Lock()
 		gs := s.gpus[g.Index]
+		s.gpusMu.Unlock()
 		if gs == nil {
+			// A GPU recorded after start (a registration discovered it): set it up once, then decide as usual.
 			gs = s.startGPU(g)
+			s.gpusMu.Lock()
 			s.gpus[g.Index] = gs
+			s.gpusMu.Unlock()
 		}
 		rows := byGPU[g.Index]
 		if len(rows) == 0 {

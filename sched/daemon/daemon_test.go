@@ -462,3 +462,36 @@ func TestChaosKillHostTenant(t *testing.T) {
 		t.Errorf("tenant reclaimed after %s, want <= 1 s", d)
 	}
 }
+
+// TestSLOViolationsAndMetrics: a burstable tenant whose demand is answered later than scheduler.latency_slo counts
+// an SLO violation (once per rise); a generous SLO counts none. The metrics source exports both the table's view and
+// the scheduler's counters.
+func TestSLOViolationsAndMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		slo  time.Duration
+		want bool
+	}{{time.Microsecond, true}, {time.Minute, false}} {
+		dir, tb := newRunDir(t)
+		bu := register(t, tb, "bu", table.TierBurstable, table.RoleNone, 2, false, 0)
+		be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
+		c := testConfig()
+		c.Scheduler.LatencySLO = config.Duration{Duration: tc.slo}
+		s := startSched(t, dir, c, nil)
+		play(t, tb, be).busy(true)
+		waitGrant(t, tb, be.Slot, time.Second, "BE borrows all", groupsIs(8))
+		play(t, tb, bu).busy(true)
+		waitGrant(t, tb, bu.Slot, time.Second, "BU guarantee + share", groupsIs(4))
+		time.Sleep(20 * time.Millisecond)
+		v := s.TenantStats()["bu"].SLOViolations
+		if (v > 0) != tc.want || v > 1 {
+			t.Fatalf("SLO %s: %d violations, want violation=%v (at most one per rise)", tc.slo, v, tc.want)
+		}
+		if s.TenantStats()["be"].SLOViolations != 0 {
+			t.Fatal("best-effort tenants have no SLO")
+		}
+		snap, ex := s.MetricsSource()()
+		if len(snap.Tenants) != 2 || ex.SLOViolations["bu"] != v || ex.GrantChanges == 0 || ex.Passes == 0 || !snap.Scheduler.Alive {
+			t.Fatalf("metrics source: %+v %+v", snap, ex)
+		}
+	}
+}
