@@ -20,14 +20,26 @@ func TestSimulated(t *testing.T) {
 	}
 }
 
-// TestNoDriver runs on CI (no NVIDIA driver): discovery must fail cleanly, not crash.
-func TestNoDriver(t *testing.T) {
-	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
-		t.Skip("a real NVIDIA driver is present")
+// TestHostDiscovery: on CI (no NVIDIA driver) discovery must fail cleanly, not crash; on a GPU host it must find
+// every GPU with its SM count.
+func TestHostDiscovery(t *testing.T) {
+	g, src, err := Discover(nil)
+	if src != SourceNVML {
+		t.Fatalf("source %v", src)
 	}
-	_, src, err := Discover(nil)
-	if src != SourceNVML || err == nil {
-		t.Fatalf("no driver: %v %v", src, err)
+	if _, statErr := os.Stat("/dev/nvidiactl"); statErr == nil {
+		if err != nil || len(g) == 0 {
+			t.Fatalf("NVIDIA driver present but discovery failed: %v %+v", err, g)
+		}
+		for _, x := range g {
+			if x.SMCount == 0 || x.UUID == "" || x.MemTotal == 0 {
+				t.Fatalf("incomplete GPU info: %+v", x)
+			}
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("no driver, yet discovery returned %+v", g)
 	}
 	if !errors.Is(err, ErrNoDriver) && !strings.Contains(err.Error(), "NVML") {
 		t.Fatalf("unclear error: %v", err)
