@@ -430,6 +430,10 @@ func TestProcAddressInternalPointerMappedByName(t *testing.T) {
 	if peak := atomic.LoadUint64(&e.client.Page().MemPeak); peak != 1<<20 {
 		t.Errorf("allocation through the mapped wrapper charged %d bytes, want %d", peak, 1<<20)
 	}
+	// an exported variant this library does not know is passed through, never wrapped with another ABI
+	if sym, obj := r.get(t, "future", "sym"), r.get(t, "future", "obj"); sym != "cuMemAlloc_v9" || obj != "libcuda.so.1" {
+		t.Errorf("unknown exported variant -> %s in %s, want cuMemAlloc_v9 in libcuda.so.1 (pass-through)", sym, obj)
+	}
 	if sym := r.get(t, "launchpt", "sym"); sym != "cuLaunchKernel_ptsz" {
 		t.Errorf("per-thread cuLaunchKernel -> %s, want cuLaunchKernel_ptsz", sym)
 	}

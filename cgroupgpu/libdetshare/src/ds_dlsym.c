@@ -170,9 +170,20 @@ void *ds_map_proc(const char *symbol, void *real, int version, cuuint64_t flags)
                 best = h;
         }
     }
-    if (best && hook_real(best))
-        return best->wrapper;
-    return real;
+    if (!best || !hook_real(best))
+        return real;
+    /* The answer is not an export we hook. If it is another export (a variant newer than this library knows, with
+     * perhaps another signature), wrapping it with an older variant's wrapper would break the ABI: pass it through.
+     * Only an internal function (no exported name) is taken to be the variant the name and version select. */
+    Dl_info i;
+    if (dladdr(real, &i) && i.dli_sname && strcmp(i.dli_sname, best->name) != 0) {
+        static atomic_int warned;
+        if (!atomic_exchange(&warned, 1))
+            DS_LOG(DS_LOG_WARN, "cuGetProcAddress(%s, %d) answered with %s, unknown to this library: not intercepted",
+                   symbol, version, i.dli_sname);
+        return real;
+    }
+    return best->wrapper;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------

@@ -37,6 +37,10 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+/* A variant from the future (another ABI), exported under a name libdetshare does not know. */
+EXPORT CUresult cuMemAlloc_v9(CUdeviceptr *p, size_t n, unsigned flags) {
+    return flags ? CUDA_ERROR_INVALID_VALUE : cuMemAlloc_v2(p, n);
+}
 /* What a driver may hand out from cuGetProcAddress: an internal function that is not one of its exports. */
 static CUresult internal_mem_alloc(CUdeviceptr *p, size_t n) { return cuMemAlloc_v2(p, n); }
 
@@ -55,6 +59,12 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
         return CUDA_ERROR_INVALID_VALUE;
     if (!strcmp(symbol, "cuLaunchKernel") && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
         *pfn = (void *)cuLaunchKernel_ptsz;
+        if (st)
+            *st = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(symbol, "cuMemAlloc") && cudaVersion >= 20000) {
+        *pfn = (void *)cuMemAlloc_v9;
         if (st)
             *st = CU_GET_PROC_ADDRESS_SUCCESS;
         return CUDA_SUCCESS;

@@ -37,6 +37,10 @@ int main(void) {
     r = p ? ((PFN_cuMemAlloc_v2)p)(&d, 1 << 20) : CUDA_ERROR_NOT_FOUND;
     printf("call rc=%d ptr=%d\n", r, d != 0);
     p = NULL;
+    r = gp("cuMemAlloc", &p, 20000, 0, NULL);
+    obj = obj_of(p, &sym);
+    printf("future rc=%d sym=%s obj=%s\n", r, sym, obj);
+    p = NULL;
     r = gp("cuLaunchKernel", &p, 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL);
     obj = obj_of(p, &sym);
     printf("launchpt rc=%d sym=%s obj=%s\n", r, sym, obj);
