@@ -3,14 +3,14 @@
 #
 #   integration/gpu/run_all.sh [--quick] [--suite infer,llm,train] [--no-bench] [--no-det] [--no-mem] OUTDIR
 #
-# Builds libdetshare (with `make build` when Go is installed, else only the C library: Go is not needed on the GPU
-# machine, the Python stand-in dstable.py writes the table and grants), then runs
+# Builds libdetshare (only the C library: Go is not needed on the GPU machine, the Python stand-in dstable.py
+# writes the table and grants that `detshare run`/`detshare sched` would), then runs
 #   bench.py        alone / alone-lib / time-slicing / MPS / MPS+percentage / DetShare (+ LLM and training pairs)
 #   report.py       OUTDIR/bench/results.{md,json}, latency_cdf.{png,csv}
 #   determinism.py  OUTDIR/det/determinism.{md,json}
 #   memquota.py     OUTDIR/mem/memquota.{md,json}
 # and writes OUTDIR/SUMMARY.md (date, GPU, driver, command, every table) ready to paste into BENCHMARKS.md.
-# Budget: --quick about 5 minutes on an H100; without --quick the default suite is `infer` (about 7 minutes);
+# Budget: --quick about 5-6 minutes on an H100; without --quick the default suite is `infer` (about 7 minutes);
 # run `--suite llm,train --no-det --no-mem` as a second invocation for the rest. Environment: PYTHON (default
 # python3, needs torch with CUDA), DETSHARE_BENCH_ARGS (extra bench.py arguments).
 set -euo pipefail
@@ -42,26 +42,22 @@ log() { printf '[run_all %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 # ---- build ------------------------------------------------------------------------------------------------------
 cd "$repo"
-built=0
-if command -v go >/dev/null 2>&1; then
-  log "building everything (make build)"
-  if make build >"$out/build.log" 2>&1; then built=1; else
-    log "make build failed (see $out/build.log); building only libdetshare, which is all the suite needs"; fi
-else
-  log "Go not installed: building only libdetshare (C); the Python table writer stands in for detshare run/sched"
-fi
-if [ $built = 0 ]; then
-  make build/lib/libdetshare.so >>"$out/build.log" 2>&1 ||
-    make -f cgroupgpu/libdetshare/build.mk build/lib/libdetshare.so >>"$out/build.log" 2>&1 ||
-    { log "building libdetshare failed, see $out/build.log"; tail -20 "$out/build.log" >&2; exit 1; }
-fi
+# Only the C library is needed (the Python stand-in writes the table): no Go, no module downloads on the GPU box.
+log "building libdetshare (make build/lib/libdetshare.so)"
+make build/lib/libdetshare.so >"$out/build.log" 2>&1 ||
+  make -f cgroupgpu/libdetshare/build.mk build/lib/libdetshare.so >>"$out/build.log" 2>&1 ||
+  { log "building libdetshare failed, see $out/build.log"; tail -20 "$out/build.log" >&2; exit 1; }
 lib="$repo/build/lib/libdetshare.so"
 [ -f "$lib" ] || { log "$lib was not built"; exit 1; }
 
 # ---- environment ------------------------------------------------------------------------------------------------
-"$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)' 2>"$out/torch.err" || {
-  log "$PY cannot use CUDA through PyTorch ($(tail -1 "$out/torch.err")); set PYTHON to an interpreter with torch"
-  exit 1; }
+rc=0
+"$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)' 2>"$out/torch.err" || rc=$?
+if [ $rc = 3 ]; then
+  log "$PY has PyTorch but torch.cuda.is_available() is False (a CPU-only build, or no GPU visible)"; exit 1
+elif [ $rc != 0 ]; then
+  log "$PY cannot import PyTorch ($(tail -1 "$out/torch.err")); set PYTHON to an interpreter with torch"; exit 1
+fi
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "command: $0 $orig_args"
