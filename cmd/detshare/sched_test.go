@@ -100,7 +100,7 @@ func TestTopFits80ColumnsAndRefreshesInPlace(t *testing.T) {
 			t.Errorf("line wider than 80 columns (%d): %q", len([]rune(l)), l)
 		}
 	}
-	for _, want := range []string{"SIMULATED", "an-extremely-long~", "train", "LC", "BE", "32/32", "40.0G", "BUSY%", "LAUNCH/s", "QDLY"} {
+	for _, want := range []string{"SIMULATED  132 SMs/15 grp  MPS unknown  none", "an-extremely-long~", "train", "LC", "BE", "32/32", "40.0G", "BUSY%", "LAUNCH/s", "QDLY"} {
 		if !strings.Contains(frame, want) {
 			t.Errorf("frame lacks %q:\n%s", want, frame)
 		}

@@ -85,7 +85,14 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot) {
 			sim = " SIMULATED"
 		}
 		line(w, "")
-		line(w, fmt.Sprintf("GPU %d %s%s  %d SMs/%d grp  MPS %s  %s", g.Index, g.Name, sim, g.SMs, len(g.Groups), g.MPS, g.Mode))
+		// The name gives way so that the facts (SMs, MPS, mode) always fit.
+		head := fmt.Sprintf("GPU %d ", g.Index)
+		tail := fmt.Sprintf("%s  %d SMs/%d grp  MPS %s  %s", sim, g.SMs, len(g.Groups), g.MPS, g.Mode)
+		name := g.Name
+		if room := topWidth - len(head) - len(tail); len(name) > room {
+			name = name[:max(room-1, 0)] + "~"
+		}
+		line(w, head+name+tail)
 		line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5s %8s %15s %8s", "TENANT", "T", "ROL", "SM g/q", "BUSY%", "LAUNCH/s", "MEM used/quota", "QDLY ms"))
 		for _, t := range s.Tenants {
 			if t.GPU != g.Index {
