@@ -120,7 +120,8 @@ type Request struct {
 	Bundle string            // bundle directory holding config.json
 	Labels map[string]string // engine labels (Docker labels, containerd container labels); may be nil
 	// NoPoststopHook leaves the poststop hook out of the spec, for callers that see every deletion themselves (the
-	// runc wrapper is run for every `runc delete`, crash clean-up included); it saves a process start per container.
+	// runc wrapper is run for every `runc delete`; the shim's Delete and its manager's Stop, which containerd runs
+	// to clean up after a dead shim); it saves a process start per container.
 	NoPoststopHook bool
 }
 

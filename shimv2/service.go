@@ -152,7 +152,8 @@ func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest) (ho
 	}
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	return hook.Prepare(pctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle, Labels: labels})
+	// Delete and Manager.Stop deregister; no poststop hook needed.
+	return hook.Prepare(pctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle, Labels: labels, NoPoststopHook: true})
 }
 
 func (s *Service) forget(id string) {
@@ -161,8 +162,7 @@ func (s *Service) forget(id string) {
 	s.mu.Unlock()
 }
 
-// Delete delegates, then deregisters the init process's container. The poststop hook normally did it already;
-// this covers a runc that never ran it.
+// Delete delegates, then deregisters the init process's container.
 func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
 	resp, err := s.TaskService.Delete(ctx, r)
 	if err == nil && r.ExecID == "" {

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 
-	"github.com/containerd/containerd/runtime/v2/runc/manager"
 	_ "github.com/containerd/containerd/runtime/v2/runc/pause"
 	"github.com/containerd/containerd/runtime/v2/shim"
 
@@ -13,5 +12,5 @@ import (
 )
 
 func main() {
-	shim.RunManager(context.Background(), manager.NewShimManager(shimv2.RuntimeName))
+	shim.RunManager(context.Background(), shimv2.NewManager())
 }

@@ -3,7 +3,9 @@ package containers
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,4 +217,45 @@ func TestCtrBadQuotaRefusedAndNothingLeaks(t *testing.T) {
 		}
 		e.assertNoLeak(t, id)
 	})
+}
+
+// A shim that dies is cleaned up by containerd running the shim binary's `delete` action (Manager.Stop), which
+// deregisters the container: no slot, mount or process is left.
+func TestCtrShimKilledDeregisters(t *testing.T) {
+	e := need(t)
+	id := "ds-ctr-shimkill"
+	out, err := e.ctr("run", "-d", "--runtime", shimRuntime, "--env", "DETSHARE_TIER=best-effort", imageRef, id, "sleep", "300")
+	if err != nil {
+		t.Fatalf("ctr run: %v: %s", err, out)
+	}
+	defer e.ctr("containers", "rm", id)
+	e.waitRegistered(t, id)
+	shim := 0
+	for _, pid := range processesNaming(id) {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmd), "containerd-shim-detshare-v1") {
+			shim = pid
+		}
+	}
+	if shim == 0 {
+		t.Fatal("shim process not found")
+	}
+	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, ok := e.lookup(t, id); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still registered 20s after its shim was killed")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e.ctr("tasks", "rm", "-f", id)
+	if out, err := e.ctr("containers", "rm", id); err != nil {
+		t.Fatalf("containers rm: %v: %s", err, out)
+	}
+	e.assertNoLeak(t, id)
 }

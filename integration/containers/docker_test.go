@@ -1,7 +1,10 @@
 package containers
 
 import (
+	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,4 +152,43 @@ func TestDockerBadQuotaRefusedAndNothingLeaks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// When containerd's runc shim of a Docker container dies, containerd cleans up with `runc delete` through the
+// wrapper (the shim's BinaryName), which deregisters.
+func TestDockerShimKilledDeregisters(t *testing.T) {
+	e := needDocker(t)
+	out, err := e.docker("run", "-d", "--runtime=detshare", "--network", "none", "-e", "DETSHARE_TIER=best-effort",
+		dockerImage, "sleep", "300")
+	if err != nil {
+		t.Fatalf("docker run: %v: %s", err, out)
+	}
+	id := strings.TrimSpace(out)
+	defer e.docker("rm", "-f", id)
+	e.waitRegistered(t, id)
+	shim := 0
+	for _, pid := range processesNaming(id) {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmd), "containerd-shim-runc-v2") {
+			shim = pid
+		}
+	}
+	if shim == 0 {
+		t.Fatal("containerd-shim-runc-v2 of the container not found")
+	}
+	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, ok := e.lookup(t, id); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still registered 20s after its shim was killed")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e.docker("rm", "-f", id)
+	e.assertNoLeak(t, id)
 }
