@@ -495,3 +495,43 @@ func TestSLOViolationsAndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestChaosKillWholeContainer: every process of a container tenant is killed at once (the container died without
+// its poststop hook); within 1 s all entries are reaped, all memory is credited and its share goes to the others,
+// while its registration (and guarantee) stays until the runtime deregisters it.
+func TestChaosKillWholeContainer(t *testing.T) {
+	dir, tb := newRunDir(t)
+	a := register(t, tb, "a", table.TierBestEffort, table.RoleNone, 0, false, 0)
+	c := register(t, tb, "ctr", table.TierBurstable, table.RoleNone, 2, false, 0)
+	startSched(t, dir, testConfig(), nil)
+	play(t, tb, a).busy(true)
+	env := []string{table.RunDirEnv + "=" + dir, "PAGE=" + c.ClientPagePath, "CHARGE=4096"}
+	p1, p2 := spawn(t, "client", env...), spawn(t, "client", env...)
+	waitGrant(t, tb, c.Slot, time.Second, "container: guarantee + share (4)", groupsIs(4))
+	page, err := table.OpenClientPageReadOnly(c.ClientPagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Close()
+	if page.LiveProcesses() != 2 || page.Page().MemUsed != 8192 || page.Page().Demand != 2 {
+		t.Fatalf("before: procs %d mem %d demand %d", page.LiveProcesses(), page.Page().MemUsed, page.Page().Demand)
+	}
+	killed := time.Now()
+	p1.Process.Signal(syscall.SIGKILL)
+	p2.Process.Signal(syscall.SIGKILL)
+	p1.Wait()
+	p2.Wait()
+	waitGrant(t, tb, a.Slot, time.Second, "A borrows the idle container's groups (8)", groupsIs(8))
+	for page.LiveProcesses() != 0 || page.Page().MemUsed != 0 || page.Page().Demand != 0 {
+		if time.Since(killed) > time.Second {
+			t.Fatalf("not reclaimed within 1 s: procs %d mem %d demand %d", page.LiveProcesses(), page.Page().MemUsed, page.Page().Demand)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, ok := tb.Lookup("ctr"); !ok {
+		t.Fatal("container registration removed by the scheduler; only its runtime deregisters it")
+	}
+	if g, _ := tb.ReadGrant(c.Slot); !groupsIs(2)(g) {
+		t.Fatalf("idle container should keep its guarantee groups as its grant: %+v", g)
+	}
+}
