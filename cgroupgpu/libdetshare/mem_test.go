@@ -262,10 +262,16 @@ func TestSIGKILLedProcessCreditedByReaper(t *testing.T) {
 
 // Under MPS the driver-enforced limit is set for the process before the driver initialises.
 func TestMPSPinnedMemoryBackstop(t *testing.T) {
-	e := newEnv(t, true).withTenant(64*MiB, t.TempDir())
-	r := e.run("ds_probe_rt", "env:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+	pipe := t.TempDir()
+	e := newEnv(t, true).withTenant(64*MiB, pipe)
+	r := e.run("ds_probe_rt", "env:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "env:CUDA_MPS_PIPE_DIRECTORY")
 	if v := r.get(t, "env:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value"); v != "0=64M" {
 		t.Fatalf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = %q, want 0=64M", v)
+	}
+	// exec'd processes never see env edits made at create time: the library points the driver at the tenant's
+	// MPS pipe directory itself
+	if v := r.get(t, "env:CUDA_MPS_PIPE_DIRECTORY", "value"); v != pipe {
+		t.Fatalf("CUDA_MPS_PIPE_DIRECTORY = %q, want the quota file's %q", v, pipe)
 	}
 	e2 := newEnv(t, true).withTenant(64*MiB, "")
 	r = e2.run("ds_probe_rt", "env:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")

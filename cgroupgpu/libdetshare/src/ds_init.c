@@ -293,6 +293,12 @@ static void load_tenant(void) {
     memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
     memcpy(t->table_path, q.table, sizeof t->table_path);
     if (t->mps_pipe_dir[0]) {
+        /* The driver finds the MPS server through CUDA_MPS_PIPE_DIRECTORY. Processes `exec`'d into a container
+         * never see env edits made at create time, so the library exports the tenant's pipe directory itself
+         * (before the driver initialises); a value the user set is kept. */
+        const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+        if (!pipe || !*pipe)
+            setenv("CUDA_MPS_PIPE_DIRECTORY", t->mps_pipe_dir, 1);
         bool host = (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
         const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
         set_mps_backstop(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED), host && !(cvd && *cvd) ? gpu : 0);
