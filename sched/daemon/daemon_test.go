@@ -531,7 +531,5 @@ func TestChaosKillWholeContainer(t *testing.T) {
 	if _, ok := tb.Lookup("ctr"); !ok {
 		t.Fatal("container registration removed by the scheduler; only its runtime deregisters it")
 	}
-	if g, _ := tb.ReadGrant(c.Slot); !groupsIs(2)(g) {
-		t.Fatalf("idle container should keep its guarantee groups as its grant: %+v", g)
-	}
+	waitGrant(t, tb, c.Slot, 100*time.Millisecond, "idle container keeps its guarantee groups as its grant", groupsIs(2))
 }
