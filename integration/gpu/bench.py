@@ -37,7 +37,8 @@ import dstable  # noqa: E402  (standard library only)
 INFER_PAIRS = {"quick": [("resnet50", "resnet50")],
                "default": [("resnet50", "resnet50"), ("bert", "gpt2")],
                "full": [("resnet50", "resnet50"), ("resnet50", "gpt2"), ("bert", "resnet50"), ("bert", "gpt2")]}
-PAIR_CONFIGS = ["alone", "alone-lib", "alone-grant", "timeslice", "mps", "mps-pct", "detshare"]
+# ordered so that MPS starts once per pair (alone, alone-lib and timeslice run without it)
+PAIR_CONFIGS = ["alone", "alone-lib", "timeslice", "alone-grant", "mps", "mps-pct", "detshare"]
 LLM_CONFIGS = ["alone", "timeslice", "mps", "detshare-to", "detshare-tpot"]
 TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
 SUITES = ["infer", "llm", "train"]
