@@ -62,7 +62,16 @@ func TestMPSRealDaemonLifecycle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done; s.Close() }()
+	// Stop the scheduler (and its MPS watcher) first, then kill whatever daemon it left: otherwise the watcher could
+	// restart a daemon the cleanup just killed, and leak it.
+	defer func() {
+		cancel()
+		<-done
+		s.Close()
+		if p := readPidFile(t, paths.MPSPipeDir(0)); p > 0 {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	}()
 	<-ready
 	g := tb.GPUs()[0]
 	if g.Mode != table.ModeSpatial || g.MPSState != table.MPSRunning || g.MPSPipeDir != paths.MPSPipeDir(0) {
@@ -92,7 +101,6 @@ func TestMPSRealDaemonLifecycle(t *testing.T) {
 	deadline = time.Now().Add(3 * time.Second)
 	for {
 		if p := readPidFile(t, paths.MPSPipeDir(0)); p != pid1 && p != 0 {
-			defer syscall.Kill(p, syscall.SIGKILL)
 			break
 		}
 		if time.Now().After(deadline) {

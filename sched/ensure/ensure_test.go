@@ -1,0 +1,64 @@
+package ensure
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/sched/placement"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// The end-to-end start-on-registration test is sched/daemon's TestEnsureSchedulerOnRegistration (its test binary
+// can act as the scheduler); these check the pieces.
+
+func TestPlugged(t *testing.T) {
+	if _, ok := tenant.DefaultPlacer.(*placement.Placer); !ok {
+		t.Fatalf("importing sched/ensure must plug the profile placer, got %T", tenant.DefaultPlacer)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	t.Setenv(BinEnv, "/nonexistent/detshare")
+	if err := tenant.EnsureScheduler(dir); err == nil {
+		t.Fatal("tenant.EnsureScheduler is not ours: a missing binary must be reported")
+	}
+}
+
+func TestLeaderRunningFollowsTheLock(t *testing.T) {
+	dir := t.TempDir()
+	if LeaderRunning(dir) {
+		t.Fatal("no lock file: no leader")
+	}
+	f, err := os.OpenFile(table.NewPaths(dir).SchedLock(), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if LeaderRunning(dir) {
+		t.Fatal("unlocked file: no leader")
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if !LeaderRunning(dir) {
+		t.Fatal("lock held: leader running")
+	}
+	// Running: EnsureScheduler starts nothing (a missing binary would otherwise be an error).
+	t.Setenv(BinEnv, "/nonexistent/detshare")
+	if err := EnsureScheduler(dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBinary(t *testing.T) {
+	t.Setenv(BinEnv, "/opt/x/detshare")
+	if b, err := Binary(); err != nil || b != "/opt/x/detshare" {
+		t.Fatal(b, err)
+	}
+	t.Setenv(BinEnv, "")
+	t.Setenv("PATH", t.TempDir())
+	if _, err := Binary(); err == nil {
+		t.Fatal("no detshare anywhere must be an error naming " + BinEnv)
+	}
+}
