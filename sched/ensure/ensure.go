@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -72,6 +73,23 @@ func Binary() (string, error) {
 	return p, nil
 }
 
+// SchedulerEnv is the environment of a scheduler started on demand: the caller's (a hook, a shim, `detshare run`)
+// minus what belongs to a tenant rather than to the host: the interposer, the tenant's quota file, its GPU and MPS
+// settings. The scheduler must never run under libdetshare or see only one tenant's GPU.
+func SchedulerEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "LD_PRELOAD", k == "DETSHARE_QUOTA_FILE", k == "CUDA_VISIBLE_DEVICES", k == "NVIDIA_VISIBLE_DEVICES",
+			strings.HasPrefix(k, "CUDA_MPS_"):
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
 // EnsureScheduler starts `detshare sched` for runDir, detached in its own session, when no leader holds the lock,
 // and waits briefly for it to lead. Two callers racing start two schedulers; the flock lets one lead and the other
 // exits at once.
@@ -93,6 +111,7 @@ func EnsureScheduler(runDir string) error {
 	defer logf.Close()
 	cmd := exec.Command(bin, "--run-dir", runDir, "sched")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = SchedulerEnv(os.Environ())
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -62,3 +62,17 @@ func TestBinary(t *testing.T) {
 		t.Fatal("no detshare anywhere must be an error naming " + BinEnv)
 	}
 }
+
+func TestSchedulerEnv(t *testing.T) {
+	got := SchedulerEnv([]string{"PATH=/bin", "LD_PRELOAD=/usr/lib/detshare/libdetshare.so", "DETSHARE_QUOTA_FILE=/q",
+		"CUDA_VISIBLE_DEVICES=1", "CUDA_MPS_PIPE_DIRECTORY=/p", "DETSHARE_SIMGPU=1", "DETSHARE_RUN_DIR=/r"})
+	want := []string{"PATH=/bin", "DETSHARE_SIMGPU=1", "DETSHARE_RUN_DIR=/r"}
+	if len(got) != len(want) {
+		t.Fatalf("%v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%v, want %v", got, want)
+		}
+	}
+}
