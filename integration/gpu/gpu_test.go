@@ -391,7 +391,7 @@ func TestHarnessOnCPU(t *testing.T) {
 	need(t, lib)
 	out := t.TempDir()
 	run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", out, "--device", "cpu", "--suite", "infer",
-		"--configs", "alone,detshare", "--duration", "1.5", "--python", tpy, "--lib", lib)
+		"--pairs", "quick", "--configs", "alone,detshare", "--duration", "1", "--python", tpy, "--lib", lib)
 	md := run(t, nil, py, filepath.Join(here(t), "report.py"), out)
 	for _, s := range []string{"| alone |", "| detshare |", "yes"} {
 		if !strings.Contains(md, s) {
@@ -411,6 +411,7 @@ func TestHarnessOnCPU(t *testing.T) {
 	}
 	det := t.TempDir()
 	dm := run(t, nil, py, filepath.Join(here(t), "determinism.py"), det, "--device", "cpu", "--tiny", "--steps", "3",
+		"--modes", "native,lib-changing",
 		"--python", tpy, "--lib", lib)
 	if !strings.Contains(dm, "**bit-identical**") || !strings.Contains(dm, "| lib-changing | yes |") {
 		t.Errorf("determinism on CPU:\n%s", dm)
