@@ -36,6 +36,7 @@ const (
 	confineMask  = 0b11 // the confined modes grant two groups ...
 	confinedSMs  = 16   // ... i.e. 16 SMs
 	rebindPeriod = 2 * time.Millisecond
+	tokenPeriod  = 3 * time.Millisecond
 )
 
 // the grants the rebinding mode cycles through: always two groups, never the same two in a row
@@ -84,8 +85,9 @@ type mode struct {
 	name     string
 	preload  bool
 	tenant   bool
-	rebind   bool
-	maxSMs   int // most distinct SMs an ordinary kernel may use (plain_distinct_sms in c09)
+	rebind   bool // move the spatial grant to other groups every rebindPeriod
+	temporal bool // temporal grant; the GPU token alternates between the tenant and nobody every tokenPeriod
+	maxSMs   int  // most distinct SMs an ordinary kernel or graph may use (c09, c07)
 	exactSMs bool
 }
 
@@ -94,6 +96,7 @@ var modes = []mode{
 	{name: "passthrough", preload: true, maxSMs: simSMs, exactSMs: true},
 	{name: "confined", preload: true, tenant: true, maxSMs: confinedSMs},
 	{name: "rebinding", preload: true, tenant: true, rebind: true, maxSMs: confinedSMs},
+	{name: "temporal", preload: true, tenant: true, temporal: true, maxSMs: simSMs, exactSMs: true},
 }
 
 // runResult is one program run: its facts (info lines removed) and its info lines.
@@ -131,39 +134,50 @@ func expected(t *testing.T, name string) []string {
 	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 }
 
+// tenantEnv is a registered tenant: its quota file, the table (for grants and tokens) and its client page.
+type tenantEnv struct {
+	quotaFile string
+	tbl       *table.Table
+	slot      int
+	client    *table.Client
+}
+
 // setupTenant registers a best-effort tenant in a fresh run directory through cgroupgpu/tenant (the one
-// registration path) and grants it two SM groups; it returns the quota file and the table for further grants.
-func setupTenant(t *testing.T, runDir, id string) (quotaFile string, tbl *table.Table, slot int, client *table.Client) {
-	t.Helper()
+// registration path), records this process as the scheduler leader and grants the tenant two SM groups. It returns
+// errors rather than failing the test because it runs on a mode's goroutine.
+func setupTenant(t *testing.T, runDir, id string) (*tenantEnv, error) {
 	tb, err := table.Create(runDir)
 	if err != nil {
-		t.Fatalf("create table: %v", err)
+		return nil, fmt.Errorf("create table: %w", err)
 	}
+	t.Cleanup(func() { tb.Close() })
 	if err := tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-0", Name: "DetShare simulated GPU (test double)",
 		SMCount: simSMs, MemTotal: simMem}}); err != nil {
-		t.Fatalf("set GPUs: %v", err)
+		return nil, fmt.Errorf("set GPUs: %w", err)
 	}
 	res, err := tenant.Register(context.Background(), runDir, tenant.Request{ID: id,
 		Env: []string{"DETSHARE_TIER=best-effort"}})
 	if err != nil {
-		t.Fatalf("register tenant %s: %v", id, err)
+		return nil, fmt.Errorf("register tenant %s: %w", id, err)
 	}
 	t.Cleanup(func() {
 		if err := tenant.Deregister(runDir, id); err != nil {
 			t.Errorf("deregister %s: %v", id, err)
 		}
-		tb.Close()
 	})
-	slot = res.Registration.Slot
-	client, err = table.OpenClientPage(res.Registration.ClientPagePath)
+	if _, err := tb.SetLeader(os.Getpid()); err != nil { // the library throttles only while a scheduler is alive
+		return nil, fmt.Errorf("set leader: %w", err)
+	}
+	client, err := table.OpenClientPage(res.Registration.ClientPagePath)
 	if err != nil {
-		t.Fatalf("open client page: %v", err)
+		return nil, fmt.Errorf("open client page: %w", err)
 	}
 	t.Cleanup(func() { client.Close() })
-	if err := tb.PublishGrant(slot, table.Grant{Groups: confineMask, SMs: confinedSMs, Mode: table.ModeSpatial}); err != nil {
-		t.Fatalf("publish grant: %v", err)
+	te := &tenantEnv{quotaFile: res.QuotaFile, tbl: tb, slot: res.Registration.Slot, client: client}
+	if err := tb.PublishGrant(te.slot, table.Grant{Groups: confineMask, SMs: confinedSMs, Mode: table.ModeSpatial}); err != nil {
+		return nil, fmt.Errorf("publish grant: %w", err)
 	}
-	return res.QuotaFile, tb, slot, client
+	return te, nil
 }
 
 func TestMain(m *testing.M) {
@@ -171,103 +185,33 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestConformance runs every case in every mode; the modes run in parallel (each has its own simulated GPU state
-// and run directory), the cases of one mode one after the other.
+// TestConformance runs every case in every mode. The modes run concurrently on their own goroutines (each has its
+// own simulated GPU state and run directory; the programs mostly sleep, so `-parallel`'s default of GOMAXPROCS would
+// only serialise them), the cases of one mode one after the other.
 func TestConformance(t *testing.T) {
 	simDir := filepath.Dir(need(t, "lib/simgpu/libcuda.so.1"))
 	lib := need(t, "lib/libdetshare.so")
 	names := cases(t)
-	progs := map[string]string{}
+	progs, want := map[string]string{}, map[string][]string{}
 	for _, n := range names {
 		progs[n] = need(t, filepath.Join("tests", "conformance", n))
+		want[n] = expected(t, n)
 	}
-	var mu sync.Mutex
-	results := map[string]map[string]runResult{} // mode -> case -> result
-	t.Run("modes", func(t *testing.T) {
-		for _, m := range modes {
-			m := m
-			t.Run(m.name, func(t *testing.T) {
-				t.Parallel()
-				dir := t.TempDir()
-				env := []string{
-					"PATH=" + os.Getenv("PATH"),
-					"LD_LIBRARY_PATH=" + simDir,
-					"DETSHARE_SIMGPU_STATE=" + filepath.Join(dir, "simgpu-state"),
-					"DETSHARE_SIMGPU_SMS=" + strconv.Itoa(simSMs),
-					"DETSHARE_SIMGPU_MEM=" + strconv.Itoa(simMem),
-				}
-				if m.preload {
-					env = append(env, "LD_PRELOAD="+lib)
-				}
-				var tbl *table.Table
-				var client *table.Client
-				slot := -1
-				if m.tenant {
-					var qf string
-					qf, tbl, slot, client = setupTenant(t, filepath.Join(dir, "run"), "conf-"+m.name)
-					env = append(env, "DETSHARE_QUOTA_FILE="+qf, "DETSHARE_SIMGPU_MPS=1")
-				}
-				for _, n := range names {
-					var stop chan struct{}
-					var wg sync.WaitGroup
-					grants := 0
-					if m.rebind {
-						stop = make(chan struct{})
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							tick := time.NewTicker(rebindPeriod)
-							defer tick.Stop()
-							for i := 1; ; i++ {
-								select {
-								case <-stop:
-									return
-								case <-tick.C:
-								}
-								g := table.Grant{Groups: rebindMasks[i%len(rebindMasks)], SMs: confinedSMs, Mode: table.ModeSpatial}
-								if err := tbl.PublishGrant(slot, g); err != nil {
-									t.Errorf("publish grant: %v", err)
-									return
-								}
-								grants++
-							}
-						}()
-					}
-					var before uint64
-					if client != nil {
-						before = atomic.LoadUint64(&client.Page().Launches)
-					}
-					r := runCase(t, progs[n], env)
-					if client != nil {
-						// the library counted this program's launches in the tenant's page: it ran with the tenant
-						if after := atomic.LoadUint64(&client.Page().Launches); after <= before {
-							t.Errorf("%s [%s]: tenant launch counter %d -> %d: libdetshare did not see the launches",
-								n, m.name, before, after)
-						}
-					}
-					if stop != nil {
-						close(stop)
-						wg.Wait()
-						if grants < 3 {
-							t.Errorf("%s: only %d grant changes while it ran: rebinding not exercised", n, grants)
-						}
-					}
-					checkRun(t, m, n, r)
-					mu.Lock()
-					if results[m.name] == nil {
-						results[m.name] = map[string]runResult{}
-					}
-					results[m.name][n] = r
-					mu.Unlock()
-				}
-			})
-		}
-	})
-	// Every mode against native, case by case (checkRun compared each with the expected file already; this names
+	results := make([]map[string]runResult, len(modes)) // per mode: case -> result
+	var wg sync.WaitGroup
+	for i, m := range modes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = runMode(t, m, simDir, lib, names, progs, want)
+		}()
+	}
+	wg.Wait()
+	// Every mode against native, case by case (runMode compared each with the expected file already; this names
 	// the first differing fact between two modes when both differ from it).
-	for _, m := range modes[1:] {
+	for i, m := range modes[1:] {
 		for _, n := range names {
-			a, b := results["native"][n], results[m.name][n]
+			a, b := results[0][n], results[i+1][n]
 			if a.facts == nil || b.facts == nil {
 				continue
 			}
@@ -278,8 +222,122 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func runCase(t *testing.T, prog string, env []string) runResult {
-	t.Helper()
+// runMode runs every case in one mode and checks each run (on its own goroutine: t.Errorf only, never t.Fatal).
+func runMode(t *testing.T, m mode, simDir, lib string, names []string, progs map[string]string,
+	want map[string][]string) map[string]runResult {
+	results := map[string]runResult{}
+	dir := t.TempDir()
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"LD_LIBRARY_PATH=" + simDir,
+		"DETSHARE_SIMGPU_STATE=" + filepath.Join(dir, "simgpu-state"),
+		"DETSHARE_SIMGPU_SMS=" + strconv.Itoa(simSMs),
+		"DETSHARE_SIMGPU_MEM=" + strconv.Itoa(simMem),
+	}
+	if m.preload {
+		env = append(env, "LD_PRELOAD="+lib)
+	}
+	var te *tenantEnv
+	if m.tenant {
+		var err error
+		if te, err = setupTenant(t, filepath.Join(dir, "run"), "conf-"+m.name); err != nil {
+			t.Errorf("[%s] %v", m.name, err)
+			return results
+		}
+		env = append(env, "DETSHARE_QUOTA_FILE="+te.quotaFile)
+		if m.temporal {
+			// no MPS: the library falls back to time tokens
+			if err := te.tbl.PublishGrant(te.slot, table.Grant{Mode: table.ModeTemporal}); err != nil {
+				t.Errorf("[%s] publish grant: %v", m.name, err)
+				return results
+			}
+		} else {
+			env = append(env, "DETSHARE_SIMGPU_MPS=1")
+		}
+	}
+	for _, n := range names {
+		var stop chan struct{}
+		var wg sync.WaitGroup
+		changes := 0
+		if m.rebind || m.temporal {
+			stop = make(chan struct{})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				changes = drive(t, m, te.tbl, te.slot, stop)
+			}()
+		}
+		var before uint64
+		if te != nil {
+			before = atomic.LoadUint64(&te.client.Page().Launches)
+		}
+		r := runCase(t, m, progs[n], env)
+		if te != nil {
+			// the library counted this program's launches in the tenant's page: it ran with the tenant
+			if after := atomic.LoadUint64(&te.client.Page().Launches); after <= before {
+				t.Errorf("%s [%s]: tenant launch counter %d -> %d: libdetshare did not see the launches",
+					n, m.name, before, after)
+			}
+		}
+		if stop != nil {
+			close(stop)
+			wg.Wait()
+			if changes < 3 {
+				t.Errorf("%s [%s]: only %d grant/token changes while it ran: not exercised", n, m.name, changes)
+			}
+		}
+		checkRun(t, m, n, want[n], r)
+		results[n] = r
+	}
+	if m.temporal {
+		// the launches really waited for the token at times: the temporal path was exercised
+		if d := atomic.LoadUint64(&te.client.Page().QueueDelayNs); d == 0 {
+			t.Errorf("[%s]: no launch ever waited for the GPU token (queue_delay_ns 0)", m.name)
+		}
+	}
+	return results
+}
+
+// drive plays the scheduler while a case runs: it moves the grant (rebind) or passes the GPU token between the
+// tenant and nobody (temporal), with the leader heartbeat, until stop closes. It returns the number of changes.
+func drive(t *testing.T, m mode, tbl *table.Table, slot int, stop <-chan struct{}) int {
+	period := rebindPeriod
+	if m.temporal {
+		period = tokenPeriod
+	}
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	if m.temporal {
+		defer func() { // leave the token with the tenant so nothing waits after the case
+			_ = tbl.PublishToken(0, slot, table.MonotonicNs()+uint64(time.Hour))
+		}()
+	}
+	for i := 1; ; i++ {
+		select {
+		case <-stop:
+			return i - 1
+		case <-tick.C:
+		}
+		tbl.Heartbeat()
+		var err error
+		if m.temporal {
+			holder := -1
+			if i%2 == 0 {
+				holder = slot
+			}
+			err = tbl.PublishToken(0, holder, table.MonotonicNs()+uint64(period))
+		} else {
+			err = tbl.PublishGrant(slot, table.Grant{Groups: rebindMasks[i%len(rebindMasks)], SMs: confinedSMs,
+				Mode: table.ModeSpatial})
+		}
+		if err != nil {
+			t.Errorf("drive [%s]: %v", m.name, err)
+			return i
+		}
+	}
+}
+
+func runCase(t *testing.T, m mode, prog string, env []string) runResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, prog)
@@ -289,14 +347,12 @@ func runCase(t *testing.T, prog string, env []string) runResult {
 	err := cmd.Run()
 	r := parseRun(out.String(), errb.String())
 	if err != nil {
-		t.Errorf("%s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(prog), err, out.String(), errb.String())
+		t.Errorf("%s [%s]: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(prog), m.name, err, out.String(), errb.String())
 	}
 	return r
 }
 
-func checkRun(t *testing.T, m mode, name string, r runResult) {
-	t.Helper()
-	want := expected(t, name)
+func checkRun(t *testing.T, m mode, name string, want []string, r runResult) {
 	if d := firstDiff(want, r.facts); d != "" {
 		t.Errorf("%s [%s]: output differs from testdata/expected/%s.txt: %s\nstdout:\n%s\nstderr:\n%s", name, m.name,
 			name, d, r.stdout, r.stderr)
