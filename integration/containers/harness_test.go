@@ -137,6 +137,9 @@ func setup() (*env, error) {
 		"DETSHARE_HOOK="+filepath.Join(e.bin, "detshare-hook"),
 		"DETSHARE_LOG_LEVEL=warning",
 	)
+	if v := os.Getenv("DETSHARE_SHIM_LABELS"); v != "" {
+		e.daemonEnv = append(e.daemonEnv, "DETSHARE_SHIM_LABELS="+v)
+	}
 	if err := e.startContainerd(); err != nil {
 		return nil, err
 	}
