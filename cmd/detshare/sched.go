@@ -38,6 +38,8 @@ func schedCommand() *cli.Command {
 				Usage: "configuration file (a missing file means the defaults)"},
 			&cli.StringFlag{Name: "metrics-listen", Usage: "override metrics.listen (host:port, empty = config)"},
 			&cli.BoolFlag{Name: "no-mps", Usage: "do not start MPS: temporal quanta only"},
+			&cli.BoolFlag{Name: "stop-mps-on-exit",
+				Usage: "at a clean exit, quit the MPS control daemons of GPUs with no tenant left (default: they keep running)"},
 		},
 		Action: func(c *cli.Context) error {
 			cfg, err := config.Load(c.String("config"))
@@ -56,7 +58,8 @@ func schedCommand() *cli.Command {
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			runDir := c.String("run-dir")
-			err = daemon.Main(ctx, daemon.Options{RunDir: runDir, Config: cfg, Discover: gpuinfo.DiscoverHost},
+			err = daemon.Main(ctx, daemon.Options{RunDir: runDir, Config: cfg, Discover: gpuinfo.DiscoverHost,
+				StopMPSOnExit: c.Bool("stop-mps-on-exit")},
 				c.String("config"), hup)
 			if errors.Is(err, daemon.ErrNotLeader) {
 				logrus.WithField("run_dir", runDir).Info("another scheduler leads; exiting")

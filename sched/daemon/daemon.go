@@ -42,6 +42,9 @@ type Options struct {
 	MPS *mps.Manager
 	// Ready, if set, is closed once the scheduler leads and has published its first decision.
 	Ready chan<- struct{}
+	// StopMPSOnExit quits, at a clean exit, the MPS control daemons of GPUs that have no tenant left (scripts and
+	// tests that must leave the card as they found it). By default daemons outlive the scheduler (fail-static).
+	StopMPSOnExit bool
 	// MPSCheckEvery is the period of the MPS watcher (daemon liveness, faulted servers, orphan clients); 0 = 1 s.
 	MPSCheckEvery time.Duration
 }
@@ -782,5 +785,32 @@ func Main(ctx context.Context, opts Options, configPath string, hup <-chan os.Si
 			}
 		}
 	}()
-	return s.Run(ctx)
+	err = s.Run(ctx)
+	if s.opts.StopMPSOnExit {
+		s.stopIdleMPS()
+	}
+	return err
+}
+
+// stopIdleMPS quits the control daemons of GPUs without tenants (after Run: the MPS watcher has stopped).
+func (s *Scheduler) stopIdleMPS() {
+	used := map[int]bool{}
+	for _, r := range s.t.List() {
+		used[r.GPU] = true
+	}
+	for _, g := range s.gpuList() {
+		if g.daemon == nil {
+			continue
+		}
+		if used[g.index] {
+			logrus.WithField("gpu", g.index).Warn("MPS control daemon left running: tenants still use the GPU")
+			continue
+		}
+		if err := s.mps.Stop(g.daemon); err != nil {
+			logrus.WithError(err).WithField("gpu", g.index).Warn("MPS control daemon did not quit")
+			continue
+		}
+		_ = s.t.SetMPS(g.index, table.MPSUnknown, table.ModeNone, "")
+		logrus.WithField("gpu", g.index).Info("MPS control daemon stopped")
+	}
 }

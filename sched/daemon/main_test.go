@@ -54,7 +54,7 @@ func helperSched() int {
 	defer cancel()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	err := Main(ctx, Options{RunDir: runDir, Config: cfg}, os.Getenv("TEST_CONFIG"), hup)
+	err := Main(ctx, Options{RunDir: runDir, Config: cfg, StopMPSOnExit: os.Getenv("TEST_STOP_MPS") == "1"}, os.Getenv("TEST_CONFIG"), hup)
 	if err == ErrNotLeader {
 		return 0
 	}

@@ -119,3 +119,29 @@ func readPidFile(t *testing.T, dir string) int {
 	fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &p)
 	return p
 }
+
+// TestStopMPSOnExit: with StopMPSOnExit a clean exit removes the (simulated) MPS daemon of a GPU without tenants;
+// without it the daemon stays for the next leader.
+func TestStopMPSOnExit(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		dir, tb := newRunDir(t)
+		env := []string{table.RunDirEnv + "=" + dir, "DETSHARE_SIMGPU=1", "TEST_MPS=1"}
+		if stop {
+			env = append(env, "TEST_STOP_MPS=1")
+		}
+		s := spawn(t, "sched", env...)
+		waitLeader(t, tb, s.Process.Pid)
+		ctl := filepath.Join(table.NewPaths(dir).MPSPipeDir(0), mps.SimControlFile)
+		if _, err := os.Stat(ctl); err != nil {
+			t.Fatal(err)
+		}
+		s.Process.Signal(syscall.SIGTERM)
+		if err := s.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := os.Stat(ctl)
+		if stop != os.IsNotExist(err) {
+			t.Fatalf("stop-mps-on-exit=%v: control file stat %v", stop, err)
+		}
+	}
+}
