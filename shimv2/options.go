@@ -3,6 +3,7 @@ package shimv2
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/BurntSushi/toml"
 	"github.com/containerd/containerd/api/types/runc/options"
@@ -29,13 +30,29 @@ type runcOptionsTOML struct {
 	CriuWorkPath  string `toml:"CriuWorkPath"`
 }
 
+// systemdCgroupsPath tells whether a spec's linux.cgroupsPath has the systemd form "slice:prefix:name".
+func systemdCgroupsPath(p string) bool {
+	parts := strings.Split(p, ":")
+	return len(parts) == 3 && parts[0] != "" && parts[2] != "" && !strings.HasPrefix(p, "/")
+}
+
 // NormalizeOptions turns the runtime options a create request carries into what the runc task service accepts.
 // The runc service type-asserts *options.Options and panics on anything else, but CRI and Docker ≥24 send
-// runtimeoptions.Options (a TOML body or a config path) to any runtime type that is not runc's. nil stays nil (the
-// runc service's defaults).
-func NormalizeOptions(in *anypb.Any) (*anypb.Any, error) {
+// runtimeoptions.Options (a TOML body or a config path) to any runtime type that is not runc's. Options that did not
+// come as runc options lose the engine's SystemdCgroup setting, so when the spec's cgroupsPath has the systemd form
+// ("slice:prefix:name", what Docker and kubelet write with the systemd driver) SystemdCgroup is turned on; runc
+// would otherwise create a cgroupfs directory of that literal name. nil stays nil unless that applies.
+func NormalizeOptions(in *anypb.Any, cgroupsPath string) (*anypb.Any, error) {
+	systemd := systemdCgroupsPath(cgroupsPath)
 	if in == nil || len(in.GetValue()) == 0 && in.GetTypeUrl() == "" {
-		return in, nil
+		if !systemd {
+			return in, nil
+		}
+		a, err := typeurl.MarshalAny(&options.Options{SystemdCgroup: true})
+		if err != nil {
+			return nil, fmt.Errorf("encode runc options: %w", err)
+		}
+		return protobuf.FromAny(a), nil
 	}
 	v, err := typeurl.UnmarshalAny(in)
 	if err != nil {
@@ -62,6 +79,9 @@ func NormalizeOptions(in *anypb.Any) (*anypb.Any, error) {
 		ro := &options.Options{BinaryName: t.BinaryName, Root: t.Root, SystemdCgroup: t.SystemdCgroup,
 			NoPivotRoot: t.NoPivotRoot, NoNewKeyring: t.NoNewKeyring, ShimCgroup: t.ShimCgroup,
 			IoUid: t.IoUid, IoGid: t.IoGid, CriuImagePath: t.CriuImagePath, CriuWorkPath: t.CriuWorkPath}
+		if systemd && !md.IsDefined("SystemdCgroup") {
+			ro.SystemdCgroup = true
+		}
 		a, err := typeurl.MarshalAny(ro)
 		if err != nil {
 			return nil, fmt.Errorf("encode runc options: %w", err)

@@ -97,7 +97,7 @@ func (s *Service) RegisterTTRPC(server *ttrpc.Server) error {
 // Create registers the container, edits its spec and delegates to runc; on any later failure the registration is
 // rolled back.
 func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
-	opts, err := NormalizeOptions(r.Options)
+	opts, err := NormalizeOptions(r.Options, cgroupsPathOf(r.Bundle))
 	if err != nil {
 		return nil, invalidArgument(fmt.Errorf("detshare shim: %w", err))
 	}
@@ -120,6 +120,15 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		s.forget(r.ID)
 	}
 	return resp, err
+}
+
+// cgroupsPathOf reads linux.cgroupsPath of the bundle's spec ("" when unreadable).
+func cgroupsPathOf(bundle string) string {
+	spec, err := specmod.Load(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return ""
+	}
+	return spec.CgroupsPath()
 }
 
 // invalidArgument is err as an InvalidArgument status. Quota messages contain '%' ("sms=200%"), and containerd

@@ -42,17 +42,40 @@ func runcOpts(t *testing.T, a *anypb.Any) *options.Options {
 	return o
 }
 
+func TestNormalizeOptionsSystemdCgroupsPath(t *testing.T) {
+	const sd = "system.slice:docker:abc"
+	out, err := NormalizeOptions(nil, sd)
+	if err != nil || !runcOpts(t, out).SystemdCgroup {
+		t.Errorf("nil options with a systemd cgroupsPath: SystemdCgroup not set (%v)", err)
+	}
+	out, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{ConfigBody: []byte("Root = \"/r\"\n")}), sd)
+	if err != nil || !runcOpts(t, out).SystemdCgroup {
+		t.Errorf("generic options without SystemdCgroup: not set (%v)", err)
+	}
+	out, _ = NormalizeOptions(anyOf(t, &runtimeoptions.Options{ConfigBody: []byte("SystemdCgroup = false\n")}), sd)
+	if runcOpts(t, out).SystemdCgroup {
+		t.Error("an explicit SystemdCgroup = false was overridden")
+	}
+	if out, _ := NormalizeOptions(nil, "/k8s.io/abc"); out != nil {
+		t.Error("cgroupfs path got options")
+	}
+	in := anyOf(t, &options.Options{})
+	if out, _ := NormalizeOptions(in, sd); runcOpts(t, out).SystemdCgroup {
+		t.Error("genuine runc options from the engine must be kept as they are")
+	}
+}
+
 func TestNormalizeOptions(t *testing.T) {
-	if out, err := NormalizeOptions(nil); err != nil || out != nil {
+	if out, err := NormalizeOptions(nil, ""); err != nil || out != nil {
 		t.Errorf("nil: %v %v", out, err)
 	}
 	in := anyOf(t, &options.Options{BinaryName: "/usr/sbin/runc", SystemdCgroup: true})
-	out, err := NormalizeOptions(in)
+	out, err := NormalizeOptions(in, "")
 	if err != nil || out != in {
 		t.Errorf("runc options not passed through: %v", err)
 	}
 	body := "BinaryName = \"/opt/runc\"\nSystemdCgroup = true\nRoot = \"/run/r\"\nIoUid = 5\n"
-	out, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{TypeUrl: "x", ConfigBody: []byte(body)}))
+	out, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{TypeUrl: "x", ConfigBody: []byte(body)}), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,23 +84,23 @@ func TestNormalizeOptions(t *testing.T) {
 	}
 	p := filepath.Join(t.TempDir(), "shim.toml")
 	os.WriteFile(p, []byte("NoPivotRoot = true\n"), 0o644)
-	out, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{ConfigPath: p}))
+	out, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{ConfigPath: p}), "")
 	if err != nil || !runcOpts(t, out).NoPivotRoot {
 		t.Errorf("ConfigPath options: %v", err)
 	}
-	out, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{}))
+	out, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{}), "")
 	if err != nil || runcOpts(t, out).BinaryName != "" {
 		t.Errorf("empty generic options must become default runc options: %v", err)
 	}
-	_, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{ConfigBody: []byte("BinaryNmae = \"x\"\n")}))
+	_, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{ConfigBody: []byte("BinaryNmae = \"x\"\n")}), "")
 	if err == nil || !strings.Contains(err.Error(), "BinaryNmae") || !strings.Contains(err.Error(), "BinaryName, Root") {
 		t.Errorf("typo key: err = %v, want it named with allowed keys", err)
 	}
-	_, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{ConfigPath: "/nonexistent/x.toml"}))
+	_, err = NormalizeOptions(anyOf(t, &runtimeoptions.Options{ConfigPath: "/nonexistent/x.toml"}), "")
 	if err == nil || !strings.Contains(err.Error(), "ConfigPath") {
 		t.Errorf("missing ConfigPath: %v", err)
 	}
-	_, err = NormalizeOptions(anyOf(t, &taskAPI.StateRequest{ID: "x"}))
+	_, err = NormalizeOptions(anyOf(t, &taskAPI.StateRequest{ID: "x"}), "")
 	if err == nil || !strings.Contains(err.Error(), "allowed are") {
 		t.Errorf("foreign type: %v", err)
 	}

@@ -208,6 +208,15 @@ func (s *Spec) RootPath() string {
 	return str(r, "path")
 }
 
+// CgroupsPath returns linux.cgroupsPath.
+func (s *Spec) CgroupsPath() string {
+	l, _ := s.m["linux"].(map[string]any)
+	if l == nil {
+		return ""
+	}
+	return str(l, "cgroupsPath")
+}
+
 // Mount is an OCI mount.
 type Mount struct {
 	Destination string   `json:"destination"`
