@@ -39,6 +39,8 @@ type env struct {
 	daemonEnv                     []string
 	ctrd                          *exec.Cmd
 
+	createdHostDirs []string // host directories the daemons create outside our temp dir, removed when empty
+
 	dockerOnce sync.Once
 	dockerd    *exec.Cmd
 	dockerSock string
@@ -183,6 +185,8 @@ state = %q
 	if err := os.WriteFile(e.ctrCfg, []byte(cfg), 0o644); err != nil {
 		return err
 	}
+	// runc state roots of the runc shim (per namespace, under /run/containerd whatever containerd's state dir).
+	e.noteHostDirs("/run/containerd/runc/"+ctrNS, "/run/containerd/runc/k8s.io", "/run/containerd/runc/moby")
 	logf, err := os.Create(filepath.Join(e.dir, "containerd.log"))
 	if err != nil {
 		return err
@@ -227,6 +231,7 @@ func (e *env) doStartDocker() error {
 	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
 		return err
 	}
+	e.noteHostDirs("/run/docker/plugins", "/run/docker") // dockerd makes these whatever its exec-root
 	logf, err := os.Create(filepath.Join(e.dir, "dockerd.log"))
 	if err != nil {
 		return err
@@ -253,6 +258,15 @@ func (e *env) doStartDocker() error {
 	}
 	log, _ := os.ReadFile(filepath.Join(e.dir, "dockerd.log"))
 	return fmt.Errorf("dockerd did not come up in 40s; log:\n%s", tail(string(log), 3000))
+}
+
+// noteHostDirs remembers which of dirs do not exist yet, to remove them at teardown.
+func (e *env) noteHostDirs(dirs ...string) {
+	for _, d := range dirs {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			e.createdHostDirs = append(e.createdHostDirs, d)
+		}
+	}
 }
 
 func tail(s string, n int) string {
@@ -303,6 +317,9 @@ func (e *env) teardown() {
 			}
 		}
 		stopDaemon(e.ctrd)
+	}
+	for _, d := range e.createdHostDirs {
+		os.Remove(d) // only when empty: another engine on the host may use the same directory
 	}
 	if e.dir != "" && os.Getenv("DETSHARE_E2E_KEEP") == "1" {
 		fmt.Println("DETSHARE_E2E_KEEP=1: test directory kept:", e.dir)
