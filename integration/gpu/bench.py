@@ -60,6 +60,12 @@ def parse(argv=None):
                     help="TPOT-First: groups decode gets first (default: two thirds of the split)")
     ap.add_argument("--tpot-slo-ms", type=float, default=100.0)
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "lib", "libdetshare.so"))
+    ap.add_argument("--scheduler", default="python", choices=["python", "detshare"],
+                    help="who registers tenants and grants SMs in the library configurations: python = dstable.py "
+                         "(no Go needed); detshare = the real `detshare sched` (own MPS daemon, policy from a "
+                         "generated config) with workers started by `detshare run` (needs --detshare)")
+    ap.add_argument("--detshare", default=os.path.join(REPO, "build", "bin", "detshare"),
+                    help="the detshare binary for --scheduler detshare")
     ap.add_argument("--python", default=sys.executable, help="interpreter for the workers (needs torch)")
     ap.add_argument("--mps-control", default="nvidia-cuda-mps-control")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -80,6 +86,8 @@ def parse(argv=None):
         a.duration = 6.0 if a.quick else 8.0
     if not a.pairs:
         a.pairs = "quick" if a.quick else "default"
+    if a.scheduler == "detshare" and not os.access(a.detshare, os.X_OK):
+        ap.error("--scheduler detshare: %s is not an executable (build it with `make build`)" % a.detshare)
     if not 0 < a.load < 1:
         ap.error("--load=%s: must be between 0 and 1 (fraction of solo capacity)" % a.load)
     return a
@@ -326,12 +334,18 @@ class Runner:
             self.mps.start()
         if not c.needs_mps and self.mps.running:
             self.mps.stop()
-        table, policy, tenants = None, None, {}
+        table, policy, tenants, sched = None, None, {}, None
         lib = c.config.startswith("detshare") or c.config in ("alone-lib", "alone-grant")
+        real = lib and a.scheduler == "detshare"
         if lib:
             if not os.path.exists(a.lib):
                 raise RuntimeError("%s missing: run `make build/lib/libdetshare.so` first" % a.lib)
-            table, policy, tenants = self.make_table(c, slug)
+            if real:
+                if self.mps.running:  # the scheduler runs its own MPS daemon; never two on one GPU
+                    self.mps.stop()
+                sched = self.start_sched(c, slug)
+            else:
+                table, policy, tenants = self.make_table(c, slug)
         casedir = os.path.join(self.tmp, slug)
         os.makedirs(casedir, exist_ok=True)
         go = os.path.join(casedir, "go")
@@ -340,14 +354,21 @@ class Runner:
             for w in c.workers:
                 env = dict(os.environ)
                 env["PYTHONUNBUFFERED"] = "1"
-                if c.needs_mps and not cpu:
+                if real:
+                    env["CUDA_MPS_PIPE_DIRECTORY"] = os.path.join(sched["run_dir"], "mps", "gpu0", "pipe")
+                elif c.needs_mps and not cpu:
                     env.update(self.mps.env())
                 else:  # never attach to an MPS server someone else runs
                     env["CUDA_MPS_PIPE_DIRECTORY"] = os.path.join(self.tmp, "no-mps")
                 env.pop("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", None)
                 if w.mps_pct:
                     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(w.mps_pct)
-                if lib:
+                if real:
+                    env.pop("LD_PRELOAD", None)
+                    env.pop("DETSHARE_QUOTA_FILE", None)
+                    env["DETSHARE_RUN_DIR"] = sched["run_dir"]
+                    env.setdefault("DETSHARE_LOG", "info")
+                elif lib:
                     env["LD_PRELOAD"] = a.lib
                     env["DETSHARE_QUOTA_FILE"] = tenants[w.tenant].quota_file
                     env.setdefault("DETSHARE_LOG", "info")
@@ -366,6 +387,9 @@ class Runner:
                         args += ["--load", str(a.load)]
                 if cpu:
                     args += ["--warmup", "2"]
+                if real:
+                    args = [a.detshare, "--run-dir", sched["run_dir"], "run", "--name", w.tenant, "--lib", a.lib,
+                            "--strict"] + sched["flags"][w.tenant] + ["--"] + args
                 logf = open(os.path.join(self.logs, "%s__%s.log" % (slug, w.label)), "w")
                 p = subprocess.Popen(args, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
                 p.logf, p.out, p.w = logf, out, w
@@ -383,6 +407,8 @@ class Runner:
                 time.sleep(0.05)
             if policy:
                 policy.start()
+            if sched:
+                threading.Timer(0.5 + a.duration / 2, self.snapshot_sched, (sched, slug)).start()
             with open(go + ".tmp", "w") as f:
                 f.write("%.6f" % (time.time() + 0.5))
             os.rename(go + ".tmp", go)
@@ -405,6 +431,8 @@ class Runner:
                     res["grant_changes"] = policy.changes
                 if table is not None:
                     res["grant_final"] = table.read_grant(tenants[p.w.tenant].slot)
+                if sched:
+                    res["scheduler"] = "detshare sched (policy %s)" % sched["policy"]
                 with open(p.out, "w") as f:
                     json.dump(res, f)
         finally:
@@ -418,6 +446,63 @@ class Runner:
                     self.procs.remove(p)
             if table is not None:
                 table.close()
+            if sched:
+                self.stop_sched(sched)
+
+    # ------------------------------------------------------------------------------ the real scheduler ------
+    def start_sched(self, c, slug):
+        """`detshare sched` on a private run directory, with the case's policy; tenants come from `detshare run`."""
+        a = self.a
+        run_dir = os.path.join(self.tmp, "dsrun-" + slug)
+        os.makedirs(run_dir, exist_ok=True)
+        policy = "tpot-first" if c.config == "detshare-tpot" else "throughput-oriented"
+        cfg = os.path.join(run_dir, "config.toml")
+        with open(cfg, "w") as f:
+            f.write('[scheduler]\npolicy = "%s"\n[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
+                    % (policy, "false" if a.device == "cpu" else "true", a.mps_control))
+        env = dict(os.environ, DETSHARE_LOG_LEVEL="info")
+        if a.device == "cpu":
+            env["DETSHARE_SIMGPU"] = "1"  # harness check: the scheduler describes the simulated GPU (test double)
+        logf = open(os.path.join(self.logs, "%s__sched.log" % slug), "w")
+        p = subprocess.Popen([a.detshare, "--run-dir", run_dir, "sched", "--config", cfg], env=env, stdout=logf,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        p.logf = logf
+        for _ in range(100):
+            r = subprocess.run([a.detshare, "--run-dir", run_dir, "status", "--json"], capture_output=True, text=True)
+            if r.returncode == 0:
+                break
+            if p.poll() is not None:
+                raise RuntimeError("detshare sched exited with %s (log: %s)" % (p.returncode, logf.name))
+            time.sleep(0.1)
+        else:
+            _killpg(p)
+            raise RuntimeError("detshare sched did not come up (log: %s)" % logf.name)
+        sms = sum(self.groups()[:a.lc_groups])
+        flags = {}
+        for w in c.workers:
+            if c.config == "alone-lib" or w.tenant in ("be", "a", "b"):
+                flags[w.tenant] = ["--tier", "best-effort"]
+            elif w.tenant == "lc":
+                flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sms)]
+            elif w.tenant in ("prefill", "decode"):
+                flags[w.tenant] = ["--tier", "best-effort", "--role", w.tenant]
+        return {"proc": p, "run_dir": run_dir, "policy": policy, "flags": flags}
+
+    def snapshot_sched(self, sched, slug):
+        r = subprocess.run([self.a.detshare, "--run-dir", sched["run_dir"], "status", "--json"], capture_output=True,
+                           text=True)
+        with open(os.path.join(self.logs, "%s__status.json" % slug), "w") as f:
+            f.write(r.stdout or r.stderr)
+
+    def stop_sched(self, sched):
+        p = sched["proc"]
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                _killpg(p)
+        p.logf.close()
 
     def make_table(self, c, slug):
         """Table, tenants and grants for one case (dstable.py plays detshare run + detshare sched)."""

@@ -41,7 +41,7 @@ log "building (gcc) into build/, log in $out/build.log"
 } >"$out/build.log" 2>&1 || { log "build failed:"; tail -30 "$out/build.log" >&2; exit 1; }
 
 "$PY" - "$repo" "$out" <<'PY'
-import json, os, subprocess, sys, time
+import json, os, re, subprocess, sys, time
 repo, out = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(repo, "integration", "gpu"))
 import dstable  # noqa: E402  (the Python table writer: layout parsed from sched/table/detshare_table.h)
@@ -62,10 +62,8 @@ def parse(text):
     facts, infos = [], {}
     for l in text.splitlines():
         if l.startswith("info: "):
-            for kv in l[6:].split():
-                if "=" in kv:
-                    k, v = kv.split("=", 1)
-                    infos[k] = v.strip('"')
+            for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', l[6:]):
+                infos[k] = v.strip('"')
         else:
             facts.append(l)
     return facts, infos
@@ -144,12 +142,13 @@ for c in cases:
             problems.append("%s [%s]: vs expected: %s" % (c, mode, d))
         if dn:
             problems.append("%s [%s]: vs native: %s" % (c, mode, dn))
-        if c == "c09_launch_ex" and "plain_distinct_sms" in infos:
-            k = int(infos["plain_distinct_sms"])
+        key = {"c09_launch_ex": "plain_distinct_sms", "c07_graph_capture": "graph_distinct_sms"}.get(c)
+        if key in infos:
+            k = int(infos[key])
             cell += " (%d SMs)" % k
             if mode in ("confined", "rebinding") and granted_sms and k > granted_sms:
-                problems.append("%s [%s]: a kernel ran on %d SMs, the grant has %d: not confined"
-                                % (c, mode, k, granted_sms))
+                problems.append("%s [%s]: a %s ran on %d SMs, the grant has %d: not confined"
+                                % (c, mode, "graph" if "graph" in key else "kernel", k, granted_sms))
         row.append(cell)
     print("| %s | %s |" % (c, " | ".join(row)))
 print()

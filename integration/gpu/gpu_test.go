@@ -2,10 +2,12 @@ package gpu
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -415,5 +417,49 @@ func TestHarnessOnCPU(t *testing.T) {
 		"--python", tpy, "--lib", lib)
 	if !strings.Contains(dm, "**bit-identical**") || !strings.Contains(dm, "| lib-changing | yes |") {
 		t.Errorf("determinism on CPU:\n%s", dm)
+	}
+}
+
+// --scheduler detshare: the library configurations run under the real `detshare sched` with workers started by
+// `detshare run` (on CPU the scheduler describes the simulated GPU, a test double): the tenants it registered
+// carry the tiers and the LC guarantee the benchmark asked for, and the case's results land as usual.
+func TestHarnessWithRealSchedulerOnCPU(t *testing.T) {
+	tpy := torchPython(t)
+	py := python(t)
+	b := buildDir(t)
+	lib := filepath.Join(b, "lib", "libdetshare.so")
+	ds := filepath.Join(b, "bin", "detshare")
+	need(t, lib, ds)
+	out := t.TempDir()
+	run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", out, "--device", "cpu", "--suite", "infer",
+		"--pairs", "quick", "--configs", "detshare", "--duration", "1.5", "--python", tpy, "--lib", lib,
+		"--scheduler", "detshare", "--detshare", ds)
+	b2, err := os.ReadFile(filepath.Join(out, "logs", "infer_resnet50-resnet50_detshare__status.json"))
+	if err != nil {
+		t.Fatalf("no scheduler snapshot: %v", err)
+	}
+	var st struct {
+		Tenants []struct {
+			ID            string `json:"id"`
+			Tier          string `json:"tier"`
+			GuaranteedSMs int    `json:"guaranteed_sms"`
+		} `json:"tenants"`
+	}
+	if err := json.Unmarshal(b2, &st); err != nil {
+		t.Fatalf("status snapshot: %v\n%s", err, b2)
+	}
+	got := map[string]string{}
+	for _, tn := range st.Tenants {
+		got[tn.ID] = tn.Tier + "/" + strconv.Itoa(tn.GuaranteedSMs)
+	}
+	if got["lc"] != "latency-critical/32" || got["be"] != "best-effort/0" {
+		t.Fatalf("tenants seen by detshare sched mid-run: %v, want lc latency-critical/32 and be best-effort/0", got)
+	}
+	for _, l := range []string{"lc", "be"} {
+		var r map[string]any
+		rb, err := os.ReadFile(filepath.Join(out, "raw", "infer_resnet50-resnet50_detshare__"+l+".json"))
+		if err != nil || json.Unmarshal(rb, &r) != nil || !strings.HasPrefix(fmt.Sprint(r["scheduler"]), "detshare sched") {
+			t.Errorf("%s result missing or not marked as run under detshare sched: %v %s", l, err, rb)
+		}
 	}
 }

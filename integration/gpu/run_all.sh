@@ -12,7 +12,8 @@
 # and writes OUTDIR/SUMMARY.md (date, GPU, driver, command, every table) ready to paste into BENCHMARKS.md.
 # Budget: --quick about 5-6 minutes on an H100; without --quick the default suite is `infer` (about 7 minutes);
 # run `--suite llm,train --no-det --no-mem` as a second invocation for the rest. Environment: PYTHON (default
-# python3, needs torch with CUDA), DETSHARE_BENCH_ARGS (extra bench.py arguments).
+# python3, needs torch with CUDA), DETSHARE_BENCH_ARGS (extra bench.py arguments, e.g. "--scheduler detshare" to
+# use the real `detshare sched` + `detshare run` from build/bin instead of the Python stand-in).
 set -euo pipefail
 
 orig_args="$*"
