@@ -191,7 +191,8 @@ static inline uint64_t fnv1a(const void *p, size_t n, uint64_t h) {
 }
 #define FNV_INIT 0xcbf29ce484222325ull
 
-/* The PTX twins of the simulated GPU's built-in kernels (sm_70+, PTX ISA 7.0; JIT-compiled by the driver). */
+/* The PTX twins of the simulated GPU's built-in kernels (sm_75+: every GPU CUDA 13 supports; PTX ISA 7.0; JIT-compiled
+ * by the driver). */
 #define CONF_PTX_SPIN(tag)                                                                                           \
     "  ld.param.u32 %r1, [" #tag "_us];\n"                                                                           \
     "  cvt.u64.u32 %rd1, %r1;\n"                                                                                     \
@@ -222,7 +223,7 @@ static inline uint64_t fnv1a(const void *p, size_t n, uint64_t h) {
 
 static const char conf_ptx[] =
     ".version 7.0\n"
-    ".target sm_70\n"
+    ".target sm_75\n"
     ".address_size 64\n"
     "\n"
     ".visible .entry ds_spin(.param .u32 ds_spin_us)\n"
