@@ -189,6 +189,7 @@ func TestMain(m *testing.M) {
 // own simulated GPU state and run directory; the programs mostly sleep, so `-parallel`'s default of GOMAXPROCS would
 // only serialise them), the cases of one mode one after the other.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	simDir := filepath.Dir(need(t, "lib/simgpu/libcuda.so.1"))
 	lib := need(t, "lib/libdetshare.so")
 	names := cases(t)
@@ -393,4 +394,36 @@ func firstDiff(want, got []string) string {
 		}
 	}
 	return ""
+}
+
+// TestGPUScriptOnSimulatedGPU runs integration/gpu/conformance.sh (the real-GPU runner the lead uses on the H100)
+// against the simulated GPU with CONF_ALLOW_SIMGPU=1, on two cases, so that the script itself is known to work:
+// it builds, drives dstable.py tenants and grant changes, and reports a match.
+func TestGPUScriptOnSimulatedGPU(t *testing.T) {
+	t.Parallel()
+	simDir := filepath.Dir(need(t, "lib/simgpu/libcuda.so.1"))
+	if _, err := exec.LookPath("python3"); err != nil {
+		if os.Getenv("DETSHARE_SKIP_PYTHON") == "1" {
+			t.Skip("python3 not installed and DETSHARE_SKIP_PYTHON=1")
+		}
+		t.Fatalf("python3 not found (%v): the GPU script needs it (DETSHARE_SKIP_PYTHON=1 to skip)", err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join("..", "gpu", "conformance.sh"), filepath.Join(dir, "out"))
+	cmd.Env = append(os.Environ(), "CONF_ALLOW_SIMGPU=1", "LD_LIBRARY_PATH="+simDir,
+		"DETSHARE_SIMGPU_STATE="+filepath.Join(dir, "simgpu-state"), "DETSHARE_SIMGPU_MPS=1",
+		"CONF_CASES=c01_legacy_stream c09_launch_ex")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("conformance.sh: %v\n%s", err, out)
+	}
+	s := string(out)
+	for _, want := range []string{"| c01_legacy_stream | ok", "| c09_launch_ex | ok", "(16 SMs) | ok",
+		"all 2 cases x 4 modes match"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("conformance.sh output lacks %q:\n%s", want, s)
+		}
+	}
 }
