@@ -76,14 +76,17 @@ def train_stats(d, skip):
     return {"steps": n, "steps_per_s": n / ((1 - skip) * D) if D else None, "loss_hash": d.get("loss_hash_first5")}
 
 
-def decode_stats(d, skip, slo_ms):
+def decode_stats(d, skip, slo_ms, rel_slo_ms=None):
     D = d["duration"]
     st = [t for t in d["token_stamps"] if t >= skip * D]
     gaps = [(b - a) * 1e3 for a, b in zip(st, st[1:])]
     viol = len([g for g in gaps if g > slo_ms])
-    return {"tokens_per_s": len(st) * d.get("batch", 1) / ((1 - skip) * D) if D else None,
-            "tpot_p50_ms": pct(gaps, 50), "tpot_p99_ms": pct(gaps, 99),
-            "tpot_violation": viol / len(gaps) if gaps else None, "output_hash": d.get("output_hash")}
+    out = {"tokens_per_s": len(st) * d.get("batch", 1) / ((1 - skip) * D) if D else None,
+           "tpot_p50_ms": pct(gaps, 50), "tpot_p99_ms": pct(gaps, 99),
+           "tpot_violation": viol / len(gaps) if gaps else None, "output_hash": d.get("output_hash")}
+    if rel_slo_ms:
+        out["tpot_violation_rel"] = len([g for g in gaps if g > rel_slo_ms]) / len(gaps) if gaps else None
+    return out
 
 
 def prefill_stats(d, skip):
@@ -184,26 +187,36 @@ def build(outdir, skip, slo_ms):
         bp = cfgs.get("alone", {}).get("prefill")
         bds = decode_stats(bd, skip, slo_ms) if bd else None
         bps = prefill_stats(bp, skip) if bp else None
-        md.append("### LLM: Llama-like prefill process + decode process (TPOT SLO %g ms)" % slo_ms)
+        # A small model decodes far below 100 ms per token, so the absolute SLO may never be under pressure; a
+        # relative SLO (3x the solo median gap: the paper's traces average about a third of their 100 ms SLO)
+        # is reported beside it, labelled as such.
+        rel = 3 * bds["tpot_p50_ms"] if bds and bds["tpot_p50_ms"] else None
+        if bd:
+            bds = decode_stats(bd, skip, slo_ms, rel)
+        res["llm_rel_slo_ms"] = rel
+        md.append("### LLM: Llama-like prefill process + decode process (TPOT SLO %g ms; relative SLO %s ms = 3x solo "
+                  "median gap)" % (slo_ms, fmt(rel, 2)))
         md.append("")
-        md.append("| config | TPOT P50 ms | TPOT P99 ms | TPOT violations | decode norm | TTFT P50 ms | TTFT P99 ms "
-                  "| prefill norm | decode bit-identical |")
-        md.append("|---|---|---|---|---|---|---|---|---|")
+        md.append("| config | TPOT P50 ms | TPOT P99 ms | TPOT violations | rel. violations | decode norm | TTFT P50 ms "
+                  "| TTFT P99 ms | prefill norm | decode bit-identical |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|")
         rows = {}
         for cfg in ("alone", "timeslice", "mps", "detshare-to", "detshare-tpot"):
             c = cfgs.get(cfg)
             if not c:
                 continue
-            ds = decode_stats(c["decode"], skip, slo_ms) if "decode" in c else None
+            ds = decode_stats(c["decode"], skip, slo_ms, rel) if "decode" in c else None
             ps = prefill_stats(c["prefill"], skip) if "prefill" in c else None
             r = {"decode": ds, "prefill": ps,
                  "decode_norm": ratio(ds and ds["tokens_per_s"], bds and bds["tokens_per_s"]),
                  "prefill_norm": ratio(ps and ps["served_per_s"], bps and bps["served_per_s"]),
                  "bit_identical": (ds["output_hash"] == bds["output_hash"]) if ds and bds else None}
             rows[cfg] = r
-            md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 cfg, fmt(ds and ds["tpot_p50_ms"], 2), fmt(ds and ds["tpot_p99_ms"], 2),
                 fmt(ds and ds["tpot_violation"] is not None and ds["tpot_violation"] * 100, 2, "%") if ds else "—",
+                fmt(ds["tpot_violation_rel"] * 100, 2, "%") if ds and ds.get("tpot_violation_rel") is not None
+                else "—",
                 fmt(r["decode_norm"]), fmt(ps and ps["ttft_p50_ms"], 1), fmt(ps and ps["ttft_p99_ms"], 1),
                 fmt(r["prefill_norm"]), {True: "yes", False: "**NO**", None: "—"}[r["bit_identical"]]))
         md.append("")
@@ -219,6 +232,16 @@ def build(outdir, skip, slo_ms):
             md.append("")
             res["targets"].append(target("LLM: TPOT violations at least 20% lower with TPOT-First", cut, ">=",
                                          TARGETS["tpot_violation_cut"]))
+            rto, rtp = to["decode"].get("tpot_violation_rel"), tp["decode"].get("tpot_violation_rel")
+            if rto is not None and rtp is not None:
+                rcut = (1 - rtp / rto) if rto else None
+                rows["tpot_violation_rel_cut"] = rcut
+                md.append("Relative SLO (%s ms): violations %s -> %s%s." % (
+                    fmt(rel, 2), fmt(rto * 100, 2, "%"), fmt(rtp * 100, 2, "%"),
+                    ", cut %s" % fmt(rcut * 100, 1, "%") if rcut is not None else ""))
+                md.append("")
+                res["targets"].append(target("LLM: TPOT violations (relative SLO 3x solo median) at least 20% lower "
+                                             "with TPOT-First", rcut, ">=", TARGETS["tpot_violation_cut"]))
         res["llm"] = rows
     # ---- training pair
     if "train" in raw:
