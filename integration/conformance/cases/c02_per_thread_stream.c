@@ -94,6 +94,22 @@ int main(void) {
     fact("ptds_copy.per_thread_stream", "%s", st(D.cuStreamQuery_ptsz(NULL)));
     fact("ptds_copy.data_sum", "%" PRIu64, s);
 
+    /* 7. cuStreamWaitEvent_ptsz on NULL makes the per-thread stream wait for another stream's event */
+    CUstream A = mkstream(CU_STREAM_NON_BLOCKING);
+    CUevent ev = mkevent(CU_EVENT_DISABLE_TIMING);
+    k_spin(A, T);
+    CK(D.cuEventRecord(ev, A));
+    CK(D.cuStreamWaitEvent_ptsz(NULL, ev, 0));
+    k_fill_on(true, NULL, x, 5, N);
+    CK(D.cuStreamSynchronize_ptsz(NULL));
+    fact("ptsz_wait_event.producer_stream", "%s", st(D.cuStreamQuery(A)));
+
+    /* 8. a _ptsz entry point with an explicit stream handle uses that stream, not the per-thread one */
+    k_spin_on(true, A, T);
+    fact("ptsz_explicit_stream.that_stream", "%s", st(D.cuStreamQuery(A)));
+    fact("ptsz_explicit_stream.per_thread_stream", "%s", st(D.cuStreamQuery_ptsz(NULL)));
+    CK(D.cuStreamSynchronize(A));
+
     conf_done();
     return 0;
 }
