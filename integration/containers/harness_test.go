@@ -37,12 +37,12 @@ type env struct {
 	imageTar, pauseTar            string
 	ctrSock, ctrCfg               string
 	daemonEnv                     []string
-	ctrd                          *exec.Cmd
+	ctrd                          *daemon
 
 	createdHostDirs []string // host directories the daemons create outside our temp dir, removed when empty
 
 	dockerOnce sync.Once
-	dockerd    *exec.Cmd
+	dockerd    *daemon
 	dockerSock string
 	dockerRoot string
 	dockerErr  error
@@ -191,22 +191,21 @@ state = %q
 	if err != nil {
 		return err
 	}
-	e.ctrd = exec.Command("containerd", "--config", e.ctrCfg)
-	e.ctrd.Env = e.daemonEnv
-	e.ctrd.Stdout, e.ctrd.Stderr = logf, logf
-	e.ctrd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := e.ctrd.Start(); err != nil {
+	cmd := exec.Command("containerd", "--config", e.ctrCfg)
+	cmd.Env = e.daemonEnv
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if e.ctrd, err = startDaemon(cmd); err != nil {
 		return fmt.Errorf("start containerd: %w", err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && !e.ctrd.exited() {
 		if _, err := e.ctr("version"); err == nil {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(filepath.Join(e.dir, "containerd.log"))
-	return fmt.Errorf("containerd did not come up in 20s; log:\n%s", tail(string(log), 3000))
+	return fmt.Errorf("containerd did not come up (exited: %v); log:\n%s", e.ctrd.exited(), tail(string(log), 3000))
 }
 
 // startDocker starts dockerd on our containerd, once.
@@ -219,6 +218,8 @@ func (e *env) doStartDocker() error {
 	e.dockerSock = filepath.Join(e.dir, "docker.sock")
 	e.dockerRoot = filepath.Join(e.dir, "docker-root")
 	daemonJSON := map[string]any{
+		// Docker 20.10 writes a trust key to /etc/docker/key.json unless told otherwise.
+		"deprecated-key-path": filepath.Join(e.dir, "docker-key.json"),
 		"runtimes": map[string]any{"detshare": map[string]any{
 			"path": filepath.Join(e.bin, "detshare-runtime"),
 			"runtimeArgs": []string{"--detshare-docker-root", e.dockerRoot, "--detshare-run-dir", e.runDir,
@@ -236,18 +237,17 @@ func (e *env) doStartDocker() error {
 	if err != nil {
 		return err
 	}
-	e.dockerd = exec.Command("dockerd", "--config-file", cfgPath, "--data-root", e.dockerRoot,
+	cmd := exec.Command("dockerd", "--config-file", cfgPath, "--data-root", e.dockerRoot,
 		"--exec-root", filepath.Join(e.dir, "docker-exec"), "--pidfile", filepath.Join(e.dir, "docker.pid"),
 		"-H", "unix://"+e.dockerSock, "--containerd", e.ctrSock, "--bridge", "none", "--iptables=false",
 		"--ip-masq=false", "--ip-forward=false", "--storage-driver", "overlay2")
-	e.dockerd.Env = e.daemonEnv
-	e.dockerd.Stdout, e.dockerd.Stderr = logf, logf
-	e.dockerd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := e.dockerd.Start(); err != nil {
+	cmd.Env = e.daemonEnv
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if e.dockerd, err = startDaemon(cmd); err != nil {
 		return fmt.Errorf("start dockerd: %w", err)
 	}
 	deadline := time.Now().Add(40 * time.Second)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && !e.dockerd.exited() {
 		if _, err := e.docker("version"); err == nil {
 			if out, err := e.docker("load", "-i", e.imageTar); err != nil {
 				return fmt.Errorf("docker load: %v: %s", err, out)
@@ -257,7 +257,7 @@ func (e *env) doStartDocker() error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(filepath.Join(e.dir, "dockerd.log"))
-	return fmt.Errorf("dockerd did not come up in 40s; log:\n%s", tail(string(log), 3000))
+	return fmt.Errorf("dockerd did not come up (exited: %v); log:\n%s", e.dockerd.exited(), tail(string(log), 3000))
 }
 
 // noteHostDirs remembers which of dirs do not exist yet, to remove them at teardown.
@@ -276,18 +276,41 @@ func tail(s string, n int) string {
 	return s
 }
 
-func stopDaemon(cmd *exec.Cmd) {
-	if cmd == nil || cmd.Process == nil {
+// daemon is a started containerd or dockerd.
+type daemon struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startDaemon(cmd *exec.Cmd) (*daemon, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d := &daemon{cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(d.done) }()
+	return d, nil
+}
+
+func (d *daemon) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func stopDaemon(d *daemon) {
+	if d == nil {
 		return
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-done:
+	case <-d.done:
 	case <-time.After(15 * time.Second):
-		cmd.Process.Kill()
-		<-done
+		d.cmd.Process.Kill()
+		<-d.done
 	}
 }
 
