@@ -76,7 +76,7 @@ func need(t *testing.T, paths ...string) {
 func TestScriptsHelpWithoutTorch(t *testing.T) {
 	py := python(t)
 	for _, s := range []string{"bench.py", "worker.py", "report.py", "determinism.py", "memquota.py", "dstable.py",
-		"gpuinfo.py"} {
+		"gpuinfo.py", "rebind.py"} {
 		cmd := exec.Command(py, filepath.Join(here(t), s), "--help")
 		cmd.Env = append(os.Environ(), "PYTHONPATH=/nonexistent") // no site torch either way
 		out, err := cmd.CombinedOutput()
@@ -461,5 +461,50 @@ func TestHarnessWithRealSchedulerOnCPU(t *testing.T) {
 		if err != nil || json.Unmarshal(rb, &r) != nil || !strings.HasPrefix(fmt.Sprint(r["scheduler"]), "detshare sched") {
 			t.Errorf("%s result missing or not marked as run under detshare sched: %v %s", l, err, rb)
 		}
+	}
+}
+
+// rebind.py's analysis on a synthetic trace with known answers: the SM ids of each group are learnt from the
+// calibration windows, and each flip's delay is measured to the first kernel that ran only on the new SMs, with
+// the kernel still in flight on the old SMs counted as stale.
+func TestRebindAnalysis(t *testing.T) {
+	py := python(t)
+	prog := `import sys, json; sys.path.insert(0, sys.argv[1]); import rebind
+MS = 1_000_000
+groups = {g: list(range(8 * g, 8 * g + 8)) for g in range(8)}
+events, recs, now = [], [], 0
+def kernels(until, sms):
+    global now
+    while now + MS <= until:
+        recs.append((now, now + 10_000, now + 200_000, sms)); now += MS
+for g in range(8):
+    events.append(("calib", 1 << g, now)); kernels(now + 150 * MS, groups[g])
+A, B = 0x0f, 0xf0
+cur = sum((groups[g] for g in range(4)), [])
+for i in range(4):
+    m = (A, B)[i % 2]
+    new = sum((groups[g] for g in range(8) if m >> g & 1), [])
+    pub = now + 100_000          # published 100 us after the last launch, which is still in flight (stale)
+    events.append(("flip", m, pub))
+    recs.append((now, now + 10_000, now + 300_000, cur)); now = pub + 50_000   # next launch 50 us after publication
+    kernels(now + 50 * MS, new); cur = new
+s, d = rebind.analyze(events, recs)
+print(json.dumps(s))`
+	var s struct {
+		Flips     int            `json:"flips"`
+		Confined  int            `json:"confined_flips"`
+		LaunchP50 float64        `json:"launch_us_p50"`
+		DoneP50   float64        `json:"done_us_p50"`
+		StaleMax  int            `json:"stale_kernels_max"`
+		Groups    map[string]int `json:"group_sm_counts"`
+	}
+	out := run(t, nil, py, "-c", prog, here(t))
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if s.Flips != 4 || s.Confined != 4 || s.LaunchP50 != 50 || s.DoneP50 != 250 || s.StaleMax != 1 ||
+		len(s.Groups) != 8 || s.Groups["3"] != 8 {
+		t.Fatalf("analysis of the synthetic trace: %s; want 4/4 flips confined, launch 50 us, done 250 us, 1 stale "+
+			"kernel, 8 groups of 8 SMs", out)
 	}
 }

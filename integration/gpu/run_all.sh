@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_all.sh — DetShare's real-GPU benchmark suite, one command: build, then run every configuration side by side.
 #
-#   integration/gpu/run_all.sh [--quick] [--suite infer,llm,train] [--no-bench] [--no-det] [--no-mem] OUTDIR
+#   integration/gpu/run_all.sh [--quick] [--suite infer,llm,train] [--no-bench] [--no-det] [--no-mem] [--no-rebind] OUTDIR
 #
 # Builds libdetshare (only the C library: Go is not needed on the GPU machine, the Python stand-in dstable.py
 # writes the table and grants that `detshare run`/`detshare sched` would), then runs
@@ -9,6 +9,7 @@
 #   report.py       OUTDIR/bench/results.{md,json}, latency_cdf.{png,csv}
 #   determinism.py  OUTDIR/det/determinism.{md,json}
 #   memquota.py     OUTDIR/mem/memquota.{md,json}
+#   rebind.py       OUTDIR/rebind/rebind.{md,json} (grant change -> kernels on the new SMs; needs Triton)
 # and writes OUTDIR/SUMMARY.md (date, GPU, driver, command, every table) ready to paste into BENCHMARKS.md.
 # Budget: --quick about 5-6 minutes on an H100; without --quick the default suite is `infer` (about 7 minutes);
 # run `--suite llm,train --no-det --no-mem` as a second invocation for the rest. Environment: PYTHON (default
@@ -19,7 +20,7 @@ set -euo pipefail
 orig_args="$*"
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-quick=0 suite="" bench=1 det=1 mem=1 out=""
+quick=0 suite="" bench=1 det=1 mem=1 reb=1 out=""
 usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,6 +30,7 @@ while [ $# -gt 0 ]; do
     --no-bench) bench=0 ;;
     --no-det) det=0 ;;
     --no-mem) mem=0 ;;
+    --no-rebind) reb=0 ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "run_all.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "run_all.sh: one OUTDIR only (got $out and $1)" >&2; exit 2; }; out="$1" ;;
@@ -98,6 +100,16 @@ if [ $mem = 1 ]; then
   "$PY" "$here/memquota.py" "$out/mem" --lib "$lib" --python "$PY" >/dev/null || { status=1; log "memquota: a check failed"; }
 fi
 
+# ---- rebind delay -----------------------------------------------------------------------------------------------
+if [ $reb = 1 ]; then
+  if "$PY" -c 'import triton' 2>/dev/null; then
+    log "rebind.py"
+    "$PY" "$here/rebind.py" "$out/rebind" --lib "$lib" --python "$PY" >/dev/null || { status=1; log "rebind: not every flip was confined, or it failed (see $out/rebind)"; }
+  else
+    log "rebind.py skipped: Triton is not installed"
+  fi
+fi
+
 # ---- summary ----------------------------------------------------------------------------------------------------
 {
   echo "## Real-GPU run $(date -u +%Y-%m-%d)"
@@ -106,7 +118,7 @@ fi
   cat "$out/env.txt"
   echo '```'
   echo
-  for f in "$out/bench/results.md" "$out/det/determinism.md" "$out/mem/memquota.md"; do
+  for f in "$out/bench/results.md" "$out/det/determinism.md" "$out/mem/memquota.md" "$out/rebind/rebind.md"; do
     [ -f "$f" ] && { cat "$f"; echo; }
   done
   [ -f "$out/bench/latency_cdf.png" ] && echo "Latency CDFs: bench/latency_cdf.png"
