@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/sched/table"
 	"github.com/detshare/detshare/shimv2"
 )
@@ -150,23 +151,51 @@ func TestCRIBadQuotaFailsStartAndNothingLeaks(t *testing.T) {
 	e := need(t)
 	rt, done := criClient(t, e)
 	defer done()
-	p := runPod(t, e, rt, "ds-cri-bad", map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "200%"})
-	defer p.remove()
-	id := p.createContainer(t, "work", []string{"true"})
-	err := p.start(id)
-	if err == nil {
-		t.Fatal("StartContainer succeeded with detshare.io/sms=200%")
+	cases := []struct {
+		name    string
+		ann     map[string]string
+		blocker bool
+		want    []string
+	}{
+		{"unknown tier", map[string]string{"detshare.io/tier": "gold"}, false, []string{`detshare.io/tier="gold"`, "latency-critical"}},
+		{"200% SMs", map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "200%"}, false, []string{`detshare.io/sms="200%"`}},
+		{"memory over GPU", map[string]string{"detshare.io/tier": "burstable", "detshare.io/memory": "100GiB"}, false,
+			[]string{`detshare.io/memory="100GiB"`, "more than GPU"}},
+		{"admission refused", map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "50%"}, true,
+			[]string{"admission refused", "blocker"}},
 	}
-	t.Logf("refusal as kubelet sees it: %v", err)
-	if !strings.Contains(strings.ReplaceAll(err.Error(), shimv2.FullwidthPercent, "%"), `detshare.io/sms="200%"`) {
-		t.Errorf("error does not name the annotation: %v", err)
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.blocker {
+				t.Setenv("DETSHARE_SIMGPU", "1")
+				if _, err := tenant.Register(context.Background(), e.runDir, tenant.Request{ID: "blocker",
+					Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}); err != nil {
+					t.Fatalf("register blocker: %v", err)
+				}
+				defer tenant.Deregister(e.runDir, "blocker")
+			}
+			p := runPod(t, e, rt, fmt.Sprintf("ds-cri-bad%d", i), c.ann)
+			defer p.remove()
+			id := p.createContainer(t, "work", []string{"true"})
+			err := p.start(id)
+			if err == nil {
+				t.Fatalf("StartContainer succeeded with %v", c.ann)
+			}
+			t.Logf("refusal as kubelet sees it: %v", err)
+			msg := strings.ReplaceAll(err.Error(), shimv2.FullwidthPercent, "%")
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error does not name %s: %v", w, err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := rt.RemoveContainer(ctx, &cri.RemoveContainerRequest{ContainerId: id}); err != nil {
+				t.Errorf("RemoveContainer: %v", err)
+			}
+			e.assertNoLeak(t, id)
+		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := rt.RemoveContainer(ctx, &cri.RemoveContainerRequest{ContainerId: id}); err != nil {
-		t.Errorf("RemoveContainer: %v", err)
-	}
-	e.assertNoLeak(t, id)
 }
 
 func criHandler() string {

@@ -1,6 +1,7 @@
 package containers
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -152,6 +154,26 @@ func TestDockerBadQuotaRefusedAndNothingLeaks(t *testing.T) {
 			}
 		})
 	}
+	t.Run("admission refused", func(t *testing.T) {
+		t.Setenv("DETSHARE_SIMGPU", "1")
+		if _, err := tenant.Register(context.Background(), e.runDir, tenant.Request{ID: "blocker",
+			Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}); err != nil {
+			t.Fatalf("register blocker: %v", err)
+		}
+		defer tenant.Deregister(e.runDir, "blocker")
+		out, err := e.docker("run", "--runtime=detshare", "--network", "none", "--name", "ds-docker-refused",
+			"-e", "DETSHARE_TIER=burstable", "-e", "DETSHARE_SMS=50%", dockerImage, "true")
+		if err == nil {
+			t.Fatalf("admitted beside a 90%% latency-critical tenant: %s", out)
+		}
+		t.Logf("refusal as the user sees it: %s", strings.TrimSpace(out))
+		if !strings.Contains(out, "admission refused") || !strings.Contains(out, "blocker") {
+			t.Errorf("refusal does not say why:\n%s", out)
+		}
+		id := dockerID(t, e, "ds-docker-refused")
+		e.assertNoLeak(t, id)
+		e.docker("rm", id)
+	})
 }
 
 // When containerd's runc shim of a Docker container dies, containerd cleans up with `runc delete` through the
