@@ -87,6 +87,7 @@ type mode struct {
 	tenant   bool
 	rebind   bool // move the spatial grant to other groups every rebindPeriod
 	temporal bool // temporal grant; the GPU token alternates between the tenant and nobody every tokenPeriod
+	dlsym    bool // the programs take every entry point from dlsym (CONF_DRIVER_PATH=dlsym), not cuGetProcAddress
 	maxSMs   int  // most distinct SMs an ordinary kernel or graph may use (c09, c07)
 	exactSMs bool
 }
@@ -97,6 +98,8 @@ var modes = []mode{
 	{name: "confined", preload: true, tenant: true, maxSMs: confinedSMs},
 	{name: "rebinding", preload: true, tenant: true, rebind: true, maxSMs: confinedSMs},
 	{name: "temporal", preload: true, tenant: true, temporal: true, maxSMs: simSMs, exactSMs: true},
+	{name: "confined-dlsym", preload: true, tenant: true, dlsym: true, maxSMs: confinedSMs},
+	{name: "rebinding-dlsym", preload: true, tenant: true, rebind: true, dlsym: true, maxSMs: confinedSMs},
 }
 
 // runResult is one program run: its facts (info lines removed) and its info lines.
@@ -238,6 +241,9 @@ func runMode(t *testing.T, m mode, simDir, lib string, names []string, progs map
 	if m.preload {
 		env = append(env, "LD_PRELOAD="+lib)
 	}
+	if m.dlsym {
+		env = append(env, "CONF_DRIVER_PATH=dlsym")
+	}
 	var te *tenantEnv
 	if m.tenant {
 		var err error
@@ -358,8 +364,11 @@ func checkRun(t *testing.T, m mode, name string, want []string, r runResult) {
 		t.Errorf("%s [%s]: output differs from testdata/expected/%s.txt: %s\nstdout:\n%s\nstderr:\n%s", name, m.name,
 			name, d, r.stdout, r.stderr)
 	}
-	if !strings.HasPrefix(r.infos["device"], "DetShare simulated GPU") || r.infos["kernels"] != "simgpu-builtin" {
-		t.Errorf("%s [%s]: not run on the simulated GPU with its built-in kernels: %v", name, m.name, r.infos)
+	path := map[bool]string{true: "dlsym", false: "getproc"}[m.dlsym]
+	if !strings.HasPrefix(r.infos["device"], "DetShare simulated GPU") || r.infos["kernels"] != "simgpu-builtin" ||
+		r.infos["driver_path"] != path {
+		t.Errorf("%s [%s]: not run on the simulated GPU with its built-in kernels through %s: %v", name, m.name, path,
+			r.infos)
 	}
 	// Where ordinary kernels ran (c09: a plain grid on a fresh stream; c07: the replay of a graph captured under the
 	// grant, launched on the legacy stream): on every SM without a tenant, within the granted groups with one. This
@@ -421,7 +430,7 @@ func TestGPUScriptOnSimulatedGPU(t *testing.T) {
 	}
 	s := string(out)
 	for _, want := range []string{"| c01_legacy_stream | ok", "| c09_launch_ex | ok", "(16 SMs) | ok",
-		"all 2 cases x 4 modes match"} {
+		"all 2 cases x 5 modes match"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("conformance.sh output lacks %q:\n%s", want, s)
 		}

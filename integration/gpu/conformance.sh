@@ -7,6 +7,8 @@
 #   passthrough  LD_PRELOAD=libdetshare.so, no tenant
 #   confined     + a best-effort tenant granted SM groups 0-1 of the driver's split (Python table writer dstable.py)
 #   rebinding    + that tenant's grant moved to another pair of groups every 2 ms while the case runs
+#   confined-dlsym  as confined, the programs taking every entry point from dlsym (Triton's way), not
+#                   cuGetProcAddress (cudart's way)
 # and compares each run's facts with integration/conformance/testdata/expected/<case>.txt (CUDA's documented results,
 # the same file the simulated-GPU CI test uses) and with the native run. Prints a summary table and the first
 # differing line of every difference; exit status 0 only when everything matches.
@@ -14,7 +16,7 @@
 # usage: integration/gpu/conformance.sh [OUTDIR]          (default build/conformance-gpu-<UTC time>)
 # env:   CONF_SPIN_MS   length of the "slow kernel" of the ordering checks (default 150)
 #        CONF_CASES     space-separated case names to run (default: all)
-#        CONF_MODES     space-separated modes (default: native passthrough confined rebinding)
+#        CONF_MODES     space-separated modes (default: native passthrough confined rebinding confined-dlsym)
 #        PYTHON         python3 to use for the table writer (standard library only)
 #        CONF_ALLOW_SIMGPU=1  let it run against the simulated GPU (a test double; only to test this script)
 set -euo pipefail
@@ -50,7 +52,13 @@ binDir = os.path.join(repo, "build", "tests", "conformance")
 expDir = os.path.join(repo, "integration", "conformance", "testdata", "expected")
 lib = os.path.join(repo, "build", "lib", "libdetshare.so")
 cases = os.environ.get("CONF_CASES", "").split() or sorted(f[:-4] for f in os.listdir(expDir) if f.endswith(".txt"))
-modes = os.environ.get("CONF_MODES", "").split() or ["native", "passthrough", "confined", "rebinding"]
+modes = os.environ.get("CONF_MODES", "").split() or ["native", "passthrough", "confined", "rebinding",
+                                                     "confined-dlsym"]
+known = ("native", "passthrough", "confined", "rebinding", "native-dlsym", "passthrough-dlsym", "confined-dlsym",
+         "rebinding-dlsym")
+for mode in modes:
+    if mode not in known:
+        sys.exit("conformance: CONF_MODES has %r; allowed %s" % (mode, " ".join(known)))
 
 info = json.loads(subprocess.run([sys.executable, os.path.join(repo, "integration", "gpu", "gpuinfo.py")],
                                  capture_output=True, text=True, timeout=120).stdout or "{}")
@@ -82,9 +90,11 @@ for mode in modes:
     env = dict(os.environ)
     table = changer = None
     granted_sms = None
-    if mode != "native":
+    base = mode.split("-")[0]
+    env["CONF_DRIVER_PATH"] = "dlsym" if mode.endswith("-dlsym") else "getproc"
+    if base != "native":
         env["LD_PRELOAD"] = lib
-    if mode in ("confined", "rebinding"):
+    if base in ("confined", "rebinding"):
         if not groups or len(groups) < 4:
             problems.append("%s: skipped, no usable SM split from the driver: %s" % (mode, info))
             continue
@@ -95,7 +105,7 @@ for mode in modes:
         table.publish_grant(q.slot, 0b11)
         granted_sms = groups[0] + groups[1]
         env["DETSHARE_QUOTA_FILE"] = q.quota_file
-        if mode == "rebinding":
+        if base == "rebinding":
             masks = [3 << (2 * k) for k in range(n // 2)] + [0b110]
             changer = dstable.GrantChanger(table, q.slot, masks, 0.002)
         else:
@@ -116,7 +126,7 @@ for mode in modes:
             changer.stop()
         if table:
             table.close()
-    if mode == "rebinding" and changer:
+    if base == "rebinding" and changer:
         print("rebinding: %d grant changes" % changer.changes)
 
 print()
@@ -146,7 +156,7 @@ for c in cases:
         if key in infos:
             k = int(infos[key])
             cell += " (%d SMs)" % k
-            if mode in ("confined", "rebinding") and granted_sms and k > granted_sms:
+            if mode.split("-")[0] in ("confined", "rebinding") and granted_sms and k > granted_sms:
                 problems.append("%s [%s]: a %s ran on %d SMs, the grant has %d: not confined"
                                 % (c, mode, "graph" if "graph" in key else "kernel", k, granted_sms))
         row.append(cell)

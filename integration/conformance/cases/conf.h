@@ -2,7 +2,8 @@
  * conf.h — shared helpers of the CUDA semantics conformance suite (integration/conformance, README.md).
  *
  * Each case is a small program that reaches the driver the way libcudart does (dlopen("libcuda.so.1"),
- * cuGetProcAddress_v2, base name + ABI version, the per-thread flag for the _ptsz twins), so it runs unchanged
+ * cuGetProcAddress_v2, base name + ABI version, the per-thread flag for the _ptsz twins) or, with
+ * CONF_DRIVER_PATH=dlsym, through dlsym of the exported names (as Triton does), so it runs unchanged
  * against the simulated GPU (a test double), a real driver, and either of them under LD_PRELOAD=libdetshare.so.
  *
  * Output protocol (the Go test and integration/gpu/conformance.sh compare it between runs):
@@ -329,6 +330,23 @@ static inline void conf_load_driver(void) {
         printf("fatal: dlsym cuGetProcAddress_v2: %s\n", dlerror());
         exit(2);
     }
+    /* CONF_DRIVER_PATH=dlsym: every entry point by its exported name through dlsym on the libcuda handle, as Triton's
+     * launcher and ctypes users do (libdetshare sees these through its dlsym hook, not through cuGetProcAddress) */
+    const char *path = getenv("CONF_DRIVER_PATH");
+    if (path && !strcmp(path, "dlsym")) {
+#define CONF_DLSYM_(f, base, ver, pt)                                                                                \
+    if (!(D.f = (PFN_##f)dlsym(h, #f))) {                                                                            \
+        printf("fatal: dlsym(libcuda.so.1, %s): %s\n", #f, dlerror());                                               \
+        exit(2);                                                                                                     \
+    }
+        CONF_FUNCS(CONF_DLSYM_)
+#undef CONF_DLSYM_
+        return;
+    }
+    if (path && *path && strcmp(path, "getproc")) {
+        printf("fatal: CONF_DRIVER_PATH=%s: allowed getproc (default), dlsym\n", path);
+        exit(2);
+    }
     /* as cudart does: ask the driver for cuGetProcAddress itself and use that from then on */
     void *self = NULL;
     if (gp("cuGetProcAddress", &self, 12000, 0, NULL) == CUDA_SUCCESS && self)
@@ -393,8 +411,9 @@ static inline void conf_init(const char *name) {
     CK(D.cuModuleGetFunction(&K_axpy, mod, "ds_axpy"));
     CK(D.cuModuleGetFunction(&K_smid, mod, "ds_smid"));
     printf("case=%s\n", name);
-    info("device=\"%s\" sms=%d driver=%d kernels=%s spin_ms=%u", dname, conf_sms, ver,
-         conf_simulated ? "simgpu-builtin" : "ptx", conf_spin_us / 1000);
+    const char *path = getenv("CONF_DRIVER_PATH");
+    info("device=\"%s\" sms=%d driver=%d kernels=%s spin_ms=%u driver_path=%s", dname, conf_sms, ver,
+         conf_simulated ? "simgpu-builtin" : "ptx", conf_spin_us / 1000, path && *path ? path : "getproc");
 }
 
 static inline void conf_done(void) {
