@@ -82,10 +82,9 @@ func isExecutable(p string) bool {
 	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
-// Validate checks that the paths are usable.
-func (c Config) Validate() error {
-	for name, p := range map[string]string{"run dir": c.RunDir, "library (DETSHARE_LIB)": c.LibPath,
-		"hook (DETSHARE_HOOK)": c.HookPath} {
+// Validate checks that the paths are usable; the hook only when it will be put into specs.
+func (c Config) Validate(needHook bool) error {
+	for name, p := range map[string]string{"run dir": c.RunDir, "library (DETSHARE_LIB)": c.LibPath} {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("%s %q: must be an absolute host path", name, p)
 		}
@@ -93,8 +92,8 @@ func (c Config) Validate() error {
 	if _, err := os.Stat(c.LibPath); err != nil {
 		return fmt.Errorf("library (DETSHARE_LIB): %w", err)
 	}
-	if !isExecutable(c.HookPath) {
-		return fmt.Errorf("hook (DETSHARE_HOOK) %q: not an executable file", c.HookPath)
+	if needHook && (!filepath.IsAbs(c.HookPath) || !isExecutable(c.HookPath)) {
+		return fmt.Errorf("hook (DETSHARE_HOOK) %q: not an executable file given by absolute path", c.HookPath)
 	}
 	return nil
 }
@@ -138,7 +137,7 @@ func Prepare(ctx context.Context, cfg Config, req Request) (Prepared, error) {
 		return Prepared{}, nil
 	}
 	log := logrus.WithField("id", req.ID)
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Validate(!req.NoPoststopHook); err != nil {
 		return failOpen(cfg, req.ID, err)
 	}
 	preload, err := EnsurePreloadFile(cfg.RunDir)

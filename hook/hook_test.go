@@ -110,3 +110,22 @@ func BenchmarkPrepareAndPoststop(b *testing.B) {
 }
 
 var _ = specmod.TenantIDAnnotation
+
+func TestPrepareNeedsTheHookOnlyWhenItAddsIt(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	cfg := testConfig(t)
+	cfg.HookPath = "/nonexistent/detshare-hook"
+	spec := `{"process":{"env":["DETSHARE_TIER=best-effort"]}}`
+	p, err := Prepare(context.Background(), cfg, Request{ID: "c1", Bundle: writeBundle(t, spec), NoPoststopHook: true})
+	if err != nil || !p.Registered {
+		t.Fatalf("without a poststop hook the hook binary is not needed: %+v %v", p, err)
+	}
+	s, _ := specmod.Load(filepath.Join(writeBundle(t, spec), "config.json"))
+	if len(s.Hooks("poststop")) != 0 {
+		t.Error("unexpected hook")
+	}
+	p, err = Prepare(context.Background(), cfg, Request{ID: "c2", Bundle: writeBundle(t, spec)})
+	if err != nil || p.Registered || p.FailedOpen == nil || !strings.Contains(p.FailedOpen.Error(), "DETSHARE_HOOK") {
+		t.Errorf("with a poststop hook and no hook binary: %+v %v; want fail-open naming DETSHARE_HOOK", p, err)
+	}
+}

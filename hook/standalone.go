@@ -37,7 +37,7 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 	if !filepath.IsAbs(rootfs) {
 		rootfs = filepath.Join(st.Bundle, rootfs)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Validate(false); err != nil {
 		_, err = failOpen(cfg, st.ID, err)
 		return err
 	}
