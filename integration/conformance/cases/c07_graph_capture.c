@@ -74,6 +74,37 @@ int main(void) {
     CK(D.cuStreamSynchronize(NULL));
     fact("graph_on_legacy.blocking_stream", "%s", st(D.cuStreamQuery(A)));
 
+    /* fork/join capture across two streams (PyTorch's and vLLM's pattern): S forks to S2 through an event,
+     * S2 joins back; the graph holds both branches */
+    CUstream S2 = mkstream(CU_STREAM_NON_BLOCKING);
+    CUevent fork = mkevent(CU_EVENT_DISABLE_TIMING), join = mkevent(CU_EVENT_DISABLE_TIMING);
+    CUgraph g3;
+    CUgraphExec ge3;
+    CK(D.cuMemsetD32_v2(y, 0, N));
+    CK(D.cuStreamBeginCapture_v2(S, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    k_fill(S, x, bits(1.0f), N);
+    CK(D.cuEventRecord(fork, S));
+    CK(D.cuStreamWaitEvent(S2, fork, 0));
+    CK(D.cuStreamIsCapturing(S2, &cs));
+    fact("fork_join.forked_stream_status", "%d", (int)cs);
+    k_axpy(S2, y, x, 3.0f, N);
+    CK(D.cuEventRecord(join, S2));
+    CK(D.cuStreamWaitEvent(S, join, 0));
+    k_add(S, z, y, x, N);
+    CK(D.cuStreamEndCapture(S, &g3));
+    CK(D.cuStreamIsCapturing(S2, &cs));
+    fact("fork_join.forked_stream_status_after", "%d", (int)cs);
+    CK(D.cuGraphGetNodes(g3, NULL, &nn));
+    fact("fork_join.nodes", "%zu", nn);
+    CK(D.cuGraphInstantiateWithFlags(&ge3, g3, 0));
+    for (int r = 0; r < ROUNDS; r++)
+        CK(D.cuGraphLaunch(ge3, S));
+    CK(D.cuStreamSynchronize(S));
+    fact("fork_join.y_ok", "%s", yn(all_f32(y, N, 3.0f * ROUNDS)));
+    fact("fork_join.z_ok", "%s", yn(all_f32(z, N, 3.0f * ROUNDS + 1.0f)));
+    CK(D.cuGraphExecDestroy(ge3));
+    CK(D.cuGraphDestroy(g3));
+
     /* a captured grid of one block per SM: where its replay ran (info; the Go test checks that graphs captured
      * under a grant stay confined wherever they are launched) */
     CUstream G = mkstream(CU_STREAM_NON_BLOCKING);
