@@ -78,6 +78,17 @@ func cases(t *testing.T) []string {
 		out = append(out, strings.TrimSuffix(filepath.Base(f), ".txt"))
 	}
 	sort.Strings(out)
+	// every case source has an expected file and the other way round, so no case is silently left out
+	srcs, _ := filepath.Glob(filepath.Join("cases", "c[0-9][0-9]_*.c"))
+	var fromSrc []string
+	for _, f := range srcs {
+		fromSrc = append(fromSrc, strings.TrimSuffix(filepath.Base(f), ".c"))
+	}
+	sort.Strings(fromSrc)
+	if strings.Join(fromSrc, " ") != strings.Join(out, " ") {
+		t.Fatalf("case sources %v and expected outputs %v differ: add testdata/expected/<case>.txt for a new case",
+			fromSrc, out)
+	}
 	return out
 }
 
