@@ -2,7 +2,7 @@
 # conformance.sh — the CUDA semantics conformance suite (integration/conformance/README.md) on a REAL GPU.
 #
 # Builds the case programs and libdetshare with gcc only (driver API + embedded PTX: no nvcc, no CUDA headers, no
-# Go), then runs every case against the machine's libcuda.so.1 in four modes:
+# Go), then runs every case against the machine's libcuda.so.1 in five modes:
 #   native       no library
 #   passthrough  LD_PRELOAD=libdetshare.so, no tenant
 #   confined     + a best-effort tenant granted SM groups 0-1 of the driver's split (Python table writer dstable.py)
@@ -86,8 +86,13 @@ def first_diff(a, b):
 
 groups = (info.get("split") or {}).get("groups")
 results, problems = {}, []
+if os.path.exists("/run/detshare/quota"):
+    print("warning: /run/detshare/quota exists: libdetshare reads it when DETSHARE_QUOTA_FILE is unset, so "
+          "'passthrough' is not a pure pass-through on this host")
 for mode in modes:
     env = dict(os.environ)
+    for k in ("LD_PRELOAD", "DETSHARE_QUOTA_FILE", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):
+        env.pop(k, None)  # each mode sets exactly what it needs
     table = changer = None
     granted_sms = None
     base = mode.split("-")[0]
