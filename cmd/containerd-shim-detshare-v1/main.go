@@ -9,6 +9,8 @@ import (
 	"github.com/containerd/containerd/runtime/v2/shim"
 
 	"github.com/detshare/detshare/shimv2"
+	// Starts the host scheduler on demand when a tenant registers (tenant.EnsureScheduler); free of NVML.
+	_ "github.com/detshare/detshare/sched/ensure"
 )
 
 func main() {

@@ -14,6 +14,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/detshare/detshare/hook"
+	// Starts the host scheduler on demand when a tenant registers (tenant.EnsureScheduler); free of NVML.
+	_ "github.com/detshare/detshare/sched/ensure"
 )
 
 func main() {

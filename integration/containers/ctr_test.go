@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/table"
 	"github.com/detshare/detshare/shimv2"
 )
@@ -89,6 +90,9 @@ func TestCtrRunEnvLabelExecAndKill(t *testing.T) {
 	r := e.waitRegistered(t, id)
 	if r.MemLimit != 1<<30 || r.SMs < 16 || r.Weight != 3 || r.Tier != table.TierBurstable {
 		t.Errorf("registration %+v: want burstable, >=16 SMs, 1 GiB (env), weight 3 (containerd label)", r)
+	}
+	if !ensure.LeaderRunning(e.runDir) {
+		t.Error("the shim did not start the host scheduler on demand (sched/ensure)")
 	}
 	exec := func(args ...string) (string, error) {
 		return e.ctr(append([]string{"tasks", "exec", "--exec-id", fmt.Sprintf("x%d", time.Now().UnixNano()), id}, args...)...)

@@ -119,7 +119,7 @@ func setup() (*env, error) {
 		}
 	}()
 	// Built as the Makefile builds them (stripped, lazy binding).
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -extldflags -Wl,-z,lazy", "-o", e.bin+"/", "./cmd/detshare-hook", "./cmd/detshare-runtime",
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -extldflags -Wl,-z,lazy", "-o", e.bin+"/", "./cmd/detshare", "./cmd/detshare-hook", "./cmd/detshare-runtime",
 		"./cmd/containerd-shim-detshare-v1")
 	cmd.Dir = e.repo
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -260,6 +260,29 @@ func (e *env) doStartDocker() error {
 	return fmt.Errorf("dockerd did not come up (exited: %v); log:\n%s", e.dockerd.exited(), tail(string(log), 3000))
 }
 
+// stopScheduler ends the `detshare sched` that registrations started on demand (sched/ensure) for our run
+// directory: found by its command line, ended by pid.
+func (e *env) stopScheduler() {
+	if e.runDir == "" {
+		return
+	}
+	for _, pid := range processesNaming(e.runDir) {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(string(cmd), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "detshare" {
+			continue
+		}
+		syscall.Kill(pid, syscall.SIGTERM)
+		for i := 0; i < 50; i++ {
+			if syscall.Kill(pid, 0) != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
 // noteHostDirs remembers which of dirs do not exist yet, to remove them at teardown.
 func (e *env) noteHostDirs(dirs ...string) {
 	for _, d := range dirs {
@@ -341,6 +364,7 @@ func (e *env) teardown() {
 		}
 		stopDaemon(e.ctrd)
 	}
+	e.stopScheduler()
 	for _, d := range e.createdHostDirs {
 		os.Remove(d) // only when empty: another engine on the host may use the same directory
 	}
