@@ -98,6 +98,7 @@ type mode struct {
 	tenant   bool
 	rebind   bool // move the spatial grant to other groups every rebindPeriod
 	temporal bool // temporal grant; the GPU token alternates between the tenant and nobody every tokenPeriod
+	starve   bool // the spatial grant alternates between no groups and two groups every tokenPeriod
 	dlsym    bool // the programs take every entry point from dlsym (CONF_DRIVER_PATH=dlsym), not cuGetProcAddress
 	maxSMs   int  // most distinct SMs an ordinary kernel or graph may use (c09, c07)
 	exactSMs bool
@@ -109,6 +110,7 @@ var modes = []mode{
 	{name: "confined", preload: true, tenant: true, maxSMs: confinedSMs},
 	{name: "rebinding", preload: true, tenant: true, rebind: true, maxSMs: confinedSMs},
 	{name: "temporal", preload: true, tenant: true, temporal: true, maxSMs: simSMs, exactSMs: true},
+	{name: "starved", preload: true, tenant: true, starve: true, maxSMs: confinedSMs},
 	{name: "confined-dlsym", preload: true, tenant: true, dlsym: true, maxSMs: confinedSMs},
 	{name: "rebinding-dlsym", preload: true, tenant: true, rebind: true, dlsym: true, maxSMs: confinedSMs},
 }
@@ -277,7 +279,7 @@ func runMode(t *testing.T, m mode, simDir, lib string, names []string, progs map
 		var stop chan struct{}
 		var wg sync.WaitGroup
 		changes := 0
-		if m.rebind || m.temporal {
+		if m.rebind || m.temporal || m.starve {
 			stop = make(chan struct{})
 			wg.Add(1)
 			go func() {
@@ -307,21 +309,27 @@ func runMode(t *testing.T, m mode, simDir, lib string, names []string, progs map
 		checkRun(t, m, n, want[n], r)
 		results[n] = r
 	}
-	if m.temporal {
-		// the launches really waited for the token at times: the temporal path was exercised
+	if m.temporal || m.starve {
+		// the launches really waited for the token or for SMs at times: that path was exercised
 		if d := atomic.LoadUint64(&te.client.Page().QueueDelayNs); d == 0 {
-			t.Errorf("[%s]: no launch ever waited for the GPU token (queue_delay_ns 0)", m.name)
+			t.Errorf("[%s]: no launch ever waited for the GPU token or for SMs (queue_delay_ns 0)", m.name)
 		}
 	}
 	return results
 }
 
-// drive plays the scheduler while a case runs: it moves the grant (rebind) or passes the GPU token between the
-// tenant and nobody (temporal), with the leader heartbeat, until stop closes. It returns the number of changes.
+// drive plays the scheduler while a case runs: it moves the grant (rebind), passes the GPU token between the
+// tenant and nobody (temporal) or takes all SMs away and gives two groups back by turns (starve), with the leader
+// heartbeat, until stop closes. It returns the number of changes.
 func drive(t *testing.T, m mode, tbl *table.Table, slot int, stop <-chan struct{}) int {
 	period := rebindPeriod
-	if m.temporal {
+	if m.temporal || m.starve {
 		period = tokenPeriod
+	}
+	if m.starve {
+		defer func() { // leave two groups granted so nothing waits after the case
+			_ = tbl.PublishGrant(slot, table.Grant{Groups: confineMask, SMs: confinedSMs, Mode: table.ModeSpatial})
+		}()
 	}
 	tick := time.NewTicker(period)
 	defer tick.Stop()
@@ -338,13 +346,20 @@ func drive(t *testing.T, m mode, tbl *table.Table, slot int, stop <-chan struct{
 		}
 		tbl.Heartbeat()
 		var err error
-		if m.temporal {
+		switch {
+		case m.starve:
+			g := table.Grant{Mode: table.ModeSpatial}
+			if i%2 == 0 {
+				g.Groups, g.SMs = confineMask, confinedSMs
+			}
+			err = tbl.PublishGrant(slot, g)
+		case m.temporal:
 			holder := -1
 			if i%2 == 0 {
 				holder = slot
 			}
 			err = tbl.PublishToken(0, holder, table.MonotonicNs()+uint64(period))
-		} else {
+		default:
 			err = tbl.PublishGrant(slot, table.Grant{Groups: rebindMasks[i%len(rebindMasks)], SMs: confinedSMs,
 				Mode: table.ModeSpatial})
 		}
