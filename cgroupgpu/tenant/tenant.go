@@ -170,6 +170,9 @@ func Register(ctx context.Context, runDir string, req Request) (Result, error) {
 		}
 		return Result{}, err
 	}
+	// The scheduler sleeps on the doorbell: ring it so the new tenant gets its first grant now rather than at the
+	// next tick (the library holds the tenant's first launches until that grant arrives).
+	t.RingDoorbell()
 	res.Registration = reg
 	res.QuotaFile = paths.QuotaFile(reg.ID)
 	res.ContainerQuotaFile = paths.ContainerQuotaFile(reg.ID)

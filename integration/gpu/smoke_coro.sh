@@ -39,27 +39,28 @@ while time.time() < end:
     opt.zero_grad(); m(x).square().mean().backward(); opt.step(); n += 1
 torch.cuda.synchronize(); print(f"BE {sys.argv[2]} steps/s={n/(time.time()-t):.1f}", flush=True)
 PY
-D=8
+D=5
+T="timeout -k 5 60"
 echo "== native, no MPS"
-python3 /tmp/lc.py "A alone (native)" $D
-python3 /tmp/be.py $((D+4)) "alone-native" & sleep 3; python3 /tmp/lc.py "A + B time-slicing" $D; wait
+$T python3 /tmp/lc.py "A alone (native)" $D
+$T python3 /tmp/be.py $((D+4)) "alone-native" & sleep 3; $T python3 /tmp/lc.py "A + B time-slicing" $D; wait
 echo "== native, plain MPS"
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-plain/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-plain/log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d; sleep 1
-python3 /tmp/lc.py "A alone (MPS)" $D
-python3 /tmp/be.py $((D+4)) "beside-A-MPS" & sleep 3; python3 /tmp/lc.py "A + B plain MPS" $D; wait
-echo quit | nvidia-cuda-mps-control; sleep 2
+mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; timeout 20 nvidia-cuda-mps-control -d; sleep 1
+$T python3 /tmp/lc.py "A alone (MPS)" $D
+$T python3 /tmp/be.py $((D+4)) "beside-A-MPS" & sleep 3; $T python3 /tmp/lc.py "A + B plain MPS" $D; wait
+echo quit | timeout 20 nvidia-cuda-mps-control; sleep 2
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 echo "== DetShare (scheduler starts MPS)"
 $DS --log-level info sched > $RUN/sched.log 2>&1 &
 SCHED=$!
 sleep 4
-$DS status 2>&1 | head -20
-$DS run --tier latency-critical --sm 32 --name lc -- python3 /tmp/lc.py "A alone (DetShare 32 SMs)" $D
-$DS run --tier best-effort --name be -- python3 /tmp/be.py $((D+4)) "beside-A-DetShare" & sleep 3
-$DS status 2>&1 | head -20
-$DS run --tier latency-critical --sm 32 --name lc2 -- python3 /tmp/lc.py "A + B DetShare" $D
-$DS status 2>&1 | head -20
+timeout 10 $DS status 2>&1 | head -20
+$T $DS --log-level info run --tier latency-critical --sm 32 --name lc -- $T python3 /tmp/lc.py "A alone (DetShare 32 SMs)" $D
+$T $DS --log-level info run --tier best-effort --name be -- $T python3 /tmp/be.py $((D+4)) "beside-A-DetShare" & sleep 3
+timeout 10 $DS status 2>&1 | head -20
+$T $DS --log-level info run --tier latency-critical --sm 32 --name lc2 -- $T python3 /tmp/lc.py "A + B DetShare" $D
+timeout 10 $DS status 2>&1 | head -20
 wait
 kill $SCHED; sleep 2
 echo "== scheduler log (tail)"; tail -30 $RUN/sched.log

@@ -54,6 +54,8 @@ static atomic_uint g_epoch_seen = UINT32_MAX;
 static _Atomic(struct gctx *) g_cur;     /* NULL: launch on the application stream */
 static atomic_uint g_mode;               /* grant mode of the current grant */
 static atomic_int g_empty;               /* spatial grant without any group: launches wait for SMs */
+static atomic_int g_ungranted;           /* no grant published yet while a scheduler is alive */
+static bool scheduler_alive(void);
 static struct gctx g_ctxs[MAX_GCTX];
 static unsigned g_nctx;
 static CUdevResource g_groups[MAX_GROUPS];
@@ -254,7 +256,12 @@ static void regrant(uint32_t ep) {
     }
     uint64_t all = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
     bool spatial = gr.mode == DS_MODE_SPATIAL && g_ngroups;
-    atomic_store(&g_empty, spatial && !(gr.groups & all));
+    /* A tenant the scheduler has not answered yet must not run on the whole GPU beside latency-critical
+     * neighbours: while a live scheduler owes it its first grant, launches wait for it (bounded, see wait_for_sms).
+     * Without a live scheduler there is nothing to wait for (fail-open). */
+    bool ungranted = gr.mode == DS_MODE_NONE && scheduler_alive();
+    atomic_store(&g_ungranted, ungranted);
+    atomic_store(&g_empty, (spatial && !(gr.groups & all)) || ungranted);
     atomic_store(&g_full, spatial && (gr.groups & all) == all);
     atomic_store(&g_mode, gr.mode);
     atomic_store_explicit(&g_cur, cur, memory_order_release);
@@ -408,7 +415,9 @@ static void wait_for_token(void) {
 /* Spatial grant with no groups: wait (bounded) for SMs, then run on the last groups held (fail-static). */
 static void wait_for_sms(void) {
     const struct ds_container *c = ds_t->ctr;
-    uint64_t t0 = ds_now_ns(), bound = env_ms("DETSHARE_GRANT_WAIT_MS", 10000) * 1000000ull;
+    uint64_t t0 = ds_now_ns(), bound = atomic_load(&g_ungranted)
+                                           ? env_ms("DETSHARE_FIRST_GRANT_WAIT_MS", 1000) * 1000000ull
+                                           : env_ms("DETSHARE_GRANT_WAIT_MS", 10000) * 1000000ull;
     for (;;) {
         uint32_t ep = ds_grant_epoch(c);
         if (ep != atomic_load_explicit(&g_epoch_seen, memory_order_acquire))
