@@ -16,11 +16,16 @@ $(CONF_BIN)/%: $(CONF_DIR)/cases/%.c $(CONF_DIR)/cases/conf.h cgroupgpu/cuda/cud
 	@mkdir -p $(CONF_BIN)
 	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -ffp-contract=off -pthread -o $@ $< -ldl
 
+# another tenant's busy process for the test's "shared" mode (not a case)
+$(CONF_BIN)/neighbour: $(CONF_DIR)/cases/neighbour.c $(CONF_DIR)/cases/conf.h cgroupgpu/cuda/cuda_abi.h $(CONF_DIR)/build.mk
+	@mkdir -p $(CONF_BIN)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -pthread -o $@ $< -ldl
+
 # the embedded PTX on stdout, for offline checks with ptxas (README.md)
 $(CONF_BIN)/ptx_dump: $(CONF_DIR)/cases/ptx_dump.c $(CONF_DIR)/cases/conf.h cgroupgpu/cuda/cuda_abi.h $(CONF_DIR)/build.mk
 	@mkdir -p $(CONF_BIN)
 	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -pthread -o $@ $< -ldl
 
 .PHONY: conformance
-conformance: $(CONF_PROGS) $(CONF_BIN)/ptx_dump
-C_TARGETS += $(CONF_PROGS) $(CONF_BIN)/ptx_dump
+conformance: $(CONF_PROGS) $(CONF_BIN)/ptx_dump $(CONF_BIN)/neighbour
+C_TARGETS += $(CONF_PROGS) $(CONF_BIN)/ptx_dump $(CONF_BIN)/neighbour

@@ -99,6 +99,7 @@ type mode struct {
 	rebind   bool // move the spatial grant to other groups every rebindPeriod
 	temporal bool // temporal grant; the GPU token alternates between the tenant and nobody every tokenPeriod
 	starve   bool // the spatial grant alternates between no groups and two groups every tokenPeriod
+	shared   bool // a neighbour tenant's process keeps groups 2..14 busy while the cases run
 	dlsym    bool // the programs take every entry point from dlsym (CONF_DRIVER_PATH=dlsym), not cuGetProcAddress
 	maxSMs   int  // most distinct SMs an ordinary kernel or graph may use (c09, c07)
 	exactSMs bool
@@ -110,6 +111,7 @@ var modes = []mode{
 	{name: "confined", preload: true, tenant: true, maxSMs: confinedSMs},
 	{name: "rebinding", preload: true, tenant: true, rebind: true, maxSMs: confinedSMs},
 	{name: "temporal", preload: true, tenant: true, temporal: true, maxSMs: simSMs, exactSMs: true},
+	{name: "shared", preload: true, tenant: true, shared: true, maxSMs: confinedSMs},
 	{name: "starved", preload: true, tenant: true, starve: true, maxSMs: confinedSMs},
 	{name: "confined-dlsym", preload: true, tenant: true, dlsym: true, maxSMs: confinedSMs},
 	{name: "rebinding-dlsym", preload: true, tenant: true, rebind: true, dlsym: true, maxSMs: confinedSMs},
@@ -158,9 +160,9 @@ type tenantEnv struct {
 	client    *table.Client
 }
 
-// setupTenant registers a best-effort tenant in a fresh run directory through cgroupgpu/tenant (the one
-// registration path), records this process as the scheduler leader and grants the tenant two SM groups. It returns
-// errors rather than failing the test because it runs on a mode's goroutine.
+// setupTenant creates the table of a fresh run directory, records this process as the scheduler leader and adds the
+// case tenant with two SM groups. It returns errors rather than failing the test because it runs on a mode's
+// goroutine.
 func setupTenant(t *testing.T, runDir, id string) (*tenantEnv, error) {
 	tb, err := table.Create(runDir)
 	if err != nil {
@@ -171,6 +173,15 @@ func setupTenant(t *testing.T, runDir, id string) (*tenantEnv, error) {
 		SMCount: simSMs, MemTotal: simMem}}); err != nil {
 		return nil, fmt.Errorf("set GPUs: %w", err)
 	}
+	if _, err := tb.SetLeader(os.Getpid()); err != nil { // the library throttles only while a scheduler is alive
+		return nil, fmt.Errorf("set leader: %w", err)
+	}
+	return addTenant(t, tb, runDir, id, confineMask, confinedSMs)
+}
+
+// addTenant registers a best-effort tenant through cgroupgpu/tenant (the one registration path) and grants it the
+// given SM groups.
+func addTenant(t *testing.T, tb *table.Table, runDir, id string, groups uint64, sms uint32) (*tenantEnv, error) {
 	res, err := tenant.Register(context.Background(), runDir, tenant.Request{ID: id,
 		Env: []string{"DETSHARE_TIER=best-effort"}})
 	if err != nil {
@@ -181,16 +192,13 @@ func setupTenant(t *testing.T, runDir, id string) (*tenantEnv, error) {
 			t.Errorf("deregister %s: %v", id, err)
 		}
 	})
-	if _, err := tb.SetLeader(os.Getpid()); err != nil { // the library throttles only while a scheduler is alive
-		return nil, fmt.Errorf("set leader: %w", err)
-	}
 	client, err := table.OpenClientPage(res.Registration.ClientPagePath)
 	if err != nil {
 		return nil, fmt.Errorf("open client page: %w", err)
 	}
 	t.Cleanup(func() { client.Close() })
 	te := &tenantEnv{quotaFile: res.QuotaFile, tbl: tb, slot: res.Registration.Slot, client: client}
-	if err := tb.PublishGrant(te.slot, table.Grant{Groups: confineMask, SMs: confinedSMs, Mode: table.ModeSpatial}); err != nil {
+	if err := tb.PublishGrant(te.slot, table.Grant{Groups: groups, SMs: sms, Mode: table.ModeSpatial}); err != nil {
 		return nil, fmt.Errorf("publish grant: %w", err)
 	}
 	return te, nil
@@ -275,6 +283,14 @@ func runMode(t *testing.T, m mode, simDir, lib string, names []string, progs map
 			env = append(env, "DETSHARE_SIMGPU_MPS=1")
 		}
 	}
+	if m.shared {
+		stopNeighbour, err := startNeighbour(t, te, filepath.Join(dir, "run"), env)
+		if err != nil {
+			t.Errorf("[%s] %v", m.name, err)
+			return results
+		}
+		defer stopNeighbour()
+	}
 	for _, n := range names {
 		var stop chan struct{}
 		var wg sync.WaitGroup
@@ -316,6 +332,63 @@ func runMode(t *testing.T, m mode, simDir, lib string, names []string, progs map
 		}
 	}
 	return results
+}
+
+// neighbourGroups are the groups of the neighbour tenant: 2..14, i.e. every group but the case tenant's two.
+const neighbourGroups = 0x7ffc
+
+// startNeighbour registers a second tenant on groups 2..14 and starts its busy process (cases/neighbour.c) under
+// libdetshare on the same simulated GPU. The returned function stops it and checks that its kernels ran and never
+// touched the case tenant's SMs (0..15): isolation while the case tenant's semantics are checked.
+func startNeighbour(t *testing.T, te *tenantEnv, runDir string, env []string) (func(), error) {
+	nb, err := addTenant(t, te.tbl, runDir, "conf-neighbour", neighbourGroups, simSMs-confinedSMs-4)
+	if err != nil {
+		return nil, err
+	}
+	prog := filepath.Join(buildDir(), "tests", "conformance", "neighbour")
+	if _, err := os.Stat(prog); err != nil {
+		return nil, fmt.Errorf("%s missing (%v): run `make c-build`", prog, err)
+	}
+	nenv := append([]string{}, env...)
+	for i, v := range nenv {
+		if strings.HasPrefix(v, "DETSHARE_QUOTA_FILE=") {
+			nenv[i] = "DETSHARE_QUOTA_FILE=" + nb.quotaFile
+		}
+	}
+	cmd := exec.Command(prog)
+	cmd.Env = append(nenv, "CONF_NEIGHBOUR_S=120")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start neighbour: %w", err)
+	}
+	return func() {
+		stdin.Close() // EOF: the neighbour finishes its current grid and reports
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("[shared] neighbour: %v\n%s\n%s", err, out.String(), errb.String())
+			return
+		}
+		r := parseRun(out.String(), errb.String())
+		launches, _ := strconv.Atoi(r.infos["neighbour_launches"])
+		lo, err := strconv.Atoi(r.infos["neighbour_sm_min"])
+		if err != nil || launches < 10 {
+			t.Errorf("[shared] neighbour did not keep the GPU busy (%d grids): %s", launches, out.String())
+			return
+		}
+		t.Logf("[shared] neighbour: %d grids on SMs %s..%s (%s distinct)", launches, r.infos["neighbour_sm_min"],
+			r.infos["neighbour_sm_max"], r.infos["neighbour_sms"])
+		if lo < confinedSMs {
+			t.Errorf("[shared] the neighbour tenant's kernels ran on SM %d, inside the case tenant's groups: %s", lo,
+				out.String())
+		}
+		if n := atomic.LoadUint64(&nb.client.Page().Launches); n == 0 {
+			t.Errorf("[shared] libdetshare did not count the neighbour's launches")
+		}
+	}, nil
 }
 
 // drive plays the scheduler while a case runs: it moves the grant (rebind), passes the GPU token between the
