@@ -214,3 +214,16 @@ func TestDockerShimKilledDeregisters(t *testing.T) {
 	e.docker("rm", "-f", id)
 	e.assertNoLeak(t, id)
 }
+
+// A terminal (`docker run -t`) goes through runc's --console-socket while the wrapper runs runc create as its child.
+func TestDockerRunWithTerminal(t *testing.T) {
+	e := needDocker(t)
+	out, err := e.docker("run", "--rm", "-t", "--runtime=detshare", "--network", "none", "-e", "DETSHARE_TIER=best-effort",
+		dockerImage, "sh", "-c", "test -t 1 && echo HAVE-TTY; simgpu-probe meminfo")
+	if err != nil {
+		t.Fatalf("docker run -t: %v: %s", err, out)
+	}
+	if !strings.Contains(out, "HAVE-TTY") || !strings.Contains(out, `"cmd":"meminfo"`) {
+		t.Errorf("no terminal or no workload output:\n%s", out)
+	}
+}
