@@ -452,6 +452,9 @@ func runCase(t *testing.T, m mode, prog string, env []string) runResult {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	r := parseRun(out.String(), errb.String())
+	if errb.Len() > 0 { // the library's and the test double's logs (go test -v shows them)
+		t.Logf("%s [%s] stderr:\n%s", filepath.Base(prog), m.name, errb.String())
+	}
 	if err != nil {
 		t.Errorf("%s [%s]: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(prog), m.name, err, out.String(), errb.String())
 	}
