@@ -89,7 +89,9 @@ func TestCtrRunEnvLabelExecAndKill(t *testing.T) {
 	defer e.ctr("containers", "rm", id)
 	r := e.waitRegistered(t, id)
 	if r.MemLimit != 1<<30 || r.SMs < 16 || r.Weight != 3 || r.Tier != table.TierBurstable {
-		t.Errorf("registration %+v: want burstable, >=16 SMs, 1 GiB (env), weight 3 (containerd label)", r)
+		// ctr 1.6 puts --label into the container's labels and its spec's annotations; TestShimReadsContainerdLabels
+		// checks the label lookup on its own.
+		t.Errorf("registration %+v: want burstable, >=16 SMs, 1 GiB (env), weight 3 (--label)", r)
 	}
 	if !ensure.LeaderRunning(e.runDir) {
 		t.Error("the shim did not start the host scheduler on demand (sched/ensure)")
@@ -262,4 +264,24 @@ func TestCtrShimKilledDeregisters(t *testing.T) {
 		t.Fatalf("containers rm: %v: %s", err, out)
 	}
 	e.assertNoLeak(t, id)
+}
+
+// ctr 1.6 copies --label into the spec's annotations as well, so TestCtrRunEnvLabelExecAndKill cannot tell the
+// shim's label lookup from annotations; this checks the lookup itself against the real containerd.
+func TestShimReadsContainerdLabels(t *testing.T) {
+	e := need(t)
+	id := "ds-ctr-labels"
+	if out, err := e.ctr("containers", "create", "--label", "detshare.io/tier=burstable", "--label", "other=x", imageRef, id, "true"); err != nil {
+		t.Fatalf("ctr containers create: %v: %s", err, out)
+	}
+	defer e.ctr("containers", "rm", id)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	labels, err := shimv2.ContainerdLabels(e.ctrSock, ctrNS)(ctx, id)
+	if err != nil || labels["detshare.io/tier"] != "burstable" || labels["other"] != "x" {
+		t.Fatalf("labels = %v, %v", labels, err)
+	}
+	if _, err := shimv2.ContainerdLabels(e.ctrSock, ctrNS)(ctx, "no-such-container"); err == nil {
+		t.Error("a missing container gave no error")
+	}
 }
