@@ -260,3 +260,17 @@ func TestCreateFailsOpenWhenDetShareIsBroken(t *testing.T) {
 		t.Errorf("fail-closed: exit %d, %q; want a refusal naming DETSHARE_LIB", code, out)
 	}
 }
+
+func TestRunVerbDeregistersWhenTheContainerIsGone(t *testing.T) {
+	e := setup(t, `{"process":{"env":["DETSHARE_TIER=best-effort"]},"root":{"path":"rootfs"}}`)
+	// The fake runc checks, while "running", that the container is registered.
+	os.WriteFile(e.runc, []byte("#!/bin/sh\necho \"$@\" >> "+e.argsFile+"\ntest -e "+filepath.Join(e.runDir, "clients", "c1.page")+" || exit 9\n"), 0o755)
+	code, out := e.run(t, nil, "run", "--bundle", e.bundle, "c1")
+	if code != 0 {
+		t.Fatalf("exit %d (9: not registered while running): %s", code, out)
+	}
+	if _, ok, _ := tenant.Lookup(e.runDir, "c1"); ok {
+		t.Error("still registered after runc run returned")
+	}
+	assertNoTenantFiles(t, e.runDir)
+}

@@ -164,7 +164,14 @@ func create(cfg Config, inv Invocation) int {
 		return 1
 	}
 	code := runChild(cfg.Runc, inv.RuncArgs)
-	if code != 0 && p.Registered {
+	switch {
+	case !p.Registered:
+	case inv.Command == "run":
+		// `runc run` returns when the container is gone (it deletes it itself), never through `runc delete`.
+		if err := hook.Poststop(cfg.Hook, inv.ID); err != nil {
+			logrus.WithError(err).WithField("id", inv.ID).Warn("deregistration after run failed")
+		}
+	case code != 0:
 		hook.Rollback(cfg.Hook, inv.ID)
 	}
 	return code
