@@ -475,18 +475,24 @@ func checkRun(t *testing.T, m mode, name string, want []string, r runResult) {
 	// Where ordinary kernels ran (c09: a plain grid on a fresh stream; c07: the replay of a graph captured under the
 	// grant, launched on the legacy stream): on every SM without a tenant, within the granted groups with one. This
 	// is what makes the comparison meaningful: the confined modes really ran the suite through the GPU coroutines.
-	key := map[string]string{"c09_launch_ex": "plain_distinct_sms", "c07_graph_capture": "graph_distinct_sms"}[name]
-	if key == "" {
+	prefix := map[string]string{"c09_launch_ex": "plain", "c07_graph_capture": "graph"}[name]
+	if prefix == "" {
 		return
 	}
-	n, err := strconv.Atoi(r.infos[key])
-	if err != nil {
-		t.Errorf("%s [%s]: no %s info line: %v", name, m.name, key, r.infos)
+	n, err := strconv.Atoi(r.infos[prefix+"_distinct_sms"])
+	hi, err2 := strconv.Atoi(r.infos[prefix+"_max_sm"])
+	if err != nil || err2 != nil {
+		t.Errorf("%s [%s]: no %s_distinct_sms/%s_max_sm info: %v", name, m.name, prefix, prefix, r.infos)
 		return
 	}
 	if n == 0 || n > m.maxSMs || (m.exactSMs && n != m.maxSMs) {
 		t.Errorf("%s [%s]: a grid of %d blocks ran on %d distinct SMs, want %s%d", name, m.name, simSMs, n,
 			map[bool]string{true: "", false: "at most "}[m.exactSMs], m.maxSMs)
+	}
+	// with the fixed grant (groups 0 and 1: SMs 0..15 of the simulated split) the kernels ran on exactly those SMs
+	if m.tenant && !m.rebind && !m.temporal && hi >= confinedSMs {
+		t.Errorf("%s [%s]: a kernel ran on SM %d, outside the granted groups 0-1 (SMs 0..%d)", name, m.name, hi,
+			confinedSMs-1)
 	}
 }
 

@@ -124,7 +124,7 @@ int main(void) {
         return 3;
     CK(D.cuMemcpyDtoH_v2(h, ids, (size_t)grid * 4));
     static unsigned char seen[4096];
-    unsigned distinct = 0;
+    unsigned distinct = 0, hi = 0;
     bool in_range = true;
     for (unsigned i = 0; i < grid; i++) {
         if (h[i] >= (unsigned)conf_sms || h[i] >= sizeof seen) {
@@ -133,10 +133,12 @@ int main(void) {
         }
         if (!seen[h[i]]++)
             distinct++;
+        if (h[i] > hi)
+            hi = h[i];
     }
     free(h);
     fact("captured_smid.smids_in_range", "%s", yn(in_range));
-    info("graph_distinct_sms=%u", distinct);
+    info("graph_distinct_sms=%u graph_max_sm=%u", distinct, hi);
 
     CK(D.cuGraphExecDestroy(ge2));
     CK(D.cuGraphDestroy(g2));

@@ -39,7 +39,7 @@ static bool smids_ok(CUdeviceptr out, unsigned grid, const char *what) {
         exit(3);
     CK(D.cuMemcpyDtoH_v2(h, out, (size_t)grid * 4));
     bool ok = true;
-    unsigned distinct = 0;
+    unsigned distinct = 0, hi = 0;
     static unsigned char seen[4096];
     memset(seen, 0, sizeof seen);
     for (unsigned i = 0; i < grid; i++) {
@@ -49,8 +49,10 @@ static bool smids_ok(CUdeviceptr out, unsigned grid, const char *what) {
         }
         if (!seen[h[i]]++)
             distinct++;
+        if (h[i] > hi)
+            hi = h[i];
     }
-    info("%s_distinct_sms=%u", what, distinct);
+    info("%s_distinct_sms=%u %s_max_sm=%u", what, distinct, what, hi);
     free(h);
     return ok;
 }
