@@ -274,3 +274,27 @@ func TestRunVerbDeregistersWhenTheContainerIsGone(t *testing.T) {
 	}
 	assertNoTenantFiles(t, e.runDir)
 }
+
+// FuzzParse: no input panics, own flags never reach runc, and runc's arguments keep their order.
+func FuzzParse(f *testing.F) {
+	f.Add("--root\x00/r\x00create\x00--bundle\x00/b\x00id")
+	f.Add("--detshare-run-dir=/x\x00--log\x00l\x00delete\x00--force\x00id")
+	f.Add("--detshare-runc\x00")
+	f.Fuzz(func(t *testing.T, joined string) {
+		args := strings.Split(joined, "\x00")
+		inv, err := Parse(args)
+		if err != nil {
+			return
+		}
+		if len(inv.RuncArgs) > len(args) {
+			t.Fatalf("runc got more arguments than given: %q -> %q", args, inv.RuncArgs)
+		}
+		if inv.Command == "" {
+			for _, a := range inv.RuncArgs {
+				if strings.HasPrefix(a, "--detshare-") {
+					t.Fatalf("own flag %q passed to runc", a)
+				}
+			}
+		}
+	})
+}
