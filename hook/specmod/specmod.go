@@ -286,13 +286,17 @@ func AddMounts(mounts ...Mount) Modifier {
 				entry["options"] = opts
 			}
 			replaced := false
-			for i, v := range a {
+			kept := a[:0]
+			for _, v := range a {
 				if m, ok := v.(map[string]any); ok && filepath.Clean(str(m, "destination")) == filepath.Clean(mt.Destination) {
-					a[i] = entry
-					replaced = true
-					break
+					if replaced {
+						continue // a later mount at the same place would hide ours
+					}
+					v, replaced = entry, true
 				}
+				kept = append(kept, v)
 			}
+			a = kept
 			if !replaced {
 				a = append(a, entry)
 			}

@@ -143,7 +143,7 @@ func TestForTenantAddsMountsHookAnnotationIdempotently(t *testing.T) {
 }
 
 func TestAddMountReplacesSameDestination(t *testing.T) {
-	s, err := Parse([]byte(`{"mounts":[{"destination":"/etc/ld.so.preload","type":"bind","source":"/image/own"}]}`))
+	s, err := Parse([]byte(`{"mounts":[{"destination":"/etc/ld.so.preload","type":"bind","source":"/image/own"},{"destination":"/etc/ld.so.preload/","source":"/again"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,4 +239,47 @@ func BenchmarkModifyFileForTenant(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzForTenant: any spec either is refused or comes out as valid JSON that keeps every top-level key and carries
+// the tenant's mounts once.
+func FuzzForTenant(f *testing.F) {
+	f.Add([]byte(specWithUnknown))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"mounts":null,"hooks":{"poststop":null}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Parse(data)
+		if err != nil {
+			return
+		}
+		keys := map[string]bool{}
+		for k := range s.m {
+			keys[k] = true
+		}
+		if err := ForTenant(testTenant("/run/detshare")).Modify(s); err != nil {
+			return
+		}
+		out, err := s.Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := Parse(out)
+		if err != nil {
+			t.Fatalf("output does not parse: %v", err)
+		}
+		for k := range keys {
+			if _, ok := again.m[k]; !ok {
+				t.Fatalf("top-level key %q lost", k)
+			}
+		}
+		n := 0
+		for _, m := range again.Mounts() {
+			if m.Destination == table.ContainerQuotaPath {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("quota mount present %d times", n)
+		}
+	})
 }
