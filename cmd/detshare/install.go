@@ -334,9 +334,38 @@ func criSection(version int) string {
 	return `plugins."io.containerd.grpc.v1.cri".containerd.runtimes.` + installRuntimeName
 }
 
-func runtimeBlock(version int) string {
-	return fmt.Sprintf("%s\n[%s]\n  runtime_type = %q\n  pod_annotations = [%q]\n%s\n",
-		beginMarker, criSection(version), installShimType, installPodAnnot, endMarker)
+func runtimeBlock(version int) string { return runtimeBlockWith(version, "") }
+
+// runtimeBlockWith is the marked section; defaultRuntime, when not empty, also defines that runtime as runc's. A
+// config that names any runtime under containerd.runtimes loses containerd's built-in "runc" entry, and the CRI
+// plugin then refuses to load ("no corresponding runtime configured … default_runtime_name"): Debian's stock
+// config.toml is such a file.
+func runtimeBlockWith(version int, defaultRuntime string) string {
+	extra := ""
+	if defaultRuntime != "" {
+		sec := strings.TrimSuffix(criSection(version), installRuntimeName) + defaultRuntime
+		extra = fmt.Sprintf("[%s]\n  runtime_type = \"io.containerd.runc.v2\"\n", sec)
+	}
+	return fmt.Sprintf("%s\n%s[%s]\n  runtime_type = %q\n  pod_annotations = [%q]\n%s\n",
+		beginMarker, extra, criSection(version), installShimType, installPodAnnot, endMarker)
+}
+
+// missingDefaultRuntime returns the CRI default runtime's name when the config does not define it (so adding a
+// runtime would hide containerd's built-in definition), "" otherwise.
+func missingDefaultRuntime(m map[string]any, plugin string) string {
+	name := "runc"
+	if n, ok := lookupPath(m, "plugins", plugin, "containerd", "default_runtime_name"); ok {
+		if s, ok := n.(string); ok && s != "" {
+			name = s
+		}
+	}
+	if name == installRuntimeName {
+		return ""
+	}
+	if _, ok := lookupPath(m, "plugins", plugin, "containerd", "runtimes", name); ok {
+		return ""
+	}
+	return name
 }
 
 // configVersion reads the `version` key of a containerd config (1 when absent, as containerd does).
@@ -371,7 +400,7 @@ func lookupPath(m map[string]any, keys ...string) (any, bool) {
 // earlier install is replaced, so the result is the same however often it runs.
 func ctrdV2Install(old []byte) ([]byte, error) {
 	if len(bytes.TrimSpace(old)) == 0 {
-		return []byte("version = 2\n\n" + runtimeBlock(2)), nil
+		return []byte("version = 2\n\n" + runtimeBlockWith(2, "runc")), nil
 	}
 	base, err := ctrdRemoveBlock(old)
 	if err != nil {
@@ -393,7 +422,7 @@ func ctrdV2Install(old []byte) ([]byte, error) {
 		out = append(out, '\n')
 	}
 	out = append(out, '\n')
-	out = append(out, runtimeBlock(2)...)
+	out = append(out, runtimeBlockWith(2, missingDefaultRuntime(m, "io.containerd.grpc.v1.cri"))...)
 	if bytes.Equal(out, old) {
 		return old, nil
 	}
@@ -526,8 +555,17 @@ func containerdInstall(w io.Writer, config, dropIn string, ver [2]int, dry bool)
 	if ver[0] < 2 {
 		return applyEdit(w, config, dry, ctrdV2Install, restart)
 	}
+	main, err := os.ReadFile(config)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", config, err)
+	}
+	var m map[string]any
+	if _, err := toml.Decode(string(main), &m); err != nil {
+		return fmt.Errorf("%s: not valid TOML (%v): fix it by hand first; nothing was changed", config, err)
+	}
+	def := missingDefaultRuntime(m, "io.containerd.cri.v1.runtime")
 	if err := applyEdit(w, dropIn, dry, func(old []byte) ([]byte, error) {
-		return []byte("version = 3\n\n" + runtimeBlock(3)), nil
+		return []byte("version = 3\n\n" + runtimeBlockWith(3, def)), nil
 	}, "(drop-in)"); err != nil {
 		return err
 	}

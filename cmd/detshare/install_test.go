@@ -284,3 +284,34 @@ func TestConfigsMatchTheInstaller(t *testing.T) {
 		t.Error("RuntimeClass handler does not match the containerd runtime name")
 	}
 }
+
+// A config that defines no runtimes (Debian's stock one) would lose containerd's built-in runc definition once a
+// runtime is added, and the CRI plugin would refuse to load: the installer defines the default runtime too.
+func TestInstallContainerdDefinesTheDefaultRuntimeWhenMissing(t *testing.T) {
+	for _, c := range []struct {
+		config, want string
+	}{
+		{"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"p\"\n", "runtimes.runc]"},
+		{"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"crun\"\n", "runtimes.crun]"},
+		{"", "runtimes.runc]"},
+	} {
+		out, err := ctrdV2Install([]byte(c.config))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out), c.want) {
+			t.Errorf("config %q: no %s in\n%s", c.config, c.want, out)
+		}
+		var m map[string]any
+		if _, err := toml.Decode(string(out), &m); err != nil {
+			t.Errorf("result does not parse: %v", err)
+		}
+		if again, _ := ctrdV2Install(out); !bytes.Equal(again, out) {
+			t.Errorf("second install changed the file")
+		}
+	}
+	out, _ := ctrdV2Install([]byte(ctrdConfig16))
+	if strings.Count(string(out), "runtimes.runc]") != 1 {
+		t.Error("a config that defines runc got a second definition")
+	}
+}
