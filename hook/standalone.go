@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/sirupsen/logrus"
@@ -46,7 +48,10 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 		_, err = failOpen(cfg, st.ID, err)
 		return err
 	}
-	res, err := tenant.Register(ctx, cfg.RunDir, tenant.Request{ID: st.ID, Annotations: ann, Env: spec.Env()})
+	// The container's init process owns the registration: if runc fails after this hook (no poststop runs then)
+	// or the container dies without a delete, the table's reaper deregisters it once that process is gone.
+	res, err := tenant.Register(ctx, cfg.RunDir, tenant.Request{ID: st.ID, Annotations: ann, Env: spec.Env(),
+		OwnerPID: containerInitPID()})
 	if err != nil {
 		if IsQuotaError(err) || errors.Is(err, table.ErrExists) {
 			return fmt.Errorf("detshare: %w", err)
@@ -71,6 +76,36 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 	}
 	logrus.WithFields(logrus.Fields{"id": st.ID, "slot": res.Registration.Slot}).Info("container registered (standalone hook)")
 	return nil
+}
+
+// containerInitPID returns the host PID of the process that runs this hook — the runtime's container init, which
+// becomes the container's first process — or 0 when it cannot be told. The runtime runs createContainer hooks before
+// pivot_root, where /proc is still the host's procfs, so /proc/self/stat names host PIDs; the init must share this
+// hook's mount namespace, which guards against a procfs of another PID namespace.
+func containerInitPID() int {
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil || ppid <= 1 {
+		return 0
+	}
+	self, err1 := os.Readlink("/proc/self/ns/mnt")
+	parent, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", ppid))
+	if err1 != nil || err2 != nil || self != parent {
+		return 0
+	}
+	return ppid
 }
 
 // bindInto bind-mounts m.Source at m.Destination under rootfs, creating the target (a file for a file, a directory

@@ -1,4 +1,6 @@
-// Command detshare-hook is DetShare's OCI hook. The shim and the runc wrapper add it to a container's spec as a
+// Command detshare-hook is DetShare's OCI hook. Unlike the shim and the wrapper it does not start the scheduler on
+// demand (sched/ensure): at createContainer it runs inside the container's PID namespace, where a scheduler would
+// neither see host PIDs nor outlive the container; hooks.d hosts run the scheduler as a service. The shim and the runc wrapper add it to a container's spec as a
 // poststop hook (deregistration); registered through a hooks directory (podman --hooks-dir, CRI-O) it also runs at
 // createContainer, where it registers the container and bind-mounts DetShare's files itself. Logic lives in
 // package hook.
@@ -14,8 +16,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/detshare/detshare/hook"
-	// Starts the host scheduler on demand when a tenant registers (tenant.EnsureScheduler); free of NVML.
-	_ "github.com/detshare/detshare/sched/ensure"
 )
 
 func main() {

@@ -3,6 +3,7 @@ package containers
 import (
 	"archive/tar"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -60,7 +62,7 @@ func (e *env) extractRootfs(t *testing.T, dir string) {
 
 // standaloneBundle writes a bundle whose spec carries detshare-hook as podman/CRI-O would inject it from
 // configs/hooks.d (createContainer + poststop), with no shim or wrapper involved.
-func (e *env) standaloneBundle(t *testing.T, env []string, script string) string {
+func (e *env) standaloneBundle(t *testing.T, env []string, script string, edits ...func(spec map[string]any)) string {
 	t.Helper()
 	b := t.TempDir()
 	e.extractRootfs(t, filepath.Join(b, "rootfs"))
@@ -82,9 +84,58 @@ func (e *env) standaloneBundle(t *testing.T, env []string, script string) string
 		"createContainer": []any{map[string]any{"path": hookBin, "args": []string{"detshare-hook", "createContainer"}, "env": hookEnv}},
 		"poststop":        []any{map[string]any{"path": hookBin, "args": []string{"detshare-hook", "poststop"}, "env": hookEnv}},
 	}
+	for _, edit := range edits {
+		edit(spec)
+	}
 	data, _ = json.Marshal(spec)
 	os.WriteFile(filepath.Join(b, "config.json"), data, 0o644)
 	return b
+}
+
+// When runc fails after the createContainer hook registered the container, no poststop runs; the registration is
+// owned by the container's init process, so the reaper of the scheduler (started on demand by the hook)
+// deregisters it once that process is gone.
+func TestStandaloneHookFailureAfterHookIsReaped(t *testing.T) {
+	e := need(t)
+	id := "ds-standalone-late-fail"
+	// On hooks.d hosts the scheduler runs as a service; here it is started as sched/ensure would.
+	t.Setenv(ensure.BinEnv, filepath.Join(e.bin, "detshare"))
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	if err := ensure.EnsureScheduler(e.runDir); err != nil {
+		t.Fatalf("start the scheduler: %v", err)
+	}
+	// runc applies sysctls after the rootfs is prepared (and createContainer hooks have run): a sysctl that does not
+	// exist fails the create at that point.
+	b := e.standaloneBundle(t, []string{"DETSHARE_TIER=best-effort"}, "true", func(spec map[string]any) {
+		spec["linux"].(map[string]any)["sysctl"] = map[string]string{"net.ipv4.detshare_no_such_sysctl": "1"}
+		// No poststop hook: runc may run it when its own create fails, but podman/conmon do not call runc delete
+		// for a container whose create failed, so the reaper must do it.
+		delete(spec["hooks"].(map[string]any), "poststop")
+	})
+	root := filepath.Join(e.dir, "runc-root")
+	out, err := run(60*time.Second, nil, "runc", "--root", root, "run", "--bundle", b, id)
+	if err == nil {
+		t.Fatalf("runc run succeeded with a nonexistent sysctl: %s", out)
+	}
+	if !strings.Contains(out, "detshare_no_such_sysctl") {
+		t.Fatalf("runc failed for another reason than the sysctl (the test needs a failure after the hook):\n%s", out)
+	}
+	// The hook did register and mount before the failure: its mount point exists in the rootfs.
+	if _, err := os.Stat(filepath.Join(b, "rootfs", table.ContainerQuotaPath)); err != nil {
+		t.Fatalf("the createContainer hook did not get to mount (the failure came before it): %v", err)
+	}
+	run(30*time.Second, nil, "runc", "--root", root, "delete", "--force", id)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, ok := e.lookup(t, id); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("registration of a container whose create failed after the hook was not reaped within 30s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e.assertNoLeak(t, id)
 }
 
 func TestStandaloneHookWithRunc(t *testing.T) {
@@ -109,6 +160,7 @@ func TestStandaloneHookWithRunc(t *testing.T) {
 	if opts := mountOptions(out, table.ContainerClientPagePath); !strings.HasPrefix(opts, "rw") {
 		t.Errorf("client page mounted %q, want rw", opts)
 	}
+
 	e.assertNoLeak(t, id)
 	// Mount points the hook created stay in the bundle's rootfs only; nothing of it is mounted on the host.
 	if ms := mountsUnder(b); len(ms) != 0 {
@@ -129,5 +181,41 @@ func TestStandaloneHookBadQuotaFailsRunc(t *testing.T) {
 		t.Errorf("runc's error does not name the field:\n%s", out)
 	}
 	run(30*time.Second, nil, "runc", "--root", root, "delete", "--force", id)
+	e.assertNoLeak(t, id)
+}
+
+// The standalone registration is owned by the container's init process (host PID), which is what lets the reaper
+// clean up after a create that fails after the hook.
+func TestStandaloneHookOwnerIsContainerInit(t *testing.T) {
+	e := need(t)
+	id := "ds-standalone-owner"
+	b := e.standaloneBundle(t, []string{"DETSHARE_TIER=best-effort"}, "exec sleep 3")
+	root := filepath.Join(e.dir, "runc-root")
+	done := make(chan string, 1)
+	go func() {
+		out, err := run(60*time.Second, nil, "runc", "--root", root, "run", "--bundle", b, id)
+		if err != nil {
+			out = "ERROR " + err.Error() + ": " + out
+		}
+		done <- out
+	}()
+	r := e.waitRegistered(t, id)
+	if r.OwnerPID <= 1 {
+		t.Fatalf("registration has no owner: %+v", r)
+	}
+	var cmd []byte
+	for i := 0; i < 50; i++ {
+		cmd, _ = os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", r.OwnerPID))
+		if strings.HasPrefix(string(cmd), "sleep") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.HasPrefix(string(cmd), "sleep") {
+		t.Errorf("owner pid %d runs %q, want the container's process (sleep)", r.OwnerPID, cmd)
+	}
+	if out := <-done; strings.HasPrefix(out, "ERROR") {
+		t.Fatal(out)
+	}
 	e.assertNoLeak(t, id)
 }
