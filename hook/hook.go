@@ -28,6 +28,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/detshare/detshare/hook/specmod"
 	"github.com/detshare/detshare/sched/table"
 )
@@ -216,24 +217,8 @@ func EnsurePreloadFile(runDir string) (string, error) {
 	if err := os.MkdirAll(runDir, table.RunDirMode); err != nil {
 		return "", fmt.Errorf("create run dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(runDir, "."+PreloadFileName+".tmp-*")
-	if err != nil {
-		return "", fmt.Errorf("write %s: %w", p, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(want); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		return "", fmt.Errorf("write %s: %w", p, err)
+	if err := atomicfile.Write(p, want, 0o644, false); err != nil {
+		return "", err
 	}
 	return p, nil
 }

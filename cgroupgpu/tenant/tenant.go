@@ -16,11 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -239,37 +239,14 @@ func writeQuotaFiles(p table.Paths, reg table.Registration, q quota.Quota, pl qu
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(p.QuotaFile(reg.ID), quota.Render(f)); err != nil {
+	if err := atomicfile.Write(p.QuotaFile(reg.ID), quota.Render(f), table.QuotaFileMode, false); err != nil {
 		return err
 	}
 	f.Table, f.ClientPage, f.Doorbell = table.ContainerTablePath, table.ContainerClientPagePath, table.ContainerDoorbellPath
 	if f.MPSPipeDir != "" {
 		f.MPSPipeDir = table.ContainerMPSPipeDir
 	}
-	return writeFileAtomic(p.ContainerQuotaFile(reg.ID), quota.Render(f))
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(table.QuotaFileMode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("chmod %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.Write(p.ContainerQuotaFile(reg.ID), quota.Render(f), table.QuotaFileMode, false)
 }
 
 // Deregister removes tenant id (slot, client page, quota files). An unknown ID returns an error wrapping

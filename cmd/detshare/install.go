@@ -15,6 +15,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/urfave/cli/v2"
+
+	"github.com/detshare/detshare/internal/atomicfile"
 )
 
 func init() { commands = append(commands, installCommand(), uninstallCommand()) }
@@ -203,37 +205,6 @@ func applyEdit(w io.Writer, path string, dry bool, edit func([]byte) ([]byte, er
 		return err
 	}
 	fmt.Fprintf(w, "%s: updated (original kept as %s)\n%s\n", path, path+backupSuffix, restart)
-	return nil
-}
-
-func writeAtomic(path string, data []byte) error {
-	mode := os.FileMode(0o644)
-	if st, err := os.Stat(path); err == nil {
-		mode = st.Mode().Perm()
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil { // engine configuration must survive a crash
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
 	return nil
 }
 
@@ -570,4 +541,13 @@ func containerdInstall(w io.Writer, config, dropIn string, ver [2]int, dry bool)
 		return err
 	}
 	return applyEdit(w, config, dry, func(old []byte) ([]byte, error) { return ctrdImports(old, dropIn) }, restart)
+}
+
+// writeAtomic replaces an engine configuration durably, keeping the mode of the file it replaces.
+func writeAtomic(path string, data []byte) error {
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(path); err == nil {
+		mode = st.Mode().Perm()
+	}
+	return atomicfile.Write(path, data, mode, true)
 }

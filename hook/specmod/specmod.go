@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/detshare/detshare/internal/atomicfile"
 )
 
 // Spec is an OCI runtime spec held as generic JSON.
@@ -73,30 +75,9 @@ func (s *Spec) WriteFile(path string) error {
 	if st, err := os.Stat(path); err == nil {
 		mode = st.Mode().Perm()
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".detshare-*")
-	if err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
+	if err := atomicfile.Write(path, data, mode, false); err != nil {
+		return fmt.Errorf("OCI spec: %w", err)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
-	}
-	ok = true
 	return nil
 }
 
