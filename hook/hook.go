@@ -28,8 +28,8 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
-	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/detshare/detshare/hook/specmod"
+	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/detshare/detshare/sched/table"
 )
 
