@@ -357,6 +357,19 @@ func TestCaptureUnderFullGrantIsConfined(t *testing.T) {
 	}
 }
 
+// DETSHARE_CONFINE_FULL_CAPTURE=0 (the opt-out for solo tenants) leaves a capture under the full grant in the
+// primary context: the graph then runs on every SM, the remainder included, like a native one.
+func TestFullGrantCaptureOptOut(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0x7fff)
+	e.vars = append(e.vars, "DETSHARE_CONFINE_FULL_CAPTURE=0")
+	r := e.run("ds_probe_rt", "init", "stream", "capture:132", "graph")
+	if g := groupsOf(t, r, "graph"); within(g, 0x7fff) {
+		t.Fatalf("with the opt-out the graph still stayed within the split's groups (%v)", g)
+	}
+}
+
 // Green contexts the application makes itself are kept within the tenant's grant.
 func TestAppGreenContextKeptWithinGrant(t *testing.T) {
 	bare := newEnv(t, false).run("ds_probe_rt", "init", "appgreen:9", "smid:64")

@@ -213,7 +213,20 @@ static struct gctx *gctx_for_locked(uint64_t mask) {
 
 /* While a capture is in progress and the grant holds every group, kernels are still recorded in a green context
  * (of every group), so that the graph stays confined after the grant shrinks. */
+/* DETSHARE_CONFINE_FULL_CAPTURE=0 leaves captures made under a full grant in the primary context: such a graph
+ * replays like a native one but runs on every SM, even after the grant shrinks, unless the library can re-make it
+ * for the new grant (kernel-only graphs). A diagnostic and an opt-out for solo tenants; the default confines. */
+static atomic_int g_confine_full_capture = -1;
+
 static struct gctx *capture_ctx(void) {
+    int confine = atomic_load_explicit(&g_confine_full_capture, memory_order_relaxed);
+    if (DS_UNLIKELY(confine < 0)) {
+        const char *v = getenv("DETSHARE_CONFINE_FULL_CAPTURE");
+        confine = !(v && !strcmp(v, "0"));
+        atomic_store(&g_confine_full_capture, confine);
+    }
+    if (!confine)
+        return NULL;
     struct gctx *c = atomic_load_explicit(&g_full_ctx, memory_order_acquire);
     if (c)
         return c;
