@@ -628,6 +628,9 @@ func (s *Scheduler) publish(r tenantRow, ng table.Grant, reason string) {
 		atomic.StoreUint64(&c.DemandSeenNs, r.since) // the demand this grant answers
 	}
 	if changed {
+		// Pin the grant to the registration it was decided for: if the slot changed hands since the snapshot, the
+		// table drops it instead of handing the old tenant's SMs to the new one.
+		ng.Gen = r.reg.Gen
 		if err := s.t.PublishGrant(r.reg.Slot, ng); err != nil {
 			logrus.WithError(err).WithField("id", r.reg.ID).Debug("publish grant")
 			return
