@@ -60,8 +60,9 @@ def parse(argv=None):
                     help="TPOT-First: groups decode gets first (default: two thirds of the split)")
     ap.add_argument("--tpot-slo-ms", type=float, default=100.0)
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "lib", "libdetshare.so"))
-    ap.add_argument("--scheduler", default="python", choices=["python", "detshare"],
-                    help="who registers tenants and grants SMs in the library configurations: python = dstable.py "
+    ap.add_argument("--scheduler", default="auto", choices=["auto", "python", "detshare"],
+                    help="who registers tenants and grants SMs in the library configurations: auto = detshare when "
+                         "the detshare binary is built, else python; python = dstable.py "
                          "(no Go needed); detshare = the real `detshare sched` (own MPS daemon, policy from a "
                          "generated config) with workers started by `detshare run` (needs --detshare)")
     ap.add_argument("--detshare", default=os.path.join(REPO, "build", "bin", "detshare"),
@@ -86,6 +87,8 @@ def parse(argv=None):
         a.duration = 6.0 if a.quick else 8.0
     if not a.pairs:
         a.pairs = "quick" if a.quick else "default"
+    if a.scheduler == "auto":
+        a.scheduler = "detshare" if os.access(a.detshare, os.X_OK) else "python"
     if a.scheduler == "detshare" and not os.access(a.detshare, os.X_OK):
         ap.error("--scheduler detshare: %s is not an executable (build it with `make build`)" % a.detshare)
     if not 0 < a.load < 1:

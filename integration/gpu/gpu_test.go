@@ -393,7 +393,7 @@ func TestHarnessOnCPU(t *testing.T) {
 	need(t, lib)
 	out := t.TempDir()
 	run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", out, "--device", "cpu", "--suite", "infer",
-		"--pairs", "quick", "--configs", "alone,detshare", "--duration", "1", "--python", tpy, "--lib", lib)
+		"--pairs", "quick", "--configs", "alone,detshare", "--duration", "1", "--python", tpy, "--lib", lib, "--scheduler", "python")
 	md := run(t, nil, py, filepath.Join(here(t), "report.py"), out)
 	for _, s := range []string{"| alone |", "| detshare |", "yes"} {
 		if !strings.Contains(md, s) {
