@@ -357,6 +357,40 @@ func TestCaptureUnderFullGrantIsConfined(t *testing.T) {
 	}
 }
 
+// A captured graph with a memset node (frameworks zero buffers inside their graphs) is re-made for a new grant too:
+// it follows the grant and its memset still runs in the copy.
+func TestCapturedGraphWithMemsetFollowsTheGrant(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11)
+	p := e.start("ds_probe_rt", "init", "stream", "capturememset:64", "graph", "pause", "graph")
+	r := p.until()
+	if g := groupsOf(t, r, "graph"); !within(g, 0b11) {
+		t.Fatalf("captured: graph ran on groups %v, granted {0,1}", g)
+	}
+	e.grant(table.ModeSpatial, 0b1100)
+	p.resume()
+	r = p.finish()
+	if g := groupsOf(t, r, "graph"); !within(g, 0b1100) || len(g) != 2 {
+		t.Fatalf("after the grant moved to {2,3} the graph with a memset node ran on groups %v", g)
+	}
+	seen := 0
+	for _, l := range r.lines {
+		if strings.HasPrefix(l, "graph_memset ") {
+			seen++
+			if !strings.Contains(l, "set=16") {
+				t.Fatalf("the memset node did not run in a replay: %s", l)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatalf("no graph_memset line after the grant moved:\n%s", strings.Join(r.lines, "\n"))
+	}
+	if strings.Contains(strings.Join(r.lines, "\n"), "cannot be re-made") {
+		t.Fatalf("the library gave up re-making the graph:\n%s", strings.Join(r.lines, "\n"))
+	}
+}
+
 // DETSHARE_CONFINE_FULL_CAPTURE=0 (the opt-out for solo tenants) leaves a capture under the full grant in the
 // primary context: the graph then runs on every SM, the remainder included, like a native one.
 func TestFullGrantCaptureOptOut(t *testing.T) {

@@ -101,7 +101,10 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     X(cuEventQuery)                                                                                                  \
     X(cuGraphGetNodes)                                                                                               \
     X(cuGraphNodeGetType)                                                                                            \
-    X(cuGraphKernelNodeGetParams_v2)
+    X(cuGraphKernelNodeGetParams_v2)                                                                                 \
+    X(cuGraphMemsetNodeGetParams)                                                                                    \
+    X(cuMemsetD2D8Async)                                                                                             \
+    X(cuMemsetD2D32Async)
 
 struct ds_real {
 #define DS_REAL_FIELD_(name, base, ver, pt) PFN_##name name;

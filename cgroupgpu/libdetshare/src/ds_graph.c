@@ -5,7 +5,7 @@
  * made for that grant instead: the source graph's kernel nodes are replayed, in node order, into a capture on a
  * physical stream of the current green context, instantiated once and cached per (executable, green context).
  *
- * Only graphs whose nodes are all kernels (or empty nodes) are replayed; others keep running on the SMs of the grant
+ * Only graphs whose nodes are kernels, memsets (8- and 32-bit) or empty nodes are replayed; others keep running on the SMs of the grant
  * they were captured under (logged once). The source graph is kept alive after the application destroys it, for
  * as long as one of its executables lives. Lookups on the launch path are lock-free; instantiation and the
  * per-grant copies take g_glock.
@@ -184,7 +184,25 @@ void ds_graph_exec_destroyed(CUgraphExec e) {
         ds_real.cuGraphDestroy(drop);
 }
 
-/* Replays the kernel nodes of t->graph into a capture on a stream of green context c. */
+/* A memset node is replayed as the stream memset it was captured from (frameworks zero buffers inside their
+ * graphs; without this such graphs could never follow the grant). 16-bit memsets have no replay here. */
+static CUresult replay_memset(CUgraphNode n, CUstream st) {
+    if (!ds_real.cuGraphMemsetNodeGetParams)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUDA_MEMSET_NODE_PARAMS m;
+    memset(&m, 0, sizeof m);
+    CUresult r = ds_real.cuGraphMemsetNodeGetParams(n, &m);
+    if (r != CUDA_SUCCESS)
+        return r;
+    size_t h = m.height ? m.height : 1, pitch = m.pitch ? m.pitch : m.width * m.elementSize;
+    if (m.elementSize == 1 && ds_real.cuMemsetD2D8Async)
+        return ds_real.cuMemsetD2D8Async(m.dst, pitch, (unsigned char)m.value, m.width, h, st);
+    if (m.elementSize == 4 && ds_real.cuMemsetD2D32Async)
+        return ds_real.cuMemsetD2D32Async(m.dst, pitch, m.value, m.width, h, st);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* Replays the kernel and memset nodes of t->graph into a capture on a stream of green context c. */
 static CUgraphExec build_copy(struct gtrack *t, const void *c) {
     if (!ds_real.cuGraphGetNodes || !ds_real.cuGraphNodeGetType || !ds_real.cuGraphKernelNodeGetParams_v2 ||
         !ds_real.cuStreamBeginCapture_v2 || !ds_real.cuStreamEndCapture || !ds_real.cuGraphInstantiateWithFlags ||
@@ -210,6 +228,10 @@ static CUgraphExec build_copy(struct gtrack *t, const void *c) {
             break;
         if (ty == CU_GRAPH_NODE_TYPE_EMPTY)
             continue;
+        if (ty == CU_GRAPH_NODE_TYPE_MEMSET) {
+            r = replay_memset(nodes[i], st);
+            continue;
+        }
         if (ty != CU_GRAPH_NODE_TYPE_KERNEL) {
             r = CUDA_ERROR_NOT_SUPPORTED;
             break;

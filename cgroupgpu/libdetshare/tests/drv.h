@@ -45,6 +45,8 @@
     X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0)                                                     \
     X(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, 0)                                                                        \
     X(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, 0)                                                                        \
+    X(cuMemsetD32_v2, cuMemsetD32, 3020, 0)                                                                          \
+    X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                                                   \
     X(cuModuleLoadData, cuModuleLoadData, 2000, 0)                                                                   \
     X(cuModuleGetFunction, cuModuleGetFunction, 2000, 0)                                                             \
     X(cuStreamCreate, cuStreamCreate, 2000, 0)                                                                       \

@@ -44,6 +44,9 @@ static CUstream g_stream; /* where kernels go; NULL = legacy default stream */
 static CUmodule g_mod;
 static CUgraphExec g_exec;
 static CUdeviceptr g_graph_out;
+#define AUX_WORDS 16u
+#define AUX_VALUE 0x5eedu
+static CUdeviceptr g_graph_aux; /* set by the memset node of a capturememset graph */
 static unsigned g_graph_blocks;
 
 static CUresult func(const char *name, CUfunction *fn) {
@@ -561,15 +564,20 @@ static int step(const char *s) {
         printf("axpy rc=%d k=%llu hash=%016llx\n", r, a, (unsigned long long)h);
     } else if (sscanf(s, "mt:%llux%llu", &a, &b) == 2) {
         mt((unsigned)a, (unsigned)b);
-    } else if (sscanf(s, "capture:%llu", &a) == 1) {
+    } else if (sscanf(s, "capture:%llu", &a) == 1 || sscanf(s, "capturememset:%llu", &a) == 1) {
         CUfunction fn;
         CUgraph graph = NULL;
         g_graph_blocks = (unsigned)a;
         r = func("ds_smid", &fn);
         if (r == CUDA_SUCCESS && !g_graph_out)
             r = D.cuMemAlloc_v2(&g_graph_out, (size_t)a * 4);
+        if (r == CUDA_SUCCESS && !g_graph_aux)
+            r = D.cuMemAlloc_v2(&g_graph_aux, AUX_WORDS * 4);
         if (r == CUDA_SUCCESS)
             r = D.cuStreamBeginCapture_v2(g_stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        /* capturememset: the graph also holds a memset node (as frameworks' graphs do) */
+        if (r == CUDA_SUCCESS && !strncmp(s, "capturememset:", 14))
+            r = D.cuMemsetD32Async(g_graph_aux, AUX_VALUE, AUX_WORDS, g_stream);
         uint32_t us = 20;
         void *args[] = {&g_graph_out, &us};
         if (r == CUDA_SUCCESS)
@@ -584,11 +592,22 @@ static int step(const char *s) {
         printf("%s rc=%d\n", s, r);
     } else if (!strcmp(s, "graph")) {
         uint32_t *host = calloc(g_graph_blocks ? g_graph_blocks : 1, 4);
-        r = g_exec ? D.cuGraphLaunch(g_exec, g_stream) : CUDA_ERROR_INVALID_HANDLE;
+        uint32_t aux[AUX_WORDS] = {0};
+        r = g_exec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+        if (r == CUDA_SUCCESS && g_graph_aux) /* clear what a memset node must set again */
+            r = D.cuMemsetD32_v2(g_graph_aux, 0, AUX_WORDS);
+        if (r == CUDA_SUCCESS)
+            r = D.cuGraphLaunch(g_exec, g_stream);
         if (r == CUDA_SUCCESS)
             r = D.cuStreamSynchronize(g_stream);
         if (r == CUDA_SUCCESS)
             r = D.cuMemcpyDtoH_v2(host, g_graph_out, (size_t)g_graph_blocks * 4);
+        if (r == CUDA_SUCCESS && g_graph_aux)
+            r = D.cuMemcpyDtoH_v2(aux, g_graph_aux, sizeof aux);
+        unsigned set = 0;
+        for (unsigned i = 0; i < AUX_WORDS; i++)
+            set += aux[i] == AUX_VALUE;
+        printf("graph_memset rc=%d set=%u\n", r, set);
         print_sms("graph", r, host, g_graph_blocks);
         free(host);
     } else if (!strcmp(s, "hold")) {

@@ -456,6 +456,14 @@ CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAM
     return CUDA_SUCCESS;
 }
 
+CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *p) {
+    SIM_CHECK_INIT();
+    if (!hNode || hNode->magic != SIM_NODE || hNode->type != SIM_NODE_MEMSET || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = hNode->memset;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *p) {
     SIM_CHECK_INIT();
     if (!hNode || hNode->magic != SIM_NODE || hNode->type != SIM_NODE_KERNEL || !p)
