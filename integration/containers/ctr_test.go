@@ -17,6 +17,35 @@ import (
 
 const shimRuntime = "io.containerd.detshare.v1"
 
+// killShimAndWaitDeregistered SIGKILLs the shim process (named shimName) serving container id and waits until the
+// tenant is gone from the table: containerd's cleanup of a dead shim must deregister it.
+func (e *env) killShimAndWaitDeregistered(t *testing.T, id, shimName string) {
+	t.Helper()
+	shim := 0
+	for _, pid := range processesNaming(id) {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmd), shimName) {
+			shim = pid
+		}
+	}
+	if shim == 0 {
+		t.Fatalf("%s of container %s not found", shimName, id)
+	}
+	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, ok := e.lookup(t, id); !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still registered 20s after its shim was killed")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func (e *env) waitRegistered(t *testing.T, id string) table.Registration {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -236,29 +265,7 @@ func TestCtrShimKilledDeregisters(t *testing.T) {
 	}
 	defer e.ctr("containers", "rm", id)
 	e.waitRegistered(t, id)
-	shim := 0
-	for _, pid := range processesNaming(id) {
-		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(cmd), "containerd-shim-detshare-v1") {
-			shim = pid
-		}
-	}
-	if shim == 0 {
-		t.Fatal("shim process not found")
-	}
-	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, ok := e.lookup(t, id); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("still registered 20s after its shim was killed")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	e.killShimAndWaitDeregistered(t, id, "containerd-shim-detshare-v1")
 	e.ctr("tasks", "rm", "-f", id)
 	if out, err := e.ctr("containers", "rm", id); err != nil {
 		t.Fatalf("containers rm: %v: %s", err, out)

@@ -2,10 +2,7 @@ package containers
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -188,29 +185,7 @@ func TestDockerShimKilledDeregisters(t *testing.T) {
 	id := strings.TrimSpace(out)
 	defer e.docker("rm", "-f", id)
 	e.waitRegistered(t, id)
-	shim := 0
-	for _, pid := range processesNaming(id) {
-		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(cmd), "containerd-shim-runc-v2") {
-			shim = pid
-		}
-	}
-	if shim == 0 {
-		t.Fatal("containerd-shim-runc-v2 of the container not found")
-	}
-	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, ok := e.lookup(t, id); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("still registered 20s after its shim was killed")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	e.killShimAndWaitDeregistered(t, id, "containerd-shim-runc-v2")
 	e.docker("rm", "-f", id)
 	e.assertNoLeak(t, id)
 }
