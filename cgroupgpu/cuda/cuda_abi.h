@@ -934,7 +934,6 @@ typedef struct CUctxCreateParams_st {
     X(cuGraphKernelNodeGetParams_v2, (CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS * nodeParams))                      \
     X(cuGraphKernelNodeSetParams_v2, (CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams))                 \
     X(cuGraphMemsetNodeGetParams, (CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS * nodeParams))                         \
-    X(cuGraphMemcpyNodeGetParams, (CUgraphNode hNode, CUDA_MEMCPY3D * nodeParams))                                   \
     X(cuGraphInstantiateWithFlags, (CUgraphExec * phGraphExec, CUgraph hGraph, unsigned long long flags))            \
     X(cuGraphInstantiateWithParams, (CUgraphExec * phGraphExec, CUgraph hGraph,                                      \
                                      CUDA_GRAPH_INSTANTIATE_PARAMS * instantiateParams))                             \

@@ -103,8 +103,6 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     X(cuGraphNodeGetType)                                                                                            \
     X(cuGraphKernelNodeGetParams_v2)                                                                                 \
     X(cuGraphMemsetNodeGetParams)                                                                                    \
-    X(cuGraphMemcpyNodeGetParams)                                                                                    \
-    X(cuMemcpy3DAsync_v2)                                                                                            \
     X(cuMemsetD2D8Async)                                                                                             \
     X(cuMemsetD2D32Async)
 

@@ -5,7 +5,7 @@
  * made for that grant instead: the source graph's kernel nodes are replayed, in node order, into a capture on a
  * physical stream of the current green context, instantiated once and cached per (executable, green context).
  *
- * Only graphs whose nodes are kernels, memsets (8- and 32-bit), memcpys or empty nodes are replayed; others keep running on the SMs of the grant
+ * Only graphs whose nodes are kernels, memsets (8- and 32-bit) or empty nodes are replayed; others keep running on the SMs of the grant
  * they were captured under (logged once). The source graph is kept alive after the application destroys it, for
  * as long as one of its executables lives. Lookups on the launch path are lock-free; instantiation and the
  * per-grant copies take g_glock.
@@ -202,17 +202,7 @@ static CUresult replay_memset(CUgraphNode n, CUstream st) {
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-/* A memcpy node is replayed as the 3D copy it stores (frameworks copy inputs into static buffers in their graphs). */
-static CUresult replay_memcpy(CUgraphNode n, CUstream st) {
-    if (!ds_real.cuGraphMemcpyNodeGetParams || !ds_real.cuMemcpy3DAsync_v2)
-        return CUDA_ERROR_NOT_SUPPORTED;
-    CUDA_MEMCPY3D m;
-    memset(&m, 0, sizeof m);
-    CUresult r = ds_real.cuGraphMemcpyNodeGetParams(n, &m);
-    return r == CUDA_SUCCESS ? ds_real.cuMemcpy3DAsync_v2(&m, st) : r;
-}
-
-/* Replays the kernel, memset and memcpy nodes of t->graph into a capture on a stream of green context c. */
+/* Replays the kernel and memset nodes of t->graph into a capture on a stream of green context c. */
 static CUgraphExec build_copy(struct gtrack *t, const void *c) {
     if (!ds_real.cuGraphGetNodes || !ds_real.cuGraphNodeGetType || !ds_real.cuGraphKernelNodeGetParams_v2 ||
         !ds_real.cuStreamBeginCapture_v2 || !ds_real.cuStreamEndCapture || !ds_real.cuGraphInstantiateWithFlags ||
@@ -240,10 +230,6 @@ static CUgraphExec build_copy(struct gtrack *t, const void *c) {
             continue;
         if (ty == CU_GRAPH_NODE_TYPE_MEMSET) {
             r = replay_memset(nodes[i], st);
-            continue;
-        }
-        if (ty == CU_GRAPH_NODE_TYPE_MEMCPY) {
-            r = replay_memcpy(nodes[i], st);
             continue;
         }
         if (ty != CU_GRAPH_NODE_TYPE_KERNEL) {

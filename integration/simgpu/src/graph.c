@@ -464,14 +464,6 @@ CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *
     return CUDA_SUCCESS;
 }
 
-CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *p) {
-    SIM_CHECK_INIT();
-    if (!hNode || hNode->magic != SIM_NODE || hNode->type != SIM_NODE_MEMCPY || !p)
-        return CUDA_ERROR_INVALID_VALUE;
-    *p = hNode->memcpy;
-    return CUDA_SUCCESS;
-}
-
 CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *p) {
     SIM_CHECK_INIT();
     if (!hNode || hNode->magic != SIM_NODE || hNode->type != SIM_NODE_KERNEL || !p)
