@@ -511,7 +511,7 @@ func TestTimeSlicingAndMPSHaveTheShapeOfTheH100Table(t *testing.T) {
 	alone := res[0]
 	t.Logf("A mean ms: alone %.2f, MPS disjoint %.2f, MPS same group %.2f, MPS B whole GPU %.2f, time-slicing disjoint %.2f, MPS B at 75%% active threads %.2f",
 		res[0], res[1], res[2], res[3], res[4], res[5])
-	if alone < 1.9 || alone > 3.0 {
+	if alone < 1.9 || alone > 5.0 { // the upper bound leaves room for a loaded 2-core CI machine
 		t.Errorf("A alone: %.2f ms for a 2 ms kernel", alone)
 	}
 	if r := res[1] / alone; r > 1.3 {
