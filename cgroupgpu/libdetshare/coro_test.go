@@ -391,6 +391,26 @@ func TestCapturedGraphWithMemsetFollowsTheGrant(t *testing.T) {
 	}
 }
 
+// A tenant the live scheduler has not answered yet holds its first launches until its first grant arrives, so it
+// never runs on the whole GPU beside its neighbours; without a live scheduler it is not held (fail-open).
+func TestFirstLaunchWaitsForTheFirstGrant(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler() // heartbeat alive, split published, no grant yet
+	done := make(chan result, 1)
+	go func() { done <- e.run("ds_probe_rt", "init", "stream", "smid:132") }()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case r := <-done:
+		t.Fatalf("the probe finished before any grant was published:\n%s", strings.Join(r.lines, "\n"))
+	default:
+	}
+	e.grant(table.ModeSpatial, 0b11)
+	r := <-done
+	if g := groupsOf(t, r, "smid"); !within(g, 0b11) {
+		t.Fatalf("first kernels ran on groups %v, want only the first grant {0,1}", g)
+	}
+}
+
 // DETSHARE_CONFINE_FULL_CAPTURE=0 (the opt-out for solo tenants) leaves a capture under the full grant in the
 // primary context: the graph then runs on every SM, the remainder included, like a native one.
 func TestFullGrantCaptureOptOut(t *testing.T) {
