@@ -105,13 +105,15 @@ func (c *Client) DetachProcess(i int) error {
 	return nil
 }
 
-// releaseProc credits a REAPING entry's memory and demand to the page and frees it.
+// releaseProc credits a REAPING entry's memory and demand to the page, adds its launches to the page total, and
+// frees it.
 func (c *Client) releaseProc(p *Proc) uint64 {
 	cp := c.Page()
 	mem := atomic.SwapUint64(&p.MemUsed, 0)
 	if mem != 0 {
 		subSaturating(&cp.MemUsed, mem)
 	}
+	atomic.AddUint64(&cp.Launches, atomic.SwapUint64(&p.Launches, 0))
 	if atomic.SwapUint32(&p.Busy, 0) != 0 {
 		c.adjustDemand(-1)
 	}

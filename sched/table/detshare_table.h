@@ -162,7 +162,8 @@ struct ds_client_page {                  /* one file per container: clients/<id>
     uint64_t mem_used;                   /*  152 container-wide device bytes; CAS against ds_container.mem_limit */
     uint64_t mem_peak;                   /*  160 */
     uint64_t oom_refusals;               /*  168 allocations refused by the quota */
-    uint64_t launches;                   /*  176 container-wide launches (relaxed fetch_add) */
+    uint64_t launches;                   /*  176 launches of processes that have left (added at detach/reap);
+                                          *       live processes count in their own ds_proc, off the launch path */
     uint32_t demand;                     /*  184 processes with queued work; > 0 means it wants SMs */
     uint32_t demand_seq;                 /*  188 bumped at every demand transition */
     uint64_t demand_since_ns;            /*  192 CLOCK_MONOTONIC of the last idle->busy transition */

@@ -308,7 +308,8 @@ static inline void ds_sub_saturating(uint64_t *addr, uint64_t v)
     } while (!__atomic_compare_exchange_n(addr, &old, n, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
 }
 
-/* ds_proc_detach releases entry i at a clean exit, crediting its memory (and demand) back to the page. */
+/* ds_proc_detach releases entry i at a clean exit, crediting its memory (and demand) back to the page and adding its
+ * launches to the page total. */
 static inline int ds_proc_detach(struct ds_client_page *cp, int i)
 {
     if (cp == NULL || i < 0 || (uint32_t)i >= DS_MAX_PROCS)
@@ -320,6 +321,7 @@ static inline int ds_proc_detach(struct ds_client_page *cp, int i)
     uint64_t mem = __atomic_exchange_n(&p->mem_used, 0, __ATOMIC_ACQ_REL);
     if (mem != 0)
         ds_sub_saturating(&cp->mem_used, mem);
+    __atomic_fetch_add(&cp->launches, __atomic_exchange_n(&p->launches, 0, __ATOMIC_ACQ_REL), __ATOMIC_RELAXED);
     if (__atomic_exchange_n(&p->busy, 0, __ATOMIC_ACQ_REL) != 0) {
         uint32_t d = __atomic_load_n(&cp->demand, __ATOMIC_RELAXED);
         while (d > 0 && !__atomic_compare_exchange_n(&cp->demand, &d, d - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {

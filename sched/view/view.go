@@ -189,7 +189,8 @@ func Take(t *table.Table) Snapshot {
 				v.QueueDelayNs = atomic.LoadUint64(&p.QueueDelayNs)
 				v.QueueDelayMaxNs = atomic.LoadUint64(&p.QueueDelayMaxNs)
 				v.Processes = cl.LiveProcesses()
-				// Per-process counters are more up to date than the page totals for launches and busy time.
+				// Live processes count their own launches (the page holds those of processes that left);
+				// per-process busy time is more up to date than the page total.
 				var launches, busy uint64
 				for i := range p.Procs {
 					if atomic.LoadUint32(&p.Procs[i].State) == table.ProcLive {
@@ -197,9 +198,7 @@ func Take(t *table.Table) Snapshot {
 						busy += atomic.LoadUint64(&p.Procs[i].BusyNs)
 					}
 				}
-				if launches > v.Launches {
-					v.Launches = launches
-				}
+				v.Launches += launches
 				if busy > v.BusyNs {
 					v.BusyNs = busy
 				}
