@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """rebind: how long after a grant change a tenant's kernels run on the newly granted SMs (issue 5, real GPU).
 
-A child process under MPS + libdetshare launches, back to back, a small Triton kernel whose programs record the
-SM they run on (%smid) and the GPU's global timer; this parent publishes grants through dstable.py:
+A child process under MPS + libdetshare launches, back to back, a small kernel whose blocks record the SM they run
+on (%smid): a Triton kernel, or with --child-bin the compiled probes/smid_loop.cu (plain CUDA runtime launches); this parent publishes grants through dstable.py:
   1. calibration: each group of the split alone, to learn which SM ids make up each group;
   2. flips: the grant alternates between two disjoint group sets (default groups 0-3 and 4-7) every --period-ms.
 For every flip, the delay is measured from the grant's publication (CLOCK_MONOTONIC, as the library sees it) to
   - launch: the host-side start of the first kernel launched after it that ran only on the new groups' SMs;
   - done:   that kernel's completion as seen by the host;
 and the number of kernels that still ran on the old SMs after the change (at most one in flight is expected: the
-logical stream rebinds at its next kernel boundary). Writes OUTDIR/rebind.{md,json}. Needs Triton.
+logical stream rebinds at its next kernel boundary). Writes OUTDIR/rebind.{md,json}. Needs Triton, or nvcc for --child-bin.
 """
 import argparse
 import json
@@ -145,9 +145,12 @@ def parent(a):
         seconds = 2.0 + n * calib_s + a.flips * a.period_ms / 1000.0 + 1.0
         outp = os.path.join(tmp, "child.json")
         logf = open(os.path.join(a.outdir, "rebind_child.log"), "w")
-        p = subprocess.Popen([a.python, os.path.abspath(__file__), "--child", "--out", outp, "--seconds",
-                              str(seconds), "--programs", str(a.programs), "--spin", str(a.spin)], env=env,
-                             stdout=logf, stderr=subprocess.STDOUT)
+        if a.child_bin:
+            cmd = [a.child_bin, outp, str(seconds), str(a.programs), str(a.spin_cycles)]
+        else:
+            cmd = [a.python, os.path.abspath(__file__), "--child", "--out", outp, "--seconds", str(seconds),
+                   "--programs", str(a.programs), "--spin", str(a.spin)]
+        p = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT)
         hb = dstable.Heartbeat(t)
         hb.start()
         time.sleep(2.0)  # Triton compile + warm-up under the full grant
@@ -204,6 +207,9 @@ def main(argv=None):
     ap.add_argument("--set-b", default="4-7", help="second group set, disjoint from the first")
     ap.add_argument("--programs", type=int, default=128, help="Triton programs per kernel")
     ap.add_argument("--spin", type=int, default=2000, help="loop iterations per program (kernel length)")
+    ap.add_argument("--child-bin", help="a compiled probe/smid_loop.cu binary to run instead of the Triton child "
+                    "(same records; no Python or Triton in the measured process)")
+    ap.add_argument("--spin-cycles", type=int, default=20000, help="with --child-bin: clock64 cycles per block")
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "lib", "libdetshare.so"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--mps-control", default="nvidia-cuda-mps-control")
