@@ -35,12 +35,29 @@ static void node_fix_args(struct CUgraphNode_st *n) {
 
 static bool graph_ok(CUgraph g) { return g && g->magic == SIM_GRAPH; }
 
+/* The context-less kernel behind a launched handle, as the driver records it in a captured node (kern): a CUkernel
+ * passed as a CUfunction, or a function obtained from a library kernel with cuKernelGetFunction. Functions of
+ * modules loaded with cuModuleLoad* have none. */
+static CUkernel kernel_of(CUfunction f) {
+    if (!f)
+        return NULL;
+    if (f->magic == SIM_KERN)
+        return (CUkernel)(void *)f;
+    if (f->magic != SIM_FUNC || !f->mod || !f->mod->lib)
+        return NULL;
+    for (struct CUkern_st *k = f->mod->lib->kerns; k; k = k->next)
+        if (&k->func == f)
+            return k;
+    return NULL;
+}
+
 CUresult sim_capture_kernel(struct CUstream_st *s, struct CUctx_st *ctx, const sim_launch *l, CUfunction f) {
     pthread_mutex_lock(&g_sim.lock);
     struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_KERNEL);
     if (n) {
         n->ctx = ctx;
         n->func = f;
+        n->kern = kernel_of(f);
         n->launch = *l;
         node_fix_args(n);
     }
@@ -244,6 +261,45 @@ CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
     return CUDA_SUCCESS;
 }
 
+CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph) {
+    SIM_CHECK_INIT();
+    if (!phGraphClone || !graph_ok(originalGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraph_st *g = calloc(1, sizeof *g);
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g->magic = SIM_GRAPH;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&g_sim.lock);
+    for (struct CUgraphNode_st *n = originalGraph->head; n; n = n->next) {
+        struct CUgraphNode_st *c = node_new(g, n->type);
+        if (!c) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+        *c = *n;
+        c->magic = SIM_NODE;
+        c->next = NULL;
+        c->orig = NULL;
+        node_fix_args(c);
+    }
+    pthread_mutex_unlock(&g_sim.lock);
+    if (r != CUDA_SUCCESS) {
+        cuGraphDestroy(g);
+        return r;
+    }
+    *phGraphClone = g;
+    return CUDA_SUCCESS;
+}
+
+/* The test double has no child-graph nodes: every node handle is the wrong type for this call. */
+CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph) {
+    SIM_CHECK_INIT();
+    if (!hNode || hNode->magic != SIM_NODE || !phGraph)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult cuGraphDestroy(CUgraph hGraph) {
     SIM_CHECK_INIT();
     if (!graph_ok(hGraph))
@@ -264,8 +320,9 @@ static CUresult add_check(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, s
     return CUDA_SUCCESS;
 }
 
-/* The context a kernel node runs in: a CUfunction keeps its module's context (params->ctx is ignored, as
- * documented); a context-less CUkernel takes params->ctx, or the current context. */
+/* The context a kernel node runs in: with func set, params->ctx is ignored (documented, and seen on the H100: a
+ * node given a green context with its func kept ran on every SM): a module function keeps its module's context, a
+ * library function the current one. A context-less CUkernel (func NULL) takes params->ctx, or the current context. */
 static CUresult kernel_node_fill(struct CUgraphNode_st *n, const CUDA_KERNEL_NODE_PARAMS *p) {
     CUfunction f = p->func ? p->func : (CUfunction)(void *)p->kern;
     if (!f)
@@ -278,7 +335,7 @@ static CUresult kernel_node_fill(struct CUgraphNode_st *n, const CUDA_KERNEL_NOD
     struct CUctx_st *ctx = NULL;
     if (p->func && p->func->magic == SIM_FUNC)
         ctx = p->func->mod->ctx;
-    else if (p->ctx)
+    else if (!p->func && p->ctx)
         ctx = p->ctx;
     if (!ctx)
         ctx = sim_current_ctx();

@@ -252,6 +252,8 @@ struct sim_global {
     struct sim_device dev[SIM_MAX_DEVICES];
     struct CUstream_st *streams;
     bool verbose;
+    /* driver calls counted for tests (DETSHARE_SIMGPU_CALLS=1 prints them at exit) */
+    atomic_ulong calls_event_record, calls_stream_wait_event, calls_launch;
 };
 extern struct sim_global g_sim;
 

@@ -99,6 +99,16 @@ static bool parse_u64(const char *s, uint64_t *out) {
     return true;
 }
 
+/* DETSHARE_SIMGPU_CALLS=1: the counted driver calls on stderr at exit, one line a test can parse. */
+__attribute__((destructor)) static void sim_print_calls(void) {
+    const char *v = getenv("DETSHARE_SIMGPU_CALLS");
+    if (!v || strcmp(v, "1"))
+        return;
+    fprintf(stderr, "simgpu-calls event_record=%lu stream_wait_event=%lu kernels=%lu\n",
+            atomic_load(&g_sim.calls_event_record), atomic_load(&g_sim.calls_stream_wait_event),
+            atomic_load(&g_sim.calls_launch));
+}
+
 static CUresult sim_parse_config(void) {
     const char *v;
     uint64_t n;

@@ -237,6 +237,7 @@ CUresult sim_launch_prepare(sim_launch *l, CUfunction f, const unsigned grid[3],
 }
 
 CUresult sim_launch_exec(const sim_launch *l, struct CUstream_st *s, struct CUctx_st *sctx, struct CUctx_st *kctx) {
+    atomic_fetch_add_explicit(&g_sim.calls_launch, 1, memory_order_relaxed);
     unsigned nblocks = l->grid[0] * l->grid[1] * l->grid[2];
     uint32_t us;
     memcpy(&us, l->args[l->def->us_arg], sizeof us);
@@ -619,6 +620,7 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx) {
 }
 
 static CUresult stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool ptd) {
+    atomic_fetch_add_explicit(&g_sim.calls_stream_wait_event, 1, memory_order_relaxed);
     struct CUstream_st *s;
     struct CUctx_st *ctx;
     CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
@@ -790,6 +792,7 @@ CUresult cuEventDestroy_v2(CUevent hEvent) {
 }
 
 static CUresult event_record(CUevent ev, CUstream h, unsigned flags, bool ptd) {
+    atomic_fetch_add_explicit(&g_sim.calls_event_record, 1, memory_order_relaxed);
     struct CUstream_st *s;
     struct CUctx_st *ctx;
     CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
