@@ -917,6 +917,8 @@ typedef struct CUctxCreateParams_st {
     /* graphs */                                                                                                     \
     X(cuGraphCreate, (CUgraph * phGraph, unsigned int flags))                                                        \
     X(cuGraphDestroy, (CUgraph hGraph))                                                                              \
+    X(cuGraphClone, (CUgraph * phGraphClone, CUgraph originalGraph))                                                 \
+    X(cuGraphChildGraphNodeGetGraph, (CUgraphNode hNode, CUgraph * phGraph))                                         \
     X(cuGraphAddKernelNode_v2, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,          \
                                 size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams))                  \
     X(cuGraphAddMemsetNode, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,             \

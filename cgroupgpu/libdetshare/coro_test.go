@@ -337,23 +337,58 @@ func TestStreamSemanticsConformance(t *testing.T) {
 	}
 }
 
-// A graph captured while the tenant held every group is still captured in a green context (of every group), so it
-// never runs on the SMs outside the split, as a primary-context capture would.
-func TestCaptureUnderFullGrantIsConfined(t *testing.T) {
+// A graph captured while the tenant holds every group is captured as the application asked (primary context, every
+// SM: a solo tenant pays nothing), moved to the grant's SMs when the grant shrinks, and back to every SM when it
+// grows again. Kernels from a library (cudart's way: the node knows its CUkernel) are moved by re-contexting the
+// nodes; module functions (no CUkernel) by the replay fallback, which can move them to a green context only.
+func TestCaptureUnderFullGrantFollowsTheGrant(t *testing.T) {
+	for _, kernels := range []string{"module", "libkernels"} {
+		t.Run(kernels, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(0, "")
+			e.playScheduler()
+			e.grant(table.ModeSpatial, 0x7fff)
+			steps := []string{"init", "stream"}
+			if kernels == "libkernels" {
+				steps = append(steps, "libkernels")
+			}
+			steps = append(steps, "capture:132", "graph", "pause", "graph", "pause", "graph")
+			p := e.start("ds_probe_rt", steps...)
+			r := p.until()
+			if n := r.num(t, "graph", "distinct"); n != 132 {
+				t.Fatalf("graph captured and launched under the full grant used %d SMs, want all 132", n)
+			}
+			e.grant(table.ModeSpatial, 0b1100)
+			p.resume()
+			r = p.until()
+			if g := groupsOf(t, r, "graph"); !within(g, 0b1100) || len(g) != 2 {
+				t.Fatalf("after the grant shrank to {2,3} the graph ran on groups %v", g)
+			}
+			e.grant(table.ModeSpatial, 0x7fff)
+			p.resume()
+			r = p.finish()
+			if n := r.num(t, "graph", "distinct"); n != 132 {
+				t.Fatalf("after the grant grew back the graph used %d SMs, want all 132", n)
+			}
+		})
+	}
+}
+
+// A graph captured under a partial grant is re-contexted to every SM when the tenant gets the whole GPU (kernels
+// from a library); the data it computes is the same on every grant.
+func TestGraphCapturedOnPartialGrantGrowsWithTheGrant(t *testing.T) {
 	e := newEnv(t, true).withTenant(0, "")
 	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11)
+	p := e.start("ds_probe_rt", "init", "stream", "libkernels", "capture:132", "graph", "pause", "graph")
+	r := p.until()
+	if g := groupsOf(t, r, "graph"); !within(g, 0b11) {
+		t.Fatalf("captured on {0,1}: graph ran on groups %v", g)
+	}
 	e.grant(table.ModeSpatial, 0x7fff)
-	r := e.run("ds_probe_rt", "init", "stream", "smid:132", "capture:132", "graph")
-	if n := r.num(t, "smid", "distinct"); n != 132 {
-		t.Fatalf("plain kernels with every group granted used %d SMs, want all 132 (not redirected)", n)
-	}
-	g := groupsOf(t, r, "graph")
-	if !within(g, 0x7fff) {
-		t.Fatalf("graph captured under the full grant ran on groups %v, outside the split's 15 groups", g)
-	}
-	bare := newEnv(t, false).run("ds_probe_rt", "init", "stream", "capture:132", "graph")
-	if gb := groupsOf(t, bare, "graph"); within(gb, 0x7fff) {
-		t.Fatalf("without the library the graph also stayed in the split (%v): the test proves nothing", gb)
+	p.resume()
+	r = p.finish()
+	if n := r.num(t, "graph", "distinct"); n != 132 {
+		t.Fatalf("under the full grant the graph captured on {0,1} used %d SMs, want all 132", n)
 	}
 }
 
@@ -411,16 +446,41 @@ func TestFirstLaunchWaitsForTheFirstGrant(t *testing.T) {
 	}
 }
 
-// DETSHARE_CONFINE_FULL_CAPTURE=0 (the opt-out for solo tenants) leaves a capture under the full grant in the
-// primary context: the graph then runs on every SM, the remainder included, like a native one.
-func TestFullGrantCaptureOptOut(t *testing.T) {
-	e := newEnv(t, true).withTenant(0, "")
-	e.playScheduler()
-	e.grant(table.ModeSpatial, 0x7fff)
-	e.vars = append(e.vars, "DETSHARE_CONFINE_FULL_CAPTURE=0")
-	r := e.run("ds_probe_rt", "init", "stream", "capture:132", "graph")
-	if g := groupsOf(t, r, "graph"); within(g, 0x7fff) {
-		t.Fatalf("with the opt-out the graph still stayed within the split's groups (%v)", g)
+// Kernels redirected to a physical stream are tied to the application's stream by event edges only where order can
+// be observed (an edge in before the first kernel, a join before the synchronisation), not around every kernel:
+// 200 dependent kernels on one stream cost a handful of event records. DETSHARE_STRICT_STREAMS=1 (an edge pair around
+// every kernel) costs at least two per kernel. The result is the same either way, and the kernels stay confined.
+func TestRedirectedKernelsTakeEdgesOnlyWhereOrderIsObserved(t *testing.T) {
+	const k = 200
+	run := func(strict bool) result {
+		e := newEnv(t, true).withTenant(0, "")
+		e.playScheduler()
+		e.grant(table.ModeSpatial, 0b110)
+		e.vars = append(e.vars, "DETSHARE_SIMGPU_CALLS=1")
+		if strict {
+			e.vars = append(e.vars, "DETSHARE_STRICT_STREAMS=1")
+		}
+		r := e.run("ds_probe_rt", "init", "stream", "axpy:"+strconv.Itoa(k), "smid:64")
+		if g := groupsOf(t, r, "smid"); !within(g, 0b110) {
+			t.Fatalf("kernels not confined to {1,2}: groups %v", g)
+		}
+		return r
+	}
+	lazy, strict := run(false), run(true)
+	bare := newEnv(t, false).run("ds_probe_rt", "init", "stream", "axpy:"+strconv.Itoa(k))
+	for name, r := range map[string]result{"lazy": lazy, "strict": strict} {
+		if h := r.get(t, "axpy", "hash"); h != bare.get(t, "axpy", "hash") {
+			t.Fatalf("%s edges: axpy hash %s, without the library %s", name, h, bare.get(t, "axpy", "hash"))
+		}
+	}
+	t.Logf("event records for %d kernels: lazy %d, strict %d", k, lazy.num(t, "simgpu-calls", "event_record"),
+		strict.num(t, "simgpu-calls", "event_record"))
+	if n := lazy.num(t, "simgpu-calls", "event_record"); n > 10 {
+		t.Fatalf("lazy edges: %d event records for %d kernels on one stream, want a handful", n, k)
+	}
+	if n := strict.num(t, "simgpu-calls", "event_record"); n < 2*k {
+		t.Fatalf("strict edges: %d event records for %d kernels, want at least %d (the test cannot tell the modes "+
+			"apart otherwise)", n, k, 2*k)
 	}
 }
 

@@ -71,7 +71,7 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     HOOK(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0)                                              \
     HOOK(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1)                                         \
     HOOK(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                                                     \
-    HOOK(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1)                                                               \
+    HOOK(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1)                                                                \
     HOOK(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0)                                                    \
     HOOK(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, 1)                                               \
     HOOK(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, 0)                                         \
@@ -81,8 +81,152 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     HOOK(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)                                         \
     HOOK(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0)                                       \
     HOOK(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, 1)                                  \
-    HOOK(cuGraphDestroy, cuGraphDestroy, 10000, 0)                                                                   \
     HOOK(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0)
+
+/* ---- stream operations ----
+ * Every other driver entry point that takes a stream, or orders work on the legacy stream implicitly, is hooked by
+ * one generic wrapper each (ds_stream.c). The wrapper passes the caller's arguments to the driver unchanged (as
+ * twelve integer registers/stack slots: every one of these takes only integers, pointers and small structs), so it
+ * needs no prototype; what it does around the call depends on the operation's kind (ds_coro.c, "Lazy edges"):
+ *   OP      an operation on the stream: joins its physical stream before, marks it for an edge in after
+ *   RECORD  an event record: joins before
+ *   WAIT    a wait on an event: marks for an edge in after
+ *   SYNC    synchronize / query / capture info: joins before
+ *   DESTROY the application destroys the stream: joins before, forgets what was learnt of the handle after
+ *   ALL     context-wide synchronisation and frees: joins every stream before
+ *   ORDER   synchronous copies and memsets (legacy or per-thread stream) and calls whose stream argument this
+ *           library does not model: joins every stream before, marks every stream for an edge in after
+ *   EXEC    the application changes a graph executable: the library's per-grant copies of it are dropped
+ *   UPDATE  cuGraphExecUpdate: the executable now comes from another graph; copies are re-made from that one
+ * SOP(exported name, base name, first ABI version, per-thread variant, kind, index of the stream argument or -1) */
+#define DS_STREAM_HOOKS(SOP)                                                                                         \
+    DS_SOP_PAIR(SOP, cuMemcpyAsync, cuMemcpyAsync, 4000, OP, 3)                                                      \
+    DS_SOP_PAIR(SOP, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, OP, 3)                                           \
+    DS_SOP_PAIR(SOP, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, OP, 3)                                           \
+    DS_SOP_PAIR(SOP, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, OP, 3)                                           \
+    DS_SOP_PAIR(SOP, cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, OP, 1)                                               \
+    DS_SOP_PAIR(SOP, cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, OP, 1)                                               \
+    DS_SOP_PAIR(SOP, cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync, 4000, OP, 1)                                          \
+    DS_SOP_PAIR(SOP, cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, OP, 5)                                              \
+    DS_SOP_PAIR(SOP, cuMemcpyHtoAAsync_v2, cuMemcpyHtoAAsync, 3020, OP, 4)                                           \
+    DS_SOP_PAIR(SOP, cuMemcpyAtoHAsync_v2, cuMemcpyAtoHAsync, 3020, OP, 4)                                           \
+    DS_SOP_PAIR(SOP, cuMemsetD8Async, cuMemsetD8Async, 3020, OP, 3)                                                  \
+    DS_SOP_PAIR(SOP, cuMemsetD16Async, cuMemsetD16Async, 3020, OP, 3)                                                \
+    DS_SOP_PAIR(SOP, cuMemsetD32Async, cuMemsetD32Async, 3020, OP, 3)                                                \
+    DS_SOP_PAIR(SOP, cuMemsetD2D8Async, cuMemsetD2D8Async, 3020, OP, 5)                                              \
+    DS_SOP_PAIR(SOP, cuMemsetD2D16Async, cuMemsetD2D16Async, 3020, OP, 5)                                            \
+    DS_SOP_PAIR(SOP, cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, OP, 5)                                            \
+    DS_SOP_PAIR(SOP, cuLaunchHostFunc, cuLaunchHostFunc, 10000, OP, 0)                                               \
+    DS_SOP_PAIR(SOP, cuStreamAddCallback, cuStreamAddCallback, 5000, OP, 0)                                          \
+    DS_SOP_PAIR(SOP, cuStreamWaitValue32, cuStreamWaitValue32, 8000, OP, 0)                                          \
+    DS_SOP_PAIR(SOP, cuStreamWaitValue32_v2, cuStreamWaitValue32, 11070, OP, 0)                                      \
+    DS_SOP_PAIR(SOP, cuStreamWaitValue64, cuStreamWaitValue64, 9000, OP, 0)                                          \
+    DS_SOP_PAIR(SOP, cuStreamWaitValue64_v2, cuStreamWaitValue64, 11070, OP, 0)                                      \
+    DS_SOP_PAIR(SOP, cuStreamWriteValue32, cuStreamWriteValue32, 8000, OP, 0)                                        \
+    DS_SOP_PAIR(SOP, cuStreamWriteValue32_v2, cuStreamWriteValue32, 11070, OP, 0)                                    \
+    DS_SOP_PAIR(SOP, cuStreamWriteValue64, cuStreamWriteValue64, 9000, OP, 0)                                        \
+    DS_SOP_PAIR(SOP, cuStreamWriteValue64_v2, cuStreamWriteValue64, 11070, OP, 0)                                    \
+    DS_SOP_PAIR(SOP, cuStreamBatchMemOp, cuStreamBatchMemOp, 8000, OP, 0)                                            \
+    DS_SOP_PAIR(SOP, cuStreamBatchMemOp_v2, cuStreamBatchMemOp, 11070, OP, 0)                                        \
+    DS_SOP_PAIR(SOP, cuMemPrefetchAsync, cuMemPrefetchAsync, 8000, OP, 3)                                            \
+    DS_SOP_PAIR(SOP, cuMemPrefetchAsync_v2, cuMemPrefetchAsync, 12020, OP, 4)                                        \
+    DS_SOP_PAIR(SOP, cuStreamAttachMemAsync, cuStreamAttachMemAsync, 6000, OP, 0)                                    \
+    DS_SOP_PAIR(SOP, cuSignalExternalSemaphoresAsync, cuSignalExternalSemaphoresAsync, 10000, OP, 3)                 \
+    DS_SOP_PAIR(SOP, cuWaitExternalSemaphoresAsync, cuWaitExternalSemaphoresAsync, 10000, OP, 3)                     \
+    DS_SOP_PAIR(SOP, cuGraphicsMapResources, cuGraphicsMapResources, 3000, OP, 2)                                    \
+    DS_SOP_PAIR(SOP, cuGraphicsUnmapResources, cuGraphicsUnmapResources, 3000, OP, 2)                                \
+    DS_SOP_PAIR(SOP, cuMemMapArrayAsync, cuMemMapArrayAsync, 11010, OP, 2)                                           \
+    DS_SOP_PAIR(SOP, cuStreamUpdateCaptureDependencies, cuStreamUpdateCaptureDependencies, 11030, OP, 0)             \
+    DS_SOP_PAIR(SOP, cuStreamUpdateCaptureDependencies_v2, cuStreamUpdateCaptureDependencies, 12030, OP, 0)          \
+    DS_SOP_PAIR(SOP, cuGraphUpload, cuGraphUpload, 11010, OP, 1)                                                     \
+    DS_SOP_PAIR(SOP, cuEventRecord, cuEventRecord, 2000, RECORD, 1)                                                  \
+    DS_SOP_PAIR(SOP, cuEventRecordWithFlags, cuEventRecordWithFlags, 11010, RECORD, 1)                               \
+    DS_SOP_PAIR(SOP, cuStreamWaitEvent, cuStreamWaitEvent, 3020, WAIT, 0)                                            \
+    DS_SOP_PAIR(SOP, cuStreamSynchronize, cuStreamSynchronize, 2000, SYNC, 0)                                        \
+    DS_SOP_PAIR(SOP, cuStreamQuery, cuStreamQuery, 2000, SYNC, 0)                                                    \
+    DS_SOP_PAIR(SOP, cuStreamGetCaptureInfo, cuStreamGetCaptureInfo, 10010, SYNC, 0)                                 \
+    DS_SOP_PAIR(SOP, cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo, 11030, SYNC, 0)                              \
+    DS_SOP_PAIR(SOP, cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo, 12030, SYNC, 0)                              \
+    SOP(cuStreamDestroy, cuStreamDestroy, 2000, 0, DESTROY, 0)                                                      \
+    SOP(cuStreamDestroy_v2, cuStreamDestroy, 4000, 0, DESTROY, 0)                                                   \
+    SOP(cuCtxSynchronize, cuCtxSynchronize, 2000, 0, ALL, -1)                                                       \
+    SOP(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, 0, ALL, -1)                                                   \
+    SOP(cuMemFreeHost, cuMemFreeHost, 2000, 0, ALL, -1)                                                             \
+    SOP(cuMemHostUnregister, cuMemHostUnregister, 4000, 0, ALL, -1)                                                 \
+    SOP(cuMemUnmap, cuMemUnmap, 10020, 0, ALL, -1)                                                                  \
+    SOP(cuModuleUnload, cuModuleUnload, 2000, 0, ALL, -1)                                                           \
+    SOP(cuLibraryUnload, cuLibraryUnload, 12000, 0, ALL, -1)                                                        \
+    SOP(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0, ALL, -1)                                                            \
+    SOP(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0, ALL, -1)                                 \
+    SOP(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, 0, ALL, -1)                                     \
+    SOP(cuCtxRecordEvent, cuCtxRecordEvent, 12050, 0, ALL, -1)                                                      \
+    SOP(cuGreenCtxRecordEvent, cuGreenCtxRecordEvent, 12040, 0, ALL, -1)                                            \
+    DS_SOP_PTDS(SOP, cuMemcpy, cuMemcpy, 4000)                                                                      \
+    DS_SOP_PTDS(SOP, cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020)                                                           \
+    DS_SOP_PTDS(SOP, cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020)                                                           \
+    DS_SOP_PTDS(SOP, cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020)                                                           \
+    DS_SOP_PTDS(SOP, cuMemcpyDtoA_v2, cuMemcpyDtoA, 3020)                                                           \
+    DS_SOP_PTDS(SOP, cuMemcpyAtoD_v2, cuMemcpyAtoD, 3020)                                                           \
+    DS_SOP_PTDS(SOP, cuMemcpyHtoA_v2, cuMemcpyHtoA, 3020)                                                           \
+    DS_SOP_PTDS(SOP, cuMemcpyAtoH_v2, cuMemcpyAtoH, 3020)                                                           \
+    DS_SOP_PTDS(SOP, cuMemcpyAtoA_v2, cuMemcpyAtoA, 3020)                                                           \
+    DS_SOP_PTDS(SOP, cuMemcpy2D_v2, cuMemcpy2D, 3020)                                                               \
+    DS_SOP_PTDS(SOP, cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned, 3020)                                             \
+    DS_SOP_PTDS(SOP, cuMemcpy3D_v2, cuMemcpy3D, 3020)                                                               \
+    DS_SOP_PTDS(SOP, cuMemcpy3DPeer, cuMemcpy3DPeer, 4000)                                                          \
+    DS_SOP_PTDS(SOP, cuMemcpyPeer, cuMemcpyPeer, 4000)                                                              \
+    DS_SOP_PTDS(SOP, cuMemsetD8_v2, cuMemsetD8, 3020)                                                               \
+    DS_SOP_PTDS(SOP, cuMemsetD16_v2, cuMemsetD16, 3020)                                                             \
+    DS_SOP_PTDS(SOP, cuMemsetD32_v2, cuMemsetD32, 3020)                                                             \
+    DS_SOP_PTDS(SOP, cuMemsetD2D8_v2, cuMemsetD2D8, 3020)                                                           \
+    DS_SOP_PTDS(SOP, cuMemsetD2D16_v2, cuMemsetD2D16, 3020)                                                         \
+    DS_SOP_PTDS(SOP, cuMemsetD2D32_v2, cuMemsetD2D32, 3020)                                                         \
+    SOP(cuCtxWaitEvent, cuCtxWaitEvent, 12050, 0, ORDER, -1)                                                        \
+    SOP(cuGreenCtxWaitEvent, cuGreenCtxWaitEvent, 12040, 0, ORDER, -1)                                              \
+    DS_SOP_PAIR(SOP, cuMemcpyBatchAsync, cuMemcpyBatchAsync, 12080, ORDER, -1)                                       \
+    DS_SOP_PAIR(SOP, cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync, 13000, ORDER, -1)                                    \
+    DS_SOP_PAIR(SOP, cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync, 12080, ORDER, -1)                                   \
+    DS_SOP_PAIR(SOP, cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync, 13000, ORDER, -1)                                \
+    DS_SOP_PAIR(SOP, cuMemPrefetchBatchAsync, cuMemPrefetchBatchAsync, 13000, ORDER, -1)                             \
+    DS_SOP_PAIR(SOP, cuMemDiscardBatchAsync, cuMemDiscardBatchAsync, 13000, ORDER, -1)                               \
+    DS_SOP_PAIR(SOP, cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAsync, 13000, ORDER, -1)         \
+    SOP(cuLaunch, cuLaunch, 2000, 0, ORDER, -1)                                                                     \
+    SOP(cuLaunchGrid, cuLaunchGrid, 2000, 0, ORDER, -1)                                                             \
+    SOP(cuLaunchGridAsync, cuLaunchGridAsync, 2000, 0, ORDER, -1)                                                   \
+    SOP(cuLaunchCooperativeKernelMultiDevice, cuLaunchCooperativeKernelMultiDevice, 9000, 0, ORDER, -1)             \
+    SOP(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams, 10010, 0, EXEC, 0)                          \
+    SOP(cuGraphExecKernelNodeSetParams_v2, cuGraphExecKernelNodeSetParams, 12000, 0, EXEC, 0)                       \
+    SOP(cuGraphExecMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams, 10020, 0, EXEC, 0)                          \
+    SOP(cuGraphExecMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams, 10020, 0, EXEC, 0)                          \
+    SOP(cuGraphExecHostNodeSetParams, cuGraphExecHostNodeSetParams, 10020, 0, EXEC, 0)                              \
+    SOP(cuGraphExecChildGraphNodeSetParams, cuGraphExecChildGraphNodeSetParams, 11010, 0, EXEC, 0)                  \
+    SOP(cuGraphExecEventRecordNodeSetEvent, cuGraphExecEventRecordNodeSetEvent, 11010, 0, EXEC, 0)                  \
+    SOP(cuGraphExecEventWaitNodeSetEvent, cuGraphExecEventWaitNodeSetEvent, 11010, 0, EXEC, 0)                      \
+    SOP(cuGraphExecExternalSemaphoresSignalNodeSetParams, cuGraphExecExternalSemaphoresSignalNodeSetParams, 11020, \
+        0, EXEC, 0)                                                                                                  \
+    SOP(cuGraphExecExternalSemaphoresWaitNodeSetParams, cuGraphExecExternalSemaphoresWaitNodeSetParams, 11020, 0,   \
+        EXEC, 0)                                                                                                     \
+    SOP(cuGraphExecBatchMemOpNodeSetParams, cuGraphExecBatchMemOpNodeSetParams, 11070, 0, EXEC, 0)                  \
+    SOP(cuGraphExecNodeSetParams, cuGraphExecNodeSetParams, 12020, 0, EXEC, 0)                                      \
+    SOP(cuGraphNodeSetEnabled, cuGraphNodeSetEnabled, 11060, 0, EXEC, 0)                                            \
+    SOP(cuGraphExecUpdate, cuGraphExecUpdate, 10020, 0, UPDATE, 0)                                                  \
+    SOP(cuGraphExecUpdate_v2, cuGraphExecUpdate, 12000, 0, UPDATE, 0)
+
+/* A stream entry point and its per-thread-default-stream twin (_ptsz), or a synchronous one and its _ptds twin. */
+#define DS_SOP_PAIR(SOP, name, base, ver, kind, idx)                                                                 \
+    SOP(name, base, ver, 0, kind, idx) SOP(name##_ptsz, base, 7000, 1, kind, idx)
+#define DS_SOP_PTDS(SOP, name, base, ver) SOP(name, base, ver, 0, ORDER, -1) SOP(name##_ptds, base, 7000, 1, ORDER, -1)
+
+/* The generic wrappers' parameter list (ds_stream.c) and their declarations, for the hook table. */
+#define DS_GENERIC_ARGS                                                                                              \
+    uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, uintptr_t a6, uintptr_t a7, \
+        uintptr_t a8, uintptr_t a9, uintptr_t a10, uintptr_t a11
+#define DS_DECLARE_SOP_WRAPPER_(name, base, ver, pt, kind, idx) CUresult ds_w_##name(DS_GENERIC_ARGS);
+DS_STREAM_HOOKS(DS_DECLARE_SOP_WRAPPER_)
+#undef DS_DECLARE_SOP_WRAPPER_
+
+enum ds_op_kind { DS_OP_OP, DS_OP_RECORD, DS_OP_WAIT, DS_OP_SYNC, DS_OP_DESTROY, DS_OP_ALL, DS_OP_ORDER,
+                  DS_OP_EXEC, DS_OP_UPDATE };
 
 /* Driver functions the library calls itself without hooking them. */
 #define DS_NEEDED(X)                                                                                                 \
@@ -94,26 +238,38 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     X(cuDevResourceGenerateDesc)                                                                                     \
     X(cuGreenCtxCreate)                                                                                              \
     X(cuGreenCtxStreamCreate)                                                                                        \
+    X(cuCtxFromGreenCtx)                                                                                             \
+    X(cuCtxGetCurrent)                                                                                               \
     X(cuStreamGetGreenCtx)                                                                                           \
+    X(cuStreamGetFlags)                                                                                              \
+    X(cuStreamGetPriority)                                                                                           \
+    X(cuThreadExchangeStreamCaptureMode)                                                                             \
     X(cuEventCreate)                                                                                                 \
-    X(cuEventRecord)                                                                                                 \
-    X(cuStreamWaitEvent)                                                                                             \
     X(cuEventQuery)                                                                                                  \
+    X(cuGraphClone)                                                                                                  \
     X(cuGraphGetNodes)                                                                                               \
     X(cuGraphNodeGetType)                                                                                            \
+    X(cuGraphChildGraphNodeGetGraph)                                                                                 \
     X(cuGraphKernelNodeGetParams_v2)                                                                                 \
+    X(cuGraphKernelNodeSetParams_v2)                                                                                 \
     X(cuGraphMemsetNodeGetParams)                                                                                    \
-    X(cuMemsetD2D8Async)                                                                                             \
-    X(cuMemsetD2D32Async)
+    X(cuGraphDestroy)
 
 struct ds_real {
 #define DS_REAL_FIELD_(name, base, ver, pt) PFN_##name name;
     DS_HOOKS(DS_REAL_FIELD_)
 #undef DS_REAL_FIELD_
+/* generic wrappers call these through ds_generic_fn; the library's own calls cast to the PFN type */
+#define DS_REAL_SOP_FIELD_(name, base, ver, pt, kind, idx) void *name;
+    DS_STREAM_HOOKS(DS_REAL_SOP_FIELD_)
+#undef DS_REAL_SOP_FIELD_
 #define DS_NEEDED_FIELD_(name) PFN_##name name;
     DS_NEEDED(DS_NEEDED_FIELD_)
 #undef DS_NEEDED_FIELD_
 };
+
+/* The real function of a stream hook, typed for the library's own calls. */
+#define DS_SOP_REAL(name) ((PFN_##name)ds_real.name)
 
 /* Real driver: resolved once (pthread_once) at the first hook call. ds_drv_ready is the published flag. */
 extern struct ds_real ds_real;
@@ -180,23 +336,36 @@ void ds_track_reset_child(void);
 void ds_track_lock_all(void);
 void ds_track_unlock_all(void);
 
-/* Launch path (ds_launch.c). Called with ds_t != NULL; returns the stream to launch on. */
+/* GPU coroutines (ds_coro.c). Called with ds_t != NULL. ds_launch_stream returns the stream to launch on;
+ * ds_launch_done(result) completes the launch (or ds_launch_retry + the launch on the application stream +
+ * ds_launch_unconfinable when the physical stream refused it). */
 CUstream ds_launch_stream(CUstream s, int per_thread);
-void ds_launch_done(void);
+void ds_launch_done(CUresult r);
 bool ds_launch_retry(CUresult r);
 void ds_launch_unconfinable(CUstream s, int per_thread);
 void ds_coro_child(void);
+void ds_coro_force_strict(const char *why);
 extern atomic_int ds_capturing; /* stream captures in progress in this process */
-const void *ds_coro_capture_binding(void);
-const void *ds_coro_pending_binding(unsigned *idx);
-CUstream ds_coro_private_stream(const void *gctx);
+#define DS_CTX_PRIMARY 64        /* graph-copy index of the primary context (every SM); green contexts are 0..63 */
+bool ds_coro_graph_target(CUcontext *ctx, unsigned *idx);
+int ds_coro_ctx_index(CUcontext cu);
+CUstream ds_coro_private_stream(unsigned idx);
+
+/* Stream operations around the driver call (ds_stream.c wraps every DS_STREAM_HOOKS entry point with these). */
+struct ds_sop {
+    void *ls;  /* the logical stream of the operation's stream, if any */
+    int lkind; /* its legacy-stream kind */
+};
+void ds_stream_before(struct ds_sop *op, int kind, CUstream s, int per_thread);
+void ds_stream_after(struct ds_sop *op, int kind, CUresult r);
+void ds_join_all(void);
 
 /* Graphs (ds_graph.c). */
-void ds_graph_captured(CUgraph g);
-void ds_graph_instantiated(CUgraphExec e, CUgraph g);
-bool ds_graph_destroying(CUgraph g);
+void ds_graph_instantiated(CUgraphExec e, CUgraph g, unsigned long long flags);
 void ds_graph_exec_destroyed(CUgraphExec e);
-CUgraphExec ds_graph_for(CUgraphExec e, const void *gctx, unsigned idx);
+void ds_graph_exec_changed(CUgraphExec e);
+void ds_graph_exec_updated(CUgraphExec e, CUgraph g);
+CUgraphExec ds_graph_for(CUgraphExec e, CUcontext target, unsigned idx);
 
 /* dlsym / cuGetProcAddress plumbing (ds_dlsym.c). */
 typedef void *(*ds_dlsym_fn)(void *, const char *);

@@ -1,23 +1,32 @@
 /*
  * ds_coro.c — GPU coroutines: every stream the application launches on is a logical stream; its kernels run on a
  * physical stream of a green context built over the SM groups the scheduler granted to the tenant, and move to a
- * new one at the next kernel boundary after the grant changes.
+ * new one at the next kernel boundary after the grant changes. Kernels, configurations and arguments are never
+ * changed.
  *
- * Ordering (DESIGN.md §1, notes §3.3): a redirected launch is wrapped in two event edges,
- *     record e_in on the application stream -> physical stream waits e_in -> kernel on the physical stream
- *     -> record e_out on the physical stream -> application stream waits e_out.
- * The application stream therefore keeps every CUDA semantic by construction (later copies, events, host
- * functions, stream/context/event synchronisation, legacy and per-thread default streams, blocking vs
- * non-blocking), whatever other calls the application makes on it, and a rebinding needs nothing more: the new
- * physical stream waits for the application stream, which already waited for the old one. Graph capture on an
- * application stream captures the kernels on the physical stream, i.e. in the green context: captured graphs are
- * confined to the grant. Streams of green contexts the application made itself are redirected like any other.
- * Kernels, configurations and arguments are never changed.
+ * Lazy edges. A logical stream pairs the application's stream A with a physical stream P. Kernels go to P; every
+ * other operation stays on A (so the application keeps CUDA's semantics for copies, events, host functions,
+ * legacy/per-thread default streams and capture). The two are tied by event edges only where order can be
+ * observed:
+ *   - edge in  (record e_in on A, P waits): before a kernel, when A got work P has not waited for (need_in), when
+ *     the legacy stream and a blocking stream must see each other's work (the gens below), or after an operation
+ *     this library does not model stream by stream (g_order_gen);
+ *   - join     (record e_out on P, A waits): before anything observes A — an operation on it, an event record,
+ *     synchronize/query, capture end/info, destroy — and before context-wide synchronisation and frees.
+ * A run of kernels on one stream therefore costs what it costs natively; a captured graph holds no per-kernel
+ * edges (measured on the H100: per-kernel edges add ~2 µs per graph node, integration/gpu/probes/greenperf.cu).
+ * Rebinding to a new grant is a join followed by an edge in: the new P waits for A, which waited for the old P.
+ * DETSHARE_STRICT_STREAMS=1 restores an edge pair around every kernel (the library's earlier behaviour), which
+ * keeps every stream rule even for a driver entry point the library does not hook.
  *
- * Fast path: one acquire load of grant_epoch compared with the cached epoch, one load of the current binding, a
- * lock-free hash probe for the logical stream. When the grant covers every group of the split the launch goes to
- * the application stream untouched (solo tenants pay nothing but the loads). Slow paths (new grant, first launch on
- * a stream, green context creation) take g_lock.
+ * Legacy stream rules (CUDA: the legacy stream waits for blocking streams and they for it): an operation or kernel
+ * on the legacy stream first joins every blocking stream with pending kernels, one on a blocking stream (per-thread
+ * default streams are blocking) joins the legacy stream; g_legacy_gen / g_blocking_gen make the other side's next
+ * kernel take an edge in. Non-blocking streams pay none of this.
+ *
+ * Fast path (a kernel on a stream already bound to the current grant, nothing new on A): one acquire load of
+ * grant_epoch, a lock-free hash probe for the logical stream, a few relaxed loads, the launch, one store. No lock,
+ * no syscall. Edges, rebinding, stream creation and green contexts take the logical stream's lock or g_lock.
  *
  * Temporal mode (no MPS): a launch waits for the tenant's GPU token on the token futex, bounded; when the
  * scheduler is gone or the bound passes it logs once and runs unthrottled (fail-static, never hangs).
@@ -36,17 +45,27 @@
 struct gctx {
     uint64_t mask;
     CUgreenCtx g;
+    CUcontext cu; /* cuCtxFromGreenCtx: what graph kernel nodes name as their context */
     unsigned idx;
     CUstream priv; /* the library's own stream in it (graph copies) */
 };
 
+enum { LS_NONBLOCKING = 0, LS_BLOCKING = 1, LS_LEGACY = 2 };
+
 struct lstream {
     CUstream app;                 /* the application's handle (CU_STREAM_LEGACY / _PER_THREAD for the defaults) */
     CUevent e_in, e_out;
-    _Atomic(struct gctx *) bound; /* green context phys belongs to */
+    pthread_mutex_t lock;         /* edges, rebinding, re-learning a reused handle */
+    _Atomic(struct gctx *) bound; /* green context phys belongs to; NULL: kernels run on app */
     _Atomic(CUstream) phys;
     CUstream phys_by_ctx[MAX_GCTX];
+    int kind;                     /* LS_*: which legacy-stream rules apply */
+    int prio;                     /* the application stream's priority, given to its physical streams */
+    atomic_int need_in;           /* app got work the physical stream has not waited for */
+    atomic_int pending;           /* the physical stream has kernels app has not waited for */
     atomic_int unconfinable;
+    atomic_int stale;             /* the application destroyed the stream: learn the handle again at next use */
+    atomic_uint seen_order, seen_cross;
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -57,19 +76,27 @@ static atomic_int g_empty;               /* spatial grant without any group: lau
 static atomic_int g_ungranted;           /* no grant published yet while a scheduler is alive */
 static bool scheduler_alive(void);
 static struct gctx g_ctxs[MAX_GCTX];
-static unsigned g_nctx;
+static atomic_uint g_nctx;
 static CUdevResource g_groups[MAX_GROUPS];
 static unsigned g_ngroups;               /* 0 until the split is learnt */
 static int g_split_failed;
 static int g_dev;
+static CUcontext g_primary;              /* the context current when the split was learnt */
 static struct gctx *g_last_nonempty;
-static atomic_int g_full;               /* the spatial grant holds every group of the split */
-static _Atomic(struct gctx *) g_full_ctx; /* green context over every group, made at the first capture */
 atomic_int ds_capturing;
 
 /* lock-free lookup: keys are written once (under g_lock) and never removed */
 static _Atomic(uintptr_t) g_keys[N_LSLOTS];
 static _Atomic(struct lstream *) g_vals[N_LSLOTS];
+/* every logical stream (per-thread default streams included), for joins over all of them; append-only */
+static _Atomic(struct lstream *) g_all[N_LSLOTS];
+static atomic_uint g_nall;
+static _Atomic(struct lstream *) g_blocking[N_LSLOTS];
+static atomic_uint g_nblocking;
+static _Atomic(struct lstream *) g_legacy;
+static atomic_uint g_order_gen, g_legacy_gen, g_blocking_gen;
+static atomic_uint g_nbound; /* logical streams bound to a green context (launches under a full grant unbind them) */
+static atomic_int g_strict = -1;
 static __thread struct lstream *t_ptds; /* this thread's per-thread default stream */
 static __thread struct lstream *t_pending;
 static __thread CUstream t_pending_phys;
@@ -88,6 +115,38 @@ static uint64_t env_ms(const char *name, uint64_t def) {
     return x;
 }
 
+static bool strict(void) {
+    int v = atomic_load_explicit(&g_strict, memory_order_relaxed);
+    if (DS_UNLIKELY(v < 0)) {
+        const char *e = getenv("DETSHARE_STRICT_STREAMS");
+        v = e && !strcmp(e, "1");
+        if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
+            DS_LOG(DS_LOG_WARN, "DETSHARE_STRICT_STREAMS=%s: allowed 0 or 1; using 0", e);
+        int expect = -1;
+        atomic_compare_exchange_strong(&g_strict, &expect, v);
+        v = atomic_load(&g_strict);
+    }
+    return v;
+}
+
+void ds_coro_force_strict(const char *why) {
+    if (atomic_exchange(&g_strict, 1) != 1)
+        DS_LOG(DS_LOG_WARN, "%s: every kernel now gets its own event edges (DETSHARE_STRICT_STREAMS behaviour)", why);
+}
+
+/* Calls the library makes on its own slow paths (green contexts, streams, events) must not count as "unsafe" calls
+ * in a global-mode capture the application runs on another thread. */
+static CUstreamCaptureMode relaxed_begin(void) {
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (!ds_real.cuThreadExchangeStreamCaptureMode || ds_real.cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
+        m = (CUstreamCaptureMode)-1;
+    return m;
+}
+static void relaxed_end(CUstreamCaptureMode m) {
+    if ((int)m >= 0)
+        ds_real.cuThreadExchangeStreamCaptureMode(&m);
+}
+
 /* ---------------------------------------------------------------------------------------------------------------
  * The split and green contexts (slow path, g_lock held)
  * ------------------------------------------------------------------------------------------------------------- */
@@ -101,7 +160,7 @@ static bool learn_split_locked(void) {
     g_split_failed = 1;
     if (!ds_real.cuDeviceGetDevResource || !ds_real.cuDevSmResourceSplitByCount || !ds_real.cuDevResourceGenerateDesc ||
         !ds_real.cuGreenCtxCreate || !ds_real.cuGreenCtxStreamCreate || !ds_real.cuEventCreate ||
-        !ds_real.cuEventRecord || !ds_real.cuStreamWaitEvent) {
+        !ds_real.cuEventRecord || !ds_real.cuStreamWaitEvent || !ds_real.cuCtxFromGreenCtx) {
         DS_LOG(DS_LOG_WARN, "driver without green contexts (needs CUDA 12.5+): kernels run unconfined");
         return false;
     }
@@ -143,6 +202,8 @@ static bool learn_split_locked(void) {
     if (split_state == DS_SPLIT_UNKNOWN)
         publish_split(min, all.sm.smCoscheduledAlignment ? all.sm.smCoscheduledAlignment : min, nb, &rem);
     g_dev = dev;
+    if (!ds_real.cuCtxGetCurrent || ds_real.cuCtxGetCurrent(&g_primary) != CUDA_SUCCESS)
+        g_primary = NULL;
     g_ngroups = nb;
     g_split_failed = 0;
     DS_LOG(DS_LOG_INFO, "split: %u groups of %u SMs (%u SMs on the device)", nb, g_groups[0].sm.smCount,
@@ -179,10 +240,11 @@ static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdev
 }
 
 static struct gctx *gctx_for_locked(uint64_t mask) {
-    for (unsigned i = 0; i < g_nctx; i++)
+    unsigned n_ctx = atomic_load_explicit(&g_nctx, memory_order_relaxed);
+    for (unsigned i = 0; i < n_ctx; i++)
         if (g_ctxs[i].mask == mask)
             return &g_ctxs[i];
-    if (g_nctx >= MAX_GCTX) {
+    if (n_ctx >= MAX_GCTX) {
         DS_LOG(DS_LOG_WARN, "more than %u distinct grants in one process; reusing the first green context", MAX_GCTX);
         return NULL;
     }
@@ -193,50 +255,28 @@ static struct gctx *gctx_for_locked(uint64_t mask) {
             res[n++] = g_groups[i];
     if (!n)
         return NULL;
+    CUstreamCaptureMode m = relaxed_begin();
     CUdevResourceDesc desc = NULL;
     CUresult r = ds_real.cuDevResourceGenerateDesc(&desc, res, n);
     CUgreenCtx g = NULL;
+    CUcontext cu = NULL;
     if (r == CUDA_SUCCESS)
         r = ds_real.cuGreenCtxCreate(&g, desc, g_dev, CU_GREEN_CTX_DEFAULT_STREAM);
+    if (r == CUDA_SUCCESS)
+        r = ds_real.cuCtxFromGreenCtx(&cu, g);
+    relaxed_end(m);
     if (r != CUDA_SUCCESS) {
         DS_LOG(DS_LOG_WARN, "green context for groups %#llx: %d; kernels of this grant run unconfined",
                (unsigned long long)mask, r);
         return NULL;
     }
-    struct gctx *c = &g_ctxs[g_nctx];
+    struct gctx *c = &g_ctxs[n_ctx];
     c->mask = mask;
     c->g = g;
-    c->idx = g_nctx++;
+    c->cu = cu;
+    c->idx = n_ctx;
+    atomic_store_explicit(&g_nctx, n_ctx + 1, memory_order_release);
     DS_LOG(DS_LOG_DEBUG, "green context %u for groups %#llx", c->idx, (unsigned long long)mask);
-    return c;
-}
-
-/* While a capture is in progress and the grant holds every group, kernels are still recorded in a green context
- * (of every group), so that the graph stays confined after the grant shrinks. */
-/* DETSHARE_CONFINE_FULL_CAPTURE=0 leaves captures made under a full grant in the primary context: such a graph
- * replays like a native one but runs on every SM, even after the grant shrinks, unless the library can re-make it
- * for the new grant (kernel-only graphs). A diagnostic and an opt-out for solo tenants; the default confines. */
-static atomic_int g_confine_full_capture = -1;
-
-static struct gctx *capture_ctx(void) {
-    int confine = atomic_load_explicit(&g_confine_full_capture, memory_order_relaxed);
-    if (DS_UNLIKELY(confine < 0)) {
-        const char *v = getenv("DETSHARE_CONFINE_FULL_CAPTURE");
-        confine = !(v && !strcmp(v, "0"));
-        atomic_store(&g_confine_full_capture, confine);
-    }
-    if (!confine)
-        return NULL;
-    struct gctx *c = atomic_load_explicit(&g_full_ctx, memory_order_acquire);
-    if (c)
-        return c;
-    pthread_mutex_lock(&g_lock);
-    c = atomic_load(&g_full_ctx);
-    if (!c && g_ngroups) {
-        c = gctx_for_locked(g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1);
-        atomic_store_explicit(&g_full_ctx, c, memory_order_release);
-    }
-    pthread_mutex_unlock(&g_lock);
     return c;
 }
 
@@ -258,7 +298,7 @@ static void regrant(uint32_t ep) {
         uint64_t every = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
         uint64_t mask = gr.groups & every;
         if (mask == every) {
-            cur = NULL; /* every group: nothing to confine (but captures are, see capture_ctx) */
+            cur = NULL; /* every group: launches and captures stay on the application's streams, all SMs */
         } else if (mask) {
             cur = gctx_for_locked(mask);
             if (cur)
@@ -275,7 +315,6 @@ static void regrant(uint32_t ep) {
     bool ungranted = gr.mode == DS_MODE_NONE && scheduler_alive();
     atomic_store(&g_ungranted, ungranted);
     atomic_store(&g_empty, (spatial && !(gr.groups & all)) || ungranted);
-    atomic_store(&g_full, spatial && (gr.groups & all) == all);
     atomic_store(&g_mode, gr.mode);
     atomic_store_explicit(&g_cur, cur, memory_order_release);
     atomic_store_explicit(&g_epoch_seen, gr.epoch, memory_order_release);
@@ -288,45 +327,119 @@ static void regrant(uint32_t ep) {
  * ------------------------------------------------------------------------------------------------------------- */
 static unsigned slot_of(uintptr_t key) { return (unsigned)((key * 0x9E3779B97F4A7C15ull) >> 52) & (N_LSLOTS - 1); }
 
+static CUstream app_handle(CUstream s, int per_thread) {
+    if (s == NULL)
+        return per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    return s;
+}
+
+/* What the application's stream is: which legacy-stream rules apply, and the priority its physical streams get. */
+static void learn(struct lstream *ls) {
+    ls->prio = 0;
+    if (ls->app == CU_STREAM_LEGACY) {
+        ls->kind = LS_LEGACY;
+        return;
+    }
+    ls->kind = LS_BLOCKING; /* the per-thread default stream, and any stream whose flags cannot be read */
+    if (ls->app == CU_STREAM_PER_THREAD)
+        return;
+    unsigned flags = 0;
+    if (ds_real.cuStreamGetFlags && ds_real.cuStreamGetFlags(ls->app, &flags) == CUDA_SUCCESS &&
+        (flags & CU_STREAM_NON_BLOCKING))
+        ls->kind = LS_NONBLOCKING;
+    int p = 0;
+    if (ds_real.cuStreamGetPriority && ds_real.cuStreamGetPriority(ls->app, &p) == CUDA_SUCCESS)
+        ls->prio = p;
+}
+
+/* g_lock held */
+static void register_locked(struct lstream *ls, bool all) {
+    if (all) {
+        unsigned n = atomic_load(&g_nall);
+        if (n < N_LSLOTS) {
+            atomic_store(&g_all[n], ls);
+            atomic_store_explicit(&g_nall, n + 1, memory_order_release);
+        }
+    }
+    if (ls->kind == LS_BLOCKING) {
+        unsigned n = atomic_load(&g_nblocking);
+        for (unsigned i = 0; i < n; i++)
+            if (atomic_load(&g_blocking[i]) == ls)
+                return;
+        if (n < N_LSLOTS) {
+            atomic_store(&g_blocking[n], ls);
+            atomic_store_explicit(&g_nblocking, n + 1, memory_order_release);
+        }
+    } else if (ls->kind == LS_LEGACY) {
+        atomic_store_explicit(&g_legacy, ls, memory_order_release);
+    }
+}
+
 static struct lstream *lstream_new(CUstream app) {
     struct lstream *ls = calloc(1, sizeof *ls);
     if (!ls)
         return NULL;
     ls->app = app;
-    if (ds_real.cuEventCreate(&ls->e_in, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-        ds_real.cuEventCreate(&ls->e_out, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    CUstreamCaptureMode m = relaxed_begin();
+    bool ok = ds_real.cuEventCreate(&ls->e_in, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
+              ds_real.cuEventCreate(&ls->e_out, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+    relaxed_end(m);
+    if (!ok) {
         free(ls);
         return NULL;
     }
+    pthread_mutex_init(&ls->lock, NULL);
+    learn(ls);
+    atomic_store(&ls->need_in, 1);
     return ls;
 }
 
-static struct lstream *lstream_get(CUstream app) {
-    if (app == CU_STREAM_PER_THREAD) {
-        if (DS_LIKELY(t_ptds != NULL))
-            return t_ptds;
-        pthread_mutex_lock(&g_lock);
-        t_ptds = lstream_new(app);
-        pthread_mutex_unlock(&g_lock);
+static void table_full_warning(void) {
+    static atomic_int warned;
+    if (!atomic_exchange(&warned, 1))
+        DS_LOG(DS_LOG_WARN, "logical stream table full or out of memory: some kernels run unconfined");
+}
+
+/* The logical stream of an application stream handle (app_handle applied), or NULL if none was made yet. */
+static struct lstream *lstream_find(CUstream app) {
+    if (app == CU_STREAM_PER_THREAD)
         return t_ptds;
-    }
     uintptr_t key = (uintptr_t)app;
     unsigned s = slot_of(key);
     for (unsigned n = 0; n < N_LSLOTS; n++, s = (s + 1) & (N_LSLOTS - 1)) {
         uintptr_t k = atomic_load_explicit(&g_keys[s], memory_order_acquire);
-        if (k == key) {
-            struct lstream *v = atomic_load_explicit(&g_vals[s], memory_order_acquire);
-            if (v)
-                return v;
-            break; /* being inserted: take the lock */
-        }
+        if (k == key)
+            return atomic_load_explicit(&g_vals[s], memory_order_acquire);
         if (k == 0)
-            break;
+            return NULL;
     }
-    /* slow path: insert under the lock */
-    struct lstream *ls = NULL;
+    return NULL;
+}
+
+static void relearn(struct lstream *ls);
+
+static struct lstream *lstream_get(CUstream app) {
+    struct lstream *ls = lstream_find(app);
+    if (DS_LIKELY(ls != NULL)) {
+        if (DS_UNLIKELY(atomic_load_explicit(&ls->stale, memory_order_acquire)))
+            relearn(ls);
+        return ls;
+    }
+    if (app == CU_STREAM_PER_THREAD) {
+        ls = lstream_new(app);
+        if (!ls) {
+            table_full_warning();
+            return NULL;
+        }
+        pthread_mutex_lock(&g_lock);
+        register_locked(ls, true);
+        pthread_mutex_unlock(&g_lock);
+        t_ptds = ls;
+        return ls;
+    }
+    uintptr_t key = (uintptr_t)app;
     pthread_mutex_lock(&g_lock);
-    s = slot_of(key);
+    unsigned s = slot_of(key);
     for (unsigned n = 0; n < N_LSLOTS; n++, s = (s + 1) & (N_LSLOTS - 1)) {
         uintptr_t k = atomic_load_explicit(&g_keys[s], memory_order_acquire);
         if (k == key) {
@@ -336,42 +449,269 @@ static struct lstream *lstream_get(CUstream app) {
         if (k == 0) {
             ls = lstream_new(app);
             if (ls) {
-                atomic_store_explicit(&g_keys[s], key, memory_order_release);
+                register_locked(ls, true);
                 atomic_store_explicit(&g_vals[s], ls, memory_order_release);
+                atomic_store_explicit(&g_keys[s], key, memory_order_release);
             }
             break;
         }
     }
     pthread_mutex_unlock(&g_lock);
-    if (!ls) {
-        static atomic_int warned;
-        if (!atomic_exchange(&warned, 1))
-            DS_LOG(DS_LOG_WARN, "logical stream table full or out of memory: some kernels run unconfined");
-    }
+    if (!ls)
+        table_full_warning();
     return ls;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Edges
+ * ------------------------------------------------------------------------------------------------------------- */
+static void tie(struct lstream *ls, CUstream from, CUstream into) {
+    if (DS_SOP_REAL(cuEventRecord)(ls->e_out, from) == CUDA_SUCCESS)
+        DS_SOP_REAL(cuStreamWaitEvent)(into, ls->e_out, 0);
+}
+
+/* ls->lock held: the application stream waits for the kernels on the physical stream. */
+static void join_locked(struct lstream *ls) {
+    if (!atomic_load_explicit(&ls->pending, memory_order_acquire))
+        return;
+    /* cleared first: a kernel launched concurrently sets it again and is joined next time */
+    atomic_store(&ls->pending, 0);
+    CUstream p = atomic_load(&ls->phys);
+    if (p)
+        tie(ls, p, ls->app);
+}
+
+static void join(struct lstream *ls) {
+    if (!atomic_load_explicit(&ls->pending, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&ls->lock);
+    join_locked(ls);
+    pthread_mutex_unlock(&ls->lock);
+}
+
+/* Another stream (observer) must see ls's kernels, without ls's own application stream being involved (it may be
+ * another thread's per-thread default stream, which only its thread can name). ls stays pending for its own
+ * observers. */
+static void join_into(struct lstream *ls, CUstream observer) {
+    if (!atomic_load_explicit(&ls->pending, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&ls->lock);
+    CUstream p = atomic_load(&ls->phys);
+    if (p && atomic_load(&ls->pending))
+        tie(ls, p, observer);
+    pthread_mutex_unlock(&ls->lock);
+}
+
+static bool foreign_ptds(const struct lstream *ls) { return ls->app == CU_STREAM_PER_THREAD && ls != t_ptds; }
+
+/* Before context-wide synchronisation, frees and operations not modelled stream by stream. */
+void ds_join_all(void) {
+    unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++) {
+        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_acquire);
+        if (!ls || !atomic_load_explicit(&ls->pending, memory_order_acquire))
+            continue;
+        if (!foreign_ptds(ls))
+            join(ls);
+        else if (!atomic_load(&ds_capturing)) /* the legacy stream may not be touched while a capture runs */
+            join_into(ls, CU_STREAM_LEGACY);
+    }
+}
+
+/* The legacy-stream rules, before work on a stream of kind k (handle app) is issued: the legacy stream sees every
+ * blocking stream's kernels, a blocking stream sees the legacy stream's. */
+static void cross_pre(int k, CUstream app) {
+    if (k == LS_LEGACY) {
+        unsigned n = atomic_load_explicit(&g_nblocking, memory_order_acquire);
+        for (unsigned i = 0; i < n; i++) {
+            struct lstream *b = atomic_load_explicit(&g_blocking[i], memory_order_acquire);
+            if (b && b->kind == LS_BLOCKING && atomic_load_explicit(&b->pending, memory_order_acquire))
+                join_into(b, CU_STREAM_LEGACY);
+        }
+    } else if (k == LS_BLOCKING) {
+        struct lstream *l = atomic_load_explicit(&g_legacy, memory_order_acquire);
+        if (l && atomic_load_explicit(&l->pending, memory_order_acquire))
+            join_into(l, app);
+    }
+}
+
+/* After work on a stream of kind k was issued: the other side's next kernel must take an edge in. */
+static void cross_post(int k) {
+    if (k == LS_LEGACY) {
+        if (atomic_load_explicit(&g_nblocking, memory_order_relaxed))
+            atomic_fetch_add_explicit(&g_legacy_gen, 1, memory_order_release);
+    } else if (k == LS_BLOCKING) {
+        if (atomic_load_explicit(&g_legacy, memory_order_relaxed))
+            atomic_fetch_add_explicit(&g_blocking_gen, 1, memory_order_release);
+    }
+}
+
+static unsigned cross_gen(int k) {
+    if (k == LS_LEGACY)
+        return atomic_load_explicit(&g_blocking_gen, memory_order_acquire);
+    if (k == LS_BLOCKING)
+        return atomic_load_explicit(&g_legacy_gen, memory_order_acquire);
+    return 0;
+}
+
+static bool needs_edge_in(struct lstream *ls) {
+    return atomic_load_explicit(&ls->need_in, memory_order_acquire) ||
+           atomic_load_explicit(&ls->seen_order, memory_order_relaxed) !=
+               atomic_load_explicit(&g_order_gen, memory_order_acquire) ||
+           (ls->kind != LS_NONBLOCKING && atomic_load_explicit(&ls->seen_cross, memory_order_relaxed) != cross_gen(ls->kind));
+}
+
+/* The physical stream waits for everything issued to the application stream so far. */
+static bool edge_in(struct lstream *ls, CUstream phys) {
+    pthread_mutex_lock(&ls->lock);
+    /* read what the edge covers before recording it, and clear need_in first: work issued meanwhile is either
+     * covered by the record or flags the next kernel again */
+    unsigned og = atomic_load(&g_order_gen), cg = cross_gen(ls->kind);
+    atomic_store(&ls->need_in, 0);
+    bool ok = DS_SOP_REAL(cuEventRecord)(ls->e_in, ls->app) == CUDA_SUCCESS &&
+              DS_SOP_REAL(cuStreamWaitEvent)(phys, ls->e_in, 0) == CUDA_SUCCESS;
+    if (ok) {
+        atomic_store(&ls->seen_order, og);
+        atomic_store(&ls->seen_cross, cg);
+    } else {
+        atomic_store(&ls->need_in, 1);
+    }
+    pthread_mutex_unlock(&ls->lock);
+    return ok;
 }
 
 /* Points ls at a physical stream of c (created once per (logical stream, green context) and kept). */
 static bool rebind(struct lstream *ls, struct gctx *c) {
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&ls->lock);
     bool ok = true;
+    if (atomic_load(&ls->bound) == c)
+        goto out;
     if (!ls->phys_by_ctx[c->idx]) {
         CUstream p = NULL;
+        CUstreamCaptureMode m = relaxed_begin();
         /* green streams must be non-blocking; the edges give the application stream's ordering */
-        CUresult r = ds_real.cuGreenCtxStreamCreate(&p, c->g, CU_STREAM_NON_BLOCKING, 0);
+        CUresult r = ds_real.cuGreenCtxStreamCreate(&p, c->g, CU_STREAM_NON_BLOCKING, ls->prio);
+        relaxed_end(m);
         if (r != CUDA_SUCCESS) {
             DS_LOG(DS_LOG_WARN, "green stream: %d; this stream runs unconfined", r);
             ok = false;
-        } else {
-            ls->phys_by_ctx[c->idx] = p;
+            goto out;
         }
+        ls->phys_by_ctx[c->idx] = p;
     }
-    if (ok) {
-        atomic_store_explicit(&ls->phys, ls->phys_by_ctx[c->idx], memory_order_relaxed);
-        atomic_store_explicit(&ls->bound, c, memory_order_release);
-    }
-    pthread_mutex_unlock(&g_lock);
+    join_locked(ls); /* the application stream waits for the old physical stream; the new one waits for it */
+    if (!atomic_load(&ls->bound))
+        atomic_fetch_add(&g_nbound, 1);
+    atomic_store_explicit(&ls->phys, ls->phys_by_ctx[c->idx], memory_order_release);
+    atomic_store_explicit(&ls->bound, c, memory_order_release);
+    atomic_store(&ls->need_in, 1);
+out:
+    pthread_mutex_unlock(&ls->lock);
     return ok;
+}
+
+/* Kernels of ls run on its application stream from now on (full grant, failure): join what is on the physical one. */
+static void unbind(struct lstream *ls) {
+    pthread_mutex_lock(&ls->lock);
+    join_locked(ls);
+    if (atomic_exchange(&ls->bound, NULL))
+        atomic_fetch_sub(&g_nbound, 1);
+    atomic_store(&ls->phys, NULL);
+    atomic_store(&ls->need_in, 1);
+    pthread_mutex_unlock(&ls->lock);
+}
+
+/* The application destroyed the stream and its handle may come back as another stream: learn it again. Its
+ * physical streams were joined at the destroy; they are kept unless the priority differs. */
+static void relearn(struct lstream *ls) {
+    pthread_mutex_lock(&ls->lock);
+    if (atomic_load(&ls->stale)) {
+        int prio = ls->prio;
+        learn(ls);
+        if (ls->prio != prio) {
+            for (unsigned i = 0; i < MAX_GCTX; i++)
+                if (ls->phys_by_ctx[i]) {
+                    DS_SOP_REAL(cuStreamDestroy_v2)(ls->phys_by_ctx[i]);
+                    ls->phys_by_ctx[i] = NULL;
+                }
+            if (atomic_exchange(&ls->bound, NULL))
+                atomic_fetch_sub(&g_nbound, 1);
+            atomic_store(&ls->phys, NULL);
+        }
+        atomic_store(&ls->pending, 0);
+        atomic_store(&ls->unconfinable, 0);
+        atomic_store(&ls->need_in, 1);
+        pthread_mutex_lock(&g_lock);
+        register_locked(ls, false);
+        pthread_mutex_unlock(&g_lock);
+        atomic_store_explicit(&ls->stale, 0, memory_order_release);
+    }
+    pthread_mutex_unlock(&ls->lock);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Stream operations (ds_stream.c calls these around the driver's entry point)
+ * ------------------------------------------------------------------------------------------------------------- */
+/* The kind of the stream an operation names; ls gets its logical stream when one exists (made when the legacy
+ * rules need the kind of a stream not seen yet). */
+static int op_kind(CUstream app, struct lstream **out) {
+    struct lstream *ls = lstream_find(app);
+    if (ls && DS_UNLIKELY(atomic_load_explicit(&ls->stale, memory_order_acquire)))
+        relearn(ls);
+    *out = ls;
+    if (app == CU_STREAM_LEGACY)
+        return LS_LEGACY;
+    if (app == CU_STREAM_PER_THREAD)
+        return LS_BLOCKING;
+    if (ls)
+        return ls->kind;
+    /* unseen stream: its kind only matters when the legacy stream is in use */
+    if (!atomic_load_explicit(&g_legacy, memory_order_acquire))
+        return LS_NONBLOCKING;
+    ls = lstream_get(app);
+    *out = ls;
+    return ls ? ls->kind : LS_BLOCKING;
+}
+
+void ds_stream_before(struct ds_sop *op, int kind, CUstream s, int per_thread) {
+    op->ls = NULL;
+    op->lkind = LS_NONBLOCKING;
+    if (kind == DS_OP_ALL || kind == DS_OP_ORDER) {
+        ds_join_all();
+        return;
+    }
+    if (kind == DS_OP_EXEC || kind == DS_OP_UPDATE)
+        return;
+    CUstream app = app_handle(s, per_thread);
+    struct lstream *ls;
+    op->lkind = op_kind(app, &ls);
+    op->ls = ls;
+    if (kind == DS_OP_WAIT)
+        return;
+    cross_pre(op->lkind, app);
+    if (ls)
+        join(ls);
+}
+
+void ds_stream_after(struct ds_sop *op, int kind, CUresult r) {
+    struct lstream *ls = op->ls;
+    switch (kind) {
+    case DS_OP_ORDER:
+        atomic_fetch_add_explicit(&g_order_gen, 1, memory_order_release);
+        return;
+    case DS_OP_OP:
+    case DS_OP_WAIT:
+        if (ls)
+            atomic_store_explicit(&ls->need_in, 1, memory_order_release);
+        cross_post(op->lkind);
+        return;
+    case DS_OP_DESTROY:
+        if (ls && r == CUDA_SUCCESS && ls->app != CU_STREAM_LEGACY && ls->app != CU_STREAM_PER_THREAD)
+            atomic_store_explicit(&ls->stale, 1, memory_order_release);
+        return;
+    default:
+        return;
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -460,11 +800,13 @@ static atomic_int g_mon_running;
 static _Atomic uint64_t g_busy_since;
 
 static bool streams_drained(void) {
-    if (!ds_real.cuEventQuery)
-        return true;
-    for (unsigned i = 0; i < N_LSLOTS; i++) {
-        struct lstream *ls = atomic_load_explicit(&g_vals[i], memory_order_acquire);
-        if (ls && atomic_load(&ls->bound) && ds_real.cuEventQuery(ls->e_out) == CUDA_ERROR_NOT_READY)
+    if (atomic_load(&ds_capturing))
+        return false; /* a physical stream may be capturing: querying it would break the capture */
+    unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++) {
+        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_acquire);
+        CUstream p = ls ? atomic_load(&ls->phys) : NULL;
+        if (p && DS_SOP_REAL(cuStreamQuery)(p) == CUDA_ERROR_NOT_READY)
             return false;
     }
     return true;
@@ -476,6 +818,7 @@ static void *monitor(void *arg) {
     uint64_t poll_ns = idle_ns / 4 ? idle_ns / 4 : 1000000ull;
     uint64_t last = 0, last_change = ds_now_ns();
     ds_depth++; /* driver calls made here are the library's own */
+    (void)relaxed_begin(); /* and never "unsafe" for an application's global-mode capture */
     for (;;) {
         struct timespec ts = {(time_t)(poll_ns / 1000000000ull), (long)(poll_ns % 1000000000ull)};
         nanosleep(&ts, NULL);
@@ -548,6 +891,7 @@ static void set_busy(struct ds_proc *self) {
  * The launch path
  * ------------------------------------------------------------------------------------------------------------- */
 CUstream ds_launch_stream(CUstream s, int per_thread) {
+    t_pending = NULL;
     struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_relaxed);
     if (DS_LIKELY(self != NULL)) {
         __atomic_fetch_add(&self->launches, 1, __ATOMIC_RELAXED);
@@ -555,7 +899,6 @@ CUstream ds_launch_stream(CUstream s, int per_thread) {
         if (DS_UNLIKELY(!__atomic_load_n(&self->busy, __ATOMIC_RELAXED)))
             set_busy(self);
     }
-    __atomic_fetch_add(&ds_t->page->launches, 1, __ATOMIC_RELAXED);
 
     uint32_t ep = ds_grant_epoch(ds_t->ctr);
     if (DS_UNLIKELY(ep != atomic_load_explicit(&g_epoch_seen, memory_order_acquire)))
@@ -566,69 +909,126 @@ CUstream ds_launch_stream(CUstream s, int per_thread) {
     if (DS_UNLIKELY(atomic_load_explicit(&g_empty, memory_order_relaxed)))
         wait_for_sms();
     struct gctx *c = atomic_load_explicit(&g_cur, memory_order_acquire);
+    CUstream app = app_handle(s, per_thread);
     if (DS_LIKELY(c == NULL)) {
-        if (DS_LIKELY(!atomic_load_explicit(&ds_capturing, memory_order_relaxed)) ||
-            !atomic_load_explicit(&g_full, memory_order_relaxed) || !(c = capture_ctx()))
+        /* every group (or no confinement): kernels run where the application put them, unless this stream still
+         * has kernels on a physical stream from an earlier partial grant */
+        if (DS_LIKELY(!atomic_load_explicit(&g_nbound, memory_order_relaxed)))
             return s;
+        struct lstream *ls = lstream_get(app);
+        if (ls) {
+            cross_pre(ls->kind, app);
+            if (atomic_load(&ls->bound))
+                unbind(ls);
+            cross_post(ls->kind);
+        }
+        return s;
     }
-    CUstream app = s;
-    if (app == NULL)
-        app = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
     struct lstream *ls = lstream_get(app);
-    if (DS_UNLIKELY(!ls || atomic_load_explicit(&ls->unconfinable, memory_order_relaxed)))
+    if (DS_UNLIKELY(!ls))
         return s;
-    if (DS_UNLIKELY(atomic_load_explicit(&ls->bound, memory_order_acquire) != c) && !rebind(ls, c))
+    if (ls->kind != LS_NONBLOCKING)
+        cross_pre(ls->kind, app);
+    if (DS_UNLIKELY(atomic_load_explicit(&ls->unconfinable, memory_order_relaxed))) {
+        cross_post(ls->kind);
         return s;
-    CUstream phys = atomic_load_explicit(&ls->phys, memory_order_relaxed);
-    if (ds_real.cuEventRecord(ls->e_in, app) != CUDA_SUCCESS ||
-        ds_real.cuStreamWaitEvent(phys, ls->e_in, 0) != CUDA_SUCCESS)
+    }
+    if (DS_UNLIKELY(atomic_load_explicit(&ls->bound, memory_order_acquire) != c) && !rebind(ls, c)) {
+        if (atomic_load(&ls->bound))
+            unbind(ls);
+        cross_post(ls->kind);
         return s;
+    }
+    CUstream phys = atomic_load_explicit(&ls->phys, memory_order_acquire);
+    if ((DS_UNLIKELY(needs_edge_in(ls)) || DS_UNLIKELY(strict())) && !edge_in(ls, phys)) {
+        unbind(ls);
+        return s;
+    }
     t_pending = ls;
     t_pending_phys = phys;
     return phys;
+}
+
+void ds_launch_done(CUresult r) {
+    struct lstream *ls = t_pending;
+    if (!ls)
+        return;
+    t_pending = NULL;
+    if (r != CUDA_SUCCESS)
+        return;
+    if (!atomic_load_explicit(&ls->pending, memory_order_relaxed))
+        atomic_store_explicit(&ls->pending, 1, memory_order_release);
+    if (DS_UNLIKELY(atomic_load_explicit(&ls->phys, memory_order_acquire) != t_pending_phys)) {
+        /* rebound by another thread while this kernel was being launched on the old physical stream */
+        pthread_mutex_lock(&ls->lock);
+        tie(ls, t_pending_phys, ls->app);
+        pthread_mutex_unlock(&ls->lock);
+    }
+    if (ls->kind != LS_NONBLOCKING)
+        cross_post(ls->kind);
+    if (DS_UNLIKELY(strict()))
+        join(ls);
 }
 
 bool ds_launch_retry(CUresult r) {
     struct lstream *ls = t_pending;
     t_pending = NULL;
     /* the kernel did not go on the physical stream (e.g. a function of a context green contexts cannot use): the
-     * caller runs it where the application asked */
-    return ls != NULL && r != CUDA_ERROR_NOT_INITIALIZED && r != CUDA_ERROR_DEINITIALIZED;
+     * caller runs it where the application asked, after what the physical stream already holds */
+    if (ls == NULL || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_DEINITIALIZED)
+        return false;
+    join(ls);
+    return true;
 }
 
 void ds_launch_unconfinable(CUstream s, int per_thread) {
-    CUstream app = s ? s : (per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY);
-    struct lstream *ls = lstream_get(app);
-    if (ls && !atomic_exchange(&ls->unconfinable, 1))
-        DS_LOG(DS_LOG_WARN, "a kernel could not run on its green stream; stream %p runs unconfined", (void *)s);
-}
-
-void ds_launch_done(void) {
-    struct lstream *ls = t_pending;
+    struct lstream *ls = lstream_get(app_handle(s, per_thread));
     if (!ls)
         return;
-    t_pending = NULL;
-    if (ds_real.cuEventRecord(ls->e_out, t_pending_phys) == CUDA_SUCCESS)
-        ds_real.cuStreamWaitEvent(ls->app, ls->e_out, 0);
+    if (!atomic_exchange(&ls->unconfinable, 1))
+        DS_LOG(DS_LOG_WARN, "a kernel could not run on its green stream; stream %p runs unconfined", (void *)s);
+    unbind(ls);
+    if (ls->kind != LS_NONBLOCKING)
+        cross_post(ls->kind);
 }
 
-/* The green context captures are recorded in right now (see ds_graph.c). */
-const void *ds_coro_capture_binding(void) {
-    const void *c = atomic_load_explicit(&g_cur, memory_order_acquire);
-    return c ? c : atomic_load_explicit(&g_full_ctx, memory_order_acquire);
-}
-
-/* The green context of the launch being made on this thread, NULL when it is not redirected. */
-const void *ds_coro_pending_binding(unsigned *idx) {
+/* Where a graph launched now must run: the green context the launch was bound to, or every SM (the primary
+ * context) under a full grant. False when graphs are left as they are (no split learnt, temporal mode, a stream
+ * that cannot be confined). */
+bool ds_coro_graph_target(CUcontext *ctx, unsigned *idx) {
     struct lstream *ls = t_pending;
-    struct gctx *c = ls ? atomic_load_explicit(&ls->bound, memory_order_acquire) : NULL;
-    if (c && idx)
+    if (ls) {
+        struct gctx *c = atomic_load_explicit(&ls->bound, memory_order_acquire);
+        if (!c)
+            return false;
+        *ctx = c->cu;
         *idx = c->idx;
-    return c;
+        return true;
+    }
+    if (!g_ngroups || !g_primary || atomic_load_explicit(&g_mode, memory_order_relaxed) != DS_MODE_SPATIAL ||
+        atomic_load_explicit(&g_cur, memory_order_acquire) != NULL)
+        return false;
+    *ctx = g_primary;
+    *idx = DS_CTX_PRIMARY;
+    return true;
 }
 
-CUstream ds_coro_private_stream(const void *gc) {
-    struct gctx *c = (struct gctx *)(uintptr_t)gc;
+/* The index of the green context a graph kernel node names (DS_CTX_PRIMARY: the primary context, -1: another). */
+int ds_coro_ctx_index(CUcontext cu) {
+    if (cu == NULL || cu == g_primary)
+        return DS_CTX_PRIMARY;
+    unsigned n = atomic_load_explicit(&g_nctx, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++)
+        if (g_ctxs[i].cu == cu)
+            return (int)i;
+    return -1;
+}
+
+/* The library's own stream in green context idx (re-making graphs by replay). */
+CUstream ds_coro_private_stream(unsigned idx) {
+    if (idx >= atomic_load_explicit(&g_nctx, memory_order_acquire))
+        return NULL;
+    struct gctx *c = &g_ctxs[idx];
     pthread_mutex_lock(&g_lock);
     if (!c->priv && ds_real.cuGreenCtxStreamCreate(&c->priv, c->g, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS)
         c->priv = NULL;

@@ -93,6 +93,10 @@ static const struct hook g_hooks[] = {
 #define DS_HOOK_ENTRY_(name, base, ver, pt) {#name, #base, ver, pt, (void *)name, offsetof(struct ds_real, name)},
     DS_HOOKS(DS_HOOK_ENTRY_)
 #undef DS_HOOK_ENTRY_
+#define DS_SOP_ENTRY_(name, base, ver, pt, kind, idx)                                                                \
+    {#name, #base, ver, pt, (void *)ds_w_##name, offsetof(struct ds_real, name)},
+    DS_STREAM_HOOKS(DS_SOP_ENTRY_)
+#undef DS_SOP_ENTRY_
 };
 #define N_HOOKS (sizeof g_hooks / sizeof g_hooks[0])
 
@@ -181,6 +185,12 @@ void *ds_map_proc(const char *symbol, void *real, int version, cuuint64_t flags)
         if (!atomic_exchange(&warned, 1))
             DS_LOG(DS_LOG_WARN, "cuGetProcAddress(%s, %d) answered with %s, unknown to this library: not intercepted",
                    symbol, version, i.dli_sname);
+        /* an operation on streams the library cannot see: lazy edges could miss it, so give every kernel its own */
+        if (!strncmp(best->name, "cuStream", 8) || !strncmp(best->name, "cuLaunch", 8) ||
+            !strncmp(best->name, "cuMemcpy", 8) || !strncmp(best->name, "cuMemset", 8) ||
+            !strncmp(best->name, "cuEvent", 7) || !strncmp(best->name, "cuGraph", 7) ||
+            !strncmp(best->name, "cuCtx", 5))
+            ds_coro_force_strict("an unknown variant of a stream operation was looked up");
         return real;
     }
     return best->wrapper;

@@ -1,14 +1,23 @@
 /*
- * ds_graph.c — CUDA graphs under GPU coroutines. A graph captured through the library has its kernels in the
- * green context of the grant at capture time, and a kernel node keeps its context for ever (a graph executable
- * cannot be moved to other SMs). So when such a graph is launched under another grant, the library launches a copy
- * made for that grant instead: the source graph's kernel nodes are replayed, in node order, into a capture on a
- * physical stream of the current green context, instantiated once and cached per (executable, green context).
+ * ds_graph.c — CUDA graphs under GPU coroutines. A graph's kernel nodes carry the context they run in (a capture
+ * gives them the capturing stream's), whatever stream the graph is launched on (DESIGN.md §2). So a graph launched
+ * under a grant whose SMs differ from its nodes' is launched as a copy made for that grant:
  *
- * Only graphs whose nodes are kernels, memsets (8- and 32-bit) or empty nodes are replayed; others keep running on the SMs of the grant
- * they were captured under (logged once). The source graph is kept alive after the application destroys it, for
- * as long as one of its executables lives. Lookups on the launch path are lock-free; instantiation and the
- * per-grant copies take g_glock.
+ *   re-contexting (the normal way): a clone of the graph whose kernel nodes get func = NULL, kern = their CUkernel
+ *   and ctx = the grant's green context (or the primary context for a full grant), instantiated with the
+ *   application's flags. Every node type and the graph's topology are kept. Measured on the H100
+ *   (integration/gpu/probes/greenperf.cu): the copy runs on exactly the target's SMs and replays as fast as a
+ *   native graph; keeping func makes the driver ignore ctx, so func is always cleared.
+ *   replay (fallback, for kernels without a CUkernel, e.g. module functions): the kernel and memset nodes are
+ *   replayed in node order into a capture on a stream of the green context; graphs with other node types, or
+ *   re-contexting to the primary context, stay where they are (logged once).
+ *
+ * Every executable instantiated through the library is tracked with a clone of its source graph (taken at
+ * instantiation: the application may destroy or change its graph afterwards). Copies are made at the first launch
+ * under a grant and cached per (executable, grant); they are dropped when the application changes the executable
+ * (cuGraphExec*SetParams, cuGraphNodeSetEnabled: the executable then stays where it is) or updates it
+ * (cuGraphExecUpdate: copies are re-made from the new graph). Lookups on the launch path are lock-free; the rest
+ * takes g_glock.
  */
 #include "ds.h"
 
@@ -16,24 +25,24 @@
 #include <string.h>
 
 #define N_GSLOTS 4096u
+#define N_TARGETS (DS_CTX_PRIMARY + 1)
+#define CAP_MIXED (-1)
+#define MAX_DEPTH 8 /* child graphs nested deeper than this are not walked */
 
 struct gtrack {
     CUgraphExec exec;
-    CUgraph graph;            /* source graph (a capture through the library) */
-    const void *cap;          /* green context bound when it was captured */
-    atomic_int app_destroyed; /* the application destroyed the source graph: we destroy it with the exec */
-    atomic_int dead;          /* the executable was destroyed */
-    atomic_int unreplayable;
-    _Atomic(CUgraphExec) per_ctx[64];
+    CUgraph src;               /* our clone of the graph the executable was instantiated from */
+    unsigned long long flags;  /* its instantiation flags, without UPLOAD (our copies are not uploaded) */
+    int cap;                   /* where its kernel nodes run: a green-context index, DS_CTX_PRIMARY, CAP_MIXED */
+    atomic_int dead;           /* the executable was destroyed */
+    atomic_int frozen;         /* changed by the application, or no copy can be made: launched as it is */
+    atomic_int failed[N_TARGETS];
+    _Atomic(CUgraphExec) per_ctx[N_TARGETS];
 };
 
 static pthread_mutex_t g_glock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(uintptr_t) g_gkeys[N_GSLOTS];
 static _Atomic(struct gtrack *) g_gvals[N_GSLOTS];
-/* graphs ended by a capture through the library, and the green context bound then */
-static _Atomic(uintptr_t) g_capkeys[N_GSLOTS];
-static _Atomic(const void *) g_capvals[N_GSLOTS];
-static _Atomic(uintptr_t) g_keepkeys[N_GSLOTS]; /* source graphs the application destroyed while we keep them */
 
 static unsigned gslot(uintptr_t k) { return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 52) & (N_GSLOTS - 1); }
 
@@ -44,7 +53,7 @@ static struct gtrack *track_find(CUgraphExec e) {
         uintptr_t k = atomic_load_explicit(&g_gkeys[s], memory_order_acquire);
         if (k == key) {
             struct gtrack *t = atomic_load_explicit(&g_gvals[s], memory_order_acquire);
-            if (t && !atomic_load(&t->dead))
+            if (t && !atomic_load_explicit(&t->dead, memory_order_relaxed))
                 return t;
             continue; /* a dead entry for a reused handle: a live one may follow */
         }
@@ -54,138 +63,208 @@ static struct gtrack *track_find(CUgraphExec e) {
     return NULL;
 }
 
-static bool set_put(_Atomic(uintptr_t) *keys, _Atomic(const void *) *vals, uintptr_t key, const void *v) {
-    unsigned s = gslot(key);
-    for (unsigned n = 0; n < N_GSLOTS; n++, s = (s + 1) & (N_GSLOTS - 1)) {
-        uintptr_t k = atomic_load(&keys[s]);
-        if (k == key || k == 0 || k == 1) { /* 1 = tombstone */
-            if (vals)
-                atomic_store(&vals[s], v);
-            atomic_store_explicit(&keys[s], key, memory_order_release);
-            return true;
+/* Calls f on every kernel node of g and of its child graphs; stops at the first non-success. Conditional nodes
+ * (whose bodies cannot be walked through this API) give CUDA_ERROR_NOT_SUPPORTED. */
+typedef CUresult (*node_fn)(CUgraphNode n, void *arg);
+static CUresult each_kernel_node(CUgraph g, node_fn f, void *arg, int depth) {
+    if (depth > MAX_DEPTH)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    size_t n = 0;
+    CUresult r = ds_real.cuGraphGetNodes(g, NULL, &n);
+    if (r != CUDA_SUCCESS || n == 0)
+        return r;
+    CUgraphNode *nodes = calloc(n, sizeof *nodes);
+    if (!nodes)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = ds_real.cuGraphGetNodes(g, nodes, &n);
+    for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
+        CUgraphNodeType ty;
+        r = ds_real.cuGraphNodeGetType(nodes[i], &ty);
+        if (r != CUDA_SUCCESS)
+            break;
+        if (ty == CU_GRAPH_NODE_TYPE_KERNEL) {
+            r = f(nodes[i], arg);
+        } else if (ty == CU_GRAPH_NODE_TYPE_GRAPH) {
+            CUgraph child = NULL;
+            r = ds_real.cuGraphChildGraphNodeGetGraph ? ds_real.cuGraphChildGraphNodeGetGraph(nodes[i], &child)
+                                                      : CUDA_ERROR_NOT_SUPPORTED;
+            if (r == CUDA_SUCCESS)
+                r = each_kernel_node(child, f, arg, depth + 1);
+        } else if (ty == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+            r = CUDA_ERROR_NOT_SUPPORTED;
         }
     }
-    return false;
+    free(nodes);
+    return r;
 }
 
-static bool set_take(_Atomic(uintptr_t) *keys, _Atomic(const void *) *vals, uintptr_t key, const void **v) {
-    unsigned s = gslot(key);
-    for (unsigned n = 0; n < N_GSLOTS; n++, s = (s + 1) & (N_GSLOTS - 1)) {
-        uintptr_t k = atomic_load(&keys[s]);
-        if (k == key) {
-            if (vals && v)
-                *v = atomic_load(&vals[s]);
-            atomic_store(&keys[s], 1);
-            return true;
-        }
-        if (k == 0)
-            return false;
+struct cap_scan {
+    int cap;
+    bool first;
+};
+static CUresult scan_node(CUgraphNode n, void *arg) {
+    struct cap_scan *sc = arg;
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    CUresult r = ds_real.cuGraphKernelNodeGetParams_v2(n, &p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    int c = ds_coro_ctx_index(p.ctx);
+    if (sc->first) {
+        sc->cap = c;
+        sc->first = false;
+    } else if (sc->cap != c) {
+        sc->cap = CAP_MIXED;
     }
-    return false;
+    return CUDA_SUCCESS;
 }
 
-/* Called (g_glock not held) when a capture through the library ends with graph g. */
-void ds_graph_captured(CUgraph g) {
-    const void *c = ds_coro_capture_binding();
-    if (!g || !c)
-        return;
-    pthread_mutex_lock(&g_glock);
-    set_put(g_capkeys, g_capvals, (uintptr_t)g, c);
-    pthread_mutex_unlock(&g_glock);
+/* Where the kernel nodes of g run (CAP_MIXED when they disagree or cannot be read). */
+static int graph_cap(CUgraph g) {
+    struct cap_scan sc = {DS_CTX_PRIMARY, true};
+    if (!ds_real.cuGraphKernelNodeGetParams_v2 || each_kernel_node(g, scan_node, &sc, 0) != CUDA_SUCCESS)
+        return CAP_MIXED;
+    return sc.cap < 0 ? CAP_MIXED : sc.cap;
 }
 
-/* An executable was instantiated from g: track it when g was captured under a binding. */
-void ds_graph_instantiated(CUgraphExec e, CUgraph g) {
-    if (!e || !g)
+static CUgraph clone_of(CUgraph g) {
+    CUgraph c = NULL;
+    if (!g || !ds_real.cuGraphClone || ds_real.cuGraphClone(&c, g) != CUDA_SUCCESS)
+        return NULL;
+    return c;
+}
+
+static void drop_copies(struct gtrack *t) {
+    for (unsigned i = 0; i < N_TARGETS; i++) {
+        CUgraphExec x = atomic_exchange(&t->per_ctx[i], NULL);
+        if (x && ds_real.cuGraphExecDestroy)
+            ds_real.cuGraphExecDestroy(x);
+        atomic_store(&t->failed[i], 0);
+    }
+}
+
+/* An executable was instantiated from g: track it with a clone of g. Graphs that cannot be cloned (memory
+ * allocation nodes) stay where they are. */
+void ds_graph_instantiated(CUgraphExec e, CUgraph g, unsigned long long flags) {
+    if (!e || !g || !ds_real.cuGraphGetNodes || !ds_real.cuGraphNodeGetType)
         return;
+    CUgraph src = clone_of(g);
+    if (!src) {
+        static atomic_int warned;
+        if (!atomic_exchange(&warned, 1))
+            DS_LOG(DS_LOG_INFO, "a graph could not be cloned (memory nodes?): it runs where it was captured");
+        return;
+    }
+    struct gtrack *t = calloc(1, sizeof *t);
+    if (!t) {
+        ds_real.cuGraphDestroy(src);
+        return;
+    }
+    t->exec = e;
+    t->src = src;
+    t->flags = flags & ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    t->cap = graph_cap(src);
     pthread_mutex_lock(&g_glock);
-    unsigned s = gslot((uintptr_t)g);
-    const void *cap = NULL;
-    for (unsigned n = 0; n < N_GSLOTS; n++, s = (s + 1) & (N_GSLOTS - 1)) {
-        uintptr_t k = atomic_load(&g_capkeys[s]);
-        if (k == (uintptr_t)g) {
-            cap = atomic_load(&g_capvals[s]);
+    uintptr_t key = (uintptr_t)e;
+    unsigned i = gslot(key);
+    for (unsigned n = 0; n < N_GSLOTS; n++, i = (i + 1) & (N_GSLOTS - 1)) {
+        uintptr_t k = atomic_load(&g_gkeys[i]);
+        struct gtrack *old = atomic_load(&g_gvals[i]);
+        if (k == 0 || (k == key && old && atomic_load(&old->dead))) {
+            atomic_store_explicit(&g_gvals[i], t, memory_order_release);
+            atomic_store_explicit(&g_gkeys[i], key, memory_order_release);
+            t = NULL;
             break;
         }
-        if (k == 0)
-            break;
-    }
-    if (cap) {
-        struct gtrack *t = calloc(1, sizeof *t);
-        if (t) {
-            t->exec = e;
-            t->graph = g;
-            t->cap = cap;
-            uintptr_t key = (uintptr_t)e;
-            unsigned i = gslot(key);
-            for (unsigned n = 0; n < N_GSLOTS; n++, i = (i + 1) & (N_GSLOTS - 1)) {
-                uintptr_t k = atomic_load(&g_gkeys[i]);
-                struct gtrack *old = atomic_load(&g_gvals[i]);
-                if (k == 0 || (k == key && old && atomic_load(&old->dead))) {
-                    atomic_store_explicit(&g_gvals[i], t, memory_order_release);
-                    atomic_store_explicit(&g_gkeys[i], key, memory_order_release);
-                    t = NULL;
-                    break;
-                }
-            }
-            free(t); /* table full: the graph stays on its capture grant */
-        }
     }
     pthread_mutex_unlock(&g_glock);
-}
-
-static bool graph_in_use(CUgraph g) {
-    for (unsigned i = 0; i < N_GSLOTS; i++) {
-        struct gtrack *t = atomic_load(&g_gvals[i]);
-        if (t && !atomic_load(&t->dead) && t->graph == g)
-            return true;
+    if (t) { /* table full: the graph stays where it was captured */
+        ds_real.cuGraphDestroy(t->src);
+        free(t);
     }
-    return false;
 }
 
-/* The application destroys graph g: keep it while an executable we may re-make from it lives. Returns true when
- * the real destroy must be skipped now. */
-bool ds_graph_destroying(CUgraph g) {
-    bool keep = false;
-    pthread_mutex_lock(&g_glock);
-    set_take(g_capkeys, g_capvals, (uintptr_t)g, NULL);
-    if (graph_in_use(g)) {
-        for (unsigned i = 0; i < N_GSLOTS; i++) {
-            struct gtrack *t = atomic_load(&g_gvals[i]);
-            if (t && !atomic_load(&t->dead) && t->graph == g)
-                atomic_store(&t->app_destroyed, 1);
-        }
-        keep = set_put(g_keepkeys, NULL, (uintptr_t)g, NULL);
-    }
-    pthread_mutex_unlock(&g_glock);
-    return keep;
-}
-
-/* The application destroys executable e: destroy our copies, and the source graph if the application already
- * let it go and nothing else uses it. */
+/* The application destroys executable e: destroy our copies and our clone. */
 void ds_graph_exec_destroyed(CUgraphExec e) {
     pthread_mutex_lock(&g_glock);
     struct gtrack *t = track_find(e);
-    CUgraph drop = NULL;
     if (t) {
         atomic_store(&t->dead, 1);
-        for (unsigned i = 0; i < 64; i++) {
-            CUgraphExec x = atomic_exchange(&t->per_ctx[i], NULL);
-            if (x && ds_real.cuGraphExecDestroy)
-                ds_real.cuGraphExecDestroy(x);
-        }
-        if (atomic_load(&t->app_destroyed) && !graph_in_use(t->graph) &&
-            set_take(g_keepkeys, NULL, (uintptr_t)t->graph, NULL))
-            drop = t->graph;
+        drop_copies(t);
+        if (t->src)
+            ds_real.cuGraphDestroy(t->src);
+        t->src = NULL;
         /* t itself stays allocated: a concurrent lock-free reader may still hold it */
     }
     pthread_mutex_unlock(&g_glock);
-    if (drop && ds_real.cuGraphDestroy)
-        ds_real.cuGraphDestroy(drop);
 }
 
+/* The application changed e node by node: our copies would run the old parameters. */
+void ds_graph_exec_changed(CUgraphExec e) {
+    pthread_mutex_lock(&g_glock);
+    struct gtrack *t = track_find(e);
+    if (t && !atomic_exchange(&t->frozen, 1)) {
+        drop_copies(t);
+        DS_LOG(DS_LOG_INFO, "graph %p was changed by the application: it runs where it was captured", (void *)e);
+    }
+    pthread_mutex_unlock(&g_glock);
+}
+
+/* cuGraphExecUpdate: e now runs g's topology and parameters; copies are re-made from g. */
+void ds_graph_exec_updated(CUgraphExec e, CUgraph g) {
+    CUgraph src = clone_of(g);
+    pthread_mutex_lock(&g_glock);
+    struct gtrack *t = track_find(e);
+    if (t) {
+        drop_copies(t);
+        if (t->src)
+            ds_real.cuGraphDestroy(t->src);
+        t->src = src;
+        src = NULL;
+        t->cap = t->src ? graph_cap(t->src) : CAP_MIXED;
+        atomic_store(&t->frozen, t->src == NULL);
+    }
+    pthread_mutex_unlock(&g_glock);
+    if (src)
+        ds_real.cuGraphDestroy(src);
+}
+
+/* ---- re-contexting ---- */
+struct recontext {
+    CUcontext target;
+};
+static CUresult recontext_node(CUgraphNode n, void *arg) {
+    struct recontext *rc = arg;
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    CUresult r = ds_real.cuGraphKernelNodeGetParams_v2(n, &p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!p.kern)
+        return CUDA_ERROR_NOT_SUPPORTED; /* a module function: its context cannot be changed */
+    p.func = NULL;                       /* with func set the driver ignores ctx */
+    p.ctx = rc->target;
+    return ds_real.cuGraphKernelNodeSetParams_v2(n, &p);
+}
+
+static CUresult make_recontexted(struct gtrack *t, CUcontext target, CUgraphExec *out) {
+    if (!ds_real.cuGraphKernelNodeGetParams_v2 || !ds_real.cuGraphKernelNodeSetParams_v2 ||
+        !ds_real.cuGraphInstantiateWithFlags)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUgraph g = clone_of(t->src);
+    if (!g)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    struct recontext rc = {target};
+    CUresult r = each_kernel_node(g, recontext_node, &rc, 0);
+    if (r == CUDA_SUCCESS)
+        r = ds_real.cuGraphInstantiateWithFlags(out, g, t->flags);
+    ds_real.cuGraphDestroy(g);
+    return r;
+}
+
+/* ---- replay (fallback) ---- */
 /* A memset node is replayed as the stream memset it was captured from (frameworks zero buffers inside their
- * graphs; without this such graphs could never follow the grant). 16-bit memsets have no replay here. */
+ * graphs). 16-bit memsets have no replay here. */
 static CUresult replay_memset(CUgraphNode n, CUstream st) {
     if (!ds_real.cuGraphMemsetNodeGetParams)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -196,28 +275,27 @@ static CUresult replay_memset(CUgraphNode n, CUstream st) {
         return r;
     size_t h = m.height ? m.height : 1, pitch = m.pitch ? m.pitch : m.width * m.elementSize;
     if (m.elementSize == 1 && ds_real.cuMemsetD2D8Async)
-        return ds_real.cuMemsetD2D8Async(m.dst, pitch, (unsigned char)m.value, m.width, h, st);
+        return DS_SOP_REAL(cuMemsetD2D8Async)(m.dst, pitch, (unsigned char)m.value, m.width, h, st);
     if (m.elementSize == 4 && ds_real.cuMemsetD2D32Async)
-        return ds_real.cuMemsetD2D32Async(m.dst, pitch, m.value, m.width, h, st);
+        return DS_SOP_REAL(cuMemsetD2D32Async)(m.dst, pitch, m.value, m.width, h, st);
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-/* Replays the kernel and memset nodes of t->graph into a capture on a stream of green context c. */
-static CUgraphExec build_copy(struct gtrack *t, const void *c) {
-    if (!ds_real.cuGraphGetNodes || !ds_real.cuGraphNodeGetType || !ds_real.cuGraphKernelNodeGetParams_v2 ||
-        !ds_real.cuStreamBeginCapture_v2 || !ds_real.cuStreamEndCapture || !ds_real.cuGraphInstantiateWithFlags ||
-        !ds_real.cuLaunchKernel)
-        return NULL;
+/* Replays the kernel and memset nodes of t->src, in node order, into a capture on a stream of green context idx. */
+static CUresult make_replayed(struct gtrack *t, unsigned idx, CUgraphExec *out) {
+    if (idx >= DS_CTX_PRIMARY || !ds_real.cuGraphKernelNodeGetParams_v2 || !ds_real.cuStreamBeginCapture_v2 ||
+        !ds_real.cuStreamEndCapture || !ds_real.cuGraphInstantiateWithFlags || !ds_real.cuLaunchKernel)
+        return CUDA_ERROR_NOT_SUPPORTED;
     size_t n = 0;
-    if (ds_real.cuGraphGetNodes(t->graph, NULL, &n) != CUDA_SUCCESS || n == 0 || n > 100000)
-        return NULL;
+    CUresult r = ds_real.cuGraphGetNodes(t->src, NULL, &n);
+    if (r != CUDA_SUCCESS || n == 0 || n > 100000)
+        return CUDA_ERROR_NOT_SUPPORTED;
     CUgraphNode *nodes = calloc(n, sizeof *nodes);
     if (!nodes)
-        return NULL;
-    CUstream st = ds_coro_private_stream(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUstream st = ds_coro_private_stream(idx);
     CUgraph g2 = NULL;
-    CUgraphExec e2 = NULL;
-    CUresult r = st ? ds_real.cuGraphGetNodes(t->graph, nodes, &n) : CUDA_ERROR_INVALID_HANDLE;
+    r = st ? ds_real.cuGraphGetNodes(t->src, nodes, &n) : CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS)
         r = ds_real.cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     bool capturing = r == CUDA_SUCCESS;
@@ -250,35 +328,48 @@ static CUgraphExec build_copy(struct gtrack *t, const void *c) {
             r = re;
     }
     if (r == CUDA_SUCCESS)
-        r = ds_real.cuGraphInstantiateWithFlags(&e2, g2, 0);
-    if (g2 && ds_real.cuGraphDestroy)
+        r = ds_real.cuGraphInstantiateWithFlags(out, g2, t->flags);
+    if (g2)
         ds_real.cuGraphDestroy(g2);
     free(nodes);
-    if (r != CUDA_SUCCESS) {
-        if (!atomic_exchange(&t->unreplayable, 1))
-            DS_LOG(DS_LOG_WARN, "graph %p cannot be re-made for a new grant (%d): it keeps the SMs of the grant it "
-                                "was captured under", (void *)t->exec, r);
-        return NULL;
-    }
-    return e2;
+    return r;
 }
 
-/* The executable to launch for e under the binding c (NULL: launch e as it is). */
-CUgraphExec ds_graph_for(CUgraphExec e, const void *c, unsigned cidx) {
-    if (!c || cidx >= 64)
+/* The executable to launch for e under the target context (green context idx, or DS_CTX_PRIMARY for every SM). */
+CUgraphExec ds_graph_for(CUgraphExec e, CUcontext target, unsigned idx) {
+    if (idx >= N_TARGETS)
         return e;
     struct gtrack *t = track_find(e);
-    if (!t || t->cap == c || atomic_load_explicit(&t->unreplayable, memory_order_relaxed))
+    if (!t || t->cap == (int)idx || atomic_load_explicit(&t->frozen, memory_order_relaxed) ||
+        atomic_load_explicit(&t->failed[idx], memory_order_relaxed))
         return e;
-    CUgraphExec x = atomic_load_explicit(&t->per_ctx[cidx], memory_order_acquire);
+    CUgraphExec x = atomic_load_explicit(&t->per_ctx[idx], memory_order_acquire);
     if (DS_LIKELY(x != NULL))
         return x;
     pthread_mutex_lock(&g_glock);
-    x = atomic_load(&t->per_ctx[cidx]);
-    if (!x && !atomic_load(&t->dead)) {
-        x = build_copy(t, c);
-        if (x)
-            atomic_store_explicit(&t->per_ctx[cidx], x, memory_order_release);
+    x = atomic_load(&t->per_ctx[idx]);
+    if (!x && !atomic_load(&t->dead) && !atomic_load(&t->frozen) && t->src) {
+        CUgraphExec made = NULL;
+        uint64_t t0 = ds_now_ns();
+        CUresult r = make_recontexted(t, target, &made);
+        const char *how = "re-contexted";
+        if (r != CUDA_SUCCESS) {
+            made = NULL;
+            r = make_replayed(t, idx, &made);
+            how = "replayed";
+        }
+        if (r == CUDA_SUCCESS && made) {
+            x = made;
+            atomic_store_explicit(&t->per_ctx[idx], x, memory_order_release);
+            DS_LOG(DS_LOG_DEBUG, "graph %p %s for context %u in %llu us", (void *)e, how, idx,
+                   (unsigned long long)((ds_now_ns() - t0) / 1000));
+        } else {
+            atomic_store(&t->failed[idx], 1);
+            static atomic_int warned;
+            if (!atomic_exchange(&warned, 1))
+                DS_LOG(DS_LOG_WARN, "graph %p cannot be moved to another grant's SMs (%d): it runs where it was "
+                                    "captured (further such graphs are not logged)", (void *)e, r);
+        }
     }
     pthread_mutex_unlock(&g_glock);
     return x ? x : e;

@@ -81,6 +81,9 @@ static void driver_once(void) {
 #define RESOLVE_HOOK_(name, base, ver, pt) r.name = (PFN_##name)drv_sym(#name);
     DS_HOOKS(RESOLVE_HOOK_)
 #undef RESOLVE_HOOK_
+#define RESOLVE_SOP_(name, base, ver, pt, kind, idx) r.name = drv_sym(#name);
+    DS_STREAM_HOOKS(RESOLVE_SOP_)
+#undef RESOLVE_SOP_
 #define RESOLVE_NEEDED_(name) r.name = (PFN_##name)drv_sym(#name);
     DS_NEEDED(RESOLVE_NEEDED_)
 #undef RESOLVE_NEEDED_

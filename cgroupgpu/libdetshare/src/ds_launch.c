@@ -1,6 +1,7 @@
 /*
- * ds_launch.c — the kernel-launch hooks. Each one counts the launch (relaxed atomics in the client page) and sends
- * it to the stream ds_launch_stream chooses (the GPU-coroutine binding, ds_coro.c). Kernels, their launch
+ * ds_launch.c — the kernel-launch, graph-launch, capture and graph-instantiation hooks. Each launch is counted
+ * (relaxed atomics in the process's own entry) and sent to the stream ds_launch_stream chooses (the GPU-coroutine
+ * binding, ds_coro.c); a graph is launched as the copy made for the current grant (ds_graph.c). Kernels, their launch
  * configurations and arguments are never changed. No lock, no syscall on this path.
  */
 #include "ds.h"
@@ -28,7 +29,7 @@
             if (r == CUDA_SUCCESS)                                                                                   \
                 ds_launch_unconfinable(hStream, pt);                                                                 \
         }                                                                                                            \
-        ds_launch_done();                                                                                            \
+        ds_launch_done(r);                                                                                           \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
     }
@@ -50,7 +51,7 @@ LAUNCH_KERNEL(cuLaunchKernel_ptsz, 1)
             if (r == CUDA_SUCCESS)                                                                                   \
                 ds_launch_unconfinable(config->hStream, pt);                                                         \
         }                                                                                                            \
-        ds_launch_done();                                                                                            \
+        ds_launch_done(r);                                                                                           \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
     }
@@ -75,7 +76,7 @@ LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, 1)
             if (r == CUDA_SUCCESS)                                                                                   \
                 ds_launch_unconfinable(hStream, pt);                                                                 \
         }                                                                                                            \
-        ds_launch_done();                                                                                            \
+        ds_launch_done(r);                                                                                           \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
     }
@@ -89,57 +90,63 @@ LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz, 1)
             return real(hGraphExec, hStream);                                                                        \
         ds_depth++;                                                                                                  \
         CUstream s = ds_launch_stream(hStream, pt);                                                                  \
-        unsigned cidx_ = 0;                                                                                          \
-        const void *c_ = ds_coro_pending_binding(&cidx_);                                                            \
-        CUresult r = real(c_ ? ds_graph_for(hGraphExec, c_, cidx_) : hGraphExec, s);                                 \
+        CUcontext target_ = NULL;                                                                                    \
+        unsigned tidx_ = 0;                                                                                          \
+        CUgraphExec e_ = ds_coro_graph_target(&target_, &tidx_) ? ds_graph_for(hGraphExec, target_, tidx_)          \
+                                                                : hGraphExec;                                        \
+        CUresult r = real(e_, s);                                                                                    \
         if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
             r = real(hGraphExec, hStream);                                                                           \
             if (r == CUDA_SUCCESS)                                                                                   \
                 ds_launch_unconfinable(hStream, pt);                                                                 \
         }                                                                                                            \
-        ds_launch_done();                                                                                            \
+        ds_launch_done(r);                                                                                           \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
     }
 GRAPH_LAUNCH(cuGraphLaunch, 0)
 GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
 
-/* Stream capture: counted so that a capture made while the tenant holds every group (launches not redirected)
- * still records its kernels in a green context of the split: a graph captured on a primary-context stream would run
- * on all SMs wherever it is launched later (DESIGN.md §2). */
-#define BEGIN_CAPTURE(name, params, args)                                                                            \
+/* Stream capture: the application stream's physical stream joins the capture through the first edge in (so its
+ * kernels are captured in the green context of the grant, and the graph stays confined) and is joined back before
+ * the capture ends. Captures in progress are counted: the demand monitor must not query a capturing stream. */
+#define BEGIN_CAPTURE(name, pt, params, args)                                                                        \
     DS_EXPORT CUresult name params {                                                                                 \
         REAL_OR_FAIL(name);                                                                                          \
         if (PASS_THROUGH())                                                                                          \
             return real args;                                                                                        \
         ds_depth++;                                                                                                  \
+        struct ds_sop op_;                                                                                           \
+        ds_stream_before(&op_, DS_OP_OP, hStream, pt);                                                               \
         CUresult r = real args;                                                                                      \
+        ds_stream_after(&op_, DS_OP_OP, r);                                                                          \
         ds_depth--;                                                                                                  \
         if (r == CUDA_SUCCESS)                                                                                       \
             atomic_fetch_add(&ds_capturing, 1);                                                                      \
         return r;                                                                                                    \
     }
-BEGIN_CAPTURE(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
-BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
-BEGIN_CAPTURE(cuStreamBeginCaptureToGraph,
+BEGIN_CAPTURE(cuStreamBeginCapture_v2, 0, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, 1, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, 0,
               (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *edgeData,
                size_t numDependencies, CUstreamCaptureMode mode),
               (hStream, hGraph, dependencies, edgeData, numDependencies, mode))
-BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz,
+BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, 1,
               (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *edgeData,
                size_t numDependencies, CUstreamCaptureMode mode),
               (hStream, hGraph, dependencies, edgeData, numDependencies, mode))
 
-#define END_CAPTURE(name)                                                                                            \
+#define END_CAPTURE(name, pt)                                                                                        \
     DS_EXPORT CUresult name(CUstream hStream, CUgraph *phGraph) {                                                    \
         REAL_OR_FAIL(name);                                                                                          \
         if (PASS_THROUGH())                                                                                          \
             return real(hStream, phGraph);                                                                           \
         ds_depth++;                                                                                                  \
+        struct ds_sop op_;                                                                                           \
+        ds_stream_before(&op_, DS_OP_SYNC, hStream, pt);                                                             \
         CUresult r = real(hStream, phGraph);                                                                         \
+        ds_stream_after(&op_, DS_OP_SYNC, r);                                                                        \
         ds_depth--;                                                                                                  \
-        if (r == CUDA_SUCCESS && phGraph)                                                                            \
-            ds_graph_captured(*phGraph);                                                                             \
         if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||                                       \
             r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) {                                                               \
             int n = atomic_load(&ds_capturing);                                                                      \
@@ -148,19 +155,19 @@ BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz,
         }                                                                                                            \
         return r;                                                                                                    \
     }
-END_CAPTURE(cuStreamEndCapture)
-END_CAPTURE(cuStreamEndCapture_ptsz)
+END_CAPTURE(cuStreamEndCapture, 0)
+END_CAPTURE(cuStreamEndCapture_ptsz, 1)
 
-/* Graph executables and graphs: tracked so that a captured graph can be re-made for another grant (ds_graph.c). */
+/* Graph executables: tracked so that a graph can be moved to another grant's SMs (ds_graph.c). */
 DS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
     REAL_OR_FAIL(cuGraphInstantiateWithFlags);
     if (PASS_THROUGH())
         return real(phGraphExec, hGraph, flags);
     ds_depth++;
     CUresult r = real(phGraphExec, hGraph, flags);
-    ds_depth--;
     if (r == CUDA_SUCCESS && phGraphExec)
-        ds_graph_instantiated(*phGraphExec, hGraph);
+        ds_graph_instantiated(*phGraphExec, hGraph, flags);
+    ds_depth--;
     return r;
 }
 
@@ -171,22 +178,13 @@ DS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph
             return real(phGraphExec, hGraph, p);                                                                     \
         ds_depth++;                                                                                                  \
         CUresult r = real(phGraphExec, hGraph, p);                                                                   \
-        ds_depth--;                                                                                                  \
         if (r == CUDA_SUCCESS && phGraphExec)                                                                        \
-            ds_graph_instantiated(*phGraphExec, hGraph);                                                             \
+            ds_graph_instantiated(*phGraphExec, hGraph, p ? p->flags : 0);                                           \
+        ds_depth--;                                                                                                  \
         return r;                                                                                                    \
     }
 INSTANTIATE_PARAMS(cuGraphInstantiateWithParams)
 INSTANTIATE_PARAMS(cuGraphInstantiateWithParams_ptsz)
-
-DS_EXPORT CUresult cuGraphDestroy(CUgraph hGraph) {
-    REAL_OR_FAIL(cuGraphDestroy);
-    if (PASS_THROUGH() || !hGraph)
-        return real(hGraph);
-    if (ds_graph_destroying(hGraph))
-        return CUDA_SUCCESS; /* kept for the grant copies of its executables; destroyed with the last of them */
-    return real(hGraph);
-}
 
 DS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
     REAL_OR_FAIL(cuGraphExecDestroy);
@@ -194,8 +192,8 @@ DS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
         return real(hGraphExec);
     ds_depth++;
     CUresult r = real(hGraphExec);
-    ds_depth--;
     if (r == CUDA_SUCCESS)
         ds_graph_exec_destroyed(hGraphExec);
+    ds_depth--;
     return r;
 }

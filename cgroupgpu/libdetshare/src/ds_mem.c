@@ -229,6 +229,7 @@ DS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
     if (PASS_THROUGH() || !dptr)
         return real(dptr);
     ds_depth++;
+    ds_join_all(); /* kernels still queued on physical streams may use the memory: the free must wait for them */
     CUresult r = real(dptr);
     ds_depth--;
     if (r == CUDA_SUCCESS)
@@ -236,40 +237,63 @@ DS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
     return r;
 }
 
-/* Stream-ordered allocations: charged at the call, credited when the free is enqueued. */
-#define ASYNC_ALLOC(name, args, ...)                                                                                 \
+/* Stream-ordered allocations: charged at the call, credited when the free is enqueued. Both are operations on their
+ * stream (ds_coro.c): a free first joins the kernels of the stream's physical stream, which may still use the
+ * memory; kernels after an allocation wait for it. */
+#define ASYNC_ALLOC(name, pt, args)                                                                                  \
     REAL_OR_FAIL(name);                                                                                              \
     if (PASS_THROUGH() || !dptr || !bytesize)                                                                        \
         return real args;                                                                                            \
-    CHARGED_CALL(K_PTR, bytesize, real args, *dptr);
+    struct ds_sop op_;                                                                                               \
+    ds_depth++;                                                                                                      \
+    ds_stream_before(&op_, DS_OP_OP, hStream, pt);                                                                   \
+    ds_depth--;                                                                                                      \
+    uint64_t sz_ = bytesize;                                                                                         \
+    if (!ds_charge(sz_)) {                                                                                           \
+        return CUDA_ERROR_OUT_OF_MEMORY;                                                                             \
+    }                                                                                                                \
+    ds_depth++;                                                                                                      \
+    CUresult r_ = real args;                                                                                         \
+    ds_stream_after(&op_, DS_OP_OP, r_);                                                                             \
+    ds_depth--;                                                                                                      \
+    if (r_ != CUDA_SUCCESS) {                                                                                        \
+        ds_uncharge(sz_);                                                                                            \
+        return r_;                                                                                                   \
+    }                                                                                                                \
+    if (!track_add(K_PTR, (uint64_t)*dptr, sz_))                                                                     \
+        DS_LOG(DS_LOG_WARN, "allocation record lost (out of host memory): its free will not be credited");          \
+    return r_;
 
 DS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-    ASYNC_ALLOC(cuMemAllocAsync, (dptr, bytesize, hStream));
+    ASYNC_ALLOC(cuMemAllocAsync, 0, (dptr, bytesize, hStream));
 }
 DS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-    ASYNC_ALLOC(cuMemAllocAsync_ptsz, (dptr, bytesize, hStream));
+    ASYNC_ALLOC(cuMemAllocAsync_ptsz, 1, (dptr, bytesize, hStream));
 }
 DS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
-    ASYNC_ALLOC(cuMemAllocFromPoolAsync, (dptr, bytesize, pool, hStream));
+    ASYNC_ALLOC(cuMemAllocFromPoolAsync, 0, (dptr, bytesize, pool, hStream));
 }
 DS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                 CUstream hStream) {
-    ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, (dptr, bytesize, pool, hStream));
+    ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, 1, (dptr, bytesize, pool, hStream));
 }
 
-#define ASYNC_FREE(name)                                                                                             \
+#define ASYNC_FREE(name, pt)                                                                                         \
     REAL_OR_FAIL(name);                                                                                              \
     if (PASS_THROUGH() || !dptr)                                                                                     \
         return real(dptr, hStream);                                                                                  \
     ds_depth++;                                                                                                      \
+    struct ds_sop op_;                                                                                               \
+    ds_stream_before(&op_, DS_OP_OP, hStream, pt);                                                                   \
     CUresult r = real(dptr, hStream);                                                                                \
+    ds_stream_after(&op_, DS_OP_OP, r);                                                                              \
     ds_depth--;                                                                                                      \
     if (r == CUDA_SUCCESS)                                                                                           \
         ds_uncharge(track_del(K_PTR, dptr));                                                                         \
     return r;
 
-DS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { ASYNC_FREE(cuMemFreeAsync); }
-DS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { ASYNC_FREE(cuMemFreeAsync_ptsz); }
+DS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { ASYNC_FREE(cuMemFreeAsync, 0); }
+DS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { ASYNC_FREE(cuMemFreeAsync_ptsz, 1); }
 
 DS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                                unsigned long long flags) {
@@ -336,6 +360,7 @@ DS_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
     if (PASS_THROUGH())
         return real(hArray);
     ds_depth++;
+    ds_join_all(); /* queued kernels may still read the array */
     CUresult r = real(hArray);
     ds_depth--;
     if (r == CUDA_SUCCESS)
@@ -364,6 +389,7 @@ DS_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
     if (PASS_THROUGH())
         return real(h);
     ds_depth++;
+    ds_join_all();
     CUresult r = real(h);
     ds_depth--;
     if (r == CUDA_SUCCESS)

@@ -49,6 +49,9 @@
     X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                                                   \
     X(cuModuleLoadData, cuModuleLoadData, 2000, 0)                                                                   \
     X(cuModuleGetFunction, cuModuleGetFunction, 2000, 0)                                                             \
+    X(cuLibraryLoadData, cuLibraryLoadData, 12000, 0)                                                                \
+    X(cuLibraryGetKernel, cuLibraryGetKernel, 12000, 0)                                                              \
+    X(cuKernelGetFunction, cuKernelGetFunction, 12000, 0)                                                            \
     X(cuStreamCreate, cuStreamCreate, 2000, 0)                                                                       \
     X(cuStreamSynchronize, cuStreamSynchronize, 2000, 0)                                                             \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                                       \

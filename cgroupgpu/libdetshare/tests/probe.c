@@ -6,7 +6,9 @@
  * Steps: init | info | total | alloc:N | pitch:WxH | managed:N | async:N | pool:N | vmm:N | vmmhost:N |
  *        array:WxH | array3d:WxHxD | mipmap:WxH:L | free-last | free-all | launch:N | hold | env:NAME |
  *        procaddr:SYMBOL:VERSION:FLAGS | dlsym:NAME | fork:N (child allocates N bytes, reports, exits) |
- *        stream (later kernels go to a new blocking stream; default: the legacy NULL stream) | pause (waits for a
+ *        stream (later kernels go to a new blocking stream; default: the legacy NULL stream) |
+ *        libkernels (later kernels come from cuLibraryLoadData + cuLibraryGetKernel + cuKernelGetFunction, as
+ *        cudart 12+ loads them; default: cuModuleLoadData + cuModuleGetFunction) | pause (waits for a
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
  *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | capture:B (captures smid:B into a graph on
  *        the current stream) | graph (launches the captured graph, prints the SMs it used) |
@@ -49,8 +51,18 @@ static CUdeviceptr g_graph_out;
 static CUdeviceptr g_graph_aux; /* set by the memset node of a capturememset graph */
 static unsigned g_graph_blocks;
 
+static int g_libkernels; /* libkernels step: functions come from a library's kernels, as cudart 12+ loads them */
+static CUlibrary g_lib;
+
 static CUresult func(const char *name, CUfunction *fn) {
     static char image[] = "simgpu-module"; /* the simulated GPU accepts any image: every module has its kernels */
+    if (g_libkernels) {
+        CUresult r = g_lib ? CUDA_SUCCESS : D.cuLibraryLoadData(&g_lib, image, NULL, NULL, 0, NULL, NULL, 0);
+        CUkernel k = NULL;
+        if (r == CUDA_SUCCESS)
+            r = D.cuLibraryGetKernel(&k, g_lib, name);
+        return r ? r : D.cuKernelGetFunction(fn, k);
+    }
     CUresult r = g_mod ? CUDA_SUCCESS : D.cuModuleLoadData(&g_mod, image);
     return r ? r : D.cuModuleGetFunction(fn, g_mod, name);
 }
@@ -550,6 +562,9 @@ static int step(const char *s) {
     } else if (!strcmp(s, "stream")) {
         r = D.cuStreamCreate(&g_stream, CU_STREAM_DEFAULT);
         printf("%s rc=%d\n", s, r);
+    } else if (!strcmp(s, "libkernels")) {
+        g_libkernels = 1;
+        printf("%s rc=0\n", s);
     } else if (!strcmp(s, "pause")) {
         printf("paused\n");
         fflush(stdout);
