@@ -16,9 +16,9 @@ int main(void) {
     CUevent ev = mkevent(CU_EVENT_DISABLE_TIMING);
     CUmemoryPool defpool;
     CK(D.cuDeviceGetDefaultMemPool(&defpool, conf_dev));
-    uint32_t *h = malloc(N * 4);
-    if (!h)
-        return 3;
+    /* pinned: a device-to-pageable copy returns only when it is done, which would hide the "query before sync" */
+    uint32_t *h = NULL;
+    CK(D.cuMemAllocHost_v2((void **)&h, N * 4));
     uint64_t base = used(defpool);
 
     /* 1. allocate, use, copy out and free, all in the order of one stream behind a slow kernel */
@@ -81,7 +81,7 @@ int main(void) {
     fact("pool_legacy.used_after_free", "%" PRIu64, used(pool));
     CK(D.cuMemPoolDestroy(pool));
 
-    free(h);
+    CK(D.cuMemFreeHost(h));
     conf_done();
     return 0;
 }

@@ -18,11 +18,14 @@ int main(void) {
     for (int i = 0; i < 3; i++)
         ids[i] = sid(all[i]);
 
+    /* zeroed before any stream runs: dalloc's memset is ordered on the legacy stream only, so made after the spins
+     * it could land after the non-blocking streams' fills and erase them (seen on the H100) */
+    CUdeviceptr x = dalloc(5 * 1024 * 4);
+    CK(D.cuCtxSynchronize());
     /* run kernels everywhere, including a spin so that work is in flight while we look */
     for (int i = 0; i < 5; i++)
         k_spin(all[i], 2000);
     /* each stream its own slice of 1024 words: the non-blocking ones run concurrently with the rest */
-    CUdeviceptr x = dalloc(5 * 1024 * 4);
     for (int i = 0; i < 5; i++)
         k_fill(all[i], x + (CUdeviceptr)i * 1024 * 4, (uint32_t)i + 1, 1024);
 

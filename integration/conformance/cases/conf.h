@@ -50,6 +50,8 @@
     X(cuModuleGetFunction, cuModuleGetFunction, 2000, 0)                                                             \
     X(cuMemAlloc_v2, cuMemAlloc, 3020, 0)                                                                            \
     X(cuMemFree_v2, cuMemFree, 3020, 0)                                                                              \
+    X(cuMemAllocHost_v2, cuMemAllocHost, 3020, 0)                                                                    \
+    X(cuMemFreeHost, cuMemFreeHost, 2000, 0)                                                                         \
     X(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, 0)                                                                        \
     X(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, 0)                                                                        \
     X(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, 0)                                                                        \
