@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Where does the library's cost on small-kernel inference come from? ResNet-50 batch 1, eager and CUDA graph,
 # latency alone in four settings, side by side in one run:
-#   native (no MPS) | native under MPS | libdetshare, best-effort tenant holding every group (captures confined,
-#   and with DETSHARE_CONFINE_FULL_CAPTURE=0) | latency-critical 64 and 32 SMs
+#   native (no MPS) | native under MPS | libdetshare, best-effort tenant holding every group | latency-critical 64
+#   and 32 SMs, each with the default lazy edges and with DETSHARE_STRICT_STREAMS=1 (an edge pair around every
+#   kernel, the library's earlier behaviour)
 #   bash integration/gpu/overhead.sh     (repository root, build/ carried)
 set -u
 cd "$(dirname "$0")/../.."
@@ -36,7 +37,8 @@ $T python3 /tmp/r50.py "native, plain MPS"
 echo quit | timeout 20 nvidia-cuda-mps-control; sleep 2; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 $DS sched > $DETSHARE_RUN_DIR/sched.log 2>&1 & SCHED=$!; sleep 4
 $T $DS run --tier best-effort --name be -- python3 /tmp/r50.py "DetShare, every group (120 SMs)"
-DETSHARE_CONFINE_FULL_CAPTURE=0 $T $DS run --tier best-effort --name be0 -- python3 /tmp/r50.py "DetShare, every group, capture opt-out"
 $T $DS run --tier latency-critical --sm 64 --name lc64 -- python3 /tmp/r50.py "DetShare, latency-critical 64 SMs"
+DETSHARE_STRICT_STREAMS=1 $T $DS run --tier latency-critical --sm 64 --name lc64s -- python3 /tmp/r50.py "DetShare, LC 64 SMs, strict edges"
 $T $DS run --tier latency-critical --sm 32 --name lc32 -- python3 /tmp/r50.py "DetShare, latency-critical 32 SMs"
+DETSHARE_STRICT_STREAMS=1 $T $DS run --tier latency-critical --sm 32 --name lc32s -- python3 /tmp/r50.py "DetShare, LC 32 SMs, strict edges"
 kill $SCHED; wait 2>/dev/null

@@ -130,7 +130,7 @@ def parent(a):
             raise RuntimeError("no SM split from the driver: %s" % info)
         groups = info["split"]["groups"]
         n = len(groups)
-        if shutil.which(a.mps_control):
+        if not a.no_mps and shutil.which(a.mps_control):
             mps.start()
         used_mps = mps.running
         t = dstable.Table.create(os.path.join(tmp, "run"), info["sms"], groups=groups,
@@ -213,6 +213,9 @@ def main(argv=None):
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "lib", "libdetshare.so"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--mps-control", default="nvidia-cuda-mps-control")
+    ap.add_argument("--no-mps", action="store_true",
+                    help="run without MPS: under MPS %%smid numbers the SMs of each green context from 0 (seen on the "
+                    "H100), so flips between group sets cannot be told apart; a single process needs no MPS")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=10.0, help=argparse.SUPPRESS)

@@ -9,7 +9,7 @@
 #   report.py       OUTDIR/bench/results.{md,json}, latency_cdf.{png,csv}
 #   determinism.py  OUTDIR/det/determinism.{md,json}
 #   memquota.py     OUTDIR/mem/memquota.{md,json}
-#   rebind.py       OUTDIR/rebind/rebind.{md,json} (grant change -> kernels on the new SMs; needs Triton)
+#   rebind.py       OUTDIR/rebind/rebind.{md,json} (grant change -> kernels on the new SMs; nvcc or Triton)
 # and writes OUTDIR/SUMMARY.md (date, GPU, driver, command, every table) ready to paste into BENCHMARKS.md.
 # Budget: --quick about 5-6 minutes on an H100; without --quick the default suite is `infer` (about 7 minutes);
 # run `--suite llm,train --no-det --no-mem` as a second invocation for the rest. Environment: PYTHON (default
@@ -102,11 +102,18 @@ fi
 
 # ---- rebind delay -----------------------------------------------------------------------------------------------
 if [ $reb = 1 ]; then
-  if "$PY" -c 'import triton' 2>/dev/null; then
-    log "rebind.py"
-    "$PY" "$here/rebind.py" "$out/rebind" --lib "$lib" --python "$PY" >/dev/null || { status=1; log "rebind: not every flip was confined, or it failed (see $out/rebind)"; }
+  # The compiled %smid probe without MPS: under MPS %smid numbers each green context's SMs from 0, so flips between
+  # group sets cannot be told apart (seen on the H100). Triton's probe is the fallback where nvcc is missing.
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+  if command -v nvcc >/dev/null && nvcc -O2 -arch=sm_${arch:-90} -o "$out/smid_loop" "$here/probes/smid_loop.cu" >"$out/nvcc.log" 2>&1; then
+    log "rebind.py (compiled probe, no MPS)"
+    "$PY" "$here/rebind.py" "$out/rebind" --lib "$lib" --python "$PY" --no-mps --child-bin "$out/smid_loop" >/dev/null ||
+      { status=1; log "rebind: not every flip was confined, or it failed (see $out/rebind)"; }
+  elif "$PY" -c 'import triton' 2>/dev/null; then
+    log "rebind.py (Triton probe)"
+    "$PY" "$here/rebind.py" "$out/rebind" --lib "$lib" --python "$PY" --no-mps >/dev/null || { status=1; log "rebind: not every flip was confined, or it failed (see $out/rebind)"; }
   else
-    log "rebind.py skipped: Triton is not installed"
+    log "rebind.py skipped: neither nvcc nor Triton is installed"
   fi
 fi
 

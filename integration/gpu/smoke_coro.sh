@@ -62,5 +62,9 @@ timeout 10 $DS status 2>&1 | head -20
 $T $DS --log-level info run --tier latency-critical --sm 32 --name lc2 -- $T python3 /tmp/lc.py "A + B DetShare" $D
 timeout 10 $DS status 2>&1 | head -20
 wait
+# the same pair with the trainer under strict edges (an edge pair around each of its kernels: it submits slower)
+DETSHARE_STRICT_STREAMS=1 $T $DS --log-level info run --tier best-effort --name be3 -- $T python3 /tmp/be.py $((D+4)) "beside-A-DetShare-strict-B" & sleep 3
+$T $DS --log-level info run --tier latency-critical --sm 32 --name lc3 -- $T python3 /tmp/lc.py "A + B(strict) DetShare" $D
+wait
 kill $SCHED; sleep 2
 echo "== scheduler log (tail)"; tail -30 $RUN/sched.log

@@ -384,6 +384,80 @@ int main(int argc, char **argv) {
         }
         cudaGraphDestroy(g);
     }
+    // ---- 4. what a captured node records for a module function (cuModuleLoadData, Triton's way) ----
+    {
+        static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                                  ".visible .entry modk(.param .u64 out) {\n"
+                                  " .reg .b32 %r<3>; .reg .b64 %rd<4>;\n"
+                                  " ld.param.u64 %rd1, [out]; cvta.to.global.u64 %rd2, %rd1;\n"
+                                  " mov.u32 %r1, %smid; mov.u32 %r2, %ctaid.x; mul.wide.u32 %rd3, %r2, 4;\n"
+                                  " add.s64 %rd2, %rd2, %rd3; st.global.u32 [%rd2], %r1; ret; }\n";
+        CUmodule mod;
+        CUfunction mf;
+        if (CK(cuModuleLoadData(&mod, ptx)) && CK(cuModuleGetFunction(&mf, mod, "modk"))) {
+            CUdeviceptr out = (CUdeviceptr)sm_out;
+            void *args[] = {&out};
+            CUgraph g;
+            RK(cudaStreamBeginCapture((cudaStream_t)g4.s, cudaStreamCaptureModeThreadLocal));
+            CK(cuLaunchKernel(mf, NB, 1, 1, 32, 1, 1, 0, g4.s, args, nullptr));
+            RK(cudaStreamEndCapture((cudaStream_t)g4.s, &g));
+            size_t n = 1;
+            CUgraphNode node;
+            CK(cuGraphGetNodes((CUgraph)g, &node, &n));
+            CUDA_KERNEL_NODE_PARAMS_v2 p;
+            memset(&p, 0, sizeof p);
+            CK(cuGraphKernelNodeGetParams_v2(node, &p));
+            printf("module_function_node func=%p kern=%p ctx=%p (modfn=%p green4=%p)\n", (void *)p.func, (void *)p.kern,
+                   (void *)p.ctx, (void *)mf, (void *)g4.c);
+            cudaGraphDestroy(g);
+        }
+        CUlibrary lib;
+        CUkernel lk;
+        if (CK(cuLibraryLoadData(&lib, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0)) &&
+            CK(cuLibraryGetKernel(&lk, lib, "modk"))) {
+            CUdeviceptr out = (CUdeviceptr)sm_out;
+            void *args[] = {&out};
+            CUgraph g;
+            RK(cudaStreamBeginCapture((cudaStream_t)g4.s, cudaStreamCaptureModeThreadLocal));
+            CK(cuLaunchKernel((CUfunction)lk, NB, 1, 1, 32, 1, 1, 0, g4.s, args, nullptr));
+            RK(cudaStreamEndCapture((cudaStream_t)g4.s, &g));
+            size_t n = 1;
+            CUgraphNode node;
+            CK(cuGraphGetNodes((CUgraph)g, &node, &n));
+            CUDA_KERNEL_NODE_PARAMS_v2 p;
+            memset(&p, 0, sizeof p);
+            CK(cuGraphKernelNodeGetParams_v2(node, &p));
+            printf("library_kernel_node func=%p kern=%p ctx=%p (kernel=%p)\n", (void *)p.func, (void *)p.kern,
+                   (void *)p.ctx, (void *)lk);
+            cudaGraphDestroy(g);
+        }
+    }
+    // ---- 5. does making a green context (or a stream of one) wait for work already on the GPU? ----
+    {
+        cudaStream_t busy;
+        RK(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking));
+        for (int loaded = 0; loaded < 2; loaded++) {
+            RK(cudaDeviceSynchronize());
+            if (loaded)
+                smidk<<<132, 64, 0, busy>>>(sm_out, 200000000); /* ~100 ms at ~2 GHz */
+            double t0 = now_us();
+            Green gg;
+            bool ok = make_green(dev, 8 + loaded * 2, 2, gg); /* a group set not used above */
+            double t1 = now_us();
+            CUstream extra = nullptr;
+            if (ok)
+                CK(cuGreenCtxStreamCreate(&extra, gg.g, CU_STREAM_NON_BLOCKING, 0));
+            double t2 = now_us();
+            CUevent ev;
+            CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+            double t3 = now_us();
+            bool kernel_done = cudaStreamQuery(busy) == cudaSuccess;
+            printf("create_%s green_ctx_us %.0f (incl. first stream) green_stream_us %.0f event_us %.0f "
+                   "busy_kernel_done_after %s\n",
+                   loaded ? "while_busy" : "idle", t1 - t0, t2 - t1, t3 - t2, kernel_done ? "yes" : "no");
+        }
+        RK(cudaStreamSynchronize(busy));
+    }
     RK(cudaDeviceSynchronize());
     printf("failures %d\n", g_fail);
     return 0;
