@@ -3,6 +3,7 @@ package libdetshare_test
 import (
 	"bufio"
 	"io"
+	"math/bits"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -337,59 +338,60 @@ func TestStreamSemanticsConformance(t *testing.T) {
 	}
 }
 
+const fullGrant = 0x7fff
+
+// graphFollowsGrants captures a graph under grants[0] (kernels from a module, or from a library as cudart loads
+// them), launches it once under each grant in turn and checks where it ran: on all 132 SMs under the full grant,
+// within the granted groups otherwise.
+func graphFollowsGrants(t *testing.T, kernels string, grants ...uint64) {
+	t.Helper()
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, grants[0])
+	steps := []string{"init", "stream"}
+	if kernels == "libkernels" {
+		steps = append(steps, "libkernels")
+	}
+	steps = append(steps, "capture:132", "graph")
+	for range grants[1:] {
+		steps = append(steps, "pause", "graph")
+	}
+	p := e.start("ds_probe_rt", steps...)
+	for i, g := range grants {
+		if i > 0 {
+			e.grant(table.ModeSpatial, g)
+			p.resume()
+		}
+		var r result
+		if i == len(grants)-1 {
+			r = p.finish()
+		} else {
+			r = p.until()
+		}
+		if g == fullGrant {
+			if n := r.num(t, "graph", "distinct"); n != 132 {
+				t.Fatalf("launch %d, under the full grant: the graph used %d SMs, want all 132", i, n)
+			}
+		} else if got := groupsOf(t, r, "graph"); !within(got, g) || len(got) != bits.OnesCount64(g) {
+			t.Fatalf("launch %d, under groups %#x: the graph ran on groups %v", i, g, got)
+		}
+	}
+}
+
 // A graph captured while the tenant holds every group is captured as the application asked (primary context, every
 // SM: a solo tenant pays nothing), moved to the grant's SMs when the grant shrinks, and back to every SM when it
 // grows again. Kernels from a library (cudart's way: the node knows its CUkernel) are moved by re-contexting the
 // nodes; module functions (no CUkernel) by the replay fallback, which can move them to a green context only.
 func TestCaptureUnderFullGrantFollowsTheGrant(t *testing.T) {
 	for _, kernels := range []string{"module", "libkernels"} {
-		t.Run(kernels, func(t *testing.T) {
-			e := newEnv(t, true).withTenant(0, "")
-			e.playScheduler()
-			e.grant(table.ModeSpatial, 0x7fff)
-			steps := []string{"init", "stream"}
-			if kernels == "libkernels" {
-				steps = append(steps, "libkernels")
-			}
-			steps = append(steps, "capture:132", "graph", "pause", "graph", "pause", "graph")
-			p := e.start("ds_probe_rt", steps...)
-			r := p.until()
-			if n := r.num(t, "graph", "distinct"); n != 132 {
-				t.Fatalf("graph captured and launched under the full grant used %d SMs, want all 132", n)
-			}
-			e.grant(table.ModeSpatial, 0b1100)
-			p.resume()
-			r = p.until()
-			if g := groupsOf(t, r, "graph"); !within(g, 0b1100) || len(g) != 2 {
-				t.Fatalf("after the grant shrank to {2,3} the graph ran on groups %v", g)
-			}
-			e.grant(table.ModeSpatial, 0x7fff)
-			p.resume()
-			r = p.finish()
-			if n := r.num(t, "graph", "distinct"); n != 132 {
-				t.Fatalf("after the grant grew back the graph used %d SMs, want all 132", n)
-			}
-		})
+		t.Run(kernels, func(t *testing.T) { graphFollowsGrants(t, kernels, fullGrant, 0b1100, fullGrant) })
 	}
 }
 
 // A graph captured under a partial grant is re-contexted to every SM when the tenant gets the whole GPU (kernels
-// from a library); the data it computes is the same on every grant.
+// from a library), and to another green context when the grant moves.
 func TestGraphCapturedOnPartialGrantGrowsWithTheGrant(t *testing.T) {
-	e := newEnv(t, true).withTenant(0, "")
-	e.playScheduler()
-	e.grant(table.ModeSpatial, 0b11)
-	p := e.start("ds_probe_rt", "init", "stream", "libkernels", "capture:132", "graph", "pause", "graph")
-	r := p.until()
-	if g := groupsOf(t, r, "graph"); !within(g, 0b11) {
-		t.Fatalf("captured on {0,1}: graph ran on groups %v", g)
-	}
-	e.grant(table.ModeSpatial, 0x7fff)
-	p.resume()
-	r = p.finish()
-	if n := r.num(t, "graph", "distinct"); n != 132 {
-		t.Fatalf("under the full grant the graph captured on {0,1} used %d SMs, want all 132", n)
-	}
+	graphFollowsGrants(t, "libkernels", 0b11, fullGrant, 0b1100)
 }
 
 // A captured graph with a memset node (frameworks zero buffers inside their graphs) is re-made for a new grant too:

@@ -65,18 +65,33 @@ static struct gtrack *track_find(CUgraphExec e) {
 
 /* Calls f on every kernel node of g and of its child graphs; stops at the first non-success. Conditional nodes
  * (whose bodies cannot be walked through this API) give CUDA_ERROR_NOT_SUPPORTED. */
+/* The nodes of g in a calloc'd array (*out, *n; *out NULL for an empty graph). */
+static CUresult graph_nodes(CUgraph g, CUgraphNode **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    CUresult r = ds_real.cuGraphGetNodes(g, NULL, n);
+    if (r != CUDA_SUCCESS || *n == 0)
+        return r;
+    if (*n > 1000000)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    *out = calloc(*n, sizeof **out);
+    if (!*out)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = ds_real.cuGraphGetNodes(g, *out, n);
+    if (r != CUDA_SUCCESS) {
+        free(*out);
+        *out = NULL;
+    }
+    return r;
+}
+
 typedef CUresult (*node_fn)(CUgraphNode n, void *arg);
 static CUresult each_kernel_node(CUgraph g, node_fn f, void *arg, int depth) {
     if (depth > MAX_DEPTH)
         return CUDA_ERROR_NOT_SUPPORTED;
     size_t n = 0;
-    CUresult r = ds_real.cuGraphGetNodes(g, NULL, &n);
-    if (r != CUDA_SUCCESS || n == 0)
-        return r;
-    CUgraphNode *nodes = calloc(n, sizeof *nodes);
-    if (!nodes)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    r = ds_real.cuGraphGetNodes(g, nodes, &n);
+    CUgraphNode *nodes = NULL;
+    CUresult r = graph_nodes(g, &nodes, &n);
     for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
         CUgraphNodeType ty;
         r = ds_real.cuGraphNodeGetType(nodes[i], &ty);
@@ -98,6 +113,11 @@ static CUresult each_kernel_node(CUgraph g, node_fn f, void *arg, int depth) {
     return r;
 }
 
+static CUresult kernel_params(CUgraphNode n, CUDA_KERNEL_NODE_PARAMS *p) {
+    memset(p, 0, sizeof *p);
+    return ds_real.cuGraphKernelNodeGetParams_v2(n, p);
+}
+
 struct cap_scan {
     int cap;
     bool first;
@@ -105,8 +125,7 @@ struct cap_scan {
 static CUresult scan_node(CUgraphNode n, void *arg) {
     struct cap_scan *sc = arg;
     CUDA_KERNEL_NODE_PARAMS p;
-    memset(&p, 0, sizeof p);
-    CUresult r = ds_real.cuGraphKernelNodeGetParams_v2(n, &p);
+    CUresult r = kernel_params(n, &p);
     if (r != CUDA_SUCCESS)
         return r;
     int c = ds_coro_ctx_index(p.ctx);
@@ -236,8 +255,7 @@ struct recontext {
 static CUresult recontext_node(CUgraphNode n, void *arg) {
     struct recontext *rc = arg;
     CUDA_KERNEL_NODE_PARAMS p;
-    memset(&p, 0, sizeof p);
-    CUresult r = ds_real.cuGraphKernelNodeGetParams_v2(n, &p);
+    CUresult r = kernel_params(n, &p);
     if (r != CUDA_SUCCESS)
         return r;
     if (!p.kern)
@@ -287,15 +305,16 @@ static CUresult make_replayed(struct gtrack *t, unsigned idx, CUgraphExec *out) 
         !ds_real.cuStreamEndCapture || !ds_real.cuGraphInstantiateWithFlags || !ds_real.cuLaunchKernel)
         return CUDA_ERROR_NOT_SUPPORTED;
     size_t n = 0;
-    CUresult r = ds_real.cuGraphGetNodes(t->src, NULL, &n);
-    if (r != CUDA_SUCCESS || n == 0 || n > 100000)
+    CUgraphNode *nodes = NULL;
+    CUresult r = graph_nodes(t->src, &nodes, &n);
+    if (r != CUDA_SUCCESS || n == 0) {
+        free(nodes);
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUgraphNode *nodes = calloc(n, sizeof *nodes);
-    if (!nodes)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     CUstream st = ds_coro_private_stream(idx);
     CUgraph g2 = NULL;
-    r = st ? ds_real.cuGraphGetNodes(t->src, nodes, &n) : CUDA_ERROR_INVALID_HANDLE;
+    if (!st)
+        r = CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS)
         r = ds_real.cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     bool capturing = r == CUDA_SUCCESS;
@@ -315,8 +334,7 @@ static CUresult make_replayed(struct gtrack *t, unsigned idx, CUgraphExec *out) 
             break;
         }
         CUDA_KERNEL_NODE_PARAMS p;
-        memset(&p, 0, sizeof p);
-        r = ds_real.cuGraphKernelNodeGetParams_v2(nodes[i], &p);
+        r = kernel_params(nodes[i], &p);
         if (r == CUDA_SUCCESS)
             r = ds_real.cuLaunchKernel(p.func ? p.func : (CUfunction)p.kern, p.gridDimX, p.gridDimY, p.gridDimZ,
                                        p.blockDimX, p.blockDimY, p.blockDimZ, p.sharedMemBytes, st, p.kernelParams,

@@ -191,6 +191,25 @@ static CUgraph recontext(CUgraph g, CUcontext ctx, int how, CUkernel k, bool pri
     return c;
 }
 
+// Captures one launch of f on stream s and prints what its kernel node records (func, kern, ctx).
+static void print_captured_node(const char *label, CUfunction f, CUstream s, unsigned *out, int blocks) {
+    CUdeviceptr o = (CUdeviceptr)out;
+    void *args[] = {&o};
+    cudaGraph_t g;
+    RK(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeThreadLocal));
+    CK(cuLaunchKernel(f, blocks, 1, 1, 32, 1, 1, 0, s, args, nullptr));
+    RK(cudaStreamEndCapture((cudaStream_t)s, &g));
+    size_t n = 1;
+    CUgraphNode node;
+    CK(cuGraphGetNodes((CUgraph)g, &node, &n));
+    CUDA_KERNEL_NODE_PARAMS_v2 p;
+    memset(&p, 0, sizeof p);
+    CK(cuGraphKernelNodeGetParams_v2(node, &p));
+    printf("%s func=%p kern=%p ctx=%p (launched %p)\n", label, (void *)p.func, (void *)p.kern, (void *)p.ctx,
+           (void *)f);
+    cudaGraphDestroy(g);
+}
+
 int main(int argc, char **argv) {
     int N = argc > 1 ? atoi(argv[1]) : 200, reps = argc > 2 ? atoi(argv[2]) : 15;
     RK(cudaFree(0));
@@ -226,68 +245,63 @@ int main(int argc, char **argv) {
     const char *kind_name[] = {"tiny", "work"};
     Green *greens[] = {&gall, &g4};
     const char *gname[] = {"all", "g4"};
-    for (Kind k : kinds)
-        for (int gi = 0; gi < 2; gi++) {
-            Chain c{app, greens[gi]->s, ein, eout};
-            for (int m = ON_APP; m <= LAZY; m++) {
-                if (m == ON_APP && gi == 1)
-                    continue;
-                cudaStream_t sync = m == ON_GREEN ? (cudaStream_t)c.phys : app;
-                double submit_us = 0;
-                double t = timed(
-                    [&] {
-                        double t0 = now_us();
-                        submit(c, (Mode)m, k, N);
-                        submit_us = now_us() - t0;
-                        cudaStreamSynchronize(sync);
-                    },
-                    reps);
-                printf("eager %s %s %s total_us %.1f per_kernel_us %.2f submit_us %.1f\n", kind_name[k],
-                       m == ON_APP ? "-" : gname[gi], mode_name[m], t, t / N, submit_us);
-            }
-        }
+    // every (kernel kind, green context, submission mode); the primary-stream mode once per kind
+    auto each_case = [&](const std::function<void(Kind, int, Mode, const Chain &)> &f) {
+        for (Kind k : kinds)
+            for (int gi = 0; gi < 2; gi++)
+                for (int m = ON_APP; m <= LAZY; m++)
+                    if (!(m == ON_APP && gi == 1))
+                        f(k, gi, (Mode)m, Chain{app, greens[gi]->s, ein, eout});
+    };
+    each_case([&](Kind k, int gi, Mode m, const Chain &c) {
+        cudaStream_t sync = m == ON_GREEN ? (cudaStream_t)c.phys : app;
+        double submit_us = 0;
+        double t = timed(
+            [&] {
+                double t0 = now_us();
+                submit(c, m, k, N);
+                submit_us = now_us() - t0;
+                cudaStreamSynchronize(sync);
+            },
+            reps);
+        printf("eager %s %s %s total_us %.1f per_kernel_us %.2f submit_us %.1f\n", kind_name[k],
+               m == ON_APP ? "-" : gname[gi], mode_name[m], t, t / N, submit_us);
+    });
 
     // ---- 2. graph replay ----
-    for (Kind k : kinds)
-        for (int gi = 0; gi < 2; gi++) {
-            Chain c{app, greens[gi]->s, ein, eout};
-            for (int m = ON_APP; m <= LAZY; m++) {
-                if (m == ON_APP && gi == 1)
-                    continue;
-                cudaStream_t cap = m == ON_GREEN ? (cudaStream_t)c.phys : app;
-                cudaGraph_t g;
-                cudaGraphExec_t e;
-                if (!RK(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal)))
-                    continue;
-                submit(c, (Mode)m, k, N);
-                if (!RK(cudaStreamEndCapture(cap, &g)) || !RK(cudaGraphInstantiate(&e, g, 0)))
-                    continue;
-                size_t nn = 0;
-                cudaGraphGetNodes(g, nullptr, &nn);
-                for (int on = 0; on < 2; on++) {
-                    cudaStream_t ls = on == 0 ? app : (cudaStream_t)c.phys;
-                    double lat = timed(
-                        [&] {
-                            cudaGraphLaunch(e, ls);
-                            cudaStreamSynchronize(ls);
-                        },
-                        reps * 2);
-                    double thr = timed(
-                        [&] {
-                            for (int i = 0; i < 10; i++)
-                                cudaGraphLaunch(e, ls);
-                            cudaStreamSynchronize(ls);
-                        },
-                        reps) /
-                                 10;
-                    printf("graph %s %s cap_%s nodes %zu launch_on %s replay_us %.1f back_to_back_us %.1f\n",
-                           kind_name[k], m == ON_APP ? "-" : gname[gi], mode_name[m], nn,
-                           on == 0 ? "primary" : "green", lat, thr);
-                }
-                cudaGraphExecDestroy(e);
-                cudaGraphDestroy(g);
-            }
+    each_case([&](Kind k, int gi, Mode m, const Chain &c) {
+        cudaStream_t cap = m == ON_GREEN ? (cudaStream_t)c.phys : app;
+        cudaGraph_t g;
+        cudaGraphExec_t e;
+        if (!RK(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal)))
+            return;
+        submit(c, m, k, N);
+        if (!RK(cudaStreamEndCapture(cap, &g)) || !RK(cudaGraphInstantiate(&e, g, 0)))
+            return;
+        size_t nn = 0;
+        cudaGraphGetNodes(g, nullptr, &nn);
+        for (int on = 0; on < 2; on++) {
+            cudaStream_t ls = on == 0 ? app : (cudaStream_t)c.phys;
+            double lat = timed(
+                [&] {
+                    cudaGraphLaunch(e, ls);
+                    cudaStreamSynchronize(ls);
+                },
+                reps * 2);
+            double thr = timed(
+                             [&] {
+                                 for (int i = 0; i < 10; i++)
+                                     cudaGraphLaunch(e, ls);
+                                 cudaStreamSynchronize(ls);
+                             },
+                             reps) /
+                         10;
+            printf("graph %s %s cap_%s nodes %zu launch_on %s replay_us %.1f back_to_back_us %.1f\n", kind_name[k],
+                   m == ON_APP ? "-" : gname[gi], mode_name[m], nn, on == 0 ? "primary" : "green", lat, thr);
         }
+        cudaGraphExecDestroy(e);
+        cudaGraphDestroy(g);
+    });
 
     // ---- 3. re-contexting a primary-captured graph: confinement and replay cost ----
     const int NB = 1024;
@@ -394,43 +408,13 @@ int main(int argc, char **argv) {
                                   " add.s64 %rd2, %rd2, %rd3; st.global.u32 [%rd2], %r1; ret; }\n";
         CUmodule mod;
         CUfunction mf;
-        if (CK(cuModuleLoadData(&mod, ptx)) && CK(cuModuleGetFunction(&mf, mod, "modk"))) {
-            CUdeviceptr out = (CUdeviceptr)sm_out;
-            void *args[] = {&out};
-            CUgraph g;
-            RK(cudaStreamBeginCapture((cudaStream_t)g4.s, cudaStreamCaptureModeThreadLocal));
-            CK(cuLaunchKernel(mf, NB, 1, 1, 32, 1, 1, 0, g4.s, args, nullptr));
-            RK(cudaStreamEndCapture((cudaStream_t)g4.s, &g));
-            size_t n = 1;
-            CUgraphNode node;
-            CK(cuGraphGetNodes((CUgraph)g, &node, &n));
-            CUDA_KERNEL_NODE_PARAMS_v2 p;
-            memset(&p, 0, sizeof p);
-            CK(cuGraphKernelNodeGetParams_v2(node, &p));
-            printf("module_function_node func=%p kern=%p ctx=%p (modfn=%p green4=%p)\n", (void *)p.func, (void *)p.kern,
-                   (void *)p.ctx, (void *)mf, (void *)g4.c);
-            cudaGraphDestroy(g);
-        }
+        if (CK(cuModuleLoadData(&mod, ptx)) && CK(cuModuleGetFunction(&mf, mod, "modk")))
+            print_captured_node("module_function_node", mf, g4.s, sm_out, NB);
         CUlibrary lib;
         CUkernel lk;
         if (CK(cuLibraryLoadData(&lib, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0)) &&
-            CK(cuLibraryGetKernel(&lk, lib, "modk"))) {
-            CUdeviceptr out = (CUdeviceptr)sm_out;
-            void *args[] = {&out};
-            CUgraph g;
-            RK(cudaStreamBeginCapture((cudaStream_t)g4.s, cudaStreamCaptureModeThreadLocal));
-            CK(cuLaunchKernel((CUfunction)lk, NB, 1, 1, 32, 1, 1, 0, g4.s, args, nullptr));
-            RK(cudaStreamEndCapture((cudaStream_t)g4.s, &g));
-            size_t n = 1;
-            CUgraphNode node;
-            CK(cuGraphGetNodes((CUgraph)g, &node, &n));
-            CUDA_KERNEL_NODE_PARAMS_v2 p;
-            memset(&p, 0, sizeof p);
-            CK(cuGraphKernelNodeGetParams_v2(node, &p));
-            printf("library_kernel_node func=%p kern=%p ctx=%p (kernel=%p)\n", (void *)p.func, (void *)p.kern,
-                   (void *)p.ctx, (void *)lk);
-            cudaGraphDestroy(g);
-        }
+            CK(cuLibraryGetKernel(&lk, lib, "modk")))
+            print_captured_node("library_kernel_node", (CUfunction)lk, g4.s, sm_out, NB);
     }
     // ---- 5. does making a green context (or a stream of one) wait for work already on the GPU? ----
     {
@@ -457,6 +441,23 @@ int main(int argc, char **argv) {
                    loaded ? "while_busy" : "idle", t1 - t0, t2 - t1, t3 - t2, kernel_done ? "yes" : "no");
         }
         RK(cudaStreamSynchronize(busy));
+    }
+    // ---- 6. what a pool of green contexts costs in device memory ----
+    {
+        RK(cudaDeviceSynchronize());
+        size_t free0 = 0, free1 = 0, total = 0;
+        CK(cuMemGetInfo(&free0, &total));
+        const int K = 8;
+        Green pool[K];
+        int made = 0;
+        for (int i = 0; i < K; i++)
+            if (make_green(dev, (unsigned)(i % 7) * 2, 2 + (unsigned)(i / 7), pool[i]))
+                made++;
+        RK(cudaDeviceSynchronize());
+        CK(cuMemGetInfo(&free1, &total));
+        printf("pool_memory green_contexts %d (each with one stream) device_bytes %lld per_context_MiB %.2f\n", made,
+               (long long)free0 - (long long)free1,
+               made ? ((double)free0 - (double)free1) / made / 1048576.0 : 0.0);
     }
     RK(cudaDeviceSynchronize());
     printf("failures %d\n", g_fail);
