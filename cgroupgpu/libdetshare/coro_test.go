@@ -394,6 +394,46 @@ func TestGraphCapturedOnPartialGrantGrowsWithTheGrant(t *testing.T) {
 	graphFollowsGrants(t, "libkernels", 0b11, fullGrant, 0b1100)
 }
 
+// When the application changes a graph executable (here: cuGraphExecKernelNodeSetParams_v2), the copy the library
+// made of it for another grant must never be launched in its place, since it would run the old parameters: from then
+// on the executable runs as the application left it, on the SMs it was captured on.
+func TestChangedGraphExecutableRunsAsChanged(t *testing.T) {
+	for _, prog := range probes {
+		t.Run(prog, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(0, "")
+			e.playScheduler()
+			e.grant(table.ModeSpatial, 0b11)
+			p := e.start(prog, "init", "stream", "libkernels", "capturekeep:64", "graph", "pause", "graph",
+				"graphset", "graph")
+			if g := groupsOf(t, p.until(), "graph"); !within(g, 0b11) {
+				t.Fatalf("captured on {0,1}: graph ran on groups %v", g)
+			}
+			e.grant(table.ModeSpatial, 0b1100)
+			p.resume()
+			r := p.finish()
+			var runs []map[int]bool
+			for _, l := range r.order {
+				if l.step == "graph" {
+					runs = append(runs, groupsOf(t, result{steps: map[string]map[string]string{"graph": l.kv}}, "graph"))
+				}
+				if l.step == "graphset" && l.kv["rc"] != "0" {
+					t.Fatalf("cuGraphExecKernelNodeSetParams_v2 failed: %v", l.kv)
+				}
+			}
+			if len(runs) != 2 {
+				t.Fatalf("want two graph launches after the grant moved, got %d:\n%s", len(runs), strings.Join(r.lines, "\n"))
+			}
+			if !within(runs[0], 0b1100) {
+				t.Fatalf("before the change: the graph ran on groups %v, want within {2,3} (the copy for the grant)", runs[0])
+			}
+			if !within(runs[1], 0b11) {
+				t.Fatalf("after the application changed its executable the graph ran on groups %v: the library's copy "+
+					"for {2,3} was launched instead of the changed executable (captured on {0,1})", runs[1])
+			}
+		})
+	}
+}
+
 // A captured graph with a memset node (frameworks zero buffers inside their graphs) is re-made for a new grant too:
 // it follows the grant and its memset still runs in the copy.
 func TestCapturedGraphWithMemsetFollowsTheGrant(t *testing.T) {

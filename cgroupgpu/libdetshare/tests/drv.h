@@ -61,7 +61,10 @@
     X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                              \
     X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)                                            \
     X(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                                                        \
-    X(cuGraphDestroy, cuGraphDestroy, 10000, 0)                                                                        \
+    X(cuGraphDestroy, cuGraphDestroy, 10000, 0)                                                                      \
+    X(cuGraphGetNodes, cuGraphGetNodes, 10000, 0)                                                                    \
+    X(cuGraphKernelNodeGetParams_v2, cuGraphKernelNodeGetParams, 12000, 0)                                           \
+    X(cuGraphExecKernelNodeSetParams_v2, cuGraphExecKernelNodeSetParams, 12000, 0)                                   \
     X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, 0)                                               \
     X(cuStreamQuery, cuStreamQuery, 2000, 0)                                                                         \
     X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, 0)                                                                 \

@@ -11,7 +11,9 @@
  *        cudart 12+ loads them; default: cuModuleLoadData + cuModuleGetFunction) | pause (waits for a
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
  *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | capture:B (captures smid:B into a graph on
- *        the current stream) | graph (launches the captured graph, prints the SMs it used) |
+ *        the current stream; capturekeep:B keeps the graph, as capture:B does not) | graph (launches the captured
+ *        graph, prints the SMs it used) | graphset (sets the executable's kernel node to its own parameters with
+ *        cuGraphExecKernelNodeSetParams_v2, as an application changing its executable does) |
  *        conform (CUDA stream semantics checks, one line each: "conform:<check> rc=0 ok=<0|1>") |
  *        mt:NxK (N threads, own streams / per-thread default streams, K axpy kernels each + a smid kernel) |
  *        appgreen:G (the application makes its own green context over 8-SM group G of a split and launches
@@ -45,6 +47,7 @@ static CUdevice g_dev;
 static CUstream g_stream; /* where kernels go; NULL = legacy default stream */
 static CUmodule g_mod;
 static CUgraphExec g_exec;
+static CUgraph g_graph; /* the captured graph, kept by capturekeep */
 static CUdeviceptr g_graph_out;
 #define AUX_WORDS 16u
 #define AUX_VALUE 0x5eedu
@@ -579,7 +582,8 @@ static int step(const char *s) {
         printf("axpy rc=%d k=%llu hash=%016llx\n", r, a, (unsigned long long)h);
     } else if (sscanf(s, "mt:%llux%llu", &a, &b) == 2) {
         mt((unsigned)a, (unsigned)b);
-    } else if (sscanf(s, "capture:%llu", &a) == 1 || sscanf(s, "capturememset:%llu", &a) == 1) {
+    } else if (sscanf(s, "capture:%llu", &a) == 1 || sscanf(s, "capturememset:%llu", &a) == 1 ||
+               sscanf(s, "capturekeep:%llu", &a) == 1) {
         CUfunction fn;
         CUgraph graph = NULL;
         g_graph_blocks = (unsigned)a;
@@ -602,8 +606,24 @@ static int step(const char *s) {
             r = r2;
         if (r == CUDA_SUCCESS)
             r = D.cuGraphInstantiateWithFlags(&g_exec, graph, 0);
-        if (graph && r == CUDA_SUCCESS)
+        if (graph && r == CUDA_SUCCESS && !strncmp(s, "capturekeep:", 12))
+            g_graph = graph; /* kept for graphset */
+        else if (graph && r == CUDA_SUCCESS)
             r = D.cuGraphDestroy(graph); /* as frameworks do: only the executable is kept */
+        printf("%s rc=%d\n", s, r);
+    } else if (!strcmp(s, "graphset")) {
+        /* the application sets its executable's kernel node again (cuGraphExecKernelNodeSetParams_v2) */
+        CUgraphNode node = NULL;
+        size_t nn = 1;
+        CUDA_KERNEL_NODE_PARAMS kp;
+        memset(&kp, 0, sizeof kp);
+        r = g_graph && g_exec ? D.cuGraphGetNodes(g_graph, &node, &nn) : CUDA_ERROR_INVALID_HANDLE;
+        if (r == CUDA_SUCCESS)
+            r = D.cuGraphKernelNodeGetParams_v2(node, &kp);
+        if (r == CUDA_SUCCESS && kp.kern)
+            kp.func = NULL; /* kern + the node's own ctx: with func set the driver would take func's context */
+        if (r == CUDA_SUCCESS)
+            r = D.cuGraphExecKernelNodeSetParams_v2(g_exec, node, &kp);
         printf("%s rc=%d\n", s, r);
     } else if (!strcmp(s, "graph")) {
         uint32_t *host = calloc(g_graph_blocks ? g_graph_blocks : 1, 4);
