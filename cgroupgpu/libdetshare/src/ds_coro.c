@@ -706,8 +706,16 @@ void ds_stream_after(struct ds_sop *op, int kind, CUresult r) {
         cross_post(op->lkind);
         return;
     case DS_OP_DESTROY:
-        if (ls && r == CUDA_SUCCESS && ls->app != CU_STREAM_LEGACY && ls->app != CU_STREAM_PER_THREAD)
+        if (ls && r == CUDA_SUCCESS && ls->app != CU_STREAM_LEGACY && ls->app != CU_STREAM_PER_THREAD) {
+            /* joined before the destroy: nothing is pending; unbound, so it no longer counts in g_nbound */
+            pthread_mutex_lock(&ls->lock);
+            if (atomic_exchange(&ls->bound, NULL))
+                atomic_fetch_sub(&g_nbound, 1);
+            atomic_store(&ls->phys, NULL);
+            atomic_store(&ls->pending, 0);
+            pthread_mutex_unlock(&ls->lock);
             atomic_store_explicit(&ls->stale, 1, memory_order_release);
+        }
         return;
     default:
         return;
