@@ -383,13 +383,14 @@ static struct lstream *lstream_new(CUstream app) {
     CUstreamCaptureMode m = relaxed_begin();
     bool ok = ds_real.cuEventCreate(&ls->e_in, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
               ds_real.cuEventCreate(&ls->e_out, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+    if (ok)
+        learn(ls);
     relaxed_end(m);
     if (!ok) {
         free(ls);
         return NULL;
     }
     pthread_mutex_init(&ls->lock, NULL);
-    learn(ls);
     atomic_store(&ls->need_in, 1);
     return ls;
 }
@@ -627,7 +628,9 @@ static void relearn(struct lstream *ls) {
     pthread_mutex_lock(&ls->lock);
     if (atomic_load(&ls->stale)) {
         int prio = ls->prio;
+        CUstreamCaptureMode m = relaxed_begin();
         learn(ls);
+        relaxed_end(m);
         if (ls->prio != prio) {
             for (unsigned i = 0; i < MAX_GCTX; i++)
                 if (ls->phys_by_ctx[i]) {
