@@ -15,6 +15,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -440,6 +442,43 @@ int main(int argc, char **argv) {
                    "busy_kernel_done_after %s\n",
                    loaded ? "while_busy" : "idle", t1 - t0, t2 - t1, t3 - t2, kernel_done ? "yes" : "no");
         }
+        RK(cudaStreamSynchronize(busy));
+    }
+    // ---- 7. while another thread creates a green context (waiting for in-flight work), can this thread launch? ----
+    {
+        cudaStream_t busy, s2;
+        RK(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking));
+        RK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+        RK(cudaDeviceSynchronize());
+        smidk<<<8, 64, 0, busy>>>(sm_out, 200000000); /* ~100 ms on 8 SMs */
+        std::atomic<int> started{0};
+        double create_us = 0;
+        std::thread creator([&] {
+            cuCtxSetCurrent(primary);
+            started = 1;
+            double t0 = now_us();
+            Green gg;
+            make_green(dev, 13, 2, gg);
+            create_us = now_us() - t0;
+        });
+        while (!started)
+            ;
+        double worst = 0, t_end = now_us() + 150000;
+        int n = 0;
+        while (now_us() < t_end) {
+            double t0 = now_us();
+            tiny<<<1, 32, 0, s2>>>(g_x);
+            double dt = now_us() - t0;
+            if (dt > worst)
+                worst = dt;
+            n++;
+            while (now_us() < t0 + 100) /* one launch every 100 us: the launch queue never fills */
+                ;
+        }
+        creator.join();
+        RK(cudaStreamSynchronize(s2));
+        printf("concurrent_create create_us %.0f other_thread_launches %d worst_launch_call_us %.0f\n", create_us, n,
+               worst);
         RK(cudaStreamSynchronize(busy));
     }
     // ---- 6. what a pool of green contexts costs in device memory ----
