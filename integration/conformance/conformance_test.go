@@ -240,7 +240,7 @@ func TestConformance(t *testing.T) {
 			if a.facts == nil || b.facts == nil {
 				continue
 			}
-			if d := firstDiff(a.facts, b.facts); d != "" {
+			if d, _ := factsDiff(a.facts, b.facts, m.rebind); d != "" {
 				t.Errorf("%s: %s differs from native: %s", n, m.name, d)
 			}
 		}
@@ -462,9 +462,14 @@ func runCase(t *testing.T, m mode, prog string, env []string) runResult {
 }
 
 func checkRun(t *testing.T, m mode, name string, want []string, r runResult) {
-	if d := firstDiff(want, r.facts); d != "" {
+	d, extra := factsDiff(want, r.facts, m.rebind)
+	if d != "" {
 		t.Errorf("%s [%s]: output differs from testdata/expected/%s.txt: %s\nstdout:\n%s\nstderr:\n%s", name, m.name,
 			name, d, r.stdout, r.stderr)
+	}
+	if len(extra) > 0 {
+		t.Logf("ATTENTION %s [%s]: extra waits while the grant moved (not_ready -> success, allowed in this mode "+
+			"only): %v", name, m.name, extra)
 	}
 	path := map[bool]string{true: "dlsym", false: "getproc"}[m.dlsym]
 	if !strings.HasPrefix(r.infos["device"], "DetShare simulated GPU") || r.infos["kernels"] != "simgpu-builtin" ||
@@ -498,6 +503,14 @@ func checkRun(t *testing.T, m mode, name string, want []string, r runResult) {
 
 // firstDiff describes the first line where two fact lists differ, or returns "".
 func firstDiff(want, got []string) string {
+	d, _ := factsDiff(want, got, false)
+	return d
+}
+
+// factsDiff compares facts line by line. With extraWaitOK, a fact that wanted not_ready and got success (something
+// waited longer than CUDA requires; never a lost ordering, which reads the other way) is returned in extra instead
+// of as the difference: that is what green-context creation does while the grant moves (README "Known limits").
+func factsDiff(want, got []string, extraWaitOK bool) (diff string, extra []string) {
 	for i := 0; i < len(want) || i < len(got); i++ {
 		var w, g string
 		if i < len(want) {
@@ -506,11 +519,18 @@ func firstDiff(want, got []string) string {
 		if i < len(got) {
 			g = got[i]
 		}
-		if w != g {
-			return fmt.Sprintf("line %d: want %q, got %q", i+1, w, g)
+		if w == g {
+			continue
+		}
+		if k, ok := strings.CutSuffix(w, "=not_ready"); ok && extraWaitOK && g == k+"=success" {
+			extra = append(extra, fmt.Sprintf("line %d: %s", i+1, k))
+			continue
+		}
+		if diff == "" {
+			diff = fmt.Sprintf("line %d: want %q, got %q", i+1, w, g)
 		}
 	}
-	return ""
+	return diff, extra
 }
 
 // TestGPUScriptOnSimulatedGPU runs integration/gpu/conformance.sh (the real-GPU runner the lead uses on the H100)

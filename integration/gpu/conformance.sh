@@ -78,16 +78,25 @@ def parse(text):
             facts.append(l)
     return facts, infos
 
-def first_diff(a, b):
+def first_diff(a, b, extra_wait_ok=False, extra=None):
+    """The first differing fact. With extra_wait_ok (modes where the grant moves), a fact that expected not_ready
+    and got success (a longer wait, never a lost ordering: green-context creation waits for in-flight work) is
+    appended to extra instead (conformance README, "Known limits")."""
+    d = ""
     for i in range(max(len(a), len(b))):
         x = a[i] if i < len(a) else "<missing>"
         y = b[i] if i < len(b) else "<missing>"
-        if x != y:
-            return "line %d: expected %r, got %r" % (i + 1, x, y)
-    return ""
+        if x == y:
+            continue
+        if extra_wait_ok and x.endswith("=not_ready") and y == x[:-len("not_ready")] + "success":
+            if extra is not None:
+                extra.append("line %d: %s" % (i + 1, x[:-len("=not_ready")]))
+            continue
+        d = d or "line %d: expected %r, got %r" % (i + 1, x, y)
+    return d
 
 groups = (info.get("split") or {}).get("groups")
-results, problems = {}, []
+results, problems, notes = {}, [], []
 if os.path.exists("/run/detshare/quota"):
     print("warning: /run/detshare/quota exists: libdetshare reads it when DETSHARE_QUOTA_FILE is unset, so "
           "'passthrough' is not a pure pass-through on this host")
@@ -148,11 +157,15 @@ for c in cases:
             row.append("not run")
             continue
         rc, facts, infos, dt = results[(c, mode)]
-        d = first_diff(want, facts)
+        moving = mode.startswith("rebinding")
+        extra = []
+        d = first_diff(want, facts, moving, extra)
         nat = results.get((c, "native"))
-        dn = first_diff(nat[1], facts) if nat and mode != "native" else ""
+        dn = first_diff(nat[1], facts, moving) if nat and mode != "native" else ""
         ok = rc == 0 and not d
-        cell = ("ok" if ok else "**DIFF**") + " %.1fs" % dt
+        cell = ("ok" if ok else "**DIFF**") + (" (extra wait)" if ok and extra else "") + " %.1fs" % dt
+        if extra:
+            notes.append("%s [%s]: extra waits while the grant moved: %s" % (c, mode, "; ".join(extra)))
         if rc != 0:
             problems.append("%s [%s]: exit %d (see %s.%s.out)" % (c, mode, rc, c, mode))
         if d:
@@ -169,6 +182,8 @@ for c in cases:
         row.append(cell)
     print("| %s | %s |" % (c, " | ".join(row)))
 print()
+for n in notes:
+    print("note: " + n)
 if problems:
     print("DIFFERENCES / PROBLEMS (%d):" % len(problems))
     for p in problems:
