@@ -488,6 +488,50 @@ func TestFirstLaunchWaitsForTheFirstGrant(t *testing.T) {
 	}
 }
 
+// A grant that grows to groups whose green context the process has not made yet: the context is made off the launch
+// path (the test double, like the H100, makes that driver call wait for the process's in-flight work), launches keep
+// running inside the grant on the context they had, and the new one is used once it is ready. The launch right
+// after the change must not wait for the 1-second kernel in flight.
+func TestGrownGrantContextMadeOffTheLaunchPath(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11)
+	e.vars = append(e.vars, "DETSHARE_LOG=info")
+	// the sleep: the helper thread and the probe both wake when the long kernel ends; give the helper its moment
+	p := e.start("ds_probe_rt", "init", "stream", "smid:16", "spinlaunch:1000", "pause", "spinlaunch:1", "smid:64",
+		"sleep:200", "smid:64")
+	if g := groupsOf(t, p.until(), "smid"); !within(g, 0b11) {
+		t.Fatalf("before the change: groups %v, granted {0,1}", g)
+	}
+	e.grant(table.ModeSpatial, 0b1111)
+	p.resume()
+	r := p.finish()
+	ms, err := strconv.ParseFloat(r.get(t, "spinlaunch", "call_ms"), 64)
+	if err != nil || ms > 500 {
+		t.Fatalf("the first launch after the grant grew took %v ms (%v): it waited for the kernel in flight", ms, err)
+	}
+	var runs []map[int]bool
+	for _, l := range r.order {
+		if l.step == "smid" {
+			runs = append(runs, groupsOf(t, result{steps: map[string]map[string]string{"smid": l.kv}}, "smid"))
+		}
+	}
+	if len(runs) != 2 {
+		t.Fatalf("want two smid runs after the change:\n%s", strings.Join(r.lines, "\n"))
+	}
+	for i, g := range runs {
+		if !within(g, 0b1111) {
+			t.Fatalf("run %d after the grant grew to {0..3}: groups %v", i, g)
+		}
+	}
+	if g := runs[1]; !g[2] && !g[3] {
+		t.Fatalf("once the context was made, kernels still ran on %v only, not on the grown grant {0..3}", g)
+	}
+	if !strings.Contains(strings.Join(p.lines, "\n"), "made off the launch path") {
+		t.Fatalf("the library did not report making the context off the launch path:\n%s", strings.Join(p.lines, "\n"))
+	}
+}
+
 // Kernels redirected to a physical stream are tied to the application's stream by event edges only where order can
 // be observed (an edge in before the first kernel, a join before the synchronisation), not around every kernel:
 // 200 dependent kernels on one stream cost a handful of event records. DETSHARE_STRICT_STREAMS=1 (an edge pair around

@@ -240,6 +240,8 @@ enum ds_op_kind { DS_OP_OP, DS_OP_RECORD, DS_OP_WAIT, DS_OP_SYNC, DS_OP_DESTROY,
     X(cuGreenCtxStreamCreate)                                                                                        \
     X(cuCtxFromGreenCtx)                                                                                             \
     X(cuCtxGetCurrent)                                                                                               \
+    X(cuCtxSetCurrent)                                                                                               \
+    X(cuGreenCtxDestroy)                                                                                             \
     X(cuStreamGetGreenCtx)                                                                                           \
     X(cuStreamGetFlags)                                                                                              \
     X(cuStreamGetPriority)                                                                                           \

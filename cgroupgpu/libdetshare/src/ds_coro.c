@@ -27,6 +27,9 @@
  * Fast path (a kernel on a stream already bound to the current grant, nothing new on A): one acquire load of
  * grant_epoch, a lock-free hash probe for the logical stream, a few relaxed loads, the launch, one store. No lock,
  * no syscall. Edges, rebinding, stream creation and green contexts take the logical stream's lock or g_lock.
+ * Green contexts for new grants are made by a helper thread while launches use the largest cached context inside
+ * the grant (cuGreenCtxCreate waits for the process's in-flight work; measured on the H100, it does not hold up
+ * other threads' launches); only a grant with nothing cached inside it makes its context on the launch path.
  *
  * Temporal mode (no MPS): a launch waits for the tenant's GPU token on the token futex, bounded; when the
  * scheduler is gone or the bound passes it logs once and runs unthrottled (fail-static, never hangs).
@@ -239,35 +242,53 @@ static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdev
     munmap(m, DS_TABLE_SIZE);
 }
 
-static struct gctx *gctx_for_locked(uint64_t mask) {
+static struct gctx *gctx_find_locked(uint64_t mask) {
     unsigned n_ctx = atomic_load_explicit(&g_nctx, memory_order_relaxed);
     for (unsigned i = 0; i < n_ctx; i++)
         if (g_ctxs[i].mask == mask)
             return &g_ctxs[i];
-    if (n_ctx >= MAX_GCTX) {
-        DS_LOG(DS_LOG_WARN, "more than %u distinct grants in one process; reusing the first green context", MAX_GCTX);
-        return NULL;
-    }
+    return NULL;
+}
+
+/* The cached green context with the most groups inside mask (NULL if none): what launches may use while the
+ * context of mask itself is being made, without running anywhere outside the grant. */
+static struct gctx *largest_cached_subset_locked(uint64_t mask) {
+    struct gctx *best = NULL;
+    unsigned n_ctx = atomic_load_explicit(&g_nctx, memory_order_relaxed);
+    for (unsigned i = 0; i < n_ctx; i++)
+        if (!(g_ctxs[i].mask & ~mask) &&
+            (!best || __builtin_popcountll(g_ctxs[i].mask) > __builtin_popcountll(best->mask)))
+            best = &g_ctxs[i];
+    return best;
+}
+
+/* Makes a green context over the groups of mask (no lock needed: the split is fixed once learnt). The driver call
+ * waits for the work the process already has on the GPU (measured on the H100: 102 ms behind a 100 ms kernel), but
+ * not for other threads' launches. */
+static CUresult gctx_make(uint64_t mask, CUgreenCtx *g, CUcontext *cu) {
     CUdevResource res[MAX_GROUPS];
     unsigned n = 0;
     for (unsigned i = 0; i < g_ngroups; i++)
         if (mask & (1ull << i))
             res[n++] = g_groups[i];
     if (!n)
-        return NULL;
+        return CUDA_ERROR_INVALID_VALUE;
     CUstreamCaptureMode m = relaxed_begin();
     CUdevResourceDesc desc = NULL;
     CUresult r = ds_real.cuDevResourceGenerateDesc(&desc, res, n);
-    CUgreenCtx g = NULL;
-    CUcontext cu = NULL;
     if (r == CUDA_SUCCESS)
-        r = ds_real.cuGreenCtxCreate(&g, desc, g_dev, CU_GREEN_CTX_DEFAULT_STREAM);
+        r = ds_real.cuGreenCtxCreate(g, desc, g_dev, CU_GREEN_CTX_DEFAULT_STREAM);
     if (r == CUDA_SUCCESS)
-        r = ds_real.cuCtxFromGreenCtx(&cu, g);
+        r = ds_real.cuCtxFromGreenCtx(cu, *g);
     relaxed_end(m);
-    if (r != CUDA_SUCCESS) {
-        DS_LOG(DS_LOG_WARN, "green context for groups %#llx: %d; kernels of this grant run unconfined",
-               (unsigned long long)mask, r);
+    return r;
+}
+
+static struct gctx *gctx_insert_locked(uint64_t mask, CUgreenCtx g, CUcontext cu) {
+    unsigned n_ctx = atomic_load_explicit(&g_nctx, memory_order_relaxed);
+    if (n_ctx >= MAX_GCTX) {
+        DS_LOG(DS_LOG_WARN, "more than %u distinct grants in one process; kernels of new ones run unconfined",
+               MAX_GCTX);
         return NULL;
     }
     struct gctx *c = &g_ctxs[n_ctx];
@@ -278,6 +299,124 @@ static struct gctx *gctx_for_locked(uint64_t mask) {
     atomic_store_explicit(&g_nctx, n_ctx + 1, memory_order_release);
     DS_LOG(DS_LOG_DEBUG, "green context %u for groups %#llx", c->idx, (unsigned long long)mask);
     return c;
+}
+
+static void gctx_failed(uint64_t mask, CUresult r) {
+    DS_LOG(DS_LOG_WARN, "green context for groups %#llx: %d; kernels of this grant run unconfined",
+           (unsigned long long)mask, r);
+}
+
+/* The green context of mask, made here if it is not cached (g_lock held). */
+static struct gctx *gctx_for_locked(uint64_t mask) {
+    struct gctx *c = gctx_find_locked(mask);
+    if (c)
+        return c;
+    if (atomic_load_explicit(&g_nctx, memory_order_relaxed) >= MAX_GCTX)
+        return gctx_insert_locked(mask, NULL, NULL); /* logs and gives NULL */
+    CUgreenCtx g = NULL;
+    CUcontext cu = NULL;
+    CUresult r = gctx_make(mask, &g, &cu);
+    if (r != CUDA_SUCCESS) {
+        gctx_failed(mask, r);
+        return NULL;
+    }
+    return gctx_insert_locked(mask, g, cu);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Green contexts made off the launch path. A grant whose context is not cached is made by this thread while
+ * launches run on the largest cached context inside the grant (for a grant that grew, the one they already use);
+ * when it is ready the next launch looks at the grant again. Only a grant with no cached context inside it is made
+ * on the launch path (the first grant, or a move to groups never used).
+ * ------------------------------------------------------------------------------------------------------------- */
+#define MK_QUEUE 8
+static pthread_mutex_t g_mk_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_mk_cond = PTHREAD_COND_INITIALIZER;
+static uint64_t g_mk_queue[MK_QUEUE], g_mk_failed[MK_QUEUE];
+static unsigned g_mk_n, g_mk_nfailed;
+static int g_mk_started; /* under g_mk_lock */
+
+static bool mk_failed_locked(uint64_t mask) {
+    for (unsigned i = 0; i < g_mk_nfailed; i++)
+        if (g_mk_failed[i] == mask)
+            return true;
+    return false;
+}
+
+static void *maker(void *arg) {
+    (void)arg;
+    ds_depth++; /* the library's own driver calls */
+    (void)relaxed_begin();
+    if (g_primary && ds_real.cuCtxSetCurrent)
+        ds_real.cuCtxSetCurrent(g_primary);
+    for (;;) {
+        pthread_mutex_lock(&g_mk_lock);
+        while (!g_mk_n)
+            pthread_cond_wait(&g_mk_cond, &g_mk_lock);
+        uint64_t mask = g_mk_queue[0]; /* stays queued until made, so it is not asked for twice */
+        pthread_mutex_unlock(&g_mk_lock);
+
+        pthread_mutex_lock(&g_lock);
+        bool have = gctx_find_locked(mask) != NULL;
+        pthread_mutex_unlock(&g_lock);
+        CUresult r = CUDA_SUCCESS;
+        if (!have) {
+            CUgreenCtx g = NULL;
+            CUcontext cu = NULL;
+            uint64_t t0 = ds_now_ns();
+            r = gctx_make(mask, &g, &cu);
+            pthread_mutex_lock(&g_lock);
+            if (r == CUDA_SUCCESS && (gctx_find_locked(mask) || !gctx_insert_locked(mask, g, cu)))
+                ds_real.cuGreenCtxDestroy(g); /* made meanwhile on the launch path, or the table is full */
+            pthread_mutex_unlock(&g_lock);
+            if (r != CUDA_SUCCESS)
+                gctx_failed(mask, r);
+            else
+                DS_LOG(DS_LOG_INFO, "green context for groups %#llx made off the launch path in %llu us",
+                       (unsigned long long)mask, (unsigned long long)((ds_now_ns() - t0) / 1000));
+        }
+        pthread_mutex_lock(&g_mk_lock);
+        if (r != CUDA_SUCCESS && g_mk_nfailed < MK_QUEUE)
+            g_mk_failed[g_mk_nfailed++] = mask;
+        memmove(g_mk_queue, g_mk_queue + 1, (--g_mk_n) * sizeof g_mk_queue[0]);
+        pthread_mutex_unlock(&g_mk_lock);
+        atomic_store_explicit(&g_epoch_seen, UINT32_MAX, memory_order_release); /* look at the grant again */
+    }
+    return NULL;
+}
+
+/* Asks the maker for mask's green context; false when it cannot (queue full, thread not started, failed before). */
+static bool mk_request(uint64_t mask) {
+    bool ok = false;
+    pthread_mutex_lock(&g_mk_lock);
+    if (mk_failed_locked(mask))
+        goto out;
+    for (unsigned i = 0; i < g_mk_n; i++)
+        if (g_mk_queue[i] == mask) {
+            ok = true;
+            goto out;
+        }
+    if (g_mk_n >= MK_QUEUE)
+        goto out;
+    if (!g_mk_started) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&at, 256 * 1024);
+        g_mk_started = pthread_create(&th, &at, maker, NULL) == 0 ? 1 : -1;
+        pthread_attr_destroy(&at);
+        if (g_mk_started < 0)
+            DS_LOG(DS_LOG_WARN, "green-context thread not started: new grants' contexts are made on the launch path");
+    }
+    if (g_mk_started > 0) {
+        g_mk_queue[g_mk_n++] = mask;
+        pthread_cond_signal(&g_mk_cond);
+        ok = true;
+    }
+out:
+    pthread_mutex_unlock(&g_mk_lock);
+    return ok;
 }
 
 /* A new grant epoch: read the grant (seqlock) and choose what launches bind to. */
@@ -300,7 +439,14 @@ static void regrant(uint32_t ep) {
         if (mask == every) {
             cur = NULL; /* every group: launches and captures stay on the application's streams, all SMs */
         } else if (mask) {
-            cur = gctx_for_locked(mask);
+            cur = gctx_find_locked(mask);
+            if (!cur) {
+                struct gctx *sub = largest_cached_subset_locked(mask);
+                if (sub && mk_request(mask))
+                    cur = sub; /* the maker brings mask's own context; until then a part of the grant */
+            }
+            if (!cur)
+                cur = gctx_for_locked(mask); /* nothing inside the grant is cached: made here */
             if (cur)
                 g_last_nonempty = cur;
         } else {
@@ -882,6 +1028,11 @@ void ds_coro_child(void) {
     memcpy(&g_mon_once, &fresh, sizeof fresh);
     atomic_store(&g_mon_running, 0);
     t_pending = NULL;
+    /* the green-context thread is not in the child */
+    pthread_mutex_init(&g_mk_lock, NULL);
+    pthread_cond_init(&g_mk_cond, NULL);
+    g_mk_n = 0;
+    g_mk_started = 0;
 }
 
 static void set_busy(struct ds_proc *self) {

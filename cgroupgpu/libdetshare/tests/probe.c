@@ -7,6 +7,7 @@
  *        array:WxH | array3d:WxHxD | mipmap:WxH:L | free-last | free-all | launch:N | hold | env:NAME |
  *        procaddr:SYMBOL:VERSION:FLAGS | dlsym:NAME | fork:N (child allocates N bytes, reports, exits) |
  *        stream (later kernels go to a new blocking stream; default: the legacy NULL stream) |
+ *        spinlaunch:MS (one MS-millisecond kernel; prints how long the launch call took) | sleep:MS |
  *        libkernels (later kernels come from cuLibraryLoadData + cuLibraryGetKernel + cuKernelGetFunction, as
  *        cudart 12+ loads them; default: cuModuleLoadData + cuModuleGetFunction) | pause (waits for a
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
@@ -519,6 +520,21 @@ static int step(const char *s) {
         while (g_n > 0 && r == CUDA_SUCCESS)
             r = free_one(&g_allocs[--g_n]);
         printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "sleep:%llu", &a) == 1) {
+        struct timespec ts = {(time_t)(a / 1000), (long)(a % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        printf("sleep rc=0\n");
+    } else if (sscanf(s, "spinlaunch:%llu", &a) == 1) {
+        /* one spin kernel of a ms on the current stream; prints how long the launch call itself took */
+        CUfunction fn;
+        r = func("ds_spin", &fn);
+        uint32_t us = (uint32_t)(a * 1000);
+        void *args[] = {&us};
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (r == CUDA_SUCCESS)
+            r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
+        printf("spinlaunch rc=%d call_ms=%.3f\n", r, ms_since(&t0));
     } else if (sscanf(s, "launch:%llu", &a) == 1) {
         int lr = launch_fill((unsigned)a);
         if (lr >= 0)
