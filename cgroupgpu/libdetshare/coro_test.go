@@ -121,6 +121,20 @@ func (s *stepper) resume() {
 	}
 }
 
+// under publishes grant and lets the paused probe run to its next pause (or, for the last of n phases, to its end);
+// phase 0 only reads what the probe printed before its first pause.
+func (s *stepper) under(e *env, grant uint64, phase, n int) result {
+	s.t.Helper()
+	if phase > 0 {
+		e.grant(table.ModeSpatial, grant)
+		s.resume()
+	}
+	if phase == n-1 {
+		return s.finish()
+	}
+	return s.until()
+}
+
 func (s *stepper) finish() result {
 	s.t.Helper()
 	r := s.until()
@@ -146,6 +160,18 @@ func groupsOf(t testing.TB, r result, step string) map[int]bool {
 		g[n] = true
 	}
 	return g
+}
+
+// groupsOfEach is groupsOf for every line of step, in order (groupsOf reads the last one).
+func groupsOfEach(t testing.TB, r result, step string) []map[int]bool {
+	t.Helper()
+	var out []map[int]bool
+	for _, l := range r.order {
+		if l.step == step {
+			out = append(out, groupsOf(t, result{steps: map[string]map[string]string{step: l.kv}}, step))
+		}
+	}
+	return out
 }
 
 func within(got map[int]bool, mask uint64) bool {
@@ -358,16 +384,7 @@ func graphFollowsGrants(t *testing.T, kernels string, grants ...uint64) {
 	}
 	p := e.start("ds_probe_rt", steps...)
 	for i, g := range grants {
-		if i > 0 {
-			e.grant(table.ModeSpatial, g)
-			p.resume()
-		}
-		var r result
-		if i == len(grants)-1 {
-			r = p.finish()
-		} else {
-			r = p.until()
-		}
+		r := p.under(e, g, i, len(grants))
 		if g == fullGrant {
 			if n := r.num(t, "graph", "distinct"); n != 132 {
 				t.Fatalf("launch %d, under the full grant: the graph used %d SMs, want all 132", i, n)
@@ -408,18 +425,11 @@ func TestChangedGraphExecutableRunsAsChanged(t *testing.T) {
 			if g := groupsOf(t, p.until(), "graph"); !within(g, 0b11) {
 				t.Fatalf("captured on {0,1}: graph ran on groups %v", g)
 			}
-			e.grant(table.ModeSpatial, 0b1100)
-			p.resume()
-			r := p.finish()
-			var runs []map[int]bool
-			for _, l := range r.order {
-				if l.step == "graph" {
-					runs = append(runs, groupsOf(t, result{steps: map[string]map[string]string{"graph": l.kv}}, "graph"))
-				}
-				if l.step == "graphset" && l.kv["rc"] != "0" {
-					t.Fatalf("cuGraphExecKernelNodeSetParams_v2 failed: %v", l.kv)
-				}
+			r := p.under(e, 0b1100, 1, 2)
+			if rc := r.get(t, "graphset", "rc"); rc != "0" {
+				t.Fatalf("cuGraphExecKernelNodeSetParams_v2 failed: rc %s", rc)
 			}
+			runs := groupsOfEach(t, r, "graph")
 			if len(runs) != 2 {
 				t.Fatalf("want two graph launches after the grant moved, got %d:\n%s", len(runs), strings.Join(r.lines, "\n"))
 			}
@@ -503,19 +513,12 @@ func TestGrownGrantContextMadeOffTheLaunchPath(t *testing.T) {
 	if g := groupsOf(t, p.until(), "smid"); !within(g, 0b11) {
 		t.Fatalf("before the change: groups %v, granted {0,1}", g)
 	}
-	e.grant(table.ModeSpatial, 0b1111)
-	p.resume()
-	r := p.finish()
+	r := p.under(e, 0b1111, 1, 2)
 	ms, err := strconv.ParseFloat(r.get(t, "spinlaunch", "call_ms"), 64)
 	if err != nil || ms > 500 {
 		t.Fatalf("the first launch after the grant grew took %v ms (%v): it waited for the kernel in flight", ms, err)
 	}
-	var runs []map[int]bool
-	for _, l := range r.order {
-		if l.step == "smid" {
-			runs = append(runs, groupsOf(t, result{steps: map[string]map[string]string{"smid": l.kv}}, "smid"))
-		}
-	}
+	runs := groupsOfEach(t, r, "smid")
 	if len(runs) != 2 {
 		t.Fatalf("want two smid runs after the change:\n%s", strings.Join(r.lines, "\n"))
 	}
@@ -691,16 +694,7 @@ func TestCapturedGraphFollowsTheGrant(t *testing.T) {
 		name  string
 	}{{0b11, "captured"}, {0b1100, "shrunk"}, {0b11, "back"}, {0b110000, "moved"}}
 	for i, s := range steps {
-		if i > 0 {
-			e.grant(table.ModeSpatial, s.grant)
-			p.resume()
-		}
-		var r result
-		if i == len(steps)-1 {
-			r = p.finish()
-		} else {
-			r = p.until()
-		}
+		r := p.under(e, s.grant, i, len(steps))
 		g := groupsOf(t, r, "graph")
 		if !within(g, s.grant) || len(g) != 2 {
 			t.Errorf("%s: graph ran on groups %v, granted %b", s.name, g, s.grant)
