@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"reflect"
 	"runtime"
 	"strings"
@@ -545,17 +546,57 @@ func TestTwoLatencyBoundProcessesSerialiseWithoutMPSOnly(t *testing.T) {
 	}
 }
 
+// simulatedMPSMode runs one probe with the test double's log on and returns the MPS mode it chose: "on" or "off".
+func simulatedMPSMode(t *testing.T, extraEnv ...string) string {
+	t.Helper()
+	cmd := exec.Command(probePath(t), "meminfo")
+	cmd.Env = simEnv(state(t), append(extraEnv, "DETSHARE_SIMGPU_VERBOSE=1")...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("simgpu-probe meminfo: %v\nstderr: %s", err, stderr.String())
+	}
+	m := regexp.MustCompile(`MPS (on|off), slot`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("the test double did not log its MPS mode:\n%s", stderr.String())
+	}
+	return m[1]
+}
+
+// The real driver joins an MPS server when CUDA_MPS_PIPE_DIRECTORY holds its control pipe; the test double must
+// follow the same rule, because the MPS manager tests rely on it.
 func TestSimulatedMPSFollowsThePipeDirectoryControlFile(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	k := []string{"spin", "--blocks", "4", "--us", "3000"}
-	if err := os.WriteFile(filepath.Join(dir, "control"), nil, 0o600); err != nil {
+	withControl, empty := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(withControl, "control"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	alone := spinScenario(t, nil, k, nil)
-	withPipe := spinScenario(t, []string{"CUDA_MPS_PIPE_DIRECTORY=" + dir}, k, k)
-	if withPipe/alone > 1.25 {
-		t.Errorf("a pipe directory with a control file must switch simulated MPS on: %.2fx alone", withPipe/alone)
+	for _, c := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"no pipe directory", nil, "off"},
+		{"pipe directory without a control file", []string{"CUDA_MPS_PIPE_DIRECTORY=" + empty}, "off"},
+		{"pipe directory with a control file", []string{"CUDA_MPS_PIPE_DIRECTORY=" + withControl}, "on"},
+	} {
+		if got := simulatedMPSMode(t, c.env...); got != c.want {
+			t.Errorf("%s: simulated MPS %s, want %s", c.name, got, c.want)
+		}
+	}
+
+	// The mode must also change behaviour: two latency-bound processes run concurrently through the pipe directory
+	// and serialise without it. Both pairs run at the same time so that load on the machine hits them alike.
+	k := []string{"spin", "--blocks", "4", "--us", "3000"}
+	var viaPipe, timeSliced float64
+	done := make(chan struct{}, 2)
+	go func() { viaPipe = spinScenario(t, []string{"CUDA_MPS_PIPE_DIRECTORY=" + withControl}, k, k); done <- struct{}{} }()
+	go func() { timeSliced = spinScenario(t, nil, k, k); done <- struct{}{} }()
+	<-done
+	<-done
+	t.Logf("two latency-bound processes: through the pipe directory %.2f ms, time-sliced %.2f ms", viaPipe, timeSliced)
+	if r := viaPipe / timeSliced; r > 0.75 { // 0.5 ideally: concurrent vs serialised
+		t.Errorf("through a pipe directory with a control file the processes must run concurrently: %.2fx of time-sliced", r)
 	}
 }
 
