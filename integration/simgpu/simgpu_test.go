@@ -8,8 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"reflect"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -590,7 +590,10 @@ func TestSimulatedMPSFollowsThePipeDirectoryControlFile(t *testing.T) {
 	k := []string{"spin", "--blocks", "4", "--us", "3000"}
 	var viaPipe, timeSliced float64
 	done := make(chan struct{}, 2)
-	go func() { viaPipe = spinScenario(t, []string{"CUDA_MPS_PIPE_DIRECTORY=" + withControl}, k, k); done <- struct{}{} }()
+	go func() {
+		viaPipe = spinScenario(t, []string{"CUDA_MPS_PIPE_DIRECTORY=" + withControl}, k, k)
+		done <- struct{}{}
+	}()
 	go func() { timeSliced = spinScenario(t, nil, k, k); done <- struct{}{} }()
 	<-done
 	<-done
