@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/detshare/detshare/sched/table"
 )
@@ -76,7 +77,7 @@ func need(t *testing.T, paths ...string) {
 func TestScriptsHelpWithoutTorch(t *testing.T) {
 	py := python(t)
 	for _, s := range []string{"bench.py", "worker.py", "report.py", "determinism.py", "memquota.py", "dstable.py",
-		"gpuinfo.py", "rebind.py"} {
+		"gpuinfo.py", "rebind.py", "isolation.py"} {
 		cmd := exec.Command(py, filepath.Join(here(t), s), "--help")
 		cmd.Env = append(os.Environ(), "PYTHONPATH=/nonexistent") // no site torch either way
 		out, err := cmd.CombinedOutput()
@@ -506,5 +507,50 @@ print(json.dumps(s))`
 		len(s.Groups) != 8 || s.Groups["3"] != 8 {
 		t.Fatalf("analysis of the synthetic trace: %s; want 4/4 flips confined, launch 50 us, done 250 us, 1 stale "+
 			"kernel, 8 groups of 8 SMs", out)
+	}
+}
+
+// isolation.py report: each LC workload's median over runs, its change against no neighbour, and the SM clock and
+// power nvidia-smi logged inside that workload's window only.
+func TestIsolationReport(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	var results, clocks strings.Builder
+	t0 := float64(time.Now().Add(-time.Hour).Unix())
+	lc := func(tag, name string, at, median float64) {
+		fmt.Fprintf(&results, `{"tag": %q, "lc": %q, "n": 100, "median_ms": %g, "p99_ms": %g, "t0": %g, "t1": %g, "hash": "h1"}`+"\n",
+			tag, name, median, median*1.1, t0+at, t0+at+4)
+	}
+	lc("none", "gemm", 0, 1.00)
+	lc("none", "gemm", 100, 1.02)
+	lc("none", "gemm", 200, 0.98)
+	lc("train", "gemm", 10, 1.10)
+	lc("train", "gemm", 110, 1.04)
+	for s := 0.0; s < 300; s += 0.5 {
+		mhz := 1980
+		if (s >= 10 && s <= 14) || (s >= 110 && s <= 114) {
+			mhz = 1800 // a neighbour's load lowers the clock only inside its windows
+		}
+		ts := time.Unix(int64(t0+s), int64((s-float64(int64(s)))*1e9)).Local().Format("2006/01/02 15:04:05.000")
+		fmt.Fprintf(&clocks, "%s, %d, 2619, %d\n", ts, mhz, 300+mhz/10)
+	}
+	clocks.WriteString("not a row\n")
+	rp, cp := filepath.Join(dir, "results.jsonl"), filepath.Join(dir, "clocks.csv")
+	if err := os.WriteFile(rp, []byte(results.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cp, []byte(clocks.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, nil, py, filepath.Join(here(t), "isolation.py"), "report", rp, cp)
+	for _, want := range []string{
+		"| gemm | none | 1.000 / 1.020 / 0.980 | +0.0% |",
+		"| gemm | train | 1.100 / 1.040 | +7.0% |", // median of 1.10 and 1.04 = 1.07 against 1.00
+		"| 1980 | 498 | h1 |",
+		"| 1800 | 480 | h1 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
 	}
 }
