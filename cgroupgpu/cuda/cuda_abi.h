@@ -600,6 +600,17 @@ typedef struct CUDA_MEMSET_NODE_PARAMS_st {
     size_t height;
 } CUDA_MEMSET_NODE_PARAMS;
 
+/* 12.2+: the memset node parameters of cuGraphNodeSetParams / cuGraphAddNode, with the context the node runs in. */
+typedef struct CUDA_MEMSET_NODE_PARAMS_v2_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+    CUcontext ctx;
+} CUDA_MEMSET_NODE_PARAMS_v2;
+
 typedef struct CUDA_HOST_NODE_PARAMS_st {
     CUhostFn fn;
     void *userData;
@@ -652,6 +663,14 @@ typedef struct CUDA_MEMCPY3D_st {
     size_t Depth;
 } CUDA_MEMCPY3D;
 
+/* 12.2+: the memcpy node parameters of cuGraphNodeSetParams / cuGraphAddNode, with the context the copy runs in. */
+typedef struct CUDA_MEMCPY_NODE_PARAMS_st {
+    int flags;
+    int reserved;
+    CUcontext copyCtx;
+    CUDA_MEMCPY3D copyParams;
+} CUDA_MEMCPY_NODE_PARAMS;
+
 typedef struct CUDA_ARRAY_DESCRIPTOR_st {
     size_t Width;
     size_t Height;
@@ -687,14 +706,16 @@ typedef struct CUgraphEdgeData_st { /* 12.3+ */
     unsigned char reserved[5];
 } CUgraphEdgeData;
 
-/* cuGraphAddNode's generic parameters (12.2+): 256 bytes. Only the kernel member is interpreted by DetShare. */
+/* cuGraphAddNode / cuGraphNodeSetParams generic parameters (12.2+): 256 bytes. DetShare sets the context of memset
+ * and memcpy nodes through it. */
 typedef struct CUgraphNodeParams_st {
     CUgraphNodeType type;
     int reserved0[3];
     union {
         long long reserved1[29];
         CUDA_KERNEL_NODE_PARAMS_v3 kernel;
-        CUDA_MEMSET_NODE_PARAMS memset;
+        CUDA_MEMCPY_NODE_PARAMS memcpy;
+        CUDA_MEMSET_NODE_PARAMS_v2 memset;
         CUDA_HOST_NODE_PARAMS host;
     };
     long long reserved2;
@@ -936,6 +957,8 @@ typedef struct CUctxCreateParams_st {
     X(cuGraphKernelNodeGetParams_v2, (CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS * nodeParams))                      \
     X(cuGraphKernelNodeSetParams_v2, (CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams))                 \
     X(cuGraphMemsetNodeGetParams, (CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS * nodeParams))                         \
+    X(cuGraphMemcpyNodeGetParams, (CUgraphNode hNode, CUDA_MEMCPY3D * nodeParams))                                  \
+    X(cuGraphNodeSetParams, (CUgraphNode hNode, CUgraphNodeParams * nodeParams))                                      \
     X(cuGraphInstantiateWithFlags, (CUgraphExec * phGraphExec, CUgraph hGraph, unsigned long long flags))            \
     X(cuGraphInstantiateWithParams, (CUgraphExec * phGraphExec, CUgraph hGraph,                                      \
                                      CUDA_GRAPH_INSTANTIATE_PARAMS * instantiateParams))                             \
@@ -1071,6 +1094,10 @@ CUDA_ABI_FUNCTIONS(CUDA_ABI_DECLARE_PROTO_)
  * ------------------------------------------------------------------------------------------------------------- */
 #if !defined(__cplusplus) && (__SIZEOF_POINTER__ == 8)
 _Static_assert(sizeof(CUdeviceptr) == 8, "CUdeviceptr is 64-bit on LP64");
+_Static_assert(sizeof(CUgraphNodeParams) == 256, "CUgraphNodeParams is 256 bytes");
+_Static_assert(offsetof(CUgraphNodeParams, memset.ctx) == 56, "CUDA_MEMSET_NODE_PARAMS_v2.ctx at 40 of the union");
+_Static_assert(offsetof(CUgraphNodeParams, memcpy.copyCtx) == 24, "CUDA_MEMCPY_NODE_PARAMS.copyCtx at 8 of the union");
+_Static_assert(offsetof(CUgraphNodeParams, memcpy.copyParams) == 32, "copyParams at 16 of the union");
 _Static_assert(sizeof(CUdevResource) == 144, "CUdevResource is 144 bytes in every 12.4+ version");
 _Static_assert(_Alignof(CUdevResource) == 8, "13.1 layout is 8-aligned (nextResource)");
 _Static_assert(offsetof(CUdevResource, type) == 0, "CUdevResource.type at 0");

@@ -1,7 +1,9 @@
 /*
  * copy.c — memcpy and memset families of the simulated GPU (test double). The bytes move at enqueue time; the
  * stream is charged the transfer time; synchronous variants wait for it (and for earlier work on the legacy or
- * per-thread stream, whose ordering they follow).
+ * per-thread stream, whose ordering they follow). Device-to-device copies and memsets run on the SMs of their
+ * stream's context, as on the H100 (integration/gpu/probes/copyescape.cu): every SM from a primary-context stream,
+ * the green context's SMs from a green stream.
  */
 #include "simgpu.h"
 
@@ -34,9 +36,13 @@ static CUresult copy1d(void *dst, const void *src, size_t n, int dir, CUstream h
         c.WidthInBytes = n;
         c.Height = 1;
         c.Depth = 1;
-        return sim_capture_memcpy(s, &c);
+        return sim_capture_memcpy(s, ctx, &c);
     }
     memmove(dst, src, n);
+    bool on_device = dir == DIR_DTOD || (dir == DIR_ANY && !sim_mem_check_range((CUdeviceptr)(uintptr_t)dst, n) &&
+                                         !sim_mem_check_range((CUdeviceptr)(uintptr_t)src, n));
+    if (on_device)
+        return sim_enqueue_device_op(s, ctx, ctx, n, !async);
     return sim_enqueue_copy(s, ctx, n, !async);
 }
 
@@ -150,6 +156,15 @@ CUresult sim_do_memcpy2d(const CUDA_MEMCPY2D *c) {
     return sim_do_memcpy3d(&t);
 }
 
+/* Whether a 3D copy is device memory to device memory (what the GPU runs on SMs). */
+bool sim_copy3d_on_device(const CUDA_MEMCPY3D *c) {
+    bool src = c->srcMemoryType == CU_MEMORYTYPE_DEVICE ||
+               (c->srcMemoryType == CU_MEMORYTYPE_UNIFIED && !sim_mem_check_range(c->srcDevice, 1));
+    bool dst = c->dstMemoryType == CU_MEMORYTYPE_DEVICE ||
+               (c->dstMemoryType == CU_MEMORYTYPE_UNIFIED && !sim_mem_check_range(c->dstDevice, 1));
+    return src && dst;
+}
+
 static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream h, bool async, bool ptd) {
     struct CUstream_st *s;
     struct CUctx_st *ctx;
@@ -159,10 +174,12 @@ static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream h, bool async, bool ptd)
     if (!c)
         return CUDA_ERROR_INVALID_VALUE;
     if (s->capture)
-        return async ? sim_capture_memcpy(s, c) : CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        return async ? sim_capture_memcpy(s, ctx, c) : CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     if ((r = sim_do_memcpy3d(c)))
         return r;
     size_t n = c->WidthInBytes * (c->Height ? c->Height : 1) * (c->Depth ? c->Depth : 1);
+    if (sim_copy3d_on_device(c))
+        return sim_enqueue_device_op(s, ctx, ctx, n, !async);
     return sim_enqueue_copy(s, ctx, n, !async);
 }
 
@@ -231,11 +248,11 @@ static CUresult memset_common(CUdeviceptr dst, size_t pitch, unsigned value, uns
             return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
         CUDA_MEMSET_NODE_PARAMS p = {.dst = dst, .pitch = pitch, .value = value, .elementSize = esize,
                                      .width = width, .height = height};
-        return sim_capture_memset(s, &p);
+        return sim_capture_memset(s, ctx, &p);
     }
     if ((r = sim_do_memset(dst, pitch, value, esize, width, height)))
         return r;
-    return sim_enqueue_copy(s, ctx, width * esize * height / 40, !async); /* device-side fill is fast */
+    return sim_enqueue_device_op(s, ctx, ctx, width * esize * height, !async);
 }
 
 CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return memset_common(d, n, v, 1, n, 1, NULL, false, false); }

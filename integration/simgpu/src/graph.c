@@ -65,20 +65,24 @@ CUresult sim_capture_kernel(struct CUstream_st *s, struct CUctx_st *ctx, const s
     return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-CUresult sim_capture_memset(struct CUstream_st *s, const CUDA_MEMSET_NODE_PARAMS *p) {
+CUresult sim_capture_memset(struct CUstream_st *s, struct CUctx_st *ctx, const CUDA_MEMSET_NODE_PARAMS *p) {
     pthread_mutex_lock(&g_sim.lock);
     struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_MEMSET);
-    if (n)
+    if (n) {
         n->memset = *p;
+        n->ctx = ctx;
+    }
     pthread_mutex_unlock(&g_sim.lock);
     return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-CUresult sim_capture_memcpy(struct CUstream_st *s, const CUDA_MEMCPY3D *p) {
+CUresult sim_capture_memcpy(struct CUstream_st *s, struct CUctx_st *ctx, const CUDA_MEMCPY3D *p) {
     pthread_mutex_lock(&g_sim.lock);
     struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_MEMCPY);
-    if (n)
+    if (n) {
         n->memcpy = *p;
+        n->ctx = ctx;
+    }
     pthread_mutex_unlock(&g_sim.lock);
     return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -458,8 +462,14 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
     switch (nodeParams->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL:
         return cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->kernel);
-    case CU_GRAPH_NODE_TYPE_MEMSET:
-        return cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->memset, NULL);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        const CUDA_MEMSET_NODE_PARAMS_v2 *m = &nodeParams->memset;
+        CUDA_MEMSET_NODE_PARAMS v1 = {m->dst, m->pitch, m->value, m->elementSize, m->width, m->height};
+        return cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, &v1, m->ctx);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        return cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies,
+                                    &nodeParams->memcpy.copyParams, nodeParams->memcpy.copyCtx);
     case CU_GRAPH_NODE_TYPE_HOST:
         return cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->host);
     case CU_GRAPH_NODE_TYPE_EMPTY:
@@ -519,6 +529,44 @@ CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *
         return CUDA_ERROR_INVALID_VALUE;
     *p = hNode->memset;
     return CUDA_SUCCESS;
+}
+
+CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *p) {
+    SIM_CHECK_INIT();
+    if (!hNode || hNode->magic != SIM_NODE || hNode->type != SIM_NODE_MEMCPY || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = hNode->memcpy;
+    return CUDA_SUCCESS;
+}
+
+/* 12.2+: a node's parameters, its context included, by node type (kernel, memset and memcpy are modelled). */
+CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *p) {
+    SIM_CHECK_INIT();
+    if (!hNode || hNode->magic != SIM_NODE || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        return cuGraphKernelNodeSetParams_v2(hNode, &p->kernel);
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        if (hNode->type != SIM_NODE_MEMSET || (p->memset.ctx && !sim_ctx_valid(p->memset.ctx)))
+            return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_sim.lock);
+        hNode->memset = (CUDA_MEMSET_NODE_PARAMS){p->memset.dst,         p->memset.pitch, p->memset.value,
+                                                  p->memset.elementSize, p->memset.width, p->memset.height};
+        hNode->ctx = p->memset.ctx;
+        pthread_mutex_unlock(&g_sim.lock);
+        return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (hNode->type != SIM_NODE_MEMCPY || (p->memcpy.copyCtx && !sim_ctx_valid(p->memcpy.copyCtx)))
+            return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_sim.lock);
+        hNode->memcpy = p->memcpy.copyParams;
+        hNode->ctx = p->memcpy.copyCtx;
+        pthread_mutex_unlock(&g_sim.lock);
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED; /* not modelled by the test double */
+    }
 }
 
 CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *p) {
@@ -672,6 +720,11 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
     return CUDA_SUCCESS;
 }
 
+/* The context a memset or memcpy node runs in: the one it was captured or added in, else the launching stream's. */
+static struct CUctx_st *node_ctx(const struct CUgraphNode_st *n, struct CUctx_st *sctx) {
+    return n->ctx && n->ctx->magic == SIM_CTX ? n->ctx : sctx;
+}
+
 static CUresult graph_launch(CUgraphExec e, CUstream h, bool ptd) {
     struct CUstream_st *s;
     struct CUctx_st *sctx;
@@ -685,8 +738,8 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool ptd) {
             /* Launching into a capturing stream copies the nodes into the capture. */
             switch (n->type) {
             case SIM_NODE_KERNEL: r = sim_capture_kernel(s, n->ctx, &n->launch, n->func); break;
-            case SIM_NODE_MEMSET: r = sim_capture_memset(s, &n->memset); break;
-            case SIM_NODE_MEMCPY: r = sim_capture_memcpy(s, &n->memcpy); break;
+            case SIM_NODE_MEMSET: r = sim_capture_memset(s, n->ctx, &n->memset); break;
+            case SIM_NODE_MEMCPY: r = sim_capture_memcpy(s, n->ctx, &n->memcpy); break;
             case SIM_NODE_HOST: r = sim_capture_host(s, n->host.fn, n->host.userData); break;
             default: break;
             }
@@ -702,15 +755,19 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, bool ptd) {
             r = sim_do_memset(n->memset.dst, n->memset.pitch, n->memset.value, n->memset.elementSize,
                               n->memset.width, n->memset.height);
             if (!r)
-                r = sim_enqueue_copy(s, sctx, n->memset.width * n->memset.elementSize * n->memset.height / 40, false);
+                r = sim_enqueue_device_op(s, sctx, node_ctx(n, sctx),
+                                          n->memset.width * n->memset.elementSize * n->memset.height, false);
             break;
-        case SIM_NODE_MEMCPY:
+        case SIM_NODE_MEMCPY: {
+            size_t bytes = n->memcpy.WidthInBytes * (n->memcpy.Height ? n->memcpy.Height : 1) *
+                           (n->memcpy.Depth ? n->memcpy.Depth : 1);
             r = sim_do_memcpy3d(&n->memcpy);
-            if (!r)
-                r = sim_enqueue_copy(s, sctx, n->memcpy.WidthInBytes * (n->memcpy.Height ? n->memcpy.Height : 1) *
-                                                  (n->memcpy.Depth ? n->memcpy.Depth : 1),
-                                     false);
+            if (!r && sim_copy3d_on_device(&n->memcpy))
+                r = sim_enqueue_device_op(s, sctx, node_ctx(n, sctx), bytes, false);
+            else if (!r)
+                r = sim_enqueue_copy(s, sctx, bytes, false);
             break;
+        }
         case SIM_NODE_HOST: r = sim_enqueue_hostfn(s, sctx, n->host.fn, n->host.userData); break;
         default: break;
         }

@@ -253,7 +253,8 @@ struct sim_global {
     struct CUstream_st *streams;
     bool verbose;
     /* driver calls counted for tests (DETSHARE_SIMGPU_CALLS=1 prints them at exit) */
-    atomic_ulong calls_event_record, calls_stream_wait_event, calls_launch;
+    atomic_ulong calls_event_record, calls_stream_wait_event, calls_launch, calls_device_op;
+    sim_mask device_op_sms; /* every SM a device-side copy or memset ran on (under lock) */
 };
 extern struct sim_global g_sim;
 
@@ -298,6 +299,9 @@ CUresult sim_launch_prepare(sim_launch *l, CUfunction f, const unsigned grid[3],
 CUresult sim_launch_exec(const sim_launch *l, struct CUstream_st *s, struct CUctx_st *sctx, struct CUctx_st *kctx);
 /* Enqueues a memory operation that takes `bytes` of transfer time on stream s (effects already applied). */
 CUresult sim_enqueue_copy(struct CUstream_st *s, struct CUctx_st *ctx, size_t bytes, bool sync);
+CUresult sim_enqueue_device_op(struct CUstream_st *s, struct CUctx_st *sctx, struct CUctx_st *on, size_t bytes,
+                               bool sync);
+bool sim_copy3d_on_device(const CUDA_MEMCPY3D *c);
 
 /* memory.c */
 CUresult sim_mem_check_range(CUdeviceptr p, size_t n);
@@ -308,8 +312,8 @@ CUresult sim_do_memcpy2d(const CUDA_MEMCPY2D *c);
 
 /* graph capture (graph.c) */
 CUresult sim_capture_kernel(struct CUstream_st *s, struct CUctx_st *ctx, const sim_launch *l, CUfunction f);
-CUresult sim_capture_memset(struct CUstream_st *s, const CUDA_MEMSET_NODE_PARAMS *p);
-CUresult sim_capture_memcpy(struct CUstream_st *s, const CUDA_MEMCPY3D *p);
+CUresult sim_capture_memset(struct CUstream_st *s, struct CUctx_st *ctx, const CUDA_MEMSET_NODE_PARAMS *p);
+CUresult sim_capture_memcpy(struct CUstream_st *s, struct CUctx_st *ctx, const CUDA_MEMCPY3D *p);
 CUresult sim_capture_host(struct CUstream_st *s, CUhostFn fn, void *ud);
 
 /* host functions (stream.c) */

@@ -104,9 +104,20 @@ __attribute__((destructor)) static void sim_print_calls(void) {
     const char *v = getenv("DETSHARE_SIMGPU_CALLS");
     if (!v || strcmp(v, "1"))
         return;
-    fprintf(stderr, "simgpu-calls event_record=%lu stream_wait_event=%lu kernels=%lu\n",
+    /* device_op_sms: the SMs device-side copies and memsets ran on, as first-last ranges ("-" when none) */
+    char sms[4 * SIM_MAX_SMS + 2] = "";
+    size_t len = 0;
+    for (unsigned i = 0; i < SIM_MAX_SMS && len + 16 < sizeof sms; i++) {
+        if (!mask_has(&g_sim.device_op_sms, i) || (i && mask_has(&g_sim.device_op_sms, i - 1)))
+            continue;
+        unsigned j = i;
+        while (j + 1 < SIM_MAX_SMS && mask_has(&g_sim.device_op_sms, j + 1))
+            j++;
+        len += (size_t)snprintf(sms + len, sizeof sms - len, "%s%u-%u", len ? "," : "", i, j);
+    }
+    fprintf(stderr, "simgpu-calls event_record=%lu stream_wait_event=%lu kernels=%lu device_ops=%lu device_op_sms=%s\n",
             atomic_load(&g_sim.calls_event_record), atomic_load(&g_sim.calls_stream_wait_event),
-            atomic_load(&g_sim.calls_launch));
+            atomic_load(&g_sim.calls_launch), atomic_load(&g_sim.calls_device_op), len ? sms : "-");
 }
 
 static CUresult sim_parse_config(void) {

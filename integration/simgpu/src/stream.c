@@ -17,6 +17,7 @@
 #include <time.h>
 
 #define HOST_COPY_BYTES_PER_US 25000ULL    /* ~25 GB/s host<->device */
+#define DEVICE_COPY_BYTES_PER_US 1000000ULL /* ~1 TB/s device-side copies and fills */
 #define DEVICE_COPY_BYTES_PER_US 1000000ULL /* ~1 TB/s device<->device */
 
 static _Thread_local struct CUstream_st *t_ptds[SIM_MAX_DEVICES];
@@ -488,6 +489,26 @@ CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, v
 }
 
 /* ---- copies ---- */
+
+/* A device-side copy or memset on stream s (of context sctx) running in context on: one block on each of on's SMs
+ * for the transfer time, so that it delays whatever else wants those SMs; its SMs are recorded for
+ * DETSHARE_SIMGPU_CALLS. A synchronous call returns when it is done. */
+CUresult sim_enqueue_device_op(struct CUstream_st *s, struct CUctx_st *sctx, struct CUctx_st *on, size_t bytes,
+                               bool sync) {
+    atomic_fetch_add_explicit(&g_sim.calls_device_op, 1, memory_order_relaxed);
+    unsigned n = mask_count(&on->sms);
+    uint16_t smids[SIM_MAX_SMS];
+    pthread_mutex_lock(&g_sim.lock);
+    uint64_t ready = sim_stream_ready(s, sctx);
+    uint64_t end = sim_schedule_kernel(on->device, &on->sms, 0, n, bytes / DEVICE_COPY_BYTES_PER_US, ready, smids);
+    for (unsigned i = 0; i < n; i++)
+        mask_set(&g_sim.device_op_sms, smids[i]);
+    sim_stream_complete(s, sctx, end);
+    pthread_mutex_unlock(&g_sim.lock);
+    if (sync)
+        sim_sleep_until(end);
+    return CUDA_SUCCESS;
+}
 
 CUresult sim_enqueue_copy(struct CUstream_st *s, struct CUctx_st *ctx, size_t bytes, bool sync) {
     pthread_mutex_lock(&g_sim.lock);
