@@ -2,6 +2,7 @@ package libdetshare_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"math/bits"
 	"os"
@@ -570,6 +571,109 @@ func TestRedirectedKernelsTakeEdgesOnlyWhereOrderIsObserved(t *testing.T) {
 	if n := strict.num(t, "simgpu-calls", "event_record"); n < 2*k {
 		t.Fatalf("strict edges: %d event records for %d kernels, want at least %d (the test cannot tell the modes "+
 			"apart otherwise)", n, k, 2*k)
+	}
+}
+
+// A graph's memset node runs on SMs too: when the graph moves to a new grant, the node moves with its kernels, and
+// it still sets what it set. Library kernels (cuLibraryLoadData, as cudart loads them) move by re-contexting, the
+// memset node with cuGraphNodeSetParams; module functions (Triton's way) move by replay, the memset replayed too.
+func TestGraphMemsetNodeMovesWithTheGrant(t *testing.T) {
+	for _, kernels := range []string{"libkernels", "modulekernels"} {
+		t.Run(kernels, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(0, "")
+			e.playScheduler()
+			e.grant(table.ModeSpatial, 0b11)
+			e.vars = append(e.vars, "DETSHARE_SIMGPU_CALLS=1", "DETSHARE_LOG=debug")
+			steps := []string{"init", "stream", "capturememset:64", "pause", "graph"}
+			if kernels == "libkernels" {
+				steps = []string{"init", "stream", "libkernels", "capturememset:64", "pause", "graph"}
+			}
+			// captured under {0,1}, launched only after the grant moved to {2,3}: every device-side operation of
+			// the run happens under {2,3}, so one on {0,1} can only be the graph's memset node left behind
+			p := e.start("ds_probe_rt", steps...)
+			p.until()
+			e.grant(table.ModeSpatial, 0b1100)
+			p.resume()
+			r := p.finish()
+			if g := groupsOf(t, r, "graph"); !within(g, 0b1100) || len(g) != 2 {
+				t.Fatalf("after the grant moved to {2,3} the graph's kernel ran on groups %v", g)
+			}
+			if l := r.get(t, "graph_memset", "set"); l != "16" {
+				t.Fatalf("the moved graph's memset node set %s words, want 16", l)
+			}
+			g := smGroupsOfRanges(t, r.get(t, "simgpu-calls", "device_op_sms"))
+			if !within(g, 0b1100) || len(g) == 0 {
+				t.Fatalf("device-side operations ran on groups %v: the graph's memset node stayed on its capture "+
+					"grant {0,1}", g)
+			}
+			how := map[string]string{"libkernels": "re-contexted", "modulekernels": "replayed"}[kernels]
+			if !strings.Contains(strings.Join(r.lines, "\n"), how+" for context") {
+				t.Fatalf("the graph was not %s:\n%s", how, strings.Join(r.lines, "\n"))
+			}
+		})
+	}
+}
+
+// smGroupsOfRanges turns the test double's "first-last,first-last" SM ranges into the 8-SM groups they touch.
+func smGroupsOfRanges(t testing.TB, ranges string) map[int]bool {
+	t.Helper()
+	g := map[int]bool{}
+	if ranges == "-" {
+		return g
+	}
+	for _, rg := range strings.Split(ranges, ",") {
+		var lo, hi int
+		if _, err := fmt.Sscanf(rg, "%d-%d", &lo, &hi); err != nil || lo > hi {
+			t.Fatalf("bad SM range %q in %q", rg, ranges)
+		}
+		for sm := lo; sm <= hi; sm++ {
+			g[sm/8] = true
+		}
+	}
+	return g
+}
+
+// Device-to-device copies and memsets run on SMs (on the H100 a copy issued on a primary-context stream took SMs
+// from a neighbour's green context; integration/gpu/probes/copyescape.cu). The library sends them where the stream's
+// kernels go, so they stay inside the grant, in order with the kernels around them, on the legacy stream as on a
+// stream of the application's. Under a full grant they stay on the application's stream.
+func TestDeviceCopiesAndMemsetsRunInsideTheGrant(t *testing.T) {
+	const rounds = 40
+	for _, stream := range []string{"legacy", "stream"} {
+		steps := []string{"init", "dcopy:" + strconv.Itoa(rounds)}
+		if stream == "stream" {
+			steps = []string{"init", "stream", "dcopy:" + strconv.Itoa(rounds)}
+		}
+		bare := newEnv(t, false)
+		bare.vars = append(bare.vars, "DETSHARE_SIMGPU_CALLS=1")
+		rb := bare.run("ds_probe_rt", steps...)
+		if g := smGroupsOfRanges(t, rb.get(t, "simgpu-calls", "device_op_sms")); len(g) < 16 {
+			t.Fatalf("%s: without the library device copies ran on groups %v, want every SM (the test double does "+
+				"not model where copies run)", stream, g)
+		}
+		for _, c := range []struct {
+			name string
+			mask uint64
+		}{{"groups {1,2}", 0b110}, {"every group", 1<<16 - 1}} {
+			e := newEnv(t, true).withTenant(0, "")
+			e.playScheduler()
+			e.grant(table.ModeSpatial, c.mask)
+			e.vars = append(e.vars, "DETSHARE_SIMGPU_CALLS=1")
+			r := e.run("ds_probe_rt", steps...)
+			if h, want := r.get(t, "dcopy", "hash"), rb.get(t, "dcopy", "hash"); h != want {
+				t.Fatalf("%s, %s: dcopy hash %s, without the library %s", stream, c.name, h, want)
+			}
+			if n := r.num(t, "simgpu-calls", "device_ops"); n < 2*rounds {
+				t.Fatalf("%s, %s: %d device copies and memsets, want at least %d", stream, c.name, n, 2*rounds)
+			}
+			g := smGroupsOfRanges(t, r.get(t, "simgpu-calls", "device_op_sms"))
+			if c.mask == 0b110 && (!within(g, c.mask) || len(g) != 2) {
+				t.Fatalf("%s, %s: device copies and memsets ran on groups %v, want exactly the grant", stream, c.name, g)
+			}
+			if c.mask != 0b110 && len(g) < 16 { // the application's stream: every SM, the remainder included
+				t.Fatalf("%s, %s: device copies and memsets ran on groups %v, want every SM", stream, c.name, g)
+			}
+		}
 	}
 }
 

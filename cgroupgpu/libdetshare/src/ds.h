@@ -89,6 +89,9 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * twelve integer registers/stack slots: every one of these takes only integers, pointers and small structs), so it
  * needs no prototype; what it does around the call depends on the operation's kind (ds_coro.c, "Lazy edges"):
  *   OP      an operation on the stream: joins its physical stream before, marks it for an edge in after
+ *   SMOP    a copy or memset, which the GPU may run on SMs: sent to the bound physical stream as a kernel is (its
+ *           stream argument replaced, nothing else), because on the application's stream a device-to-device copy
+ *           runs on every SM, outside the grant (measured on the H100: integration/gpu/probes/copyescape.cu)
  *   RECORD  an event record: joins before
  *   WAIT    a wait on an event: marks for an edge in after
  *   SYNC    synchronize / query / capture info: joins before
@@ -100,22 +103,22 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  *   UPDATE  cuGraphExecUpdate: the executable now comes from another graph; copies are re-made from that one
  * SOP(exported name, base name, first ABI version, per-thread variant, kind, index of the stream argument or -1) */
 #define DS_STREAM_HOOKS(SOP)                                                                                         \
-    DS_SOP_PAIR(SOP, cuMemcpyAsync, cuMemcpyAsync, 4000, OP, 3)                                                      \
-    DS_SOP_PAIR(SOP, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, OP, 3)                                           \
-    DS_SOP_PAIR(SOP, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, OP, 3)                                           \
-    DS_SOP_PAIR(SOP, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, OP, 3)                                           \
-    DS_SOP_PAIR(SOP, cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, OP, 1)                                               \
-    DS_SOP_PAIR(SOP, cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, OP, 1)                                               \
+    DS_SOP_PAIR(SOP, cuMemcpyAsync, cuMemcpyAsync, 4000, SMOP, 3)                                                      \
+    DS_SOP_PAIR(SOP, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, SMOP, 3)                                           \
+    DS_SOP_PAIR(SOP, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, SMOP, 3)                                           \
+    DS_SOP_PAIR(SOP, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, SMOP, 3)                                           \
+    DS_SOP_PAIR(SOP, cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, SMOP, 1)                                               \
+    DS_SOP_PAIR(SOP, cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, SMOP, 1)                                               \
     DS_SOP_PAIR(SOP, cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync, 4000, OP, 1)                                          \
     DS_SOP_PAIR(SOP, cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, OP, 5)                                              \
     DS_SOP_PAIR(SOP, cuMemcpyHtoAAsync_v2, cuMemcpyHtoAAsync, 3020, OP, 4)                                           \
     DS_SOP_PAIR(SOP, cuMemcpyAtoHAsync_v2, cuMemcpyAtoHAsync, 3020, OP, 4)                                           \
-    DS_SOP_PAIR(SOP, cuMemsetD8Async, cuMemsetD8Async, 3020, OP, 3)                                                  \
-    DS_SOP_PAIR(SOP, cuMemsetD16Async, cuMemsetD16Async, 3020, OP, 3)                                                \
-    DS_SOP_PAIR(SOP, cuMemsetD32Async, cuMemsetD32Async, 3020, OP, 3)                                                \
-    DS_SOP_PAIR(SOP, cuMemsetD2D8Async, cuMemsetD2D8Async, 3020, OP, 5)                                              \
-    DS_SOP_PAIR(SOP, cuMemsetD2D16Async, cuMemsetD2D16Async, 3020, OP, 5)                                            \
-    DS_SOP_PAIR(SOP, cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, OP, 5)                                            \
+    DS_SOP_PAIR(SOP, cuMemsetD8Async, cuMemsetD8Async, 3020, SMOP, 3)                                                  \
+    DS_SOP_PAIR(SOP, cuMemsetD16Async, cuMemsetD16Async, 3020, SMOP, 3)                                                \
+    DS_SOP_PAIR(SOP, cuMemsetD32Async, cuMemsetD32Async, 3020, SMOP, 3)                                                \
+    DS_SOP_PAIR(SOP, cuMemsetD2D8Async, cuMemsetD2D8Async, 3020, SMOP, 5)                                              \
+    DS_SOP_PAIR(SOP, cuMemsetD2D16Async, cuMemsetD2D16Async, 3020, SMOP, 5)                                            \
+    DS_SOP_PAIR(SOP, cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, SMOP, 5)                                            \
     DS_SOP_PAIR(SOP, cuLaunchHostFunc, cuLaunchHostFunc, 10000, OP, 0)                                               \
     DS_SOP_PAIR(SOP, cuStreamAddCallback, cuStreamAddCallback, 5000, OP, 0)                                          \
     DS_SOP_PAIR(SOP, cuStreamWaitValue32, cuStreamWaitValue32, 8000, OP, 0)                                          \
@@ -225,7 +228,7 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 DS_STREAM_HOOKS(DS_DECLARE_SOP_WRAPPER_)
 #undef DS_DECLARE_SOP_WRAPPER_
 
-enum ds_op_kind { DS_OP_OP, DS_OP_RECORD, DS_OP_WAIT, DS_OP_SYNC, DS_OP_DESTROY, DS_OP_ALL, DS_OP_ORDER,
+enum ds_op_kind { DS_OP_OP, DS_OP_SMOP, DS_OP_RECORD, DS_OP_WAIT, DS_OP_SYNC, DS_OP_DESTROY, DS_OP_ALL, DS_OP_ORDER,
                   DS_OP_EXEC, DS_OP_UPDATE };
 
 /* Driver functions the library calls itself without hooking them. */
@@ -255,6 +258,8 @@ enum ds_op_kind { DS_OP_OP, DS_OP_RECORD, DS_OP_WAIT, DS_OP_SYNC, DS_OP_DESTROY,
     X(cuGraphKernelNodeGetParams_v2)                                                                                 \
     X(cuGraphKernelNodeSetParams_v2)                                                                                 \
     X(cuGraphMemsetNodeGetParams)                                                                                    \
+    X(cuGraphMemcpyNodeGetParams)                                                                                    \
+    X(cuGraphNodeSetParams)                                                                                          \
     X(cuGraphDestroy)
 
 struct ds_real {
@@ -342,9 +347,11 @@ void ds_track_unlock_all(void);
  * ds_launch_done(result) completes the launch (or ds_launch_retry + the launch on the application stream +
  * ds_launch_unconfinable when the physical stream refused it). */
 CUstream ds_launch_stream(CUstream s, int per_thread);
+CUstream ds_work_stream(CUstream s, int per_thread); /* ds_launch_stream for copies and memsets: no launch counted */
 void ds_launch_done(CUresult r);
 bool ds_launch_retry(CUresult r);
 void ds_launch_unconfinable(CUstream s, int per_thread);
+void ds_work_ran_on_app_stream(CUstream s, int per_thread);
 void ds_coro_child(void);
 void ds_coro_force_strict(const char *why);
 extern atomic_int ds_capturing; /* stream captures in progress in this process */

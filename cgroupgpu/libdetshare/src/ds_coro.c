@@ -1053,10 +1053,17 @@ static void set_busy(struct ds_proc *self) {
  * The launch path
  * ------------------------------------------------------------------------------------------------------------- */
 CUstream ds_launch_stream(CUstream s, int per_thread) {
+    struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_relaxed);
+    if (DS_LIKELY(self != NULL))
+        __atomic_fetch_add(&self->launches, 1, __ATOMIC_RELAXED);
+    return ds_work_stream(s, per_thread);
+}
+
+/* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s. */
+CUstream ds_work_stream(CUstream s, int per_thread) {
     t_pending = NULL;
     struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_relaxed);
     if (DS_LIKELY(self != NULL)) {
-        __atomic_fetch_add(&self->launches, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&self->queued, 1, __ATOMIC_RELAXED);
         if (DS_UNLIKELY(!__atomic_load_n(&self->busy, __ATOMIC_RELAXED)))
             set_busy(self);
@@ -1150,6 +1157,17 @@ void ds_launch_unconfinable(CUstream s, int per_thread) {
     if (!atomic_exchange(&ls->unconfinable, 1))
         DS_LOG(DS_LOG_WARN, "a kernel could not run on its green stream; stream %p runs unconfined", (void *)s);
     unbind(ls);
+    if (ls->kind != LS_NONBLOCKING)
+        cross_post(ls->kind);
+}
+
+/* A copy or memset the physical stream refused ran on the application's stream instead (ds_launch_retry joined the
+ * physical stream first): the stream's next kernel must wait for it. Kernels of the stream stay confined. */
+void ds_work_ran_on_app_stream(CUstream s, int per_thread) {
+    struct lstream *ls = lstream_find(app_handle(s, per_thread));
+    if (!ls)
+        return;
+    atomic_store_explicit(&ls->need_in, 1, memory_order_release);
     if (ls->kind != LS_NONBLOCKING)
         cross_post(ls->kind);
 }

@@ -4,8 +4,9 @@
  * under a grant whose SMs differ from its nodes' is launched as a copy made for that grant:
  *
  *   re-contexting (the normal way): a clone of the graph whose kernel nodes get func = NULL, kern = their CUkernel
- *   and ctx = the grant's green context (or the primary context for a full grant), instantiated with the
- *   application's flags. Every node type and the graph's topology are kept. Measured on the H100
+ *   and ctx = the grant's green context (or the primary context for a full grant), and whose memset and memcpy
+ *   nodes get that context too (cuGraphNodeSetParams, 12.2+), instantiated with the application's flags. Every
+ *   node type and the graph's topology are kept. Measured on the H100
  *   (integration/gpu/probes/greenperf.cu): the copy runs on exactly the target's SMs and replays as fast as a
  *   native graph; keeping func makes the driver ignore ctx, so func is always cleared.
  *   replay (fallback, for kernels without a CUkernel, e.g. module functions): the kernel and memset nodes are
@@ -85,8 +86,9 @@ static CUresult graph_nodes(CUgraph g, CUgraphNode **out, size_t *n) {
     return r;
 }
 
-typedef CUresult (*node_fn)(CUgraphNode n, void *arg);
-static CUresult each_kernel_node(CUgraph g, node_fn f, void *arg, int depth) {
+/* Calls f for every kernel, memset and memcpy node of g and of its child graphs. */
+typedef CUresult (*node_fn)(CUgraphNode n, CUgraphNodeType ty, void *arg);
+static CUresult each_work_node(CUgraph g, node_fn f, void *arg, int depth) {
     if (depth > MAX_DEPTH)
         return CUDA_ERROR_NOT_SUPPORTED;
     size_t n = 0;
@@ -97,14 +99,14 @@ static CUresult each_kernel_node(CUgraph g, node_fn f, void *arg, int depth) {
         r = ds_real.cuGraphNodeGetType(nodes[i], &ty);
         if (r != CUDA_SUCCESS)
             break;
-        if (ty == CU_GRAPH_NODE_TYPE_KERNEL) {
-            r = f(nodes[i], arg);
+        if (ty == CU_GRAPH_NODE_TYPE_KERNEL || ty == CU_GRAPH_NODE_TYPE_MEMSET || ty == CU_GRAPH_NODE_TYPE_MEMCPY) {
+            r = f(nodes[i], ty, arg);
         } else if (ty == CU_GRAPH_NODE_TYPE_GRAPH) {
             CUgraph child = NULL;
             r = ds_real.cuGraphChildGraphNodeGetGraph ? ds_real.cuGraphChildGraphNodeGetGraph(nodes[i], &child)
                                                       : CUDA_ERROR_NOT_SUPPORTED;
             if (r == CUDA_SUCCESS)
-                r = each_kernel_node(child, f, arg, depth + 1);
+                r = each_work_node(child, f, arg, depth + 1);
         } else if (ty == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
             r = CUDA_ERROR_NOT_SUPPORTED;
         }
@@ -122,8 +124,10 @@ struct cap_scan {
     int cap;
     bool first;
 };
-static CUresult scan_node(CUgraphNode n, void *arg) {
+static CUresult scan_node(CUgraphNode n, CUgraphNodeType ty, void *arg) {
     struct cap_scan *sc = arg;
+    if (ty != CU_GRAPH_NODE_TYPE_KERNEL)
+        return CUDA_SUCCESS; /* where a graph runs is where its kernels run */
     CUDA_KERNEL_NODE_PARAMS p;
     CUresult r = kernel_params(n, &p);
     if (r != CUDA_SUCCESS)
@@ -141,7 +145,7 @@ static CUresult scan_node(CUgraphNode n, void *arg) {
 /* Where the kernel nodes of g run (CAP_MIXED when they disagree or cannot be read). */
 static int graph_cap(CUgraph g) {
     struct cap_scan sc = {DS_CTX_PRIMARY, true};
-    if (!ds_real.cuGraphKernelNodeGetParams_v2 || each_kernel_node(g, scan_node, &sc, 0) != CUDA_SUCCESS)
+    if (!ds_real.cuGraphKernelNodeGetParams_v2 || each_work_node(g, scan_node, &sc, 0) != CUDA_SUCCESS)
         return CAP_MIXED;
     return sc.cap < 0 ? CAP_MIXED : sc.cap;
 }
@@ -252,8 +256,38 @@ void ds_graph_exec_updated(CUgraphExec e, CUgraph g) {
 struct recontext {
     CUcontext target;
 };
-static CUresult recontext_node(CUgraphNode n, void *arg) {
+/* Memset and memcpy nodes run on SMs too (a device-to-device copy on the SMs of its node's context: measured on the
+ * H100, integration/gpu/probes/graphcopy.cu). Their context is set with cuGraphNodeSetParams (12.2+). Without it, or
+ * if the driver refuses, the node keeps its context: logged once, the graph still moves. */
+static CUresult recontext_copy_node(CUgraphNode n, CUgraphNodeType ty, CUcontext target) {
+    CUgraphNodeParams np;
+    memset(&np, 0, sizeof np);
+    np.type = ty;
+    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+    if (ds_real.cuGraphNodeSetParams && ty == CU_GRAPH_NODE_TYPE_MEMSET && ds_real.cuGraphMemsetNodeGetParams) {
+        CUDA_MEMSET_NODE_PARAMS m;
+        memset(&m, 0, sizeof m);
+        r = ds_real.cuGraphMemsetNodeGetParams(n, &m);
+        np.memset = (CUDA_MEMSET_NODE_PARAMS_v2){m.dst, m.pitch, m.value, m.elementSize, m.width, m.height, target};
+    } else if (ds_real.cuGraphNodeSetParams && ty == CU_GRAPH_NODE_TYPE_MEMCPY && ds_real.cuGraphMemcpyNodeGetParams) {
+        r = ds_real.cuGraphMemcpyNodeGetParams(n, &np.memcpy.copyParams);
+        np.memcpy.copyCtx = target;
+    }
+    if (r == CUDA_SUCCESS)
+        r = ds_real.cuGraphNodeSetParams(n, &np);
+    if (r != CUDA_SUCCESS) {
+        static atomic_int warned;
+        if (!atomic_exchange(&warned, 1))
+            DS_LOG(DS_LOG_INFO, "a graph's %s node keeps the context it was captured in (%d)",
+                   ty == CU_GRAPH_NODE_TYPE_MEMSET ? "memset" : "memcpy", r);
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult recontext_node(CUgraphNode n, CUgraphNodeType ty, void *arg) {
     struct recontext *rc = arg;
+    if (ty != CU_GRAPH_NODE_TYPE_KERNEL)
+        return recontext_copy_node(n, ty, rc->target);
     CUDA_KERNEL_NODE_PARAMS p;
     CUresult r = kernel_params(n, &p);
     if (r != CUDA_SUCCESS)
@@ -273,7 +307,7 @@ static CUresult make_recontexted(struct gtrack *t, CUcontext target, CUgraphExec
     if (!g)
         return CUDA_ERROR_NOT_SUPPORTED;
     struct recontext rc = {target};
-    CUresult r = each_kernel_node(g, recontext_node, &rc, 0);
+    CUresult r = each_work_node(g, recontext_node, &rc, 0);
     if (r == CUDA_SUCCESS)
         r = ds_real.cuGraphInstantiateWithFlags(out, g, t->flags);
     ds_real.cuGraphDestroy(g);

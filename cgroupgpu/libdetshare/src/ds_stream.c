@@ -7,12 +7,15 @@
  * the library does around each depends only on the kind of operation and which argument is the stream. Every one of
  * them takes integers, pointers and small structs only, so the wrapper receives twelve integer arguments (registers,
  * then the caller's stack slots, always mapped) and hands exactly those to the driver: extra ones are ignored by the
- * callee under the SysV x86-64 and AAPCS64 calling conventions. Nothing is copied, changed or interpreted except the
- * stream argument and, for graph-executable setters, the executable.
+ * callee under the SysV x86-64 and AAPCS64 calling conventions. Only the stream argument is read (and, for
+ * graph-executable setters, the executable); only the stream argument of copies and memsets is changed, to send them
+ * where the stream's kernels go.
  *
  * The exported CUDA name is an assembler alias of the wrapper, so this file needs no C prototype per entry point.
  */
 #include "ds.h"
+
+#include <string.h>
 
 typedef CUresult (*ds_generic_fn)(DS_GENERIC_ARGS);
 
@@ -28,6 +31,24 @@ static CUresult call(ds_generic_fn real, const uintptr_t *a) {
     return real(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11]);
 }
 
+/* A copy or memset goes where the stream's kernels go (ds_work_stream), with the same arguments but the stream. If
+ * the physical stream refuses it, it runs on the application's stream after what the physical stream holds. */
+static CUresult redirected(ds_generic_fn real, int per_thread, int stream_arg, const uintptr_t *a) {
+    uintptr_t b[12];
+    memcpy(b, a, sizeof b);
+    CUstream app = (CUstream)a[stream_arg];
+    b[stream_arg] = (uintptr_t)ds_work_stream(app, per_thread);
+    CUresult r = call(real, b);
+    if (DS_UNLIKELY(r != CUDA_SUCCESS) && b[stream_arg] != a[stream_arg] && ds_launch_retry(r)) {
+        r = call(real, a);
+        if (r == CUDA_SUCCESS)
+            ds_work_ran_on_app_stream(app, per_thread);
+        return r;
+    }
+    ds_launch_done(r);
+    return r;
+}
+
 /* Returns the driver's result; the library's edges never change it. */
 static CUresult around(void *const *realp, const char *name, int kind, int per_thread, int stream_arg,
                        const uintptr_t *a) {
@@ -37,6 +58,11 @@ static CUresult around(void *const *realp, const char *name, int kind, int per_t
     if (!ds_t || ds_depth)
         return call(real, a);
     ds_depth++;
+    if (kind == DS_OP_SMOP) {
+        CUresult r = redirected(real, per_thread, stream_arg, a);
+        ds_depth--;
+        return r;
+    }
     struct ds_sop op;
     CUstream s = stream_arg >= 0 ? (CUstream)a[stream_arg] : NULL;
     ds_stream_before(&op, kind, s, per_thread);

@@ -47,6 +47,7 @@
     X(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, 0)                                                                        \
     X(cuMemsetD32_v2, cuMemsetD32, 3020, 0)                                                                          \
     X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                                                   \
+    X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0)                                                              \
     X(cuModuleLoadData, cuModuleLoadData, 2000, 0)                                                                   \
     X(cuModuleGetFunction, cuModuleGetFunction, 2000, 0)                                                             \
     X(cuLibraryLoadData, cuLibraryLoadData, 12000, 0)                                                                \

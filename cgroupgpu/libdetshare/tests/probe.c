@@ -11,7 +11,8 @@
  *        libkernels (later kernels come from cuLibraryLoadData + cuLibraryGetKernel + cuKernelGetFunction, as
  *        cudart 12+ loads them; default: cuModuleLoadData + cuModuleGetFunction) | pause (waits for a
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
- *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | capture:B (captures smid:B into a graph on
+ *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | dcopy:K (K rounds of a device copy, a
+ *        memset and a kernel, each reading what the one before wrote; prints a hash) | capture:B (captures smid:B into a graph on
  *        the current stream; capturekeep:B keeps the graph, as capture:B does not) | graph (launches the captured
  *        graph, prints the SMs it used) | graphset (sets the executable's kernel node to its own parameters with
  *        cuGraphExecKernelNodeSetParams_v2, as an application changing its executable does) |
@@ -237,6 +238,52 @@ static CUresult axpy(CUstream st, unsigned long long k, uint64_t *hash) {
     if (dy)
         D.cuMemFree_v2(dy);
     free(x);
+    free(y);
+    *hash = h;
+    return r;
+}
+
+/* K rounds on stream st of a device-to-device copy x <- y, a memset of y's first quarter to 1.0f and a kernel
+ * y = a*x + y: each step reads what the one before wrote. *hash = FNV-1a of y. */
+static CUresult dcopy(CUstream st, unsigned long long k, uint64_t *hash) {
+    enum { N = 4096 };
+    float *y = malloc(N * sizeof(float));
+    if (!y)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (unsigned i = 0; i < N; i++)
+        y[i] = (float)(i % 97) * 0.25f;
+    CUfunction fn;
+    CUdeviceptr dx = 0, dy = 0;
+    CUresult r = func("ds_axpy", &fn);
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemAlloc_v2(&dx, N * sizeof(float));
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemAlloc_v2(&dy, N * sizeof(float));
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemcpyHtoD_v2(dy, y, N * sizeof(float));
+    uint64_t n = N;
+    uint32_t us = 2;
+    for (unsigned long long i = 0; i < k && r == CUDA_SUCCESS; i++) {
+        float alpha = 0.5f + (float)(i % 5) * 0.125f;
+        void *args[] = {&dy, &dx, &alpha, &n, &us};
+        r = D.cuMemcpyDtoDAsync_v2(dx, dy, N * sizeof(float), st);
+        if (r == CUDA_SUCCESS)
+            r = D.cuMemsetD32Async(dy, 0x3f800000u, N / 4, st);
+        if (r == CUDA_SUCCESS)
+            r = D.cuLaunchKernel(fn, 16, 1, 1, 256, 1, 1, 0, st, args, NULL);
+    }
+    if (r == CUDA_SUCCESS)
+        r = D.cuStreamSynchronize(st);
+    if (r == CUDA_SUCCESS)
+        r = D.cuMemcpyDtoH_v2(y, dy, N * sizeof(float));
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)y;
+    for (size_t i = 0; i < N * sizeof(float); i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    if (dx)
+        D.cuMemFree_v2(dx);
+    if (dy)
+        D.cuMemFree_v2(dy);
     free(y);
     *hash = h;
     return r;
@@ -596,6 +643,10 @@ static int step(const char *s) {
         uint64_t h = 0;
         r = axpy(g_stream, a, &h);
         printf("axpy rc=%d k=%llu hash=%016llx\n", r, a, (unsigned long long)h);
+    } else if (sscanf(s, "dcopy:%llu", &a) == 1) {
+        uint64_t h = 0;
+        r = dcopy(g_stream, a, &h);
+        printf("dcopy rc=%d k=%llu hash=%016llx\n", r, a, (unsigned long long)h);
     } else if (sscanf(s, "mt:%llux%llu", &a, &b) == 2) {
         mt((unsigned)a, (unsigned)b);
     } else if (sscanf(s, "capture:%llu", &a) == 1 || sscanf(s, "capturememset:%llu", &a) == 1 ||
@@ -645,8 +696,8 @@ static int step(const char *s) {
         uint32_t *host = calloc(g_graph_blocks ? g_graph_blocks : 1, 4);
         uint32_t aux[AUX_WORDS] = {0};
         r = g_exec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-        if (r == CUDA_SUCCESS && g_graph_aux) /* clear what a memset node must set again */
-            r = D.cuMemsetD32_v2(g_graph_aux, 0, AUX_WORDS);
+        if (r == CUDA_SUCCESS && g_graph_aux) /* clear what a memset node must set again, in stream order */
+            r = D.cuMemsetD32Async(g_graph_aux, 0, AUX_WORDS, g_stream);
         if (r == CUDA_SUCCESS)
             r = D.cuGraphLaunch(g_exec, g_stream);
         if (r == CUDA_SUCCESS)
