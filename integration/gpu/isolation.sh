@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# isolation.sh OUTDIR [SECONDS] — what reaches a latency-critical tenant on 32 SMs from a best-effort neighbour that
+# isolation.sh OUTDIR [SECONDS] [REPS] — what reaches a latency-critical tenant on 32 SMs from a best-effort neighbour that
 # saturates the other SMs, and why (issue 5: "within 3% of alone").
 #   bash integration/gpu/isolation.sh /tmp/iso 4      (repository root; build/ built on a Go machine and carried)
 # Under the real scheduler (which starts MPS), the LC tenant (`detshare run --tier latency-critical --sm 32`) runs
 # three workloads (isolation.py lc: compute-bound GEMM, memory-latency-bound ResNet-50 graph, bandwidth-bound copy)
 # with no neighbour, then beside a best-effort tenant of each kind (isolation.py be: register-only FMAs, HBM copies,
-# training), twice, interleaved. nvidia-smi logs the SM clock and board power meanwhile (read-only queries).
+# training), REPS times (default 2), interleaved. nvidia-smi logs the SM clock and board power meanwhile (read-only queries).
 # OUTDIR/isolation.md has the table; the rest is logs.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-out=${1:?usage: isolation.sh OUTDIR [SECONDS]}
+out=${1:?usage: isolation.sh OUTDIR [SECONDS] [REPS]}
 secs=${2:-4}
+reps=${3:-2}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$repo"
@@ -31,7 +32,7 @@ cleanup() { kill $SMI $SCHED 2>/dev/null; wait 2>/dev/null; rm -rf "$RUN"; }
 trap cleanup EXIT
 sleep 4
 T="timeout -k 5 120"
-for rep in 1 2; do
+for rep in $(seq 1 "$reps"); do
   for be in none alu hbm train; do
     stop=$RUN/stop-$be-$rep
     bepid=
