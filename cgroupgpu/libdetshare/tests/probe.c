@@ -26,6 +26,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,8 +195,10 @@ static int launch_fill(unsigned n) {
     return -1;
 }
 
-/* K dependent kernels y = a*x + y on stream st; *hash = FNV-1a of y. */
-static CUresult axpy(CUstream st, unsigned long long k, uint64_t *hash) {
+/* K dependent kernels y = a*x + y on stream st; *hash = FNV-1a of y. With copies, each kernel is preceded by a
+ * device-to-device copy x <- y and a memset of y's first quarter to 1.0f: each step reads what the one before
+ * wrote. */
+static CUresult axpy_rounds(CUstream st, unsigned long long k, bool copies, uint64_t *hash) {
     enum { N = 4096 };
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
     if (!x || !y) {
@@ -223,51 +226,9 @@ static CUresult axpy(CUstream st, unsigned long long k, uint64_t *hash) {
     for (unsigned long long i = 0; i < k && r == CUDA_SUCCESS; i++) {
         float alpha = 0.75f + (float)(i % 7) * 0.125f;
         void *args[] = {&dy, &dx, &alpha, &n, &us};
-        r = D.cuLaunchKernel(fn, 16, 1, 1, 256, 1, 1, 0, st, args, NULL);
-    }
-    if (r == CUDA_SUCCESS)
-        r = D.cuStreamSynchronize(st);
-    if (r == CUDA_SUCCESS)
-        r = D.cuMemcpyDtoH_v2(y, dy, N * sizeof(float));
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *b = (const unsigned char *)y;
-    for (size_t i = 0; i < N * sizeof(float); i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    if (dx)
-        D.cuMemFree_v2(dx);
-    if (dy)
-        D.cuMemFree_v2(dy);
-    free(x);
-    free(y);
-    *hash = h;
-    return r;
-}
-
-/* K rounds on stream st of a device-to-device copy x <- y, a memset of y's first quarter to 1.0f and a kernel
- * y = a*x + y: each step reads what the one before wrote. *hash = FNV-1a of y. */
-static CUresult dcopy(CUstream st, unsigned long long k, uint64_t *hash) {
-    enum { N = 4096 };
-    float *y = malloc(N * sizeof(float));
-    if (!y)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    for (unsigned i = 0; i < N; i++)
-        y[i] = (float)(i % 97) * 0.25f;
-    CUfunction fn;
-    CUdeviceptr dx = 0, dy = 0;
-    CUresult r = func("ds_axpy", &fn);
-    if (r == CUDA_SUCCESS)
-        r = D.cuMemAlloc_v2(&dx, N * sizeof(float));
-    if (r == CUDA_SUCCESS)
-        r = D.cuMemAlloc_v2(&dy, N * sizeof(float));
-    if (r == CUDA_SUCCESS)
-        r = D.cuMemcpyHtoD_v2(dy, y, N * sizeof(float));
-    uint64_t n = N;
-    uint32_t us = 2;
-    for (unsigned long long i = 0; i < k && r == CUDA_SUCCESS; i++) {
-        float alpha = 0.5f + (float)(i % 5) * 0.125f;
-        void *args[] = {&dy, &dx, &alpha, &n, &us};
-        r = D.cuMemcpyDtoDAsync_v2(dx, dy, N * sizeof(float), st);
-        if (r == CUDA_SUCCESS)
+        if (copies)
+            r = D.cuMemcpyDtoDAsync_v2(dx, dy, N * sizeof(float), st);
+        if (copies && r == CUDA_SUCCESS)
             r = D.cuMemsetD32Async(dy, 0x3f800000u, N / 4, st);
         if (r == CUDA_SUCCESS)
             r = D.cuLaunchKernel(fn, 16, 1, 1, 256, 1, 1, 0, st, args, NULL);
@@ -284,6 +245,7 @@ static CUresult dcopy(CUstream st, unsigned long long k, uint64_t *hash) {
         D.cuMemFree_v2(dx);
     if (dy)
         D.cuMemFree_v2(dy);
+    free(x);
     free(y);
     *hash = h;
     return r;
@@ -307,7 +269,7 @@ static void *mt_thread(void *p) {
     else if (!a->r)
         st = CU_STREAM_PER_THREAD;
     if (!a->r)
-        a->r = axpy(st, a->k, &a->hash);
+        a->r = axpy_rounds(st, a->k, false, &a->hash);
     CUfunction fn;
     CUdeviceptr out = 0;
     if (!a->r)
@@ -641,11 +603,11 @@ static int step(const char *s) {
         smid("smid", (unsigned)a);
     } else if (sscanf(s, "axpy:%llu", &a) == 1) {
         uint64_t h = 0;
-        r = axpy(g_stream, a, &h);
+        r = axpy_rounds(g_stream, a, false, &h);
         printf("axpy rc=%d k=%llu hash=%016llx\n", r, a, (unsigned long long)h);
     } else if (sscanf(s, "dcopy:%llu", &a) == 1) {
         uint64_t h = 0;
-        r = dcopy(g_stream, a, &h);
+        r = axpy_rounds(g_stream, a, true, &h);
         printf("dcopy rc=%d k=%llu hash=%016llx\n", r, a, (unsigned long long)h);
     } else if (sscanf(s, "mt:%llux%llu", &a, &b) == 2) {
         mt((unsigned)a, (unsigned)b);
