@@ -257,7 +257,7 @@ struct recontext {
     CUcontext target;
 };
 /* Memset and memcpy nodes run on SMs too (a device-to-device copy on the SMs of its node's context: measured on the
- * H100, integration/gpu/probes/graphcopy.cu). Their context is set with cuGraphNodeSetParams (12.2+). Without it, or
+ * H100, integration/gpu/probes/copyescape.cu). Their context is set with cuGraphNodeSetParams (12.2+). Without it, or
  * if the driver refuses, the node keeps its context: logged once, the graph still moves. */
 static CUresult recontext_copy_node(CUgraphNode n, CUgraphNodeType ty, CUcontext target) {
     CUgraphNodeParams np;

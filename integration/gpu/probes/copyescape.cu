@@ -1,4 +1,5 @@
-// copyescape.cu — do device-to-device copies and memsets stay inside a green context's SMs? No DetShare code.
+// copyescape.cu — do device-to-device copies and memsets stay inside a green context's SMs, and can a captured
+// graph's memset and memcpy nodes be moved to another green context as its kernel nodes can? No DetShare code.
 //
 // isolation.sh showed a 32-SM tenant's kernels slowed 14x beside a neighbour doing nothing but 1 GiB device copies,
 // and not beside a neighbour running kernels. A compute-only kernel K runs on green context A (4 groups); while a
@@ -6,8 +7,12 @@
 // whether the flood took A's SMs. Kernels on B are the control (confined: K unchanged). Then the reverse: a copy
 // on A timed alone and beside a kernel flood on B.
 //
+// Graphs: a graph captured on A holds a 1 GiB memset, a 256 MiB device copy and a kernel. A clone gets every node's
+// context set to B with cuGraphNodeSetParams (memset: CUDA_MEMSET_NODE_PARAMS_v2.ctx, memcpy:
+// CUDA_MEMCPY_NODE_PARAMS.copyCtx, kernel: func = NULL, kern, ctx). K is timed while replays of either flood the GPU.
+//
 //   nvcc -O2 -arch=sm_90 -o copyescape integration/gpu/probes/copyescape.cu -lcuda && ./copyescape
-// Output: one "case K_ms ratio" line per case.
+// Output: one "what flood=... ms ratio" line per case, and one line per moved graph node.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -56,6 +61,7 @@ int main() {
         return 1;
     }
     CUstream sA, sB;
+    CUcontext cA, cB;
     int smsA = 0, smsB = 0;
     for (int side = 0; side < 2; side++) {
         unsigned first = side ? 4 : 0, cnt = side ? n - 4 : 4;
@@ -63,6 +69,7 @@ int main() {
         CUgreenCtx g;
         CHECK(cuDevResourceGenerateDesc(&d, &parts[first], cnt));
         CHECK(cuGreenCtxCreate(&g, d, dev, CU_GREEN_CTX_DEFAULT_STREAM));
+        CHECK(cuCtxFromGreenCtx(side ? &cB : &cA, g));
         CHECK(cuGreenCtxStreamCreate(side ? &sB : &sA, g, CU_STREAM_NON_BLOCKING, 0));
         for (unsigned i = first; i < first + cnt; i++)
             (side ? smsB : smsA) += parts[i].sm.smCount;
@@ -131,6 +138,90 @@ int main() {
             printf("%s flood=%s ms %.3f ratio %.2f\n", wname, f.name, ms, ms / alone);
         }
     }
+
+    // the graph, captured on A
+    CUgraph g;
+    CHECK(cuStreamBeginCapture(sA, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CHECK(cuMemsetD32Async(dst, 7, big / 4, sA));
+    CHECK(cuMemcpyDtoDAsync(dst2, src2, small, sA));
+    fma_only<<<8, 256, 0, (cudaStream_t)sA>>>(fbuf, 10);
+    CHECK(cuStreamEndCapture(sA, &g));
+
+    // the clone, every node moved to B
+    CUgraph g2;
+    CHECK(cuGraphClone(&g2, g));
+    size_t nn = 0;
+    CHECK(cuGraphGetNodes(g2, nullptr, &nn));
+    std::vector<CUgraphNode> nodes(nn);
+    CHECK(cuGraphGetNodes(g2, nodes.data(), &nn));
+    for (CUgraphNode nd : nodes) {
+        CUgraphNodeType ty;
+        CHECK(cuGraphNodeGetType(nd, &ty));
+        CUgraphNodeParams p;
+        memset(&p, 0, sizeof p);
+        CUresult gr = CUDA_ERROR_NOT_SUPPORTED;
+        if (ty == CU_GRAPH_NODE_TYPE_MEMSET) {
+            CUDA_MEMSET_NODE_PARAMS m;
+            CHECK(cuGraphMemsetNodeGetParams(nd, &m));
+            p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+            p.memset.dst = m.dst;
+            p.memset.pitch = m.pitch;
+            p.memset.value = m.value;
+            p.memset.elementSize = m.elementSize;
+            p.memset.width = m.width;
+            p.memset.height = m.height;
+            p.memset.ctx = cB;
+            gr = cuGraphNodeSetParams(nd, &p);
+            printf("memset node: set ctx to B -> %d\n", (int)gr);
+        } else if (ty == CU_GRAPH_NODE_TYPE_MEMCPY) {
+            CUDA_MEMCPY3D c;
+            CHECK(cuGraphMemcpyNodeGetParams(nd, &c));
+            p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+            p.memcpy.copyParams = c;
+            p.memcpy.copyCtx = cB;
+            gr = cuGraphNodeSetParams(nd, &p);
+            printf("memcpy node: set copyCtx to B -> %d\n", (int)gr);
+        } else if (ty == CU_GRAPH_NODE_TYPE_KERNEL) {
+            CUDA_KERNEL_NODE_PARAMS_v2 k;
+            CHECK(cuGraphKernelNodeGetParams_v2(nd, &k));
+            if (k.kern) {
+                k.func = nullptr;
+                k.ctx = cB;
+                gr = cuGraphKernelNodeSetParams_v2(nd, &k);
+            }
+            printf("kernel node: kern %p, set ctx to B -> %d\n", (void *)k.kern, (int)gr);
+        }
+    }
+    CUgraphExec eA, eB;
+    CHECK(cuGraphInstantiate(&eA, g, 0));
+    CUresult ir = cuGraphInstantiate(&eB, g2, 0);
+    printf("instantiate moved clone -> %d\n", (int)ir);
+    if (ir)
+        return 1;
+
+    struct {
+        const char *name;
+        CUgraphExec e;
+    } gfloods[] = {{"none", nullptr}, {"graph_captured_on_A", eA}, {"graph_moved_to_B", eB}};
+    float alone = 0;
+    for (auto &f : gfloods) {
+        CHECK(cudaDeviceSynchronize());
+        for (int i = 0; f.e && i < 100; i++)
+            CHECK(cuGraphLaunch(f.e, sB));
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        float ms = timeOnA(kernelA);
+        CHECK(cudaDeviceSynchronize());
+        if (!alone)
+            alone = ms;
+        printf("kernel_on_A flood=%s ms %.3f ratio %.2f\n", f.name, ms, ms / alone);
+    }
+    // the moved graph's memset must still set what it set
+    std::vector<unsigned> h(16);
+    CHECK(cuMemsetD32(dst, 0, big / 4));
+    CHECK(cuGraphLaunch(eB, sB));
+    CHECK(cuStreamSynchronize(sB));
+    CHECK(cuMemcpyDtoH(h.data(), dst + big - 64, 64));
+    printf("moved graph memset result %s\n", h[15] == 7 ? "ok" : "WRONG");
     printf("done\n");
     return 0;
 }
