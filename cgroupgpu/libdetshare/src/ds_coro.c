@@ -1052,18 +1052,14 @@ static void set_busy(struct ds_proc *self) {
 /* ---------------------------------------------------------------------------------------------------------------
  * The launch path
  * ------------------------------------------------------------------------------------------------------------- */
-CUstream ds_launch_stream(CUstream s, int per_thread) {
-    struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_relaxed);
-    if (DS_LIKELY(self != NULL))
-        __atomic_fetch_add(&self->launches, 1, __ATOMIC_RELAXED);
-    return ds_work_stream(s, per_thread);
-}
-
-/* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s. */
-CUstream ds_work_stream(CUstream s, int per_thread) {
+/* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s.
+ * Kernels count as launches; copies and memsets only as queued work. */
+static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
     t_pending = NULL;
     struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_relaxed);
     if (DS_LIKELY(self != NULL)) {
+        if (kernel)
+            __atomic_fetch_add(&self->launches, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&self->queued, 1, __ATOMIC_RELAXED);
         if (DS_UNLIKELY(!__atomic_load_n(&self->busy, __ATOMIC_RELAXED)))
             set_busy(self);
@@ -1117,6 +1113,9 @@ CUstream ds_work_stream(CUstream s, int per_thread) {
     t_pending_phys = phys;
     return phys;
 }
+
+CUstream ds_launch_stream(CUstream s, int per_thread) { return work_stream(s, per_thread, true); }
+CUstream ds_work_stream(CUstream s, int per_thread) { return work_stream(s, per_thread, false); }
 
 void ds_launch_done(CUresult r) {
     struct lstream *ls = t_pending;
