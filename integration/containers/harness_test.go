@@ -36,6 +36,8 @@ type env struct {
 	repo, build, dir, bin, runDir string
 	imageTar, pauseTar            string
 	ctrSock, ctrCfg               string
+	ctrdBin, ctrBin               string // the containerd and ctr under test (DETSHARE_CONTAINERD_BIN or PATH)
+	ctrdMajor                     int    // containerd's major version: 1 (config version 2) or 2 (config version 3)
 	daemonEnv                     []string
 	ctrd                          *daemon
 
@@ -87,7 +89,7 @@ func setup() (*env, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("needs root (containerd, runc and dockerd run as root)")
 	}
-	for _, tool := range []string{"containerd", "ctr", "runc", "dockerd", "docker", "gcc"} {
+	for _, tool := range []string{"runc", "dockerd", "docker", "gcc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return nil, fmt.Errorf("%s not found: install containerd, runc, docker.io and gcc from Debian (.ci/run does)", tool)
 		}
@@ -96,6 +98,9 @@ func setup() (*env, error) {
 		return nil, errors.New("/bin/busybox not found: apt-get install busybox-static")
 	}
 	e := &env{repo: repoRoot()}
+	if err := e.pickContainerd(); err != nil {
+		return nil, err
+	}
 	e.build = os.Getenv("DETSHARE_BUILD_DIR")
 	if e.build == "" {
 		e.build = filepath.Join(e.repo, "build")
@@ -131,8 +136,12 @@ func setup() (*env, error) {
 	if e.pauseTar, err = e.buildPauseImage(); err != nil {
 		return nil, fmt.Errorf("build pause image: %w", err)
 	}
+	path := e.bin + ":" + os.Getenv("PATH")
+	if d := os.Getenv("DETSHARE_CONTAINERD_BIN"); d != "" {
+		path = e.bin + ":" + d + ":" + os.Getenv("PATH") // its containerd-shim-runc-v2 before Debian's
+	}
 	e.daemonEnv = append(os.Environ(),
-		"PATH="+e.bin+":"+os.Getenv("PATH"),
+		"PATH="+path,
 		"DETSHARE_SIMGPU=1", // the host side describes the simulated GPU (a test double)
 		"DETSHARE_RUN_DIR="+e.runDir,
 		"DETSHARE_LIB="+filepath.Join(e.build, "lib/libdetshare.so"),
@@ -161,27 +170,7 @@ func setup() (*env, error) {
 func (e *env) startContainerd() error {
 	e.ctrSock = filepath.Join(e.dir, "containerd.sock")
 	e.ctrCfg = filepath.Join(e.dir, "containerd.toml")
-	cfg := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-[grpc]
-  address = %q
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
-  # The CI sandbox forbids lowering oom_score_adj (CRI gives pause containers -998): keep it at containerd's.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.detshare]
-      runtime_type = "io.containerd.detshare.v1"
-      pod_annotations = ["detshare.io/*"]
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-`, filepath.Join(e.dir, "ctrd-root"), filepath.Join(e.dir, "ctrd-state"), e.ctrSock, pauseRef,
-		filepath.Join(e.dir, "cni-bin"), filepath.Join(e.dir, "cni-conf"))
+	cfg := e.containerdConfig()
 	if err := os.WriteFile(e.ctrCfg, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -191,7 +180,7 @@ state = %q
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("containerd", "--config", e.ctrCfg)
+	cmd := exec.Command(e.ctrdBin, "--config", e.ctrCfg)
 	cmd.Env = e.daemonEnv
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if e.ctrd, err = startDaemon(cmd); err != nil {
@@ -423,7 +412,7 @@ func run(timeout time.Duration, env []string, name string, args ...string) (stri
 func (e *env) ctr(args ...string) (string, error) { return e.ctrNS(ctrNS, args...) }
 
 func (e *env) ctrNS(ns string, args ...string) (string, error) {
-	return run(60*time.Second, nil, "ctr", append([]string{"--address", e.ctrSock, "--namespace", ns}, args...)...)
+	return run(60*time.Second, nil, e.ctrBin, append([]string{"--address", e.ctrSock, "--namespace", ns}, args...)...)
 }
 
 func (e *env) docker(args ...string) (string, error) {
