@@ -20,9 +20,12 @@ all: build
 
 build: c-build go-build
 
+# The Kubernetes side (device plugin, its end-to-end test) is its own module, k8s/go.mod, so that the main module
+# keeps containerd v1.7's dependency set.
 go-build:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ ./cmd/...
+	cd k8s && $(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # C components append their outputs to C_TARGETS in their build.mk.
 C_TARGETS :=
@@ -31,10 +34,12 @@ c-build: $(C_TARGETS)
 
 test: build
 	$(GO) test -count=1 -timeout 60m ./...
+	cd k8s && $(GO) test -count=1 -timeout 30m ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd k8s && $(GO) vet ./...
 	$(MAKE) -B c-build CFLAGS_EXTRA=-Werror
 
 clean:
