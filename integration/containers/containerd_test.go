@@ -5,9 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"time"
+
+	"github.com/detshare/detshare/integration/testenv"
 )
 
 // pickContainerd chooses the containerd under test: DETSHARE_CONTAINERD_BIN names a directory holding containerd,
@@ -27,71 +27,17 @@ func (e *env) pickContainerd() error {
 	if err != nil {
 		return fmt.Errorf("%s --version: %v: %s", e.ctrdBin, err, out)
 	}
-	if e.ctrdMajor, err = containerdMajor(out); err != nil {
+	if e.ctrdMajor, err = testenv.ContainerdMajor(out); err != nil {
 		return fmt.Errorf("%s: %w", e.ctrdBin, err)
 	}
 	return nil
 }
 
-var containerdVersion = regexp.MustCompile(`\bv?([0-9]+)\.[0-9]+\.[0-9]+`)
-
-// containerdMajor reads the major version from `containerd --version` ("containerd github.com/... v2.2.9 <commit>"
-// or Debian's "containerd containerd.io 1.6.20~ds1 ...").
-func containerdMajor(version string) (int, error) {
-	m := containerdVersion.FindStringSubmatch(version)
-	if m == nil {
-		return 0, fmt.Errorf("no version in %q", version)
-	}
-	return strconv.Atoi(m[1])
-}
-
-// containerdConfig is the daemon's configuration: version 2 for containerd 1.x, version 3 (CRI split into
-// io.containerd.cri.v1.images and io.containerd.cri.v1.runtime) for containerd 2.x. Both register the DetShare
-// runtime handler with the same options.
+// containerdConfig is the daemon's configuration (version 2 for containerd 1.x, 3 for 2.x) with the DetShare
+// runtime handler passing detshare.io/* pod annotations.
 func (e *env) containerdConfig() string {
-	root, state := filepath.Join(e.dir, "ctrd-root"), filepath.Join(e.dir, "ctrd-state")
-	cniBin, cniConf := filepath.Join(e.dir, "cni-bin"), filepath.Join(e.dir, "cni-conf")
-	if e.ctrdMajor >= 2 {
-		return fmt.Sprintf(`version = 3
-root = %q
-state = %q
-[grpc]
-  address = %q
-[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = %q
-[plugins."io.containerd.cri.v1.runtime"]
-  # The CI sandbox forbids lowering oom_score_adj (CRI gives pause containers -998): keep it at containerd's.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.detshare]
-      runtime_type = "io.containerd.detshare.v1"
-      pod_annotations = ["detshare.io/*"]
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = [%q]
-    conf_dir = %q
-`, root, state, e.ctrSock, pauseRef, cniBin, cniConf)
-	}
-	return fmt.Sprintf(`version = 2
-root = %q
-state = %q
-[grpc]
-  address = %q
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
-  # The CI sandbox forbids lowering oom_score_adj (CRI gives pause containers -998): keep it at containerd's.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.detshare]
-      runtime_type = "io.containerd.detshare.v1"
-      pod_annotations = ["detshare.io/*"]
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-`, root, state, e.ctrSock, pauseRef, cniBin, cniConf)
+	return testenv.ContainerdConfig{Major: e.ctrdMajor, Root: filepath.Join(e.dir, "ctrd-root"),
+		State: filepath.Join(e.dir, "ctrd-state"), Socket: e.ctrSock, SandboxImage: pauseRef,
+		CNIBin: filepath.Join(e.dir, "cni-bin"), CNIConf: filepath.Join(e.dir, "cni-conf"),
+		PodAnnotations: []string{"detshare.io/*"}}.Render()
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/detshare/detshare/integration/testenv"
 )
 
 // `detshare install containerd` on a config like Debian's stock one (no runtimes of its own) must leave a containerd
@@ -27,16 +29,16 @@ func TestInstallContainerdThenDaemonLoadsCRI(t *testing.T) {
 	cmd := exec.Command("containerd", "--config", cfg, "--root", filepath.Join(dir, "root"), "--state", filepath.Join(dir, "state"),
 		"--address", sock)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	d, err := startDaemon(cmd)
+	d, err := testenv.StartDaemon(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		stopDaemon(d)
-		unmountUnder(dir)
+		testenv.StopDaemon(d)
+		testenv.UnmountUnder(dir)
 	}()
 	var plugins string
-	for i := 0; i < 100 && !d.exited(); i++ {
+	for i := 0; i < 100 && !d.Exited(); i++ {
 		if plugins, err = run(10*time.Second, nil, "ctr", "--address", sock, "plugins", "ls"); err == nil {
 			break
 		}
@@ -84,16 +86,16 @@ func TestInstallDockerThenDaemonOffersRuntime(t *testing.T) {
 		"--containerd-plugins-namespace", "detshare-install-test-plugins",
 		"--bridge", "none", "--iptables=false", "--ip-masq=false", "--ip-forward=false")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	d, err := startDaemon(cmd)
+	d, err := testenv.StartDaemon(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		stopDaemon(d)
-		unmountUnder(dir)
+		testenv.StopDaemon(d)
+		testenv.UnmountUnder(dir)
 	}()
 	var info string
-	for i := 0; i < 200 && !d.exited(); i++ {
+	for i := 0; i < 200 && !d.Exited(); i++ {
 		if info, err = run(10*time.Second, nil, "docker", "-H", "unix://"+sock, "info", "--format", "{{json .Runtimes}}"); err == nil {
 			break
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/table"
 )
@@ -163,7 +164,7 @@ func TestStandaloneHookWithRunc(t *testing.T) {
 
 	e.assertNoLeak(t, id)
 	// Mount points the hook created stay in the bundle's rootfs only; nothing of it is mounted on the host.
-	if ms := mountsUnder(b); len(ms) != 0 {
+	if ms := testenv.MountsUnder(b); len(ms) != 0 {
 		t.Errorf("mounts left under the bundle: %v", ms)
 	}
 }
