@@ -15,7 +15,7 @@ CMDS      := $(notdir $(wildcard cmd/*))
 # go-nvml declares deprecated NVML calls; its cgo prologue warns about every one of them.
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build go-build c-build test lint clean demo
+.PHONY: all build go-build c-build test lint clean demo installer-image
 all: build
 
 build: c-build go-build
@@ -41,6 +41,12 @@ lint:
 	$(GO) vet ./...
 	cd k8s && $(GO) vet ./...
 	$(MAKE) -B c-build CFLAGS_EXTRA=-Werror
+
+# The installer image the Helm chart (configs/helm/detshare) runs, packed offline from the build into an image tar
+# (ctr -n k8s.io images import / docker load); k8s/Dockerfile.installer builds the same with Docker.
+INSTALLER_TAG ?= detshare-installer:latest
+installer-image: build
+	cd k8s && $(GO) run ./tools/installer-image -build $(BUILD) -o $(BUILD)/images/detshare-installer.tar -tag $(INSTALLER_TAG)
 
 clean:
 	rm -rf $(BUILD)

@@ -68,12 +68,16 @@ int main(void) { signal(SIGTERM, done); signal(SIGINT, done); for (;;) pause(); 
 		map[string]any{"Cmd": []string{"/pause"}})
 }
 
-// SharedLibs lists the shared libraries (and the loader) the given ELF files need, as ldd resolves them.
+// SharedLibs lists the shared libraries (and the loader) the given ELF files need, as ldd resolves them (none for a
+// static binary).
 func SharedLibs(files ...string) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	for _, f := range files {
 		o, err := run(30*time.Second, "ldd", f)
+		if err != nil && strings.Contains(o, "not a dynamic executable") {
+			continue // static: needs nothing
+		}
 		if err != nil {
 			return nil, fmt.Errorf("ldd %s: %v: %s", f, err, o)
 		}

@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -34,6 +35,7 @@ var components = map[string]string{
 	"ctr":                     "containerd-v2.2.9/bin/ctr",
 	"containerd-shim-runc-v2": "containerd-v2.2.9/bin/containerd-shim-runc-v2",
 	"loopback":                "cni-v1.9.1/bin/loopback",
+	"helm":                    "helm-v3.19.0/bin/helm",
 }
 
 const (
@@ -56,6 +58,9 @@ type cluster struct {
 	createdHostDirs          []string
 	client                   *kubernetes.Clientset
 	cgroupsBefore            map[string]bool
+	rendered                 string                       // what the Helm chart rendered
+	unserved                 []*unstructured.Unstructured // rendered objects whose API the cluster does not serve
+	metricsPort              int                          // the node daemon's metrics port (loopback)
 }
 
 var (
@@ -135,7 +140,8 @@ func start() (*cluster, error) {
 		name string
 		fn   func() error
 	}{{"control plane", c.startControlPlane}, {"containerd", c.startContainerd}, {"kubelet", c.startKubelet},
-		{"device plugin", c.startDevicePlugin}, {"node ready", c.waitNodeReady}}
+		{"node registered", c.waitNodeRegistered}, {"helm chart (device plugin, node daemon, RuntimeClass)", c.deployChart},
+		{"node ready with detshare.io resources", c.waitNodeReady}}
 	for _, s := range steps {
 		t0 := time.Now()
 		if err := s.fn(); err != nil {
@@ -417,15 +423,19 @@ localStorageCapacityIsolation: false
 	})
 }
 
-func (c *cluster) startDevicePlugin() error {
-	_, err := c.launch("detshare-device-plugin", c.daemonEnv(), "--device-plugin-dir", c.pluginDir,
-		"--run-dir", c.runDir, "--log-level", "info")
-	return err
+// waitNodeRegistered waits for kubelet to register the node.
+func (c *cluster) waitNodeRegistered() error {
+	return c.waitFor("kubelet", c.daemons[len(c.daemons)-1], 120*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		return err
+	})
 }
 
 // waitNodeReady waits for the node to be Ready with the device plugin's resources in its allocatable.
 func (c *cluster) waitNodeReady() error {
-	return c.waitFor("kubelet", c.daemons[len(c.daemons)-2], 180*time.Second, func() error {
+	return c.waitFor("kubelet", c.daemons[len(c.daemons)-1], 180*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		n, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
@@ -442,7 +452,13 @@ func (c *cluster) waitNodeReady() error {
 			return fmt.Errorf("node not Ready: %v", n.Status.Conditions)
 		}
 		if q := n.Status.Allocatable["detshare.io/gpu"]; q.Value() == 0 {
-			return fmt.Errorf("node allocatable has no detshare.io/gpu yet: %v", n.Status.Allocatable)
+			var pods []string
+			if l, err := c.client.CoreV1().Pods(chartNS).List(ctx, metav1.ListOptions{}); err == nil {
+				for _, p := range l.Items {
+					pods = append(pods, fmt.Sprintf("%s %s %v", p.Name, p.Status.Phase, p.Status.ContainerStatuses))
+				}
+			}
+			return fmt.Errorf("node allocatable has no detshare.io/gpu yet: %v; chart pods: %v", n.Status.Allocatable, pods)
 		}
 		return nil
 	})
@@ -462,6 +478,7 @@ func (c *cluster) stop() {
 		}
 	}
 	if c.ctrSock != "" {
+		c.removeSandboxes()
 		if out, err := c.ctr("tasks", "ls", "-q"); err == nil {
 			for _, id := range strings.Fields(out) {
 				c.ctr("tasks", "kill", "-s", "SIGKILL", id)
@@ -479,6 +496,9 @@ func (c *cluster) stop() {
 		testenv.StopDaemon(c.daemons[i])
 	}
 	testenv.StopScheduler(c.runDir)
+	if c.dir != "" {
+		c.killStragglers()
+	}
 	removeNewCgroups(c.cgroupsBefore)
 	if c.pluginDir != "" {
 		for _, f := range []string{"kubelet.sock", "kubelet_internal_checkpoint", "detshare-gpu.sock", "detshare-gpu-memory.sock"} {
