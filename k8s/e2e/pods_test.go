@@ -204,9 +204,22 @@ func TestPodsShareOneGPUWithTheirQuotas(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s (container %s) is not a tenant in detshare status: %+v", p.name, ids[p.name], s.Tenants)
 		}
+		if tn.Pod != p.name || tn.Namespace != "default" || tn.Container != "work" {
+			t.Errorf("%s: tenant is pod %q namespace %q container %q, want %s/default/work", p.name, tn.Pod, tn.Namespace, tn.Container, p.name)
+		}
 		if tn.GPU != 0 || tn.Tier != "burstable" || tn.GuaranteedSMs != uint32(p.shares*8) || tn.MemLimit != uint64(p.memGiB*gib) {
 			t.Errorf("%s: tenant gpu=%d tier=%s guaranteed_sms=%d memory_limit=%d; want gpu 0, burstable, %d SMs, %d GiB",
 				p.name, tn.GPU, tn.Tier, tn.GuaranteedSMs, tn.MemLimit, p.shares*8, p.memGiB)
+		}
+	}
+
+	// The node daemon the chart runs labels each tenant's series as DCGM exporter does.
+	m := c.metrics(t)
+	for _, p := range pods {
+		want := fmt.Sprintf(`detshare_tenant_sms_guaranteed{tenant=%q,gpu="0",UUID=%q,pod=%q,namespace="default",container="work",tier="burstable",role="none"} %d`,
+			ids[p.name], s.GPUs[0].UUID, p.name, p.shares*8)
+		if !strings.Contains(m, want+"\n") {
+			t.Errorf("metrics lack %s; tenant series:\n%s", want, grepLines(m, "detshare_tenant_sms_guaranteed"))
 		}
 	}
 
@@ -264,4 +277,14 @@ func TestPodsShareOneGPUWithTheirQuotas(t *testing.T) {
 	if err != nil || len(left) > 0 {
 		t.Errorf("after every pod was deleted, CRI still runs: %v (%v)", left, err)
 	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -91,8 +91,14 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	tgc := nf("detshare_tenant_grant_changes_total", "counter", "grant changes of the tenant's slot")
 	tslo := nf("detshare_tenant_slo_violations_total", "counter", "latency-tier demand answered later than scheduler.latency_slo")
 	tdem := nf("detshare_tenant_demand", "gauge", "processes of the tenant with queued work")
+	uuid := map[int]string{}
+	for _, g := range snap.GPUs {
+		uuid[g.Index] = g.UUID
+	}
 	for _, t := range snap.Tenants {
-		l := []string{"tenant", t.ID, "gpu", strconv.Itoa(t.GPU), "tier", t.Tier, "role", t.Role}
+		// DCGM exporter's labels (gpu, UUID, pod, namespace, container; empty outside Kubernetes) plus DetShare's.
+		l := []string{"tenant", t.ID, "gpu", strconv.Itoa(t.GPU), "UUID", uuid[t.GPU], "pod", t.Pod, "namespace", t.Namespace,
+			"container", t.Container, "tier", t.Tier, "role", t.Role}
 		tg.add(float64(t.GrantedSMs), l...)
 		tq.add(float64(t.GuaranteedSMs), l...)
 		tb.add(float64(t.BusyNs)/1e9, l...)

@@ -42,10 +42,10 @@ func TestWrite(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		`detshare_tenant_sms_granted{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 32`,
-		`detshare_tenant_busy_seconds_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 1.5`,
-		`detshare_tenant_slo_violations_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 2`,
-		`detshare_tenant_memory_used_bytes{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 1073741824`,
+		`detshare_tenant_sms_granted{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 32`,
+		`detshare_tenant_busy_seconds_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 1.5`,
+		`detshare_tenant_slo_violations_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 2`,
+		`detshare_tenant_memory_used_bytes{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 1073741824`,
 		`detshare_gpu_sms{gpu="0",uuid="SIM-0",simulated="true"} 132`,
 		`detshare_scheduler_up 1`,
 		"# TYPE detshare_tenant_grant_changes_total counter",
@@ -53,6 +53,20 @@ func TestWrite(t *testing.T) {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
+	}
+}
+
+// A Kubernetes tenant carries DCGM exporter's labels, so dashboards join DetShare's series with DCGM's.
+func TestWriteDCGMLabels(t *testing.T) {
+	s, ex := sampleSnap()
+	s.Tenants[0].Pod, s.Tenants[0].Namespace, s.Tenants[0].Container = "infer-0", "team-a", "server"
+	var b strings.Builder
+	if err := Write(&b, s, ex); err != nil {
+		t.Fatal(err)
+	}
+	want := `detshare_tenant_sms_guaranteed{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="infer-0",namespace="team-a",container="server",tier="latency-critical",role="decode"} 32`
+	if !strings.Contains(b.String(), want+"\n") {
+		t.Errorf("missing %q in:\n%s", want, b.String())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/sched/workload"
 )
 
 // Snapshot is one look at a run directory.
@@ -51,7 +52,11 @@ type GPU struct {
 
 // Tenant is one registered tenant with its grant and its client page's statistics.
 type Tenant struct {
-	ID              string `json:"id"`
+	ID string `json:"id"`
+	// The Kubernetes pod, namespace and container the tenant is (sched/workload); empty outside Kubernetes.
+	Pod             string `json:"pod,omitempty"`
+	Namespace       string `json:"namespace,omitempty"`
+	Container       string `json:"container,omitempty"`
 	Slot            int    `json:"slot"`
 	GPU             int    `json:"gpu"`
 	Tier            string `json:"tier"`
@@ -175,6 +180,8 @@ func Take(t *table.Table) Snapshot {
 	for _, r := range regs {
 		v := Tenant{ID: r.ID, Slot: r.Slot, GPU: r.GPU, Tier: TierName(r.Tier), Role: RoleName(r.Role), Weight: r.Weight,
 			Lend: r.Flags&table.FlagLend != 0, HostTenant: r.HostTenant(), GuaranteedSMs: r.SMs, MemLimit: r.MemLimit}
+		id := workload.Read(t.Paths(), r.ID)
+		v.Pod, v.Namespace, v.Container = id.Pod, id.Namespace, id.Container
 		if g, err := t.ReadGrant(r.Slot); err == nil {
 			v.GrantedSMs, v.GrantGroups, v.GrantMode, v.GrantEpoch = g.SMs, g.Groups, ModeName(g.Mode), g.Epoch
 		}
