@@ -39,8 +39,18 @@ func (c ContainerdConfig) Render() string {
 		}
 		return "[" + strings.Join(q, ", ") + "]"
 	}
+	// Version 3 splits the CRI plugin into images and runtime plugins; the runtime handlers read the same in both.
+	head := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+[grpc]
+  address = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+`, c.Root, c.State, c.Socket, c.SandboxImage)
+	cri, cniBin := `plugins."io.containerd.grpc.v1.cri"`, fmt.Sprintf("bin_dir = %q", c.CNIBin)
 	if c.Major >= 2 {
-		return fmt.Sprintf(`version = 3
+		head = fmt.Sprintf(`version = 3
 root = %q
 state = %q
 [grpc]
@@ -48,38 +58,20 @@ state = %q
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = %q
 [plugins."io.containerd.cri.v1.runtime"]
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.detshare]
-      runtime_type = "io.containerd.detshare.v1"
-      pod_annotations = %s
-      container_annotations = %s
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = [%q]
-    conf_dir = %q
-`, c.Root, c.State, c.Socket, c.SandboxImage, list(c.PodAnnotations), list(c.ContainerAnnotations), c.CNIBin, c.CNIConf)
+`, c.Root, c.State, c.Socket, c.SandboxImage)
+		cri, cniBin = `plugins."io.containerd.cri.v1.runtime"`, fmt.Sprintf("bin_dirs = [%q]", c.CNIBin)
 	}
-	return fmt.Sprintf(`version = 2
-root = %q
-state = %q
-[grpc]
-  address = %q
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+	return head + fmt.Sprintf(`  restrict_oom_score_adj = true
+  [%[1]s.containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [%[1]s.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.detshare]
+    [%[1]s.containerd.runtimes.detshare]
       runtime_type = "io.containerd.detshare.v1"
-      pod_annotations = %s
-      container_annotations = %s
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-`, c.Root, c.State, c.Socket, c.SandboxImage, list(c.PodAnnotations), list(c.ContainerAnnotations), c.CNIBin, c.CNIConf)
+      pod_annotations = %[2]s
+      container_annotations = %[3]s
+  [%[1]s.cni]
+    %[4]s
+    conf_dir = %[5]q
+`, cri, list(c.PodAnnotations), list(c.ContainerAnnotations), cniBin, c.CNIConf)
 }
