@@ -27,6 +27,7 @@ type ContainerdConfig struct {
 	CNIBin, CNIConf      string
 	PodAnnotations       []string // pod annotations the handler passes to the OCI spec
 	ContainerAnnotations []string // container annotations (for instance a device plugin's) it passes
+	CDISpecDirs          []string // when set, CDI is enabled with specs from these directories (containerd 1.7+)
 }
 
 // Render returns the configuration file. The CI sandbox forbids lowering oom_score_adj (CRI gives pause containers
@@ -60,6 +61,9 @@ state = %q
 [plugins."io.containerd.cri.v1.runtime"]
 `, c.Root, c.State, c.Socket, c.SandboxImage)
 		cri, cniBin = `plugins."io.containerd.cri.v1.runtime"`, fmt.Sprintf("bin_dirs = [%q]", c.CNIBin)
+	}
+	if len(c.CDISpecDirs) > 0 {
+		head += fmt.Sprintf("  enable_cdi = true\n  cdi_spec_dirs = %s\n", list(c.CDISpecDirs))
 	}
 	return head + fmt.Sprintf(`  restrict_oom_score_adj = true
   [%[1]s.containerd]

@@ -15,11 +15,13 @@ package deviceplugin
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -64,6 +66,22 @@ func FromInfo(infos []table.GPUInfo) Inventory {
 		states[i] = table.GPUState{GPUInfo: g}
 	}
 	return NewInventory(states)
+}
+
+// Discover prefers the scheduler's table in runDir (the split the driver published); without one it discovers the
+// GPUs (NVML, or the simulated GPU when DETSHARE_SIMGPU* selects it) and estimates the split as the scheduler would.
+func Discover(runDir string) (Inventory, error) {
+	if tb, err := table.OpenReadOnly(runDir); err == nil {
+		defer tb.Close()
+		if gpus := tb.GPUs(); len(gpus) > 0 {
+			return NewInventory(gpus), nil
+		}
+	}
+	infos, src, err := gpuinfo.Discover(os.Environ())
+	if err != nil {
+		return Inventory{}, fmt.Errorf("discover GPUs (%s): %w", src, err)
+	}
+	return FromInfo(infos), nil
 }
 
 // deviceID names unit n of resource kind ("sm" or "mem") on GPU gpu: "gpu<index>-<kind>-<n>".

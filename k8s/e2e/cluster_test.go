@@ -119,6 +119,7 @@ func start() (*cluster, error) {
 		c.build = filepath.Join(c.repo, "build")
 	}
 	for _, f := range []string{"bin/detshare", "bin/detshare-hook", "bin/containerd-shim-detshare-v1", "bin/detshare-device-plugin",
+		"bin/detshare-dra-plugin",
 		"lib/libdetshare.so", "lib/simgpu/libcuda.so.1", "tests/simgpu-probe"} {
 		if _, err := os.Stat(filepath.Join(c.build, f)); err != nil {
 			return nil, fmt.Errorf("%s missing: run `make build` first", filepath.Join(c.build, f))
@@ -141,7 +142,7 @@ func start() (*cluster, error) {
 		fn   func() error
 	}{{"control plane", c.startControlPlane}, {"containerd", c.startContainerd}, {"kubelet", c.startKubelet},
 		{"node registered", c.waitNodeRegistered}, {"helm chart (device plugin, node daemon, RuntimeClass)", c.deployChart},
-		{"node ready with detshare.io resources", c.waitNodeReady}}
+		{"node ready with detshare.io resources", c.waitNodeReady}, {"DRA plugin", c.startDRAPlugin}}
 	for _, s := range steps {
 		t0 := time.Now()
 		if err := s.fn(); err != nil {
@@ -329,7 +330,7 @@ func (c *cluster) startContainerd() error {
 	// annotations do not, so a pod cannot give itself more than the scheduler accounted for.
 	cfg := testenv.ContainerdConfig{Major: 2, Root: filepath.Join(c.dir, "ctrd-root"), State: filepath.Join(c.dir, "ctrd-state"),
 		Socket: c.ctrSock, SandboxImage: pauseRef, CNIBin: cniBin, CNIConf: cniConf,
-		ContainerAnnotations: []string{"detshare.io/*"}}.Render()
+		ContainerAnnotations: []string{"detshare.io/*"}, CDISpecDirs: []string{c.cdiDir()}}.Render()
 	cfgPath := filepath.Join(c.dir, "containerd.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -420,6 +421,29 @@ localStorageCapacityIsolation: false
 	return c.waitFor("kubelet", d, 120*time.Second, func() error {
 		_, err := os.Stat(filepath.Join(c.pluginDir, "kubelet.sock"))
 		return err
+	})
+}
+
+func (c *cluster) cdiDir() string { return filepath.Join(c.dir, "cdi") }
+
+// startDRAPlugin runs DetShare's DRA kubelet plugin on the host and waits for its ResourceSlices.
+func (c *cluster) startDRAPlugin() error {
+	d, err := c.launch("detshare-dra-plugin", c.daemonEnv(), "--node-name", nodeName, "--kubeconfig", c.kubeconfig,
+		"--kubelet-dir", c.kubeletRoot, "--cdi-dir", c.cdiDir(), "--run-dir", c.runDir)
+	if err != nil {
+		return err
+	}
+	return c.waitFor("detshare-dra-plugin", d, 60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) == 0 {
+			return errors.New("no ResourceSlice published yet")
+		}
+		return nil
 	})
 }
 

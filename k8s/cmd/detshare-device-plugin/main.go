@@ -16,7 +16,6 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/detshare/detshare/k8s/deviceplugin"
-	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -45,7 +44,7 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	logrus.SetLevel(lvl)
-	inv, err := inventory(c.String("run-dir"))
+	inv, err := deviceplugin.Discover(c.String("run-dir"))
 	if err != nil {
 		return err
 	}
@@ -58,20 +57,4 @@ func run(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return deviceplugin.Run(ctx, c.String("device-plugin-dir"), inv)
-}
-
-// inventory prefers the scheduler's table (the split the driver published); without one it discovers the GPUs and
-// estimates the split as the scheduler would.
-func inventory(runDir string) (deviceplugin.Inventory, error) {
-	if tb, err := table.OpenReadOnly(runDir); err == nil {
-		defer tb.Close()
-		if gpus := tb.GPUs(); len(gpus) > 0 {
-			return deviceplugin.NewInventory(gpus), nil
-		}
-	}
-	infos, src, err := gpuinfo.Discover(os.Environ())
-	if err != nil {
-		return deviceplugin.Inventory{}, fmt.Errorf("discover GPUs (%s): %w", src, err)
-	}
-	return deviceplugin.FromInfo(infos), nil
 }
