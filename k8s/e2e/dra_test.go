@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -28,12 +26,8 @@ func TestDRAClaimWithDetShareConfig(t *testing.T) {
 	if len(slices.Items) != 1 || slices.Items[0].Spec.Driver != dra.DriverName || len(slices.Items[0].Spec.Devices) != 15 {
 		t.Fatalf("ResourceSlices: want one of driver %s with 15 SM-group devices, got %d: %+v", dra.DriverName, len(slices.Items), slices.Items)
 	}
-	if _, err := c.client.ResourceV1().DeviceClasses().Create(ctx(t), &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: dra.DriverName},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf("device.driver == %q", dra.DriverName)}}}},
-	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("DeviceClass: %v", err)
+	if _, err := c.client.ResourceV1().DeviceClasses().Get(ctx(t), dra.DriverName, metav1.GetOptions{}); err != nil {
+		t.Fatalf("DeviceClass %s from the Helm chart: %v", dra.DriverName, err)
 	}
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "dra-claim", Namespace: "default"},
