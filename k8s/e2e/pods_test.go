@@ -288,3 +288,27 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// A pod is a hostile tenant: it asks the scheduler for 2 SM groups but claims the whole GPU, latency-critical, in
+// its environment and in pod annotations. It gets what Kubernetes accounted for: the device plugin's container
+// annotations outrank its environment, and the handler passes no pod annotations.
+func TestPodCannotWidenItsShare(t *testing.T) {
+	c := need(t)
+	pod := sharePod("greedy", 2, 1)
+	pod.Annotations = map[string]string{"detshare.io/sms": "100%", "detshare.io/memory": "80Gi", "detshare.io/tier": "latency-critical"}
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"}, {Name: "DETSHARE_MEMORY", Value: "80Gi"},
+		{Name: "DETSHARE_TIER", Value: "latency-critical"}}
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	defer c.deletePod(t, "greedy")
+	p := c.waitPod(t, "greedy", 120*time.Second, "Running", running)
+	tn, ok := tenantOf(c.status(t), containerID(p))
+	if !ok {
+		t.Fatal("the pod's container is not a tenant")
+	}
+	if tn.GuaranteedSMs != 16 || tn.MemLimit != 1<<30 || tn.Tier != "burstable" {
+		t.Errorf("greedy pod got tier %s, %d guaranteed SMs, memory limit %d; want burstable, 16 SMs, 1 GiB (what it was scheduled for)",
+			tn.Tier, tn.GuaranteedSMs, tn.MemLimit)
+	}
+}
