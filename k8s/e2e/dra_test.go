@@ -15,7 +15,8 @@ import (
 )
 
 // A pod whose ResourceClaim asks the DRA driver for 4 SM groups with an opaque DetShareConfig (latency-critical,
-// 4 GiB) runs as a tenant with that quota; the ResourceSlice describes the simulated GPU (a test double); deleting
+// 4 GiB) runs as a tenant with that quota, whatever DETSHARE_* environment the pod sets itself (CDI edits replace it);
+// the ResourceSlice describes the simulated GPU (a test double); deleting
 // the pod frees the tenant and the claim's CDI spec.
 func TestDRAClaimWithDetShareConfig(t *testing.T) {
 	c := need(t)
@@ -47,6 +48,9 @@ func TestDRAClaimWithDetShareConfig(t *testing.T) {
 	claimName := "dra-claim"
 	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claimName}}
 	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	// A hostile pod's own DETSHARE_* environment must not override what its claim was allocated.
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"}, {Name: "DETSHARE_TIER", Value: "best-effort"},
+		{Name: "DETSHARE_MEMORY", Value: "80Gi"}}
 	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
