@@ -19,24 +19,20 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/detshare/detshare/k8s/deviceplugin"
 	"github.com/detshare/detshare/k8s/dra"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/k8s/internal/nodecli"
 )
 
 func main() {
 	app := &cli.App{
 		Name:  "detshare-dra-plugin",
 		Usage: "DetShare's DRA kubelet plugin (driver " + dra.DriverName + ")",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "node-name", EnvVars: []string{"NODE_NAME"}, Usage: "this node's name (required)"},
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig (default: in-cluster)"},
 			&cli.StringFlag{Name: "kubelet-dir", Value: "/var/lib/kubelet", Usage: "kubelet's root directory (plugins_registry and plugins/ live there)"},
 			&cli.StringFlag{Name: "cdi-dir", Value: "/var/run/cdi", Usage: "where CDI specs go (the runtime's cdi_spec_dirs)"},
-			&cli.StringFlag{Name: "run-dir", Value: table.DefaultRunDir, EnvVars: []string{table.RunDirEnv},
-				Usage: "DetShare's run directory: the scheduler's table gives the GPUs' published SM split"},
-			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"DETSHARE_LOG_LEVEL"}},
-		},
+		}, nodecli.Flags()...),
 		Action: run,
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -46,11 +42,6 @@ func main() {
 }
 
 func run(c *cli.Context) error {
-	lvl, err := logrus.ParseLevel(c.String("log-level"))
-	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	logrus.SetLevel(lvl)
 	node := c.String("node-name")
 	if node == "" {
 		return errors.New("--node-name (or NODE_NAME) is required")
@@ -66,12 +57,9 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	inv, err := deviceplugin.Discover(c.String("run-dir"))
+	inv, err := nodecli.Inventory(c)
 	if err != nil {
 		return err
-	}
-	if len(inv.GPUs) == 0 {
-		return errors.New("no GPU found: nothing to publish")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
