@@ -14,12 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// The chart's objects were applied (the cluster setup does it) and run: the device plugin and the node daemon as
-// DaemonSet pods from the installer image built here, the RuntimeClass with its nodeSelector; the ServiceMonitor
+// The chart's objects were applied (the cluster setup does it) and run: the device plugin, the DRA plugin and the
+// node daemon as DaemonSet pods from the installer image built here, the RuntimeClass with its nodeSelector; the ServiceMonitor
 // (no Prometheus operator here) selects the metrics Service's pods, and those serve metrics.
-func TestHelmChartRunsDevicePluginAndNodeDaemon(t *testing.T) {
+func TestHelmChartRunsPluginsAndNodeDaemon(t *testing.T) {
 	c := need(t)
-	for _, comp := range []string{"device-plugin", "node-daemon"} {
+	for _, comp := range []string{"device-plugin", "node-daemon", "dra-plugin"} {
 		var pods *corev1.PodList
 		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
 			var err error

@@ -61,6 +61,7 @@ type cluster struct {
 	rendered                 string                       // what the Helm chart rendered
 	unserved                 []*unstructured.Unstructured // rendered objects whose API the cluster does not serve
 	metricsPort              int                          // the node daemon's metrics port (loopback)
+	apiPort                  int
 }
 
 var (
@@ -119,7 +120,7 @@ func start() (*cluster, error) {
 		c.build = filepath.Join(c.repo, "build")
 	}
 	for _, f := range []string{"bin/detshare", "bin/detshare-hook", "bin/containerd-shim-detshare-v1", "bin/detshare-device-plugin",
-		"bin/detshare-dra-plugin",
+		"bin/detshare-dra-plugin", "bin/detshare-runtime",
 		"lib/libdetshare.so", "lib/simgpu/libcuda.so.1", "tests/simgpu-probe"} {
 		if _, err := os.Stat(filepath.Join(c.build, f)); err != nil {
 			return nil, fmt.Errorf("%s missing: run `make build` first", filepath.Join(c.build, f))
@@ -142,7 +143,7 @@ func start() (*cluster, error) {
 		fn   func() error
 	}{{"control plane", c.startControlPlane}, {"containerd", c.startContainerd}, {"kubelet", c.startKubelet},
 		{"node registered", c.waitNodeRegistered}, {"helm chart (device plugin, node daemon, RuntimeClass)", c.deployChart},
-		{"node ready with detshare.io resources", c.waitNodeReady}, {"DRA plugin", c.startDRAPlugin}}
+		{"node ready with detshare.io resources", c.waitNodeReady}, {"DRA ResourceSlices", c.waitResourceSlices}}
 	for _, s := range steps {
 		t0 := time.Now()
 		if err := s.fn(); err != nil {
@@ -237,6 +238,7 @@ func (c *cluster) startControlPlane() error {
 		return err
 	}
 	etcdPort, peerPort, apiPort := freePort(), freePort(), freePort()
+	c.apiPort = apiPort
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 	etcd, err := c.launch("etcd", nil, "--name", "e2e", "--data-dir", filepath.Join(c.dir, "etcd"),
@@ -426,14 +428,9 @@ localStorageCapacityIsolation: false
 
 func (c *cluster) cdiDir() string { return filepath.Join(c.dir, "cdi") }
 
-// startDRAPlugin runs DetShare's DRA kubelet plugin on the host and waits for its ResourceSlices.
-func (c *cluster) startDRAPlugin() error {
-	d, err := c.launch("detshare-dra-plugin", c.daemonEnv(), "--node-name", nodeName, "--kubeconfig", c.kubeconfig,
-		"--kubelet-dir", c.kubeletRoot, "--cdi-dir", c.cdiDir(), "--run-dir", c.runDir)
-	if err != nil {
-		return err
-	}
-	return c.waitFor("detshare-dra-plugin", d, 60*time.Second, func() error {
+// waitResourceSlices waits for the DRA plugin the chart runs to publish the GPU.
+func (c *cluster) waitResourceSlices() error {
+	return c.waitFor("kubelet", c.daemons[len(c.daemons)-1], 120*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
@@ -441,10 +438,21 @@ func (c *cluster) startDRAPlugin() error {
 			return err
 		}
 		if len(l.Items) == 0 {
-			return errors.New("no ResourceSlice published yet")
+			return fmt.Errorf("no ResourceSlice published yet; chart pods: %s", c.chartPods(ctx))
 		}
 		return nil
 	})
+}
+
+// chartPods describes the chart's pods, for errors.
+func (c *cluster) chartPods(ctx context.Context) string {
+	var pods []string
+	if l, err := c.client.CoreV1().Pods(chartNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range l.Items {
+			pods = append(pods, fmt.Sprintf("%s %s %v", p.Name, p.Status.Phase, p.Status.ContainerStatuses))
+		}
+	}
+	return strings.Join(pods, "; ")
 }
 
 // waitNodeRegistered waits for kubelet to register the node.
@@ -476,13 +484,7 @@ func (c *cluster) waitNodeReady() error {
 			return fmt.Errorf("node not Ready: %v", n.Status.Conditions)
 		}
 		if q := n.Status.Allocatable["detshare.io/gpu"]; q.Value() == 0 {
-			var pods []string
-			if l, err := c.client.CoreV1().Pods(chartNS).List(ctx, metav1.ListOptions{}); err == nil {
-				for _, p := range l.Items {
-					pods = append(pods, fmt.Sprintf("%s %s %v", p.Name, p.Status.Phase, p.Status.ContainerStatuses))
-				}
-			}
-			return fmt.Errorf("node allocatable has no detshare.io/gpu yet: %v; chart pods: %v", n.Status.Allocatable, pods)
+			return fmt.Errorf("node allocatable has no detshare.io/gpu yet: %v; chart pods: %s", n.Status.Allocatable, c.chartPods(ctx))
 		}
 		return nil
 	})

@@ -33,16 +33,20 @@ const (
 
 // renderChart runs `helm template` on configs/helm/detshare with the values this cluster needs: the installer image
 // built here (never pulled), the test's run directory, the simulated GPU (a test double), host network with metrics
-// on loopback, no installer (the test configured containerd itself), and DRA's DeviceClass (the test runs the DRA
-// plugin itself, on the host, with its private kubelet and CDI directories).
+// on loopback, no installer (the test configured containerd itself), and DRA (DeviceClass and plugin, on the test's
+// kubelet and CDI directories).
 func (c *cluster) renderChart(metricsPort int) (string, error) {
 	args := []string{"template", release, filepath.Join(c.repo, "configs/helm/detshare"), "--kube-version", "1.34.4",
 		"--namespace", chartNS,
 		"--set", "image.repository=detshare-installer", "--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
 		"--set", "runDir=" + c.runDir, "--set", "installer.enabled=false", "--set", "hostNetwork=true",
 		"--set", "nodeDaemon.metricsAddress=127.0.0.1", "--set", fmt.Sprintf("nodeDaemon.metricsPort=%d", metricsPort),
-		"--set", "devicePlugin.logLevel=debug", "--set", "dra.enabled=true", "--set", "dra.plugin=false",
-		"--set", "extraEnv[0].name=DETSHARE_SIMGPU", "--set-string", "extraEnv[0].value=1"}
+		"--set", "devicePlugin.logLevel=debug", "--set", "dra.enabled=true",
+		"--set", "dra.kubeletDir=" + c.kubeletRoot, "--set", "dra.cdiDir=" + c.cdiDir(),
+		"--set", "extraEnv[0].name=DETSHARE_SIMGPU", "--set-string", "extraEnv[0].value=1",
+		// No kube-proxy here: the in-cluster client of the DRA plugin (host network) reaches the apiserver on loopback.
+		"--set", "extraEnv[1].name=KUBERNETES_SERVICE_HOST", "--set-string", "extraEnv[1].value=127.0.0.1",
+		"--set", "extraEnv[2].name=KUBERNETES_SERVICE_PORT", "--set-string", fmt.Sprintf("extraEnv[2].value=%d", c.apiPort)}
 	out, err := exec.Command(c.bin["helm"], args...).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, out)
