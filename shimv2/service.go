@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
@@ -109,6 +110,9 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	if err != nil {
 		return nil, invalidArgument(err)
 	}
+	if prep.FailedOpen != nil {
+		writeNotice(r, hook.Notice(prep.FailedOpen))
+	}
 	if prep.Registered {
 		s.mu.Lock()
 		s.registered[r.ID] = true
@@ -120,6 +124,31 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		s.forget(r.ID)
 	}
 	return resp, err
+}
+
+// writeNotice puts msg on the container's stderr (its stdout with a terminal), where `ctr run`, `docker logs` and
+// `kubectl logs` show it: the engine has opened the reading end of that fifo (or names a log file) before Create.
+// Best effort: a binary:// logger or a closed reader loses the line, and the shim log keeps the warning.
+func writeNotice(r *taskAPI.CreateTaskRequest, msg string) {
+	target := r.Stderr
+	if r.Terminal || target == "" {
+		target = r.Stdout
+	}
+	if strings.HasPrefix(target, "file://") {
+		target = strings.TrimPrefix(target, "file://")
+	} else if strings.Contains(target, "://") {
+		return
+	}
+	if target == "" || !filepath.IsAbs(target) {
+		return
+	}
+	f, err := os.OpenFile(target, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		logrus.WithError(err).WithField("id", r.ID).Debug("fail-open notice not written")
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(msg)
 }
 
 // cgroupsPathOf reads linux.cgroupsPath of the bundle's spec ("" when unreadable).

@@ -1,27 +1,13 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/detshare/detshare/cmd/detshare/doctor"
+	"github.com/detshare/detshare/internal/layout"
 )
 
 func init() { commands = append(commands, doctorCommand()) }
-
-// defaultLibDir is ../lib next to the running binary: the layout of build/ and of the release tarball.
-func defaultLibDir() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return "/usr/lib/detshare"
-	}
-	if exe, err = filepath.EvalSymlinks(exe); err != nil {
-		return "/usr/lib/detshare"
-	}
-	return filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib")
-}
 
 func doctorCommand() *cli.Command {
 	return &cli.Command{
@@ -34,7 +20,7 @@ func doctorCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "simulated-gpu", EnvVars: []string{"DETSHARE_SIMULATED_GPU"},
 				Usage: "check the simulated GPU (test double) instead of the NVIDIA driver"},
-			&cli.StringFlag{Name: "lib-dir", Value: defaultLibDir(), EnvVars: []string{"DETSHARE_LIB_DIR"},
+			&cli.StringFlag{Name: "lib-dir", Value: layout.LibDir(), EnvVars: []string{"DETSHARE_LIB_DIR"},
 				Usage: "directory holding libdetshare.so (and simgpu/ for the simulated GPU)"},
 		},
 		Action: func(c *cli.Context) error {

@@ -18,11 +18,32 @@ import (
 // DefaultPath is where `detshare sched` reads its configuration unless --config says otherwise.
 const DefaultPath = "/etc/detshare/config.toml"
 
+// EnvPath names another configuration file (all DetShare components honour it).
+const EnvPath = "DETSHARE_CONFIG"
+
+// PathFromEnv is $DETSHARE_CONFIG, else DefaultPath.
+func PathFromEnv() string {
+	if p := os.Getenv(EnvPath); p != "" {
+		return p
+	}
+	return DefaultPath
+}
+
 // Config is the whole file.
 type Config struct {
 	Scheduler Scheduler `toml:"scheduler"`
 	MPS       MPS       `toml:"mps"`
 	Metrics   Metrics   `toml:"metrics"`
+	Tenants   Tenants   `toml:"tenants"`
+}
+
+// Tenants is the host's policy for tenants that asked for DetShare. The container components (shim, runc wrapper,
+// hook) and `detshare run` read it too, not only the scheduler.
+type Tenants struct {
+	// FailOpen: a tenant whose quota names any DetShare key (tier, SMs, memory, …) but cannot get DetShare (table
+	// or run directory full, library missing, no GPU, no scheduler) runs unshared with a warning on its stderr and
+	// a count in detshare_fail_open_total, instead of being refused (the default).
+	FailOpen bool `toml:"fail_open"`
 }
 
 // Scheduler holds the policy and the loop's timings.
@@ -96,7 +117,7 @@ func Parse(name string, data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo}, mps.{enable,control}, metrics.listen)", name, und[0].String())
+		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo}, mps.{enable,control}, metrics.listen, tenants.fail_open)", name, und[0].String())
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)

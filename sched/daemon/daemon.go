@@ -21,6 +21,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/metrics"
 	"github.com/detshare/detshare/sched/mps"
@@ -746,8 +747,8 @@ func (s *Scheduler) MetricsSource() metrics.Source {
 		}
 		ex := metrics.Extra{Passes: s.stats.Passes.Load(), GrantChanges: s.stats.GrantChanges.Load(),
 			Reaped: s.stats.Reaped.Load(), TokenHandoffs: s.stats.TokenHandoffs.Load(), Reloads: s.stats.Reloads.Load(),
-			LastPassSeconds: float64(s.stats.LastPassNs.Load()) / 1e9,
-			SLOViolations:   map[string]uint64{}, Reasons: map[string]string{}}
+			LastPassSeconds: float64(s.stats.LastPassNs.Load()) / 1e9, FailOpens: failopen.Count(s.opts.RunDir),
+			SLOViolations: map[string]uint64{}, Reasons: map[string]string{}}
 		for id, st := range s.TenantStats() {
 			ex.SLOViolations[id] = st.SLOViolations
 			ex.Reasons[id] = st.Reason
