@@ -68,7 +68,7 @@ func DefaultEnv(libDir string, simulated bool) Env {
 		RunDir:           "/run/detshare",
 		SchedulerRunning: ensure.LeaderRunning,
 		Simulated:        simulated,
-		LookPath:  exec.LookPath,
+		LookPath:         exec.LookPath,
 		Output: func(name string, args ...string) (string, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
