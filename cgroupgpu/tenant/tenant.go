@@ -38,7 +38,7 @@ var DiscoverGPUs = func() ([]table.GPUInfo, error) {
 		return table.DiscoverSimGPUs(env)
 	}
 	return nil, errors.New("no GPUs are recorded in the table and none can be discovered here: " +
-		"start the scheduler (`detshare scheduler`) or select the simulated GPU (DETSHARE_SIMGPU=1, a test double)")
+		"start the scheduler (`detshare sched`) or select the simulated GPU (DETSHARE_SIMGPU=1, a test double)")
 }
 
 // Placer picks the GPU for a tenant whose quota says gpu=auto. It is called under the registration lock with every

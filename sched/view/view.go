@@ -202,6 +202,11 @@ func Take(t *table.Table) Snapshot {
 				if busy > v.BusyNs {
 					v.BusyNs = busy
 				}
+				// The library adds a busy period to busy_ns only when it ends (the process drains): a tenant busy
+				// without pause would read 0% busy between two frames. Count the running period up to now.
+				if since := atomic.LoadUint64(&p.DemandSinceNs); v.Demand > 0 && since > 0 && s.TakenNs > since {
+					v.BusyNs += s.TakenNs - since
+				}
 			}
 			cl.Close()
 		}

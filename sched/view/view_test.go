@@ -49,7 +49,8 @@ func TestTakeAndRates(t *testing.T) {
 		v.GrantMode != "spatial" || v.MemUsed != 4096 || v.MemLimit != 1<<20 || v.Demand != 1 || v.Processes != 1 || v.GuaranteedSMs != 16 {
 		t.Fatalf("tenant %+v", v)
 	}
-	// Rates: 50 ms later with 10 more launches and 25 ms busy.
+	// Rates: 50 ms later with 10 more launches and a 25 ms busy period that has ended.
+	cl.SetBusy(i, false)
 	p := &cl.Page().Procs[i]
 	p.Launches += 10
 	p.BusyNs += uint64(25 * time.Millisecond)
@@ -62,5 +63,44 @@ func TestTakeAndRates(t *testing.T) {
 	}
 	if _, err := Open(filepath.Join(dir, "nope")); err == nil {
 		t.Fatal("missing table accepted")
+	}
+}
+
+// A tenant busy without pause has no completed busy period (the library adds one to busy_ns when it drains): the
+// running period must count, or BUSY% reads 0 while the tenant works (issue 15).
+func TestBusyPercentCountsTheRunningBusyPeriod(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	tb, err := table.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-view", Name: "simulated GPU (test double)", SMCount: 64, MemTotal: 1 << 30}})
+	reg, err := tb.Register(table.RegisterRequest{ID: "busy", Tier: table.TierBestEffort, Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := table.OpenClientPage(reg.ClientPagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	id, _ := table.SelfIdentity()
+	i, _ := cl.AttachProcess(id)
+	cl.SetBusy(i, true)
+	ro, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	prev := Take(ro)
+	for frame := 0; frame < 3; frame++ {
+		time.Sleep(30 * time.Millisecond)
+		cur := Take(ro)
+		Rates(&prev, &cur)
+		if b := cur.Tenants[0].BusyPct; b < 90 {
+			t.Fatalf("frame %d: %.1f%% busy for a tenant busy the whole time", frame, b)
+		}
+		prev = cur
 	}
 }
