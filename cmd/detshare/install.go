@@ -16,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/urfave/cli/v2"
 
+	"github.com/detshare/detshare/cmd/detshare/doctor"
 	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/detshare/detshare/internal/layout"
 )
@@ -501,19 +502,7 @@ func configVersion(data []byte) (int, map[string]any, error) {
 }
 
 // lookupPath walks a decoded TOML map.
-func lookupPath(m map[string]any, keys ...string) (any, bool) {
-	var cur any = m
-	for _, k := range keys {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = mm[k]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
-}
+var lookupPath = doctor.LookupTOML
 
 // ctrdV2Install adds the marked runtime section to a containerd 1.x (config version 2) config.toml. A section from an
 // earlier install is replaced, so the result is the same however often it runs.

@@ -92,15 +92,7 @@ func (h *installedHost) start(t *testing.T) {
 	if h.ctrd, err = startDaemon(cmd); err != nil {
 		t.Fatal(err)
 	}
-	up := false
-	for i := 0; i < 200 && !h.ctrd.exited(); i++ {
-		if _, err := h.ctr("version"); err == nil {
-			up = true
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !up {
+	if !waitUp(h.ctrd, 20*time.Second, func() error { _, err := h.ctr("version"); return err }) {
 		log, _ := os.ReadFile(filepath.Join(h.dir, "containerd.log"))
 		t.Fatalf("containerd on the installed config did not start:\n%s", tail(string(log), 3000))
 	}
@@ -120,21 +112,24 @@ func (h *installedHost) start(t *testing.T) {
 	if h.dockerd, err = startDaemon(cmd); err != nil {
 		t.Fatal(err)
 	}
-	up = false
-	for i := 0; i < 400 && !h.dockerd.exited(); i++ {
-		if _, err := h.docker("version"); err == nil {
-			up = true
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !up {
+	if !waitUp(h.dockerd, 40*time.Second, func() error { _, err := h.docker("version"); return err }) {
 		log, _ := os.ReadFile(filepath.Join(h.dir, "dockerd.log"))
 		t.Fatalf("dockerd on the installed daemon.json did not start:\n%s", tail(string(log), 3000))
 	}
 	if out, err := h.docker("load", "-i", h.e.imageTar); err != nil {
 		t.Fatalf("docker load: %v: %s", err, out)
 	}
+}
+
+// waitUp polls ping until it succeeds (true), d exits or the time is up (false).
+func waitUp(d *daemon, limit time.Duration, ping func() error) bool {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline) && !d.exited(); {
+		if ping() == nil {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
 }
 
 // stop ends the engines and the scheduler the tenants started on demand, and unmounts what they left.

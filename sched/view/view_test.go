@@ -8,19 +8,26 @@ import (
 	"github.com/detshare/detshare/sched/table"
 )
 
-func TestTakeAndRates(t *testing.T) {
+// newTable creates a table on one simulated GPU (a test double) with one tenant registered as req.
+func newTable(t *testing.T, req table.RegisterRequest) (string, *table.Table, table.Registration) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "run")
 	tb, err := table.Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tb.Close()
+	t.Cleanup(func() { tb.Close() })
 	tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-view", Name: "simulated GPU (test double)", SMCount: 64, MemTotal: 1 << 30}})
-	reg, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Role: table.RoleDecode, Weight: 2,
-		SMGroups: 2, SMs: 16, MemLimit: 1 << 20, Lend: true})
+	reg, err := tb.Register(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, tb, reg
+}
+
+func TestTakeAndRates(t *testing.T) {
+	dir, tb, reg := newTable(t, table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Role: table.RoleDecode, Weight: 2,
+		SMGroups: 2, SMs: 16, MemLimit: 1 << 20, Lend: true})
 	tb.PublishGrant(reg.Slot, table.Grant{Groups: 0x3, SMs: 16, Mode: table.ModeSpatial})
 	cl, err := table.OpenClientPage(reg.ClientPagePath)
 	if err != nil {
@@ -69,17 +76,7 @@ func TestTakeAndRates(t *testing.T) {
 // A tenant busy without pause has no completed busy period (the library adds one to busy_ns when it drains): the
 // running period must count, or BUSY% reads 0 while the tenant works (issue 15).
 func TestBusyPercentCountsTheRunningBusyPeriod(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "run")
-	tb, err := table.Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-view", Name: "simulated GPU (test double)", SMCount: 64, MemTotal: 1 << 30}})
-	reg, err := tb.Register(table.RegisterRequest{ID: "busy", Tier: table.TierBestEffort, Weight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, _, reg := newTable(t, table.RegisterRequest{ID: "busy", Tier: table.TierBestEffort, Weight: 1})
 	cl, err := table.OpenClientPage(reg.ClientPagePath)
 	if err != nil {
 		t.Fatal(err)

@@ -359,7 +359,7 @@ func containerdShim(env Env) (string, bool) {
 			continue
 		}
 		for _, plugin := range []string{"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"} {
-			rt, ok := lookup(m, "plugins", plugin, "containerd", "runtimes", "detshare")
+			rt, ok := LookupTOML(m, "plugins", plugin, "containerd", "runtimes", "detshare")
 			if !ok {
 				continue
 			}
@@ -375,7 +375,8 @@ func containerdShim(env Env) (string, bool) {
 	return "", false
 }
 
-func lookup(m map[string]any, keys ...string) (any, bool) {
+// LookupTOML walks a decoded TOML document along keys (the installer edits what doctor reads).
+func LookupTOML(m map[string]any, keys ...string) (any, bool) {
 	var cur any = m
 	for _, k := range keys {
 		mm, ok := cur.(map[string]any)
