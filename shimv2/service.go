@@ -110,9 +110,6 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	if err != nil {
 		return nil, invalidArgument(err)
 	}
-	if prep.FailedOpen != nil {
-		writeNotice(r, hook.Notice(prep.FailedOpen))
-	}
 	if prep.Registered {
 		s.mu.Lock()
 		s.registered[r.ID] = true
@@ -123,11 +120,16 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		hook.Rollback(s.cfg, r.ID)
 		s.forget(r.ID)
 	}
+	if err == nil && prep.FailedOpen != nil {
+		// After Create: the task service holds its own write end of the fifo by now, so closing ours does not
+		// give the engine's reader an EOF; the process has not started, so the line still comes first.
+		writeNotice(r, hook.Notice(prep.FailedOpen))
+	}
 	return resp, err
 }
 
 // writeNotice puts msg on the container's stderr (its stdout with a terminal), where `ctr run`, `docker logs` and
-// `kubectl logs` show it: the engine has opened the reading end of that fifo (or names a log file) before Create.
+// `kubectl logs` show it: the engine reads that fifo (or names a log file).
 // Best effort: a binary:// logger or a closed reader loses the line, and the shim log keeps the warning.
 func writeNotice(r *taskAPI.CreateTaskRequest, msg string) {
 	target := r.Stderr

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -301,6 +302,18 @@ func applyEditBackup(w io.Writer, path string, dry, backup bool, edit func([]byt
 	return nil
 }
 
+// sameContent: equal bytes, or equal JSON documents (daemon.json is re-encoded by the edit).
+func sameContent(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
 // lineDiff lists the lines only in a ("- ") and only in b ("+ "), in file order: what an edit changed.
 func lineDiff(a, b []byte) []string {
 	count := func(d []byte) map[string]int {
@@ -343,7 +356,7 @@ func removeIfOurs(w io.Writer, path string, dry bool) {
 	}
 	backup, berr := os.ReadFile(path + backupSuffix)
 	switch {
-	case berr == nil && bytes.Equal(backup, data):
+	case berr == nil && sameContent(backup, data):
 		if os.Remove(path+backupSuffix) == nil {
 			fmt.Fprintf(w, "removed %s (same as %s)\n", path+backupSuffix, path)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,6 +19,9 @@ import (
 // way.
 func TestTableFullRefusedOrFailOpenLoudly(t *testing.T) {
 	e := need(t)
+	// The fillers register from this process, as the shim would: simulated GPU (a test double), our scheduler.
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	t.Setenv("DETSHARE_BIN", filepath.Join(e.bin, "detshare"))
 	var fillers []string
 	defer func() {
 		for _, id := range fillers {
