@@ -108,6 +108,8 @@ host_dirs=(/run/containerd /run/containerd/s /run/containerd/runc "/run/containe
 new_dirs=()
 for d in "${host_dirs[@]}"; do [ -e "$d" ] || new_dirs+=("$d"); done
 old_socks=" $(ls /run/containerd/s 2>/dev/null | tr '\n' ' ') "
+old_fifos=" $(ls /run/containerd/fifo 2>/dev/null | tr '\n' ' ') "
+[ -e /run/containerd/fifo ] || new_dirs+=(/run/containerd/fifo)
 
 cleanup() {
   local rc=$?
@@ -143,6 +145,10 @@ cleanup() {
     [ -S "$s" ] || continue
     case "$old_socks" in *" ${s##*/} "*) continue ;; esac
     case "$listening" in *"$s"*) ;; *) rm -f "$s" ;; esac
+  done
+  for s in /run/containerd/fifo/*; do # ctr's per-task fifo directories, empty once the tasks are gone
+    [ -d "$s" ] || continue
+    case "$old_fifos" in *" ${s##*/} "*) ;; *) rmdir "$s" 2>/dev/null || true ;; esac
   done
   local i
   for ((i = ${#new_dirs[@]} - 1; i >= 0; i--)); do rmdir "${new_dirs[$i]}" 2>/dev/null || true; done

@@ -1,5 +1,6 @@
 // Package hostleft finds what engine tests and the demo leave on the host outside their private directories:
-// containerd's shim sockets in /run/containerd/s, runc state roots and empty directories under /run/containerd,
+// containerd's shim sockets in /run/containerd/s, runc state roots, ctr's fifo directories and other empty
+// directories under /run/containerd,
 // podman's /dev/shm/libpod_lock, an empty /run/runc, and DetShare's own temporary files in /tmp. Take a Snapshot
 // before starting engines; after stopping them, Clean removes what appeared and is provably unused (a socket nobody
 // listens on, an empty directory, a lock no podman holds), and Left lists what still appeared, for the test to fail
@@ -21,6 +22,7 @@ import (
 var Watched = []string{
 	"/run/containerd", "/run/containerd/s", "/run/containerd/s/*", "/run/containerd/runc", "/run/containerd/runc/*",
 	"/run/containerd/io.containerd.runtime.v2.task", "/run/containerd/io.containerd.runtime.v2.task/*",
+	"/run/containerd/fifo", "/run/containerd/fifo/*", // ctr's stdio fifos, one directory per task
 	"/dev/shm/libpod_lock", "/run/runc", "/tmp/detshare-demo-build.err", "/tmp/detshare-demo.*", "/tmp/dse2e-*",
 	"/tmp/dsinst-*", "/tmp/dsdeb-*",
 }
