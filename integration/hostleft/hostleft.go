@@ -72,8 +72,8 @@ func New(before Snapshot) []string {
 	return out
 }
 
-// Clean removes the new paths that nothing uses: unix sockets nobody accepts on, empty directories, and
-// /dev/shm/libpod_lock when no podman process runs. It returns what it removed.
+// Clean removes the new paths that nothing uses: unix sockets nobody accepts on, empty directories, ctr fifo
+// directories whose fifos nobody holds open, and /dev/shm/libpod_lock when no podman process runs. It returns what it removed.
 func Clean(before Snapshot) []string {
 	var removed []string
 	for _, p := range New(before) {
@@ -87,6 +87,15 @@ func Clean(before Snapshot) []string {
 				removed = append(removed, p)
 			}
 		case st.IsDir():
+			if filepath.Dir(p) == "/run/containerd/fifo" {
+				// ctr's stdio fifos of a task whose shim died (ctr removes them only through a live shim)
+				fifos, _ := filepath.Glob(filepath.Join(p, "*"))
+				for _, f := range fifos {
+					if fs, err := os.Lstat(f); err == nil && fs.Mode()&os.ModeNamedPipe != 0 && !openedByAnyone(f) {
+						os.Remove(f)
+					}
+				}
+			}
 			if os.Remove(p) == nil { // only when empty
 				removed = append(removed, p)
 			}
@@ -110,6 +119,17 @@ func deadSocket(p string) bool {
 	defer unix.Close(fd)
 	err = unix.Connect(fd, &unix.SockaddrUnix{Name: p})
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
+}
+
+// openedByAnyone tells whether a process has p open (scans /proc/*/fd).
+func openedByAnyone(p string) bool {
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && l == p {
+			return true
+		}
+	}
+	return false
 }
 
 func podmanRunning() bool {
