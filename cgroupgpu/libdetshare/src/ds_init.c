@@ -307,6 +307,14 @@ static void load_tenant(void) {
         set_mps_backstop(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED), host && !(cvd && *cvd) ? gpu : 0);
     }
     ds_t = t;
+    ds_guard_snapshot();
+    ds_guard_region(DS_REGION_TABLE, h, DS_TABLE_SIZE);
+    ds_guard_region(DS_REGION_PAGE, pg, sizeof *pg);
+    if (db)
+        ds_guard_region(DS_REGION_DOORBELL, db, sizeof *db);
+    if ((rc = ds_guard_install()) != 0)
+        DS_LOG(DS_LOG_WARN, "SIGBUS handler not installed (%s): a truncated DetShare file would kill this process",
+               strerror(-rc));
     DS_LOG(DS_LOG_INFO, "tenant %s slot %d gpu %d memory limit %llu", t->id, t->slot, t->gpu,
            (unsigned long long)c->mem_limit);
     return;
