@@ -1,0 +1,96 @@
+package libdetshare_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/detshare/detshare/sched/table"
+)
+
+// TestTruncatedFilesKeepTheLastGrant is issue 13 item 1 on the tenant side: the table (host root), the client page
+// and the doorbell (any tenant) are truncated to nothing while a tenant process runs. The process must not die of
+// SIGBUS: it keeps running on its last grant, its memory limit still holds, and it says why.
+func TestTruncatedFilesKeepTheLastGrant(t *testing.T) {
+	e := newEnv(t, true).withTenant(1<<30, "")
+	// The test plays a scheduler without a heartbeat: its own mapping of the table must not be touched once the
+	// file is truncated (it would fault in the test process).
+	if _, err := e.tbl.PublishSplit(0, h100Split()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tbl.SetMPS(0, table.MPSRunning, table.ModeSpatial, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.grant(table.ModeSpatial, 0b110)
+	p := e.start("ds_probe_rt", "init", "smid:64", "pause", "smid:64", "alloc:536870912", "alloc:1073741824",
+		"launch:3")
+	before := p.until()
+	if g := groupsOf(t, before, "smid"); !within(g, 0b110) {
+		t.Fatalf("before: ran on groups %v, granted {1,2}", g)
+	}
+	for _, f := range []string{e.tbl.Paths().Table(), e.reg.ClientPagePath, e.tbl.Paths().Doorbell()} {
+		if err := os.Truncate(f, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.resume()
+	r := p.finish() // fails the test if the probe died
+	if g := groupsOf(t, r, "smid"); !within(g, 0b110) || len(g) != 2 {
+		t.Errorf("after truncation: ran on groups %v, want its last grant {1,2}", g)
+	}
+	if rc := r.get(t, "alloc:536870912", "rc"); rc != "0" {
+		t.Errorf("allocation within the limit refused after truncation: rc %s", rc)
+	}
+	if rc := r.get(t, "alloc:1073741824", "rc"); rc != "2" { // CUDA_ERROR_OUT_OF_MEMORY: 1.5 GiB > 1 GiB limit
+		t.Errorf("allocation over the limit after truncation: rc %s, want 2 (the limit must survive)", rc)
+	}
+	if r.get(t, "launch", "ok") != "1" {
+		t.Errorf("launches after truncation: %v", r.lines)
+	}
+	out := strings.Join(p.lines, "\n")
+	for _, what := range []string{"table", "client page"} {
+		if !strings.Contains(out, "the "+what+" was truncated under this process") {
+			t.Errorf("no message about the truncated %s in:\n%s", what, out)
+		}
+	}
+}
+
+// TestOrphanDoesNotRunOnTheNewcomersGrant is issue 13 item 5 on the tenant side: a process keeps running after its
+// tenant was deregistered, and the slot is reused by a newcomer whose grant is published in it. The orphan must not
+// launch on the newcomer's SMs (before the fix it ran on them): its work is held, and it says why.
+func TestOrphanDoesNotRunOnTheNewcomersGrant(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11)
+	p := e.start("ds_probe_rt", "init", "smid:64", "pause", "smid:64")
+	if g := groupsOf(t, p.until(), "smid"); !within(g, 0b11) {
+		t.Fatalf("before: ran on groups %v, granted {0,1}", g)
+	}
+	if err := e.tbl.Deregister(e.reg.ID); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := e.tbl.Register(table.RegisterRequest{ID: "newcomer", Tier: table.TierBestEffort, Weight: 1, GPU: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc.Slot != e.reg.Slot || nc.Gen == e.reg.Gen {
+		t.Fatalf("newcomer did not reuse the slot: %+v (orphan's %d gen %d)", nc, e.reg.Slot, e.reg.Gen)
+	}
+	if err := e.tbl.PublishGrant(nc.Slot, table.Grant{Groups: 0b111100, SMs: 32, Mode: table.ModeSpatial}); err != nil {
+		t.Fatal(err)
+	}
+	p.resume()
+	got := make(chan result, 1)
+	go func() { got <- p.until() }()
+	select {
+	case r := <-got:
+		t.Fatalf("the orphan launched after its slot was reused: %v", r.lines)
+	case <-time.After(700 * time.Millisecond):
+	}
+	_ = p.cmd.Process.Kill()
+	<-got
+	if out := strings.Join(p.lines, "\n"); !strings.Contains(out, "belongs to no tenant any more") {
+		t.Errorf("the orphan did not say why it is held:\n%s", out)
+	}
+}
