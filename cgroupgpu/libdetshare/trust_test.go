@@ -2,6 +2,8 @@ package libdetshare_test
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +94,47 @@ func TestOrphanDoesNotRunOnTheNewcomersGrant(t *testing.T) {
 	<-got
 	if out := strings.Join(p.lines, "\n"); !strings.Contains(out, "belongs to no tenant any more") {
 		t.Errorf("the orphan did not say why it is held:\n%s", out)
+	}
+}
+
+// TestPrivilegeDropKeepsDetShare is issue 13 item 7 (setpriv): a root process that execs its program as nobody
+// (setpriv, as a container entrypoint would) must keep DetShare. The client page is writable by root only, so
+// before the fix the program ran unshared, without its memory limit.
+func TestPrivilegeDropKeepsDetShare(t *testing.T) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) is needed: %v", err)
+	}
+	e := newEnv(t, true).withTenant(1<<30, "")
+	// As in a container, the run directory's files are reachable by every user (the test's temporary directories
+	// are 0700); the simulated GPU's state file must be writable by nobody.
+	for d := filepath.Dir(e.runDir); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := os.Stat(e.reg.ClientPagePath); err != nil || st.Mode().Perm() != table.ClientPageMode {
+		t.Fatalf("client page mode %v (%v), want %v: the test relies on nobody not being able to open it", st.Mode(), err,
+			table.ClientPageMode)
+	}
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+		need(t, "tests/ds_probe_rt"), "init", "alloc:536870912", "alloc:1073741824")
+	cmd.Env = e.vars
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe as nobody: %v\n%s", err, out)
+	}
+	r := parse(string(out))
+	if rc := r.get(t, "alloc:536870912", "rc"); rc != "0" {
+		t.Errorf("allocation within the limit as nobody: rc %s\n%s", rc, out)
+	}
+	if rc := r.get(t, "alloc:1073741824", "rc"); rc != "2" {
+		t.Errorf("as nobody, 1.5 GiB in a 1 GiB tenant: rc %s, want 2 (DetShare lost after the privilege drop)\n%s", rc, out)
+	}
+	if strings.Contains(string(out), "running unshared") || strings.Contains(string(out), "fail-open") {
+		t.Errorf("the library fell back to running unshared:\n%s", out)
+	}
+	if n := e.client.Page().OOMRefusals; n != 1 {
+		t.Errorf("refusals counted in the tenant's page: %d, want 1", n)
 	}
 }
