@@ -125,7 +125,7 @@ static int parse_ul(const char *key, const char *v, unsigned long long max, unsi
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || !*v || *end || x > max || v[0] == '-') {
-        DS_LOG(DS_LOG_ERROR, "quota file: %s=%s is not an integer in 0..%llu", key, v, max);
+        DS_LOG(DS_LOG_ERROR, "quota file: %s=%.64s is not an integer in 0..%llu", key, v, max); /* bounded echo */
         return -1;
     }
     *out = x;
