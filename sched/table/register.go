@@ -353,7 +353,7 @@ func (t *Table) createClientPage(reg Registration) error {
 	for i := range cp.Procs {
 		cp.Procs[i].HeartbeatNs = now // see ReapDeadProcesses: a stuck claim is judged by heartbeat age
 	}
-	if err := os.MkdirAll(t.paths.ClientsDir(), RunDirMode); err != nil {
+	if err := os.MkdirAll(t.paths.ClientsDir(), ClientsDirMode); err != nil {
 		return fmt.Errorf("create clients directory: %w", err)
 	}
 	if err := writeNewFile(reg.ClientPagePath, ClientPageMode, b); err != nil {
