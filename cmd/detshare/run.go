@@ -174,6 +174,15 @@ func runTenant(c *cli.Context) (int, error) {
 
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = os.Stdin, os.Stdout, os.Stderr, env
+	if registered || c.IsSet("join") {
+		// The client page is root's (its directory too): a CMD that drops privileges before it uses the GPU
+		// (setpriv, gosu, su) maps this inherited descriptor instead (docs/threat-model.md "Privilege drops").
+		if f, err := os.OpenFile(table.NewPaths(runDir).ClientPage(id), os.O_RDWR, 0); err == nil {
+			defer f.Close()
+			cmd.ExtraFiles = []*os.File{f}
+			cmd.Env = setEnv(cmd.Env, clientPageFDEnv, "3")
+		}
+	}
 	select {
 	case s := <-sigs: // interrupted while registering: CMD never starts
 		return 128 + int(s.(syscall.Signal)), nil
@@ -231,6 +240,10 @@ func exitStatus(cmd *exec.Cmd, err error) int {
 	}
 	return cmd.ProcessState.ExitCode()
 }
+
+// clientPageFDEnv names the descriptor of the tenant's client page a CMD inherits (libdetshare's
+// DETSHARE_CLIENT_PAGE_FD); ExtraFiles[0] is descriptor 3.
+const clientPageFDEnv = "DETSHARE_CLIENT_PAGE_FD"
 
 func tenantEnv(env []string, runDir, id, quotaFile string) []string {
 	env = setEnv(env, "DETSHARE_QUOTA_FILE", quotaFile)

@@ -452,13 +452,15 @@ func (s *Scheduler) terminateOrphans(g *gpuState) {
 			continue
 		}
 		pg := cl.Page()
-		for i := range pg.Procs {
-			p := &pg.Procs[i]
-			if st := atomic.LoadUint32(&p.State); st == table.ProcLive || st == table.ProcClaiming {
-				known[table.ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
-					StartTime: atomic.LoadUint64(&p.StartTime)}] = true
+		_ = table.Guard("MPS clients of "+r.ID, func() { // the tenant may truncate its page meanwhile
+			for i := range pg.Procs {
+				p := &pg.Procs[i]
+				if st := atomic.LoadUint32(&p.State); st == table.ProcLive || st == table.ProcClaiming {
+					known[table.ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
+						StartTime: atomic.LoadUint64(&p.StartTime)}] = true
+				}
 			}
-		}
+		})
 		cl.Close()
 	}
 	seen := map[int]bool{}
@@ -518,7 +520,11 @@ func (s *Scheduler) pageOf(reg table.Registration) *table.Client {
 	if err != nil {
 		return nil
 	}
-	if pg := cl.Page(); pg.Slot != uint32(reg.Slot) || pg.SlotGen != reg.Gen {
+	mine := false
+	if err := table.Guard("client page of "+reg.ID, func() {
+		pg := cl.Page()
+		mine = pg.Slot == uint32(reg.Slot) && pg.SlotGen == reg.Gen
+	}); err != nil || !mine {
 		cl.Close()
 		return nil
 	}
@@ -545,9 +551,18 @@ func (s *Scheduler) decide(now time.Time) {
 		row := tenantRow{reg: r}
 		if cl := s.pageOf(r); cl != nil {
 			pg := cl.Page()
-			row.demand = atomic.LoadUint32(&pg.Demand)
-			row.seq = atomic.LoadUint32(&pg.DemandSeq)
-			row.since = atomic.LoadUint64(&pg.DemandSinceNs)
+			if err := table.Guard("demand of "+r.ID, func() {
+				row.demand = atomic.LoadUint32(&pg.Demand)
+				row.seq = atomic.LoadUint32(&pg.DemandSeq)
+				row.since = atomic.LoadUint64(&pg.DemandSinceNs)
+			}); err != nil {
+				// The tenant truncated its own page: it loses its demand hint (keeps its guarantee and current
+				// grant); the page is mapped again, size-checked, at the next pass.
+				logrus.WithError(err).WithField("id", r.ID).Warn("client page truncated by its tenant; demand ignored")
+				row = tenantRow{reg: r}
+				cl.Close()
+				delete(s.pages, r.Slot)
+			}
 		}
 		row.grant, _ = s.t.ReadGrant(r.Slot)
 		byGPU[r.GPU] = append(byGPU[r.GPU], row)

@@ -335,6 +335,14 @@ struct ds_proc *ds_attach(void);
 void ds_detach(void);
 extern atomic_int ds_exiting; /* set when the process released its entry at exit */
 
+/* Truncated mappings (ds_guard.c): a SIGBUS in one of these regions replaces it with private memory (the table's
+ * copy keeps this tenant's last-seen entries) and sets its bit in ds_lost_mask; the process stays fail-static. */
+enum { DS_REGION_TABLE, DS_REGION_PAGE, DS_REGION_DOORBELL, DS_NREGIONS };
+extern atomic_uint ds_lost_mask;
+void ds_guard_region(int kind, const void *base, size_t len);
+void ds_guard_snapshot(void); /* copy this tenant's table entries (slow path: start-up and every new grant) */
+int ds_guard_install(void);
+
 /* Memory accounting (ds_mem.c). */
 uint64_t ds_mem_limit(void);
 bool ds_charge(uint64_t size);
