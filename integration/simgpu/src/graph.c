@@ -455,6 +455,27 @@ CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUg
     return CUDA_SUCCESS;
 }
 
+/* A graph memory-allocation node: the double reserves the memory at once (device memory used, as nvidia-smi shows
+ * for a real graph memory pool) and runs the node as an empty one. */
+CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
+    CUresult r = add_check(phGraphNode, hGraph, dependencies, numDependencies);
+    if (r)
+        return r;
+    if (!nodeParams || !nodeParams->bytesize || nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    r = sim_graph_mem_alloc(&nodeParams->dptr, nodeParams->bytesize, nodeParams->poolProps.location.id);
+    if (r)
+        return r;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = node_new(hGraph, SIM_NODE_EMPTY);
+    pthread_mutex_unlock(&g_sim.lock);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraphNode = n;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                         size_t numDependencies, CUgraphNodeParams *nodeParams) {
     if (!nodeParams)

@@ -219,6 +219,12 @@ static CUresult dev_alloc(CUdeviceptr *dptr, size_t bytes, int dev, bool managed
     return CUDA_SUCCESS;
 }
 
+CUresult sim_graph_mem_alloc(CUdeviceptr *dptr, size_t bytes, int dev) {
+    if (dev < 0 || dev >= g_sim.ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return dev_alloc(dptr, bytes, dev, false, NULL);
+}
+
 static CUresult dev_free(CUdeviceptr dptr) {
     SIM_CHECK_INIT();
     region reg;

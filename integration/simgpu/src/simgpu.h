@@ -305,6 +305,9 @@ bool sim_copy3d_on_device(const CUDA_MEMCPY3D *c);
 
 /* memory.c */
 CUresult sim_mem_check_range(CUdeviceptr p, size_t n);
+/* Device memory of a graph memory-allocation node (the double reserves it when the node is added and keeps it for the
+ * process's life, as the driver's graph memory pool keeps its high-water mark until cuDeviceGraphMemTrim). */
+CUresult sim_graph_mem_alloc(CUdeviceptr *dptr, size_t bytes, int dev);
 void *sim_devptr(CUdeviceptr p);
 CUresult sim_do_memset(CUdeviceptr dst, size_t pitch, unsigned value, unsigned esize, size_t width, size_t height);
 CUresult sim_do_memcpy3d(const CUDA_MEMCPY3D *c);
