@@ -55,11 +55,12 @@ const orphanChecks = 3
 
 // Scheduler is a running leader.
 type Scheduler struct {
-	opts  Options
-	t     *table.Table
-	lock  *os.File
-	mps   *mps.Manager
-	pages map[int]*page // slot -> mapped client page of the current generation
+	opts   Options
+	t      *table.Table
+	lock   *os.File
+	mps    *mps.Manager
+	pages  map[int]*page        // slot -> mapped client page of the current generation
+	demand map[int]*demandState // slot -> the library counters last seen (trust.go); loop only
 	// gpus is written by the loop (a GPU recorded later by a registration) and read by the MPS watcher.
 	gpusMu sync.Mutex
 	gpus   map[int]*gpuState
@@ -144,7 +145,7 @@ func New(opts Options) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Scheduler{opts: opts, lock: lock, pages: map[int]*page{}, gpus: map[int]*gpuState{}, cfg: opts.Config,
+	s := &Scheduler{opts: opts, lock: lock, pages: map[int]*page{}, demand: map[int]*demandState{}, gpus: map[int]*gpuState{}, cfg: opts.Config,
 		tenants: map[string]*TenantStats{}}
 	po := opts.Config.PolicyOptions()
 	s.popt.Store(&po)
@@ -539,12 +540,13 @@ func (s *Scheduler) decide(now time.Time) {
 	regs := s.registrations()
 	live := make(map[int]bool, len(regs))
 	byGPU := map[int][]tenantRow{}
+	tcfg := s.Config().Tenants
 	for _, r := range regs {
 		live[r.Slot] = true
-		row := tenantRow{reg: r}
+		row := tenantRow{reg: s.ceilings(r, tcfg)}
 		if cl := s.pageOf(r); cl != nil {
 			pg := cl.Page()
-			row.demand = atomic.LoadUint32(&pg.Demand)
+			row.demand = s.observedDemand(r, pg, now, tcfg.DemandWindow.Duration)
 			row.seq = atomic.LoadUint32(&pg.DemandSeq)
 			row.since = atomic.LoadUint64(&pg.DemandSinceNs)
 		}
@@ -555,6 +557,11 @@ func (s *Scheduler) decide(now time.Time) {
 		if !live[slot] {
 			p.cl.Close()
 			delete(s.pages, slot)
+		}
+	}
+	for slot := range s.demand {
+		if !live[slot] {
+			delete(s.demand, slot)
 		}
 	}
 	s.forgetGone(regs)
