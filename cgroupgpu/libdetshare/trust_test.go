@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/detshare/detshare/sched/mps"
+	"github.com/detshare/detshare/sched/table"
 )
 
 // In a container the hook mounts the quota file read-only at /run/detshare/quota. A tenant setting
@@ -192,5 +195,49 @@ func TestPoolReleaseThresholdCharged(t *testing.T) {
 				t.Fatalf("page mem_used = %d after exit, want 0", used)
 			}
 		})
+	}
+}
+
+// A process that bypasses the library (cuMemAlloc_v2 resolved straight from libcuda's symbol table, or no library
+// at all) is outside DetShare's accounting; under MPS the backstop is the server-side per-client limit the scheduler
+// sets (sched/mps SetClientMemLimit), which a client cannot raise with its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT.
+// Simulated MPS and GPU (test doubles) model that limit per process.
+func TestBypassCaughtByMPSServerLimit(t *testing.T) {
+	e := newEnv(t, true)
+	m := &mps.Manager{Paths: table.NewPaths(e.runDir), Simulated: true}
+	d, err := m.Start(0, "SIM-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.withTenant(64*MiB, d.PipeDir)
+	e.vars = append(e.vars, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G")
+
+	// the escape without a server-side limit: a process without the library raises its own client limit
+	bare := newEnv(t, false)
+	bare.vars = append(bare.vars, "CUDA_MPS_PIPE_DIRECTORY="+d.PipeDir, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G")
+	if rc := bare.run("ds_probe_rt", "init", "alloc:104857600").get(t, "alloc:104857600", "rc"); rc != "0" {
+		t.Fatalf("control: without a server-side limit 100 MiB should be allowed, rc %s", rc)
+	}
+
+	if err := m.SetClientMemLimit(d, 64*MiB, simMem); err != nil {
+		t.Fatal(err)
+	}
+	if rc := bare.run("ds_probe_rt", "init", "alloc:104857600").get(t, "alloc:104857600", "rc"); rc != "2" {
+		t.Fatalf("no library, own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G: 100 MiB past the server-side 64 MiB "+
+			"returned %s, want 2", rc)
+	}
+	r := e.run("ds_probe_rt", "init", "rawalloc:104857600", "rawalloc:33554432")
+	if obj := r.get(t, "rawalloc:104857600", "obj"); obj != "libcuda.so.1" {
+		t.Fatalf("the bypass did not reach the driver directly (%s)", obj)
+	}
+	if rc := r.get(t, "rawalloc:104857600", "rc"); rc != "2" {
+		t.Fatalf("bypass of the library: 100 MiB past the server-side limit returned %s, want 2", rc)
+	}
+	if rc := r.get(t, "rawalloc:33554432", "rc"); rc != "0" {
+		t.Fatalf("bypass within the limit: rc %s", rc)
+	}
+	// what the bypass took is invisible to the library's accounting (docs/threat-model-quota.md says so)
+	if used := e.memUsed(); used != 0 {
+		t.Fatalf("page mem_used = %d: the library saw a call it was not supposed to see", used)
 	}
 }

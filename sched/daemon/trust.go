@@ -113,3 +113,38 @@ func tierOfRank(r int) uint32 {
 	}
 	return table.TierBestEffort
 }
+
+// applyMemCap sets the MPS server-side per-client memory limit of g to the largest memory quota of the tenants on
+// it (none while any of them is unlimited). A client cannot raise a server-side limit, so a process that bypasses
+// the library still cannot take more than that; one limit per server is what MPS offers (every tenant shares the
+// GPU's server), so the per-tenant sum is the library's job (docs/threat-model-quota.md). MPS watcher only.
+func (s *Scheduler) applyMemCap(g *gpuState) {
+	var limit uint64
+	for _, r := range s.t.List() {
+		if r.GPU != g.index {
+			continue
+		}
+		if r.MemLimit == 0 {
+			limit = 0
+			break
+		}
+		if r.MemLimit > limit {
+			limit = r.MemLimit
+		}
+	}
+	if g.memSet && g.memCap == limit {
+		return
+	}
+	var total uint64
+	for _, st := range s.t.GPUs() {
+		if st.Index == g.index {
+			total = st.MemTotal
+		}
+	}
+	if err := s.mps.SetClientMemLimit(g.daemon, limit, total); err != nil {
+		logrus.WithError(err).WithField("gpu", g.index).Warn("MPS server-side memory limit not set")
+		return
+	}
+	g.memCap, g.memSet = limit, true
+	logrus.WithFields(logrus.Fields{"gpu": g.index, "bytes": limit}).Debug("MPS server-side per-client memory limit")
+}

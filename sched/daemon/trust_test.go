@@ -4,10 +4,14 @@ package daemon
 // tier above the host's ceilings.
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/sched/mps"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -129,4 +133,52 @@ func popcount(x uint64) int {
 		n++
 	}
 	return n
+}
+
+// The scheduler sets the MPS server-side per-client memory limit (which a client cannot raise) to the largest quota
+// on the GPU, at once when registrations change, and removes it while an unlimited tenant is there.
+func TestMPSServerSideMemoryLimit(t *testing.T) {
+	dir, tb := newRunDir(t)
+	reg := func(id string, mem uint64) table.Registration {
+		r, err := tb.Register(table.RegisterRequest{ID: id, Tier: table.TierBestEffort, GPU: 0, Weight: 1, MemLimit: mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	reg("small", 1<<30)
+	startSched(t, dir, testConfig(), nil)
+	file := filepath.Join(table.NewPaths(dir).MPSPipeDir(0), mps.SimMemLimitFile)
+	waitFile := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(500 * time.Millisecond) // well inside the 1 s watcher period: the wake-up did it
+		for {
+			b, err := os.ReadFile(file)
+			got := strings.TrimSpace(string(b))
+			if err != nil {
+				got = "absent"
+			}
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("server-side limit %s, want %s", got, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFile("1073741824")
+	big := reg("big", 4<<30)
+	tb.RingDoorbell()
+	waitFile("4294967296")
+	free := reg("unlimited", 0)
+	tb.RingDoorbell()
+	waitFile("absent")
+	for _, r := range []table.Registration{big, free} {
+		if err := tb.Deregister(r.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb.RingDoorbell()
+	waitFile("1073741824")
 }

@@ -22,7 +22,9 @@
  *        later kernels on a stream of it) |
  *        nvml (memory of GPU 0 through libnvidia-ml.so.1, found with dlopen + dlsym like nvidia-smi and pynvml) |
  *        poolthreshold:N (sets the release threshold of a pool of its own; prints the threshold the driver has) |
- *        pooldestroy (destroys that pool) | graphmem:N (a new graph with one memory-allocation node of N bytes)
+ *        pooldestroy (destroys that pool) | graphmem:N (a new graph with one memory-allocation node of N bytes) |
+ *        rawalloc:N (a hostile tenant's bypass: cuMemAlloc_v2 resolved with glibc's own dlsym (dlvsym on libc's
+ *        handle), straight from libcuda's symbol table, so the interception library never sees the call)
  */
 #include "drv.h"
 
@@ -508,6 +510,19 @@ static int step(const char *s) {
             CUresult g = tpool ? D.cuMemPoolGetAttribute(tpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &got) : r;
             printf("%s rc=%d get_rc=%d threshold=%llu\n", s, r, g, (unsigned long long)got);
         }
+    } else if (sscanf(s, "rawalloc:%llu", &a) == 1) {
+        void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+        void *(*real_dlsym)(void *, const char *) =
+            libc ? (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
+        if (!real_dlsym && libc)
+            real_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        CUresult (*raw)(CUdeviceptr *, size_t) =
+            real_dlsym && h ? (CUresult(*)(CUdeviceptr *, size_t))real_dlsym(h, "cuMemAlloc_v2") : NULL;
+        CUdeviceptr p = 0;
+        r = raw ? raw(&p, a) : CUDA_ERROR_NOT_FOUND;
+        const char *name, *obj = obj_of((void *)raw, &name);
+        printf("%s rc=%d obj=%s\n", s, r, obj);
     } else if (sscanf(s, "graphmem:%llu", &a) == 1) {
         CUgraph g = NULL;
         CUgraphNode n = NULL;

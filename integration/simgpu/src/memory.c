@@ -144,6 +144,10 @@ static CUresult account(int dev, int64_t delta) {
     struct sim_dev_state *ds = &g_sim.st->dev[dev];
     struct sim_proc_slot *me = &g_sim.st->procs[g_sim.slot];
     if (delta > 0) {
+        if (g_sim.mps_mem_limit && me->mem[dev] + (uint64_t)delta > g_sim.mps_mem_limit) {
+            sim_shared_unlock(); /* the MPS server's per-client limit */
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
         uint64_t used = atomic_load(&ds->mem_used);
         if (used + (uint64_t)delta > g_sim.mem_total) {
             sim_reap_dead_procs();

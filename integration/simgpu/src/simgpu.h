@@ -242,6 +242,10 @@ struct sim_global {
     atomic_bool initialized;
     bool mps;
     int active_thread_pct; /* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 100 if unset */
+    /* MPS device-memory limit of this client, bytes (0 = none): the server-side one (<pipe dir>/pinned_mem_limit,
+     * written by the simulated control daemon) which the client cannot raise, lowered by the client's own
+     * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=<N>M" or "0=<N>G"); a client value alone is the limit */
+    uint64_t mps_mem_limit;
     int ndev;
     unsigned nsms;
     uint64_t mem_total;
