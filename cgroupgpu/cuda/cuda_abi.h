@@ -725,6 +725,7 @@ typedef struct CUgraphNodeParams_st {
         CUDA_MEMCPY_NODE_PARAMS memcpy;
         CUDA_MEMSET_NODE_PARAMS_v2 memset;
         CUDA_HOST_NODE_PARAMS host;
+        CUDA_MEM_ALLOC_NODE_PARAMS alloc; /* CUDA_MEM_ALLOC_NODE_PARAMS_v2: the same layout */
     };
     long long reserved2;
 } CUgraphNodeParams;
@@ -962,6 +963,8 @@ typedef struct CUctxCreateParams_st {
                             size_t numDependencies))                                                                 \
     X(cuGraphAddNode, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,                   \
                        size_t numDependencies, CUgraphNodeParams *nodeParams))                                       \
+    X(cuGraphAddNode_v2, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,                \
+                          const void *edgeData, size_t numDependencies, CUgraphNodeParams *nodeParams))              \
     X(cuGraphGetNodes, (CUgraph hGraph, CUgraphNode * nodes, size_t *numNodes))                                      \
     X(cuGraphNodeGetType, (CUgraphNode hNode, CUgraphNodeType * type))                                               \
     X(cuGraphKernelNodeGetParams_v2, (CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS * nodeParams))                      \

@@ -152,16 +152,21 @@ func TestGraphMemoryNodeCharged(t *testing.T) {
 	for _, prog := range probes {
 		t.Run(prog, func(t *testing.T) {
 			e := newEnv(t, true).withTenant(64*MiB, "")
-			r := e.run(prog, "init", "graphmem:33554432", "info", "graphmem:67108864", "graphmem:16777216", "info")
+			r := e.run(prog, "init", "graphmem:33554432", "info", "graphmem:67108864", "graphnode:16777216", "info",
+				"graphnode:33554432")
 			if rc := r.get(t, "graphmem:33554432", "rc"); rc != "0" {
 				t.Fatalf("32 MiB graph memory node within the quota: rc %s\n%v", rc, r.lines)
 			}
 			if rc := r.get(t, "graphmem:67108864", "rc"); rc != "2" {
 				t.Fatalf("64 MiB graph memory node past the quota: rc %s, want 2\n%v", rc, r.lines)
 			}
+			if rc := r.get(t, "graphnode:33554432", "rc"); rc != "2" {
+				t.Fatalf("32 MiB node through cuGraphAddNode past the quota: rc %s, want 2\n%v", rc, r.lines)
+			}
 			free, _ := r.infos(t)
 			if free[0] != 32*MiB || free[1] != 16*MiB {
-				t.Fatalf("free after the graph memory nodes = %v, want [32 MiB 16 MiB]", free)
+				t.Fatalf("free after the graph memory nodes (cuGraphAddMemAllocNode, then cuGraphAddNode) = %v, "+
+					"want [32 MiB 16 MiB]", free)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ package daemon
 // tier above the host's ceilings.
 
 import (
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,7 +106,7 @@ func TestWeightCeiling(t *testing.T) {
 			play(t, tb, light).busy(true)
 			if trusted {
 				waitGrant(t, tb, heavy.Slot, time.Second, "a trusted weight of 10000 takes (nearly) all",
-					func(g table.Grant) bool { return g.Mode == table.ModeSpatial && popcount(g.Groups) >= 7 })
+					func(g table.Grant) bool { return g.Mode == table.ModeSpatial && bits.OnesCount64(g.Groups) >= 7 })
 				return
 			}
 			waitGrant(t, tb, heavy.Slot, time.Second, "weight capped at 1: 4 groups", groupsIs(4))
@@ -125,14 +126,6 @@ func TestTierCeiling(t *testing.T) {
 	startSched(t, dir, c, nil)
 	play(t, tb, be).busy(true)
 	waitGrant(t, tb, be.Slot, time.Second, "the LC's groups are not reserved without the host's consent", groupsIs(8))
-}
-
-func popcount(x uint64) int {
-	n := 0
-	for ; x != 0; x &= x - 1 {
-		n++
-	}
-	return n
 }
 
 // The scheduler sets the MPS server-side per-client memory limit (which a client cannot raise) to the largest quota

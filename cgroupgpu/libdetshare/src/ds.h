@@ -61,6 +61,8 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     HOOK(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0)                                                     \
     HOOK(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0)                                                               \
     HOOK(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0)                                                   \
+    HOOK(cuGraphAddNode, cuGraphAddNode, 12020, 0)                                                                   \
+    HOOK(cuGraphAddNode_v2, cuGraphAddNode, 12030, 0)                                                                \
     HOOK(cuMemRelease, cuMemRelease, 10020, 0)                                                                       \
     HOOK(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                                                                   \
     HOOK(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0)                                                               \

@@ -199,7 +199,8 @@ DS_EXPORT CUresult cuInit(unsigned int Flags) {
     return r;
 }
 
-/* Charge size, call the allocation, record key -> size, or credit back if the driver failed. */
+/* Charge size, call the allocation, record key -> size, or credit back if the driver failed. Kind 0: the charge is
+ * held (until the process exits), not recorded for a free. */
 #define CHARGED_CALL(kind, size, call, keyexpr)                                                                      \
     do {                                                                                                             \
         uint64_t sz_ = (size);                                                                                       \
@@ -212,7 +213,7 @@ DS_EXPORT CUresult cuInit(unsigned int Flags) {
             ds_uncharge(sz_);                                                                                        \
             return r_;                                                                                               \
         }                                                                                                            \
-        if (!track_add((kind), (uint64_t)(keyexpr), sz_))                                                            \
+        if ((kind) && !track_add((kind), (uint64_t)(keyexpr), sz_))                                                  \
             DS_LOG(DS_LOG_WARN, "allocation record lost (out of host memory): its free will not be credited");       \
         return r_;                                                                                                   \
     } while (0)
@@ -359,16 +360,22 @@ DS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
     CHARGED_CALL(K_VMM, size, real(handle, size, prop, flags), *handle);
 }
 
+/* Release what was charged for (kind, key) once the driver freed it. */
+#define RELEASE_CALL(kind, key, call)                                                                                \
+    do {                                                                                                             \
+        if (PASS_THROUGH())                                                                                          \
+            return (call);                                                                                           \
+        ds_depth++;                                                                                                  \
+        CUresult r_ = (call);                                                                                        \
+        ds_depth--;                                                                                                  \
+        if (r_ == CUDA_SUCCESS)                                                                                      \
+            ds_uncharge(track_del((kind), (uint64_t)(key)));                                                         \
+        return r_;                                                                                                   \
+    } while (0)
+
 DS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     REAL_OR_FAIL(cuMemRelease);
-    if (PASS_THROUGH())
-        return real(handle);
-    ds_depth++;
-    CUresult r = real(handle);
-    ds_depth--;
-    if (r == CUDA_SUCCESS)
-        ds_uncharge(track_del(K_VMM, handle));
-    return r;
+    RELEASE_CALL(K_VMM, handle, real(handle));
 }
 
 /* A pool's release threshold is memory the pool may keep after frees: a reservation charged in full while it is set.
@@ -403,14 +410,7 @@ DS_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute 
 
 DS_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     REAL_OR_FAIL(cuMemPoolDestroy);
-    if (PASS_THROUGH())
-        return real(pool);
-    ds_depth++;
-    CUresult r = real(pool);
-    ds_depth--;
-    if (r == CUDA_SUCCESS)
-        ds_uncharge(track_del(K_POOL, (uint64_t)(uintptr_t)pool));
-    return r;
+    RELEASE_CALL(K_POOL, (uintptr_t)pool, real(pool));
 }
 
 /* Graph memory nodes: charged when the node is added and held until the process exits (the driver's graph memory
@@ -422,15 +422,26 @@ DS_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGra
     if (PASS_THROUGH() || !nodeParams || !nodeParams->bytesize ||
         nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    uint64_t sz = nodeParams->bytesize;
-    if (!ds_charge(sz))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    ds_depth++;
-    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-    ds_depth--;
-    if (r != CUDA_SUCCESS)
-        ds_uncharge(sz);
-    return r;
+    CHARGED_CALL(0, nodeParams->bytesize, real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams), 0);
+}
+
+/* The generic entry points add memory-allocation nodes too (cudaGraphAddNode, 12.2+). */
+#define ADD_NODE(call)                                                                                               \
+    if (PASS_THROUGH() || !nodeParams || nodeParams->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC ||                         \
+        !nodeParams->alloc.bytesize || nodeParams->alloc.poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)     \
+        return call;                                                                                                 \
+    CHARGED_CALL(0, nodeParams->alloc.bytesize, call, 0);
+
+DS_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                  size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    REAL_OR_FAIL(cuGraphAddNode);
+    ADD_NODE(real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
+}
+
+DS_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                     const void *edgeData, size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    REAL_OR_FAIL(cuGraphAddNode_v2);
+    ADD_NODE(real(phGraphNode, hGraph, dependencies, edgeData, numDependencies, nodeParams));
 }
 
 static uint64_t format_bytes(CUarray_format f) {

@@ -41,6 +41,7 @@
     X(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0)                                                                  \
     X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0)                                                      \
     X(cuGraphCreate, cuGraphCreate, 10000, 0)                                                                        \
+    X(cuGraphAddNode, cuGraphAddNode, 12020, 0)                                                                      \
     X(cuMemCreate, cuMemCreate, 10020, 0)                                                                            \
     X(cuMemRelease, cuMemRelease, 10020, 0)                                                                          \
     X(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                                                                      \

@@ -22,7 +22,8 @@
  *        later kernels on a stream of it) |
  *        nvml (memory of GPU 0 through libnvidia-ml.so.1, found with dlopen + dlsym like nvidia-smi and pynvml) |
  *        poolthreshold:N (sets the release threshold of a pool of its own; prints the threshold the driver has) |
- *        pooldestroy (destroys that pool) | graphmem:N (a new graph with one memory-allocation node of N bytes) |
+ *        pooldestroy (destroys that pool) | graphmem:N (a new graph with one memory-allocation node of N bytes; graphnode:N adds it with the generic
+ *        cuGraphAddNode) |
  *        rawalloc:N (a hostile tenant's bypass: cuMemAlloc_v2 resolved with glibc's own dlsym (dlvsym on libc's
  *        handle), straight from libcuda's symbol table, so the interception library never sees the call)
  */
@@ -523,7 +524,7 @@ static int step(const char *s) {
         r = raw ? raw(&p, a) : CUDA_ERROR_NOT_FOUND;
         const char *name, *obj = obj_of((void *)raw, &name);
         printf("%s rc=%d obj=%s\n", s, r, obj);
-    } else if (sscanf(s, "graphmem:%llu", &a) == 1) {
+    } else if (sscanf(s, "graphmem:%llu", &a) == 1 || sscanf(s, "graphnode:%llu", &a) == 1) {
         CUgraph g = NULL;
         CUgraphNode n = NULL;
         CUDA_MEM_ALLOC_NODE_PARAMS p;
@@ -533,7 +534,13 @@ static int step(const char *s) {
         p.poolProps.location.id = g_dev;
         p.bytesize = a;
         r = D.cuGraphCreate(&g, 0);
-        if (r == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && !strncmp(s, "graphnode:", 10)) {
+            CUgraphNodeParams gp;
+            memset(&gp, 0, sizeof gp);
+            gp.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+            gp.alloc = p;
+            r = D.cuGraphAddNode(&n, g, NULL, 0, &gp);
+        } else if (r == CUDA_SUCCESS)
             r = D.cuGraphAddMemAllocNode(&n, g, NULL, 0, &p);
         printf("%s rc=%d\n", s, r);
     } else if (sscanf(s, "vmm:%llu", &a) == 1 || sscanf(s, "vmmhost:%llu", &a) == 1) {

@@ -465,15 +465,7 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     if (!nodeParams || !nodeParams->bytesize || nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
     r = sim_graph_mem_alloc(&nodeParams->dptr, nodeParams->bytesize, nodeParams->poolProps.location.id);
-    if (r)
-        return r;
-    pthread_mutex_lock(&g_sim.lock);
-    struct CUgraphNode_st *n = node_new(hGraph, SIM_NODE_EMPTY);
-    pthread_mutex_unlock(&g_sim.lock);
-    if (!n)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *phGraphNode = n;
-    return CUDA_SUCCESS;
+    return r ? r : cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
 }
 
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -495,9 +487,18 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
         return cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->host);
     case CU_GRAPH_NODE_TYPE_EMPTY:
         return cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+        return cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->alloc);
     default:
         return CUDA_ERROR_NOT_SUPPORTED; /* not modelled by the test double */
     }
+}
+
+/* 12.3+: edge data is accepted and not modelled (nodes run in insertion order). */
+CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                           const void *edgeData, size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    (void)edgeData;
+    return cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
 
 CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
