@@ -30,6 +30,11 @@ type demandState struct {
 // gets nothing; one that forges moving counters gets what a real busy tenant of its weight gets, no more.
 func (s *Scheduler) observedDemand(reg table.Registration, pg *table.ClientPage, now time.Time, window time.Duration) uint32 {
 	claimed := atomic.LoadUint32(&pg.Demand)
+	if claimed == 0 {
+		// idle: nothing to check. The counters seen last stay as they were, so the first pass that sees demand
+		// again compares against them (a tenant that launched since is believed at once, a forger is not).
+		return 0
+	}
 	sig := atomic.LoadUint64(&pg.Launches) + atomic.LoadUint64(&pg.BusyNs)
 	var busyProcs uint32
 	for i := range pg.Procs {
