@@ -56,11 +56,13 @@ const orphanChecks = 3
 
 // Scheduler is a running leader.
 type Scheduler struct {
-	opts  Options
-	t     *table.Table
-	lock  *os.File
-	mps   *mps.Manager
-	pages map[int]*page // slot -> mapped client page of the current generation
+	opts    Options
+	t       *table.Table
+	lock    *os.File
+	mps     *mps.Manager
+	pages   map[int]*page        // slot -> mapped client page of the current generation
+	demand  map[int]*demandState // slot -> the library counters last seen (trust.go); loop only
+	mpsWake chan struct{}        // a registration changed: the MPS watcher re-applies the memory limits at once
 	// gpus is written by the loop (a GPU recorded later by a registration) and read by the MPS watcher.
 	gpusMu sync.Mutex
 	gpus   map[int]*gpuState
@@ -93,6 +95,8 @@ type gpuState struct {
 	holdGen uint32
 	until   time.Time
 	orphans map[int]int // MPS client PID -> consecutive checks matching no tenant (MPS watcher only)
+	memCap  uint64      // server-side per-client memory limit applied (MPS watcher only; capUnset before)
+	memSet  bool
 }
 
 // Stats are the scheduler-wide counters (metrics).
@@ -145,7 +149,7 @@ func New(opts Options) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Scheduler{opts: opts, lock: lock, pages: map[int]*page{}, gpus: map[int]*gpuState{}, cfg: opts.Config,
+	s := &Scheduler{opts: opts, lock: lock, pages: map[int]*page{}, demand: map[int]*demandState{}, mpsWake: make(chan struct{}, 1), gpus: map[int]*gpuState{}, cfg: opts.Config,
 		tenants: map[string]*TenantStats{}}
 	po := opts.Config.PolicyOptions()
 	s.popt.Store(&po)
@@ -307,6 +311,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				return
 			case <-tk.C:
 				s.checkMPS(s.gpuList())
+			case <-s.mpsWake:
+				s.checkMPS(s.gpuList())
 			}
 		}
 	}()
@@ -424,10 +430,12 @@ func (s *Scheduler) checkMPS(gpus []*gpuState) {
 				continue
 			}
 			g.daemon = d
+			g.memSet = false
 			_ = s.t.SetMPS(g.index, table.MPSRunning, table.ModeSpatial, d.PipeDir)
 			g.mode.Store(table.ModeSpatial)
 			continue
 		}
+		s.applyMemCap(g)
 		if !s.mps.Simulated {
 			s.terminateOrphans(g)
 			if _, err := s.mps.RestartIdleFailedServers(g.daemon); err != nil {
@@ -538,6 +546,10 @@ func (s *Scheduler) registrations() []table.Registration {
 	gen := s.t.Generation()
 	if !s.regsOK || gen != s.regGen {
 		s.regs, s.regGen, s.regsOK = s.t.List(), gen, true
+		select {
+		case s.mpsWake <- struct{}{}:
+		default:
+		}
 	}
 	return s.regs
 }
@@ -546,20 +558,21 @@ func (s *Scheduler) decide(now time.Time) {
 	regs := s.registrations()
 	live := make(map[int]bool, len(regs))
 	byGPU := map[int][]tenantRow{}
+	tcfg := s.Config().Tenants
 	for _, r := range regs {
 		live[r.Slot] = true
-		row := tenantRow{reg: r}
+		row := tenantRow{reg: s.ceilings(r, tcfg)}
 		if cl := s.pageOf(r); cl != nil {
 			pg := cl.Page()
 			if err := table.Guard("demand of "+r.ID, func() {
-				row.demand = atomic.LoadUint32(&pg.Demand)
+				row.demand = s.observedDemand(r, pg, now, tcfg.DemandWindow.Duration)
 				row.seq = atomic.LoadUint32(&pg.DemandSeq)
 				row.since = atomic.LoadUint64(&pg.DemandSinceNs)
 			}); err != nil {
 				// The tenant truncated its own page: it loses its demand hint (keeps its guarantee and current
 				// grant); the page is mapped again, size-checked, at the next pass.
 				logrus.WithError(err).WithField("id", r.ID).Warn("client page truncated by its tenant; demand ignored")
-				row = tenantRow{reg: r}
+				row = tenantRow{reg: s.ceilings(r, tcfg)}
 				cl.Close()
 				delete(s.pages, r.Slot)
 			}
@@ -571,6 +584,11 @@ func (s *Scheduler) decide(now time.Time) {
 		if !live[slot] {
 			p.cl.Close()
 			delete(s.pages, slot)
+		}
+	}
+	for slot := range s.demand {
+		if !live[slot] {
+			delete(s.demand, slot)
 		}
 	}
 	s.forgetGone(regs)

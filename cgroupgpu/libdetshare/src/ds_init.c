@@ -214,18 +214,17 @@ static int read_quota_file(const char *path, struct quota_file *q) {
 }
 
 /* Under MPS the driver enforces CUDA_MPS_PINNED_DEVICE_MEM_LIMIT itself: a backstop for code that escapes the
- * interposer. It must be in the environment before the driver initialises, hence the constructor. A value the
- * user set is kept (a client can only lower the server's limit anyway). The device ordinal is the process's view:
- * 0 in a container (it sees its GPU only) or when CUDA_VISIBLE_DEVICES selects it, else the table's index. */
+ * interposer. It must be in the environment before the driver initialises, hence the constructor. The host's value
+ * replaces whatever the tenant set (a client may raise a limit it sets itself; only the server-side limit the
+ * scheduler sets is out of its reach, docs/threat-model-quota.md). The device ordinal is the process's view: 0 in a
+ * container (it sees its GPU only) or when CUDA_VISIBLE_DEVICES selects it, else the table's index. */
 static void set_mps_backstop(uint64_t limit, int ordinal) {
     if (!limit)
         return;
     unsigned long long mib = (unsigned long long)((limit + (1ull << 20) - 1) >> 20);
     const char *cur = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
-    if (cur && *cur) {
-        DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT already set to %s; kept", cur);
-        return;
-    }
+    if (cur && *cur)
+        DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT set by the tenant is replaced by the host's limit");
     char v[64];
     snprintf(v, sizeof v, "%d=%lluM", ordinal, mib);
     setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", v, 1);
@@ -301,13 +300,29 @@ static void keep_page_for_exec(const char *path) {
     setenv(DS_PAGE_FD_ENV, v, 1);
 }
 
-static void load_tenant(void) {
-    const char *path = getenv("DETSHARE_QUOTA_FILE");
-    if (!path || !*path) {
-        path = "/run/detshare/quota";
-        if (access(path, F_OK) != 0)
-            return; /* not a tenant: pure pass-through */
+/* The quota file the hook mounts read-only into every tenant container. When it exists it is the only source of
+ * the tenant's settings: DETSHARE_QUOTA_FILE is the tenant's own variable and must not switch DetShare off or
+ * point at a file of its choosing. The variable is honoured only where the fixed path does not exist, i.e. for host
+ * tenants started by `detshare run` (which could as well not load the library at all). */
+#define DS_QUOTA_FIXED_PATH "/run/detshare/quota"
+
+static const char *quota_path(bool *fixed) {
+    const char *env = getenv("DETSHARE_QUOTA_FILE");
+    *fixed = access(DS_QUOTA_FIXED_PATH, F_OK) == 0;
+    if (*fixed) {
+        if (env && *env && strcmp(env, DS_QUOTA_FIXED_PATH) != 0)
+            DS_LOG(DS_LOG_WARN, "DETSHARE_QUOTA_FILE ignored: the host's quota file %s is in force",
+                   DS_QUOTA_FIXED_PATH);
+        return DS_QUOTA_FIXED_PATH;
     }
+    return env && *env ? env : NULL;
+}
+
+static void load_tenant(void) {
+    bool fixed = false;
+    const char *path = quota_path(&fixed);
+    if (!path)
+        return; /* not a tenant: pure pass-through */
     struct quota_file q;
     if (read_quota_file(path, &q) != 0) {
         DS_LOG(DS_LOG_ERROR, "quota file %s unusable; running without DetShare (no quota, no scheduling)", path);
@@ -373,7 +388,7 @@ static void load_tenant(void) {
          * never see env edits made at create time, so the library exports the tenant's pipe directory itself
          * (before the driver initialises); a value the user set is kept. */
         const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
-        if (!pipe || !*pipe)
+        if (!pipe || !*pipe || fixed) /* in a container the host's pipe directory wins (its server sets the limit) */
             setenv("CUDA_MPS_PIPE_DIRECTORY", t->mps_pipe_dir, 1);
         bool host = (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
         const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
