@@ -22,6 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/detshare/detshare/sched/config"
+	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/metrics"
 	"github.com/detshare/detshare/sched/mps"
 	"github.com/detshare/detshare/sched/policy"
@@ -47,6 +48,8 @@ type Options struct {
 	StopMPSOnExit bool
 	// MPSCheckEvery is the period of the MPS watcher (daemon liveness, faulted servers, orphan clients); 0 = 1 s.
 	MPSCheckEvery time.Duration
+	// Board samples a GPU's power and SM clock (gpuinfo.BoardSampler in production); nil: no power input.
+	Board func(index int) (gpuinfo.Board, error)
 }
 
 // orphanChecks is how many consecutive MPS checks a client must match no live tenant process before it is
@@ -92,6 +95,9 @@ type gpuState struct {
 	holdGen uint32
 	until   time.Time
 	orphans map[int]int // MPS client PID -> consecutive checks matching no tenant (MPS watcher only)
+	// board power (dynamic.go: powerLoop writes, the loop reads)
+	board     atomic.Pointer[gpuinfo.Board]
+	powerNear atomic.Bool
 }
 
 // Stats are the scheduler-wide counters (metrics).
@@ -111,6 +117,8 @@ type TenantStats struct {
 	Reason        string
 	lastSeq       uint32
 	answered      bool
+	ObservedP99   time.Duration // P99 of the last SLO window (tenants with slo-p99)
+	slo           sloState
 }
 
 // Acquire takes the leader lock of runDir without blocking.
@@ -310,6 +318,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 	}()
 	defer func() { mpsStop(); <-mpsDone }()
+	powerDone := make(chan struct{})
+	go func() { defer close(powerDone); s.powerLoop(mpsCtx) }()
+	defer func() { mpsStop(); <-powerDone }()
 	seq := s.t.DoorbellSeq()
 	s.Pass()
 	if s.opts.Ready != nil {
@@ -503,6 +514,7 @@ type tenantRow struct {
 	seq    uint32
 	since  uint64
 	grant  table.Grant
+	lat    [policy.LatencyBuckets]uint64 // cumulative latency histogram of its client page
 }
 
 func (s *Scheduler) pageOf(reg table.Registration) *table.Client {
@@ -547,6 +559,7 @@ func (s *Scheduler) decide(now time.Time) {
 			row.demand = atomic.LoadUint32(&pg.Demand)
 			row.seq = atomic.LoadUint32(&pg.DemandSeq)
 			row.since = atomic.LoadUint64(&pg.DemandSinceNs)
+			row.lat = readLatency(pg)
 		}
 		row.grant, _ = s.t.ReadGrant(r.Slot)
 		byGPU[r.GPU] = append(byGPU[r.GPU], row)
@@ -577,6 +590,7 @@ func (s *Scheduler) decide(now time.Time) {
 			continue
 		}
 		if gs.mode.Load() == table.ModeSpatial {
+			popt.PowerNearLimit = gs.powerNear.Load()
 			s.decideSpatial(g, rows, popt)
 		} else {
 			s.decideTemporal(g, gs, rows, popt, now)
@@ -586,7 +600,8 @@ func (s *Scheduler) decide(now time.Time) {
 
 func toPolicy(r tenantRow) policy.Tenant {
 	t := policy.Tenant{Slot: r.reg.Slot, ID: r.reg.ID, Weight: r.reg.Weight, Guarantee: int(r.reg.SMGroups),
-		Lend: r.reg.Flags&table.FlagLend != 0, Busy: r.demand > 0, Prev: r.grant.Groups}
+		Lend: r.reg.Flags&table.FlagLend != 0, Busy: r.demand > 0, Prev: r.grant.Groups,
+		Pinned: r.reg.Flags&table.FlagPinned != 0}
 	switch r.reg.Tier {
 	case table.TierLatencyCritical:
 		t.Tier = policy.LatencyCritical
@@ -609,11 +624,14 @@ func toPolicy(r tenantRow) policy.Tenant {
 
 func (s *Scheduler) decideSpatial(g table.GPUState, rows []tenantRow, popt policy.Options) {
 	ts := make([]policy.Tenant, len(rows))
+	now := time.Now()
 	for i, r := range rows {
 		ts[i] = toPolicy(r)
+		s.sizeSLO(r, &ts[i], len(g.Split.Groups), now)
 	}
 	d := policy.Decide(g.Split.Groups, ts, popt)
 	for i, r := range rows {
+		s.setGate(r, d.Grants[i].Gate)
 		ng := table.Grant{Groups: d.Grants[i].Groups, SMs: d.Grants[i].SMs, Mode: table.ModeSpatial}
 		s.publish(r, ng, d.Grants[i].Reason)
 	}

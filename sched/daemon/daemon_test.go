@@ -86,14 +86,18 @@ func testConfig() config.Config {
 }
 
 // startSched runs a scheduler in this process (simulated MPS: spatial mode) until the test ends.
-func startSched(t *testing.T, dir string, c config.Config, m *mps.Manager) *Scheduler {
+func startSched(t *testing.T, dir string, c config.Config, m *mps.Manager, with ...func(*Options)) *Scheduler {
 	t.Helper()
 	if m == nil {
 		m = &mps.Manager{Paths: table.NewPaths(dir), Simulated: true}
 		c.MPS.Enable = true
 	}
 	ready := make(chan struct{})
-	s, err := New(Options{RunDir: dir, Config: c, MPS: m, Ready: ready})
+	o := Options{RunDir: dir, Config: c, MPS: m, Ready: ready}
+	for _, f := range with {
+		f(&o)
+	}
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +152,17 @@ func TestGrantsFollowDemand(t *testing.T) {
 	gb := waitGrant(t, tb, be.Slot, 100*time.Millisecond, "busy BE borrows all 8 groups", groupsIs(8))
 	gl, _ := tb.ReadGrant(lc.Slot)
 	pl.busy(true)
-	gb2 := waitGrant(t, tb, be.Slot, 100*time.Millisecond, "BE gives the lender its groups back", groupsIs(6))
-	gl2, _ := tb.ReadGrant(lc.Slot)
-	if gl2.Groups != gl.Groups || gb2.Groups&gl2.Groups != 0 || gb2.Groups|gl2.Groups != 0xff {
-		t.Fatalf("LC must keep its groups and BE get exactly the rest: lc %b->%b be %b", gl.Groups, gl2.Groups, gb2.Groups)
+	// Busy LC expands over everything but BE's floor (1 group); BE is gated.
+	gb2 := waitGrant(t, tb, be.Slot, 100*time.Millisecond, "BE throttled to its floor", groupsIs(1))
+	gl2 := waitGrant(t, tb, lc.Slot, 100*time.Millisecond, "busy LC expands to 7 groups", groupsIs(7))
+	if gl2.Groups&gl.Groups != gl.Groups || gb2.Groups&gl2.Groups != 0 || gb2.Groups|gl2.Groups != 0xff {
+		t.Fatalf("LC must keep its groups, take the rest but BE's floor: lc %b->%b be %b", gl.Groups, gl2.Groups, gb2.Groups)
+	}
+	if d, b := tb.Gate(be.Slot); d != 2 || b != 500 {
+		t.Fatalf("BE gate while LC busy: depth %d budget %d us, want 2 and 500", d, b)
+	}
+	if d, _ := tb.Gate(lc.Slot); d != 0 {
+		t.Fatalf("LC gated: depth %d", d)
 	}
 	c := tb.Container(lc.Slot)
 	if c.DemandSeenNs == 0 {
@@ -159,6 +170,10 @@ func TestGrantsFollowDemand(t *testing.T) {
 	}
 	pl.busy(false)
 	waitGrant(t, tb, be.Slot, 100*time.Millisecond, "BE borrows again", groupsIs(8))
+	waitGrant(t, tb, lc.Slot, 100*time.Millisecond, "idle LC back on its guarantee", groupsIs(2))
+	if d, _ := tb.Gate(be.Slot); d != 0 {
+		t.Fatalf("BE still gated after the LC went idle: depth %d", d)
+	}
 	pb.busy(false)
 	// Idle BE keeps what it had of the non-exclusive groups: no churn when nothing is busy.
 	time.Sleep(30 * time.Millisecond)
