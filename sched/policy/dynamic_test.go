@@ -31,8 +31,9 @@ func TestBusyLatencyCriticalExpandsAndGivesBack(t *testing.T) {
 	if n := bits.OnesCount64(idle.Grants[0].Groups); n != 4 {
 		t.Fatalf("idle LC holds %d groups, want its guarantee 4", n)
 	}
-	if idle.Grants[1].Gate != (Gate{}) || idle.Grants[2].Gate != (Gate{}) {
-		t.Fatalf("lower tiers gated while the LC is idle: %+v %+v", idle.Grants[1].Gate, idle.Grants[2].Gate)
+	// Their groups can be reclaimed at any moment: the gate is on before the LC wakes, with the configured depth.
+	if idle.Grants[1].Gate.Depth != o.GateDepth || idle.Grants[2].Gate.Depth != o.GateDepth {
+		t.Fatalf("lower tiers not gated beside an expanding LC: %+v %+v", idle.Grants[1].Gate, idle.Grants[2].Gate)
 	}
 	busy := step(true)
 	lc := bits.OnesCount64(busy.Grants[0].Groups)
@@ -109,9 +110,14 @@ func TestPowerNearLimitThrottlesLowerTiers(t *testing.T) {
 		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
 	}
 	d := Decide(gs, ts, o)
-	if n := bits.OnesCount64(d.Grants[1].Groups); n != 11 || d.Grants[1].Gate.Depth != 0 {
-		t.Fatalf("no power pressure: BE %d groups gate %+v, want 11 ungated", n, d.Grants[1].Gate)
+	if n := bits.OnesCount64(d.Grants[1].Groups); n != 11 || d.Grants[1].Gate.Depth != o.GateDepth {
+		t.Fatalf("no power pressure: BE %d groups gate %+v, want 11 with the default gate", n, d.Grants[1].Gate)
 	}
+	ts[0].Pinned = true
+	if d := Decide(gs, ts, o); d.Grants[1].Gate.Depth != 0 {
+		t.Fatalf("beside an idle pinned LC nothing is ever reclaimed: BE gate %+v, want none", d.Grants[1].Gate)
+	}
+	ts[0].Pinned = false
 	o.PowerNearLimit = true
 	d = Decide(gs, ts, o)
 	checkInvariants(t, gs, ts, d)

@@ -126,7 +126,8 @@ type Options struct {
 	// Floor is how many SM groups (its guarantee included) a busy best-effort or burstable tenant keeps while a
 	// latency-critical tenant is busy (>= 1: a tenant with queued work is never left without SMs).
 	Floor int
-	// GateDepth is the dispatch gate of a throttled tenant: kernels it may have in flight per stream (>= 1).
+	// GateDepth is the dispatch gate of a lower-tier tenant beside a latency-critical one that may reclaim its groups:
+	// kernels it may have in flight per stream (>= 1); GateBudget usually binds first.
 	GateDepth uint32
 	// GateBudget bounds the estimated run time of a throttled tenant's in-flight kernels per stream, so that groups
 	// taken from it are free within about this long (the library learns kernel durations per stream).
@@ -144,7 +145,7 @@ type Gate struct {
 // DefaultOptions are the defaults of configs/detshare/config.toml.
 func DefaultOptions() Options {
 	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond,
-		Floor: 1, GateDepth: 2, GateBudget: 500 * time.Microsecond}
+		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond}
 }
 
 // Tenant is one tenant of the GPU being decided.
@@ -224,12 +225,13 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	shared := all &^ exclusive
 
 	// Who throttles lower tiers: a busy latency-critical tenant, or the power limit while one is present.
-	lcBusy, lcPresent, sloMiss := false, false, false
+	lcBusy, lcPresent, sloMiss, reclaims := false, false, false, false
 	for _, t := range tenants {
 		if t.Tier == LatencyCritical {
 			lcPresent = true
 			lcBusy = lcBusy || t.Busy
 			sloMiss = sloMiss || (t.Busy && t.SLOMiss)
+			reclaims = reclaims || !t.Pinned || t.Lend
 		}
 	}
 	throttle := lcBusy || (o.PowerNearLimit && lcPresent)
@@ -251,13 +253,17 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	for _, m := range got {
 		busyUsed |= m
 	}
+	// The gate bounds what lower tiers have in flight whenever their groups may be taken back at any moment (a
+	// latency-critical tenant that expands or lends is present), so that a reclaim is bounded from its first kernel.
 	gate := Gate{}
 	throttleWhy := "latency-critical busy"
-	if throttle {
+	if throttle || reclaims {
 		gate = Gate{Depth: max(o.GateDepth, 1), Budget: o.GateBudget}
 		if gate.Budget <= 0 {
 			gate.Budget = DefaultOptions().GateBudget
 		}
+	}
+	if throttle {
 		if o.PowerNearLimit || sloMiss {
 			// Tightest gate: one kernel per stream, half the budget.
 			gate = Gate{Depth: 1, Budget: gate.Budget / 2}
@@ -330,7 +336,7 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 				g.Reason = "idle, every group is reserved"
 			}
 		}
-		if throttle && t.Tier != LatencyCritical {
+		if t.Tier != LatencyCritical {
 			g.Gate = gate
 		}
 		if uniform {

@@ -69,6 +69,7 @@ struct lstream {
     atomic_int unconfinable;
     atomic_int stale;             /* the application destroyed the stream: learn the handle again at next use */
     atomic_uint seen_order, seen_cross;
+    struct ds_gate gate;          /* dispatch gate (ds_gate.c) */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -103,6 +104,7 @@ static atomic_int g_strict = -1;
 static __thread struct lstream *t_ptds; /* this thread's per-thread default stream */
 static __thread struct lstream *t_pending;
 static __thread CUstream t_pending_phys;
+static __thread int t_gated; /* this launch passed the dispatch gate: mark its completion */
 
 static uint64_t env_ms(const char *name, uint64_t def) {
     const char *v = getenv(name);
@@ -537,6 +539,7 @@ static struct lstream *lstream_new(CUstream app) {
         return NULL;
     }
     pthread_mutex_init(&ls->lock, NULL);
+    ds_gate_init(&ls->gate);
     atomic_store(&ls->need_in, 1);
     return ls;
 }
@@ -1058,8 +1061,11 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
     t_pending = NULL;
     struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_relaxed);
     if (DS_LIKELY(self != NULL)) {
-        if (kernel)
+        if (kernel) {
             __atomic_fetch_add(&self->launches, 1, __ATOMIC_RELAXED);
+            if (DS_UNLIKELY(!atomic_load_explicit(&ds_req_start, memory_order_relaxed)))
+                ds_latency_start();
+        }
         __atomic_fetch_add(&self->queued, 1, __ATOMIC_RELAXED);
         if (DS_UNLIKELY(!__atomic_load_n(&self->busy, __ATOMIC_RELAXED)))
             set_busy(self);
@@ -1111,6 +1117,11 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
     }
     t_pending = ls;
     t_pending_phys = phys;
+    uint32_t gd = ds_gate_depth();
+    if (DS_UNLIKELY(gd != 0) && kernel) {
+        ds_gate_wait(&ls->gate, gd);
+        t_gated = 1;
+    }
     return phys;
 }
 
@@ -1122,6 +1133,11 @@ void ds_launch_done(CUresult r) {
     if (!ls)
         return;
     t_pending = NULL;
+    if (DS_UNLIKELY(t_gated)) {
+        t_gated = 0;
+        if (r == CUDA_SUCCESS)
+            ds_gate_record(&ls->gate, t_pending_phys);
+    }
     if (r != CUDA_SUCCESS)
         return;
     if (!atomic_load_explicit(&ls->pending, memory_order_relaxed))
@@ -1141,6 +1157,7 @@ void ds_launch_done(CUresult r) {
 bool ds_launch_retry(CUresult r) {
     struct lstream *ls = t_pending;
     t_pending = NULL;
+    t_gated = 0;
     /* the kernel did not go on the physical stream (e.g. a function of a context green contexts cannot use): the
      * caller runs it where the application asked, after what the physical stream already holds */
     if (ls == NULL || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_DEINITIALIZED)
