@@ -146,11 +146,12 @@ func TestGrantsFollowDemand(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(table.NewPaths(dir).MPSPipeDir(0), mps.SimControlFile)); err != nil {
 		t.Fatalf("simulated MPS control file: %v", err)
 	}
-	waitGrant(t, tb, lc.Slot, time.Second, "idle LC keeps its 2 groups", groupsIs(2))
+	// Idle and lending: it is offered every group (to start its next request wide), and BE may borrow them all.
+	waitGrant(t, tb, lc.Slot, time.Second, "idle LC offered all 8 groups", groupsIs(8))
 	pl, pb := play(t, tb, lc), play(t, tb, be)
 	pb.busy(true)
 	gb := waitGrant(t, tb, be.Slot, 100*time.Millisecond, "busy BE borrows all 8 groups", groupsIs(8))
-	gl, _ := tb.ReadGrant(lc.Slot)
+	gl := table.Grant{Groups: 0x3} // its guarantee: the lowest free groups at registration
 	pl.busy(true)
 	// Busy LC expands over everything but BE's floor (1 group); BE is gated.
 	gb2 := waitGrant(t, tb, be.Slot, 100*time.Millisecond, "BE throttled to its floor", groupsIs(1))
@@ -170,7 +171,7 @@ func TestGrantsFollowDemand(t *testing.T) {
 	}
 	pl.busy(false)
 	waitGrant(t, tb, be.Slot, 100*time.Millisecond, "BE borrows again", groupsIs(8))
-	waitGrant(t, tb, lc.Slot, 100*time.Millisecond, "idle LC back on its guarantee", groupsIs(2))
+	waitGrant(t, tb, lc.Slot, 100*time.Millisecond, "idle LC offered everything again", groupsIs(8))
 	if d, _ := tb.Gate(be.Slot); d != 8 {
 		t.Fatalf("BE beside an idle LC that may reclaim its groups: gate depth %d, want 8", d)
 	}
@@ -375,7 +376,13 @@ func waitLeader(t *testing.T, tb *table.Table, pid int) {
 // without reshuffling, and serves demand again.
 func TestChaosKillScheduler(t *testing.T) {
 	dir, tb := newRunDir(t)
-	lc := register(t, tb, "lc", table.TierLatencyCritical, table.RoleNone, 3, false, 0)
+	// Pinned: an expanding LC's idle grant follows what others hold exclusively (the burstable going idle below);
+	// this test is about the takeover keeping a grant exactly.
+	lc, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, GPU: 0, Weight: 1,
+		SMGroups: 3, SMs: 24, Pinned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
 	bu := register(t, tb, "bu", table.TierBurstable, table.RoleNone, 1, false, 0)
 	env := []string{table.RunDirEnv + "=" + dir, "DETSHARE_SIMGPU=1", "TEST_MPS=1"}

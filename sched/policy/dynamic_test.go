@@ -28,8 +28,14 @@ func TestBusyLatencyCriticalExpandsAndGivesBack(t *testing.T) {
 		return d
 	}
 	idle := step(false)
-	if n := bits.OnesCount64(idle.Grants[0].Groups); n != 4 {
-		t.Fatalf("idle LC holds %d groups, want its guarantee 4", n)
+	// Idle: its 4 guaranteed groups (nobody else's) plus every group not held exclusively (the burstable's 2
+	// are), so that its next request starts wide.
+	if n := bits.OnesCount64(idle.Grants[0].Groups); n != 13 {
+		t.Fatalf("idle LC holds %d groups (%q), want 13", n, idle.Grants[0].Reason)
+	}
+	own := idle.Grants[0].Groups &^ (idle.Grants[1].Groups | idle.Grants[2].Groups)
+	if bits.OnesCount64(own) != 4 {
+		t.Fatalf("idle LC has %d groups nobody else uses, want its guarantee 4", bits.OnesCount64(own))
 	}
 	// Their groups can be reclaimed at any moment: the gate is on before the LC wakes, with the configured depth.
 	if idle.Grants[1].Gate.Depth != o.GateDepth || idle.Grants[2].Gate.Depth != o.GateDepth {
@@ -41,12 +47,12 @@ func TestBusyLatencyCriticalExpandsAndGivesBack(t *testing.T) {
 	if lc != 12 {
 		t.Fatalf("busy LC got %d groups (%q), want 4 + 8 reclaimed = 12", lc, busy.Grants[0].Reason)
 	}
-	if busy.Grants[0].Groups&idle.Grants[0].Groups != idle.Grants[0].Groups {
-		t.Fatalf("busy LC moved off its own groups: %b -> %b", idle.Grants[0].Groups, busy.Grants[0].Groups)
+	if busy.Grants[0].Groups&own != own {
+		t.Fatalf("busy LC moved off its own groups: %b -> %b", own, busy.Grants[0].Groups)
 	}
 	back := step(false)
-	if n := bits.OnesCount64(back.Grants[0].Groups); n != 4 {
-		t.Fatalf("LC idle again holds %d groups, want 4", n)
+	if n := bits.OnesCount64(back.Grants[0].Groups); n != 13 {
+		t.Fatalf("LC idle again holds %d groups, want 13", n)
 	}
 	if n := bits.OnesCount64(back.Grants[1].Groups) + bits.OnesCount64(back.Grants[2].Groups); n != 11 {
 		t.Fatalf("after the LC went idle lower tiers got %d groups back, want 11", n)
@@ -179,6 +185,34 @@ func TestSLOSizing(t *testing.T) {
 	}
 	if s, _ := NextShrink(50, slo, time.Microsecond, 100, 10); s != 10 {
 		t.Fatalf("shrink must be capped at what the LC borrows, got %d", s)
+	}
+}
+
+// An idle expanding LC's wide grant must not make its guarantee wander over lower tiers' groups from pass to pass.
+func TestIdleWideLatencyCriticalIsStable(t *testing.T) {
+	gs := groups(15, 8)
+	ts := []Tenant{
+		{Slot: 0, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+		{Slot: 1, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
+	}
+	var prev Decision
+	for pass := 0; pass < 4; pass++ {
+		d := Decide(gs, ts, DefaultOptions())
+		checkInvariants(t, gs, ts, d)
+		if pass > 0 {
+			for i := range ts {
+				if d.Grants[i].Groups != prev.Grants[i].Groups {
+					t.Fatalf("pass %d: %s moved %b -> %b", pass, ts[i].ID, prev.Grants[i].Groups, d.Grants[i].Groups)
+				}
+			}
+		}
+		for i := range ts {
+			ts[i].Prev = d.Grants[i].Groups
+		}
+		prev = d
+	}
+	if bits.OnesCount64(prev.Grants[0].Groups) != 11 || bits.OnesCount64(prev.Grants[1].Groups) != 15 {
+		t.Fatalf("BE %b, idle LC %b: want 11 and all 15", prev.Grants[0].Groups, prev.Grants[1].Groups)
 	}
 }
 

@@ -211,7 +211,10 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 		if t.Guarantee <= 0 || t.Tier == BestEffort {
 			continue
 		}
-		m := pick(t.Prev&all&^taken, all&^taken, t.Guarantee)
+		// Sticky: first the groups only it held (an idle expanding LC also holds groups others use), then the rest
+		// of what it held, then the lowest free ones.
+		m := pick(t.Prev&all&^taken&^othersPrev(tenants, i), 0, t.Guarantee)
+		m |= pick(t.Prev&all&^taken&^m, all&^taken&^m, t.Guarantee-bits.OnesCount64(m))
 		if bits.OnesCount64(m) < t.Guarantee {
 			d.Grants[i].Reason = fmt.Sprintf("guarantee cut to %d of %d groups (not enough groups)", bits.OnesCount64(m), t.Guarantee)
 		}
@@ -314,6 +317,16 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 					g.Reason = "idle, guarantee lent"
 				}
 			}
+			if t.Tier == LatencyCritical && !t.Pinned {
+				// An idle latency-critical tenant that expands is offered every group nobody else holds
+				// exclusively, so that the first kernel (or graph) of its next request starts on the whole width:
+				// its blocks take the groups lower tiers are using as their kernels drain (dispatch gate), while
+				// the scheduler shrinks them. Overlap costs nothing while it is idle.
+				if more := all &^ (exclusive &^ d.Exclusive[i]) &^ guar[i]; more != 0 {
+					g.Groups |= more
+					g.Reason += fmt.Sprintf(", offered %d more groups to start wide", bits.OnesCount64(more))
+				}
+			}
 		case throttle && t.Tier != LatencyCritical:
 			// Idle lower tier while throttled: offered its floor, where no busy tenant runs if possible.
 			g.Groups = pick(t.Prev&shared&^busyUsed, shared&^busyUsed, max(o.Floor, 1))
@@ -348,6 +361,17 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 		}
 	}
 	return d
+}
+
+// othersPrev is the union of the groups the other tenants held.
+func othersPrev(ts []Tenant, i int) uint64 {
+	var m uint64
+	for j := range ts {
+		if j != i {
+			m |= ts[j].Prev
+		}
+	}
+	return m
 }
 
 // borrows: every tenant but a pinned latency-critical one with a guarantee may run beyond its guarantee.

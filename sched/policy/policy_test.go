@@ -80,12 +80,16 @@ func TestDecideRules(t *testing.T) {
 		want    []int    // groups per tenant
 		mask    []uint64 // exact masks when given (0 entries are not checked)
 	}{
-		{"LC idle keeps guarantee, BE takes the rest", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
+		{"pinned LC idle keeps guarantee, BE takes the rest", 8, o, []Tenant{
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Pinned: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
 		}, []int{4, 4}, []uint64{0x0f, 0xf0}},
-		{"LC idle lending: BE borrows everything, LC keeps its grant", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true},
+		{"LC idle keeps guarantee and is offered the rest to start wide, BE takes the rest", 8, o, []Tenant{
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
+			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+		}, []int{8, 4}, []uint64{0xff, 0xf0}},
+		{"pinned LC idle lending: BE borrows everything, LC keeps its grant", 8, o, []Tenant{
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Pinned: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
 		}, []int{4, 8}, []uint64{0x0f, 0xff}},
 		{"pinned LC busy does not borrow idle groups; idle BE offered its floor", 8, o, []Tenant{
@@ -125,7 +129,7 @@ func TestDecideRules(t *testing.T) {
 			{Slot: 1, ID: "b", Tier: BestEffort, Weight: 1, Busy: true},
 		}, []int{3, 1}, nil},
 		{"idle best-effort offered the shared groups", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2},
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2, Pinned: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1},
 		}, []int{2, 6}, []uint64{0x03, 0xfc}},
 		{"all reserved: best-effort gets nothing", 4, o, []Tenant{
@@ -180,7 +184,7 @@ func TestDecideStable(t *testing.T) {
 	ts := []Tenant{
 		{Slot: 0, ID: "a", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0x7000},
 		{Slot: 1, ID: "b", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0x00f0},
-		{Slot: 2, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2, Prev: 0x0300},
+		{Slot: 2, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2, Prev: 0x0300, Pinned: true},
 	}
 	d := Decide(gs, ts, DefaultOptions())
 	checkInvariants(t, gs, ts, d)

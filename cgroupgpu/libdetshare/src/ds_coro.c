@@ -952,7 +952,7 @@ static void wait_for_sms(void) {
 /* ---------------------------------------------------------------------------------------------------------------
  * Demand: a process is busy from its first launch after idle (the doorbell rings only on the tenant's idle->busy
  * and busy->idle transitions, never per launch) until a monitor thread sees no launch for DETSHARE_IDLE_MS (default
- * 20 ms) and the work of its redirected streams complete. The monitor is started by the first idle->busy
+ * 20 ms, 2 ms for a latency-critical tenant) and the work of its redirected streams complete. The monitor is started by the first idle->busy
  * transition (a slow path) and polls every few milliseconds; it never touches application streams.
  * ------------------------------------------------------------------------------------------------------------- */
 static pthread_once_t g_mon_once = PTHREAD_ONCE_INIT;
@@ -974,7 +974,10 @@ static bool streams_drained(void) {
 
 static void *monitor(void *arg) {
     (void)arg;
-    uint64_t idle_ns = env_ms("DETSHARE_IDLE_MS", 20) * 1000000ull;
+    /* A latency-critical tenant's busy/idle follows its requests (2 ms): while it is idle its neighbours get the
+     * groups back, and each request's first launch wakes the scheduler (issue 12). */
+    bool lc = __atomic_load_n(&ds_t->ctr->tier, __ATOMIC_RELAXED) == DS_TIER_LATENCY_CRITICAL;
+    uint64_t idle_ns = env_ms("DETSHARE_IDLE_MS", lc ? 2 : 20) * 1000000ull;
     uint64_t poll_ns = idle_ns / 4 ? idle_ns / 4 : 1000000ull;
     uint64_t last = 0, last_change = ds_now_ns();
     ds_depth++; /* driver calls made here are the library's own */
