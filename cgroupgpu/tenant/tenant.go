@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -140,7 +141,7 @@ func Register(ctx context.Context, runDir string, req Request) (Result, error) {
 	paths := t.Paths()
 	treq := table.RegisterRequest{
 		ID: req.ID, Tier: q.Tier.TableValue(), Role: q.Role.TableValue(), Weight: q.Weight, Lend: q.Lend,
-		OwnerPID: req.OwnerPID,
+		Pinned: q.Pinned, SLOP99Us: uint32(q.SLOP99 / time.Microsecond), OwnerPID: req.OwnerPID,
 		Check: func(active []table.Registration, tr *table.RegisterRequest) error {
 			gpus := t.GPUs()
 			existing := quota.FromTable(active)

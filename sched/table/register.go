@@ -35,6 +35,8 @@ type RegisterRequest struct {
 	SMs      uint32 // guaranteed SMs after rounding
 	MemLimit uint64 // bytes, 0 = unlimited
 	Lend     bool
+	Pinned   bool   // latency-critical: exactly its guarantee (DS_CF_PINNED)
+	SLOP99Us uint32 // latency target in microseconds, 0 = none
 	// OwnerPID makes this a host tenant (`detshare run`), reaped when that process dies. 0 for containers.
 	OwnerPID int
 
@@ -62,6 +64,7 @@ type Registration struct {
 	SMs          uint32
 	MemLimit     uint64
 	Flags        uint32
+	SLOP99Us     uint32 // latency target (µs), 0 = none
 	OwnerPID     int
 	OwnerStart   uint64
 	RegisteredNs uint64 // CLOCK_REALTIME
@@ -146,6 +149,12 @@ func (t *Table) Register(req RegisterRequest) (Registration, error) {
 	if req.OwnerPID != 0 {
 		c.Flags |= FlagHostTenant
 	}
+	if req.Pinned {
+		c.Flags |= FlagPinned
+	}
+	atomic.StoreUint32(&c.SLOP99Us, req.SLOP99Us)
+	atomic.StoreUint32(&c.GateDepth, 0)
+	atomic.StoreUint32(&c.GateBudgetUs, 0)
 	c.DemandSeenNs = 0
 	// A new tenant starts with nothing granted; epoch and seq stay monotonic across generations so a stale
 	// reader never mistakes the new grant for the one it cached.
@@ -298,6 +307,7 @@ func (t *Table) snapshot(slot int) Registration {
 	return Registration{
 		Slot: slot, Gen: atomic.LoadUint32(&c.Gen), ID: id, Tier: c.Tier, Role: c.Role, GPU: int(c.GPU),
 		Weight: c.Weight, SMGroups: c.SMGroupsReq, SMs: c.SMReq, MemLimit: c.MemLimit, Flags: c.Flags,
+		SLOP99Us: atomic.LoadUint32(&c.SLOP99Us),
 		OwnerPID: int(c.OwnerPID), OwnerStart: c.OwnerStart, RegisteredNs: c.RegisteredNs,
 		State:          atomic.LoadUint32(&c.State),
 		ClientPagePath: t.paths.ClientPage(id), TenantDir: t.paths.TenantDir(id),
