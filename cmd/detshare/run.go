@@ -69,6 +69,8 @@ Examples:
 			&cli.StringFlag{Name: "role", Usage: "TPOT-First role: none, prefill, decode"},
 			&cli.StringFlag{Name: "gpu", Usage: "GPU: auto, an index, or a UUID"},
 			&cli.BoolFlag{Name: "lend", Usage: "latency-critical only: let idle guaranteed SM groups be lent"},
+			&cli.BoolFlag{Name: "pinned", Usage: "latency-critical only: run on exactly the guaranteed SMs (never expand over lower tiers)"},
+			&cli.StringFlag{Name: "slo-p99", Usage: "latency-critical only: P99 latency target, e.g. 5ms (sizes the expansion from observed latency)"},
 			&cli.StringFlag{Name: "name", Usage: "tenant name (default run-<pid>); letters, digits, _ . -"},
 			&cli.StringFlag{Name: "join", Usage: "run CMD in the existing tenant `NAME` instead of registering one"},
 			&cli.StringFlag{Name: "lib", EnvVars: []string{"DETSHARE_LIB"},
@@ -96,7 +98,7 @@ func runTenant(c *cli.Context) (int, error) {
 	}
 	runDir := table.RunDir(c.String("run-dir"))
 	if c.IsSet("join") {
-		for _, f := range []string{"tier", "sm", "memory", "weight", "role", "gpu", "lend", "name"} {
+		for _, f := range []string{"tier", "sm", "memory", "weight", "role", "gpu", "lend", "pinned", "slo-p99", "name"} {
 			if c.IsSet(f) {
 				return 0, fmt.Errorf("--join %s: --%s cannot be combined with --join (the tenant's quota is fixed at registration)", c.String("join"), f)
 			}
@@ -131,13 +133,17 @@ func runTenant(c *cli.Context) (int, error) {
 		}
 		flags := map[quota.Field]string{}
 		for flag, f := range map[string]quota.Field{"tier": quota.FieldTier, "sm": quota.FieldSMs,
-			"memory": quota.FieldMemory, "weight": quota.FieldWeight, "role": quota.FieldRole, "gpu": quota.FieldGPU} {
+			"memory": quota.FieldMemory, "weight": quota.FieldWeight, "role": quota.FieldRole, "gpu": quota.FieldGPU,
+			"slo-p99": quota.FieldSLOP99} {
 			if c.IsSet(flag) {
 				flags[f] = c.String(flag)
 			}
 		}
 		if c.IsSet("lend") {
 			flags[quota.FieldLend] = fmt.Sprint(c.Bool("lend"))
+		}
+		if c.IsSet("pinned") {
+			flags[quota.FieldPinned] = fmt.Sprint(c.Bool("pinned"))
 		}
 		asked := len(flags) > 0 || quota.HasDetShareSettings(nil, nil, env)
 		res, err := registerHost(runDir, lib, tenant.Request{ID: id, Flags: flags, Env: env, OwnerPID: os.Getpid()})
@@ -174,6 +180,15 @@ func runTenant(c *cli.Context) (int, error) {
 
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = os.Stdin, os.Stdout, os.Stderr, env
+	if registered || c.IsSet("join") {
+		// The client page is root's (its directory too): a CMD that drops privileges before it uses the GPU
+		// (setpriv, gosu, su) maps this inherited descriptor instead (docs/threat-model.md "Privilege drops").
+		if f, err := os.OpenFile(table.NewPaths(runDir).ClientPage(id), os.O_RDWR, 0); err == nil {
+			defer f.Close()
+			cmd.ExtraFiles = []*os.File{f}
+			cmd.Env = setEnv(cmd.Env, clientPageFDEnv, "3")
+		}
+	}
 	select {
 	case s := <-sigs: // interrupted while registering: CMD never starts
 		return 128 + int(s.(syscall.Signal)), nil
@@ -231,6 +246,10 @@ func exitStatus(cmd *exec.Cmd, err error) int {
 	}
 	return cmd.ProcessState.ExitCode()
 }
+
+// clientPageFDEnv names the descriptor of the tenant's client page a CMD inherits (libdetshare's
+// DETSHARE_CLIENT_PAGE_FD); ExtraFiles[0] is descriptor 3.
+const clientPageFDEnv = "DETSHARE_CLIENT_PAGE_FD"
 
 func tenantEnv(env []string, runDir, id, quotaFile string) []string {
 	env = setEnv(env, "DETSHARE_QUOTA_FILE", quotaFile)
