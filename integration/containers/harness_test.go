@@ -59,6 +59,11 @@ func TestMain(m *testing.M) {
 		fmt.Println("DETSHARE_SKIP_CONTAINERS=1: container end-to-end tests skipped")
 		os.Exit(m.Run())
 	}
+	release, err := hostleft.Exclusive()
+	if err != nil {
+		fmt.Printf("FAIL: take the engine-suite lock %s: %v\n", hostleft.LockPath, err)
+		os.Exit(1)
+	}
 	before := hostleft.Take()
 	E, setupErr = setup()
 	code := m.Run()
@@ -75,6 +80,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
+	release()
 	os.Exit(code)
 }
 

@@ -142,3 +142,25 @@ func podmanRunning() bool {
 	}
 	return false
 }
+
+// LockPath serialises the suites that start engines (containerd, dockerd, podman, kubelet): `go test ./...` runs
+// packages in parallel, and one suite's leftover check would otherwise see another suite's live shims and fifos.
+// Not the lock developers wrap whole commands in: a test taking that one would wait for its own parent.
+const LockPath = "/run/lock/detshare-engine-tests.lock"
+
+// Exclusive blocks until no other engine suite runs on this host and returns the function that lets the next one
+// in. The lock is an flock: a suite killed mid-run releases it with its process.
+func Exclusive() (release func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(LockPath), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(LockPath, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+}
