@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/detshare/detshare/integration/hostleft"
 	"github.com/detshare/detshare/integration/testenv"
 )
 
@@ -74,11 +75,30 @@ func TestMain(m *testing.M) {
 		fmt.Println("DETSHARE_SKIP_K8S=1: Kubernetes end-to-end tests skipped")
 		os.Exit(m.Run())
 	}
+	release, err := hostleft.Exclusive()
+	if err != nil {
+		fmt.Printf("FAIL: take the engine-suite lock %s: %v\n", hostleft.LockPath, err)
+		os.Exit(1)
+	}
+	// Besides what every engine suite watches: kubelet's fixed device-plugin directory and our test directories.
+	hostleft.Watched = append(hostleft.Watched, "/var/lib/kubelet", "/var/lib/kubelet/*", "/var/lib/kubelet/device-plugins/*",
+		"/tmp/dsk8s-*")
+	before := hostleft.Take()
 	C, setupErr = start()
 	code := m.Run()
 	if C != nil {
 		C.stop()
 	}
+	if os.Getenv("DETSHARE_E2E_KEEP") != "1" {
+		if removed := hostleft.Clean(before); len(removed) > 0 {
+			fmt.Printf("removed what the engines left on the host: %v\n", removed)
+		}
+		if left := hostleft.Left(before); len(left) > 0 {
+			fmt.Printf("FAIL: the Kubernetes suite left on the host: %v\n", left)
+			code = 1
+		}
+	}
+	release()
 	os.Exit(code)
 }
 
