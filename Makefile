@@ -36,7 +36,7 @@ all: build
 
 build: c-build go-build
 
-# The Kubernetes side (device plugin, its end-to-end test) is its own module, k8s/go.mod, so that the main module
+# The Kubernetes side (device plugin, DRA plugin, their end-to-end test) is its own module, k8s/go.mod, so that the main module
 # keeps containerd v1.7's dependency set.
 go-build:
 	@mkdir -p $(BIN)
