@@ -55,28 +55,18 @@ func TestMain(m *testing.M) {
 		fmt.Println("DETSHARE_SKIP_CONTAINERS=1: container end-to-end tests skipped")
 		os.Exit(m.Run())
 	}
-	release, err := hostleft.Exclusive()
+	// Nothing of the suite may stay on the host: dead shim sockets, runc roots, podman's lock, temp files (issue 15).
+	finish, err := hostleft.Suite("container suite")
 	if err != nil {
-		fmt.Printf("FAIL: take the engine-suite lock %s: %v\n", hostleft.LockPath, err)
+		fmt.Println("FAIL:", err)
 		os.Exit(1)
 	}
-	before := hostleft.Take()
 	E, setupErr = setup()
 	code := m.Run()
 	if E != nil {
 		E.teardown()
 	}
-	// Nothing of the suite may stay on the host: dead shim sockets, runc roots, podman's lock, temp files (issue 15).
-	if os.Getenv("DETSHARE_E2E_KEEP") != "1" {
-		if removed := hostleft.Clean(before); len(removed) > 0 {
-			fmt.Printf("removed what the engines left on the host: %v\n", removed)
-		}
-		if left := hostleft.Left(before); len(left) > 0 {
-			fmt.Printf("FAIL: the container suite left on the host: %v\n", left)
-			code = 1
-		}
-	}
-	release()
+	code = finish(code)
 	os.Exit(code)
 }
 

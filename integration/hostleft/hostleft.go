@@ -9,6 +9,7 @@ package hostleft
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -163,4 +164,31 @@ func Exclusive() (release func(), err error) {
 		return nil, err
 	}
 	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+}
+
+// Suite is an engine suite's TestMain frame: it takes the engine-suite lock and a Snapshot, and returns the function
+// to call with the tests' exit code once the engines are stopped. That function removes what the engines provably
+// left unused, releases the lock and returns the exit code, 1 when something else stayed on the host (unless
+// DETSHARE_E2E_KEEP=1 asks to keep everything). extra are further paths (globs) this suite watches.
+func Suite(name string, extra ...string) (finish func(code int) int, err error) {
+	release, err := Exclusive()
+	if err != nil {
+		return nil, fmt.Errorf("take the engine-suite lock %s: %w", LockPath, err)
+	}
+	Watched = append(Watched, extra...)
+	before := Take()
+	return func(code int) int {
+		defer release()
+		if os.Getenv("DETSHARE_E2E_KEEP") == "1" {
+			return code
+		}
+		if removed := Clean(before); len(removed) > 0 {
+			fmt.Printf("removed what the engines left on the host: %v\n", removed)
+		}
+		if left := Left(before); len(left) > 0 {
+			fmt.Printf("FAIL: the %s left on the host: %v\n", name, left)
+			return 1
+		}
+		return code
+	}, nil
 }

@@ -75,30 +75,19 @@ func TestMain(m *testing.M) {
 		fmt.Println("DETSHARE_SKIP_K8S=1: Kubernetes end-to-end tests skipped")
 		os.Exit(m.Run())
 	}
-	release, err := hostleft.Exclusive()
+	// Besides what every engine suite watches: kubelet's fixed device-plugin directory and our test directories.
+	finish, err := hostleft.Suite("Kubernetes suite", "/var/lib/kubelet", "/var/lib/kubelet/*", "/var/lib/kubelet/device-plugins/*",
+		"/tmp/dsk8s-*")
 	if err != nil {
-		fmt.Printf("FAIL: take the engine-suite lock %s: %v\n", hostleft.LockPath, err)
+		fmt.Println("FAIL:", err)
 		os.Exit(1)
 	}
-	// Besides what every engine suite watches: kubelet's fixed device-plugin directory and our test directories.
-	hostleft.Watched = append(hostleft.Watched, "/var/lib/kubelet", "/var/lib/kubelet/*", "/var/lib/kubelet/device-plugins/*",
-		"/tmp/dsk8s-*")
-	before := hostleft.Take()
 	C, setupErr = start()
 	code := m.Run()
 	if C != nil {
 		C.stop()
 	}
-	if os.Getenv("DETSHARE_E2E_KEEP") != "1" {
-		if removed := hostleft.Clean(before); len(removed) > 0 {
-			fmt.Printf("removed what the engines left on the host: %v\n", removed)
-		}
-		if left := hostleft.Left(before); len(left) > 0 {
-			fmt.Printf("FAIL: the Kubernetes suite left on the host: %v\n", left)
-			code = 1
-		}
-	}
-	release()
+	code = finish(code)
 	os.Exit(code)
 }
 
