@@ -138,3 +138,40 @@ func TestPrivilegeDropKeepsDetShare(t *testing.T) {
 		t.Errorf("refusals counted in the tenant's page: %d, want 1", n)
 	}
 }
+
+// TestDoorbellRingsAgainAfterRepair: one tenant truncating the doorbell must not cost another tenant its wake-ups for
+// good. The victim's ring faults on the truncated doorbell (it survives, see above); once the scheduler has repaired
+// the doorbell, the victim's next demand transition maps it again and rings it.
+func TestDoorbellRingsAgainAfterRepair(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	if _, err := e.tbl.PublishSplit(0, h100Split()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tbl.SetMPS(0, table.MPSRunning, table.ModeSpatial, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.grant(table.ModeSpatial, 0b11)
+	p := e.start("ds_probe_rt", "init", "smid:64", "pause", "smid:64", "pause", "smid:64")
+	p.until()
+	time.Sleep(100 * time.Millisecond) // idle again (DETSHARE_IDLE_MS 20): the next kernel is a busy transition
+	if err := os.Truncate(e.tbl.Paths().Doorbell(), 0); err != nil {
+		t.Fatal(err)
+	}
+	p.resume()
+	p.until() // rang into the truncated doorbell: faulted, survived, doorbell lost
+	time.Sleep(100 * time.Millisecond)
+	if ok, err := e.tbl.RepairDoorbell(); !ok || err != nil {
+		t.Fatalf("repair: %v %v", ok, err)
+	}
+	seq := e.tbl.DoorbellSeq()
+	time.Sleep(100 * time.Millisecond)
+	p.resume()
+	p.finish()
+	if got := e.tbl.DoorbellSeq(); got == seq {
+		t.Errorf("the doorbell was not rung after its repair (seq %d): the tenant lost its wake-ups for good\n%s", got,
+			strings.Join(p.lines, "\n"))
+	}
+	if out := strings.Join(p.lines, "\n"); !strings.Contains(out, "the doorbell was truncated under this process") {
+		t.Errorf("the truncation was not hit (the test must exercise it):\n%s", out)
+	}
+}

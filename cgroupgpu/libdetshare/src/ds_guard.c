@@ -11,16 +11,20 @@
  *     scheduler it can no longer see (fail-static);
  *   - the client page and the doorbell: zeroes; demand and memory counters of this process are no longer seen by
  *     the scheduler, which ignores a page it cannot map (the tenant keeps its guarantee).
- * Once lost, a mapping is never re-read from its file; the process stays on its last grant until it exits.
+ * Once lost, the table and the client page are never re-read from their files; the process stays on its last grant
+ * until it exits. The doorbell is every tenant's: one tenant truncating it must not cost the others their wake-ups
+ * for good, so the next ring maps the file again once the scheduler has repaired it (ds_guard_ring).
  * A fault outside these mappings goes to the handler that was installed before (or kills, as without DetShare).
  * Limitation: a program that installs its own SIGBUS handler after the library replaces this one.
  */
 #include "ds.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -115,4 +119,31 @@ int ds_guard_install(void) {
     if (sigaction(SIGBUS, &sa, &g_prev) != 0)
         return -errno;
     return 0;
+}
+
+/* Ring the doorbell (demand transitions only, never on the launch path). A doorbell lost to a truncation is mapped
+ * again from its file first, in place, when the scheduler has given it back its size and magic. */
+void ds_guard_ring(void) {
+    if (!ds_t || !ds_t->doorbell)
+        return;
+    if ((atomic_load(&ds_lost_mask) & (1u << DS_REGION_DOORBELL)) && ds_t->doorbell_path[0]) {
+        int fd = open(ds_t->doorbell_path, O_RDWR | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= sizeof(struct ds_doorbell)) {
+            void *p = mmap(ds_t->doorbell, sizeof(struct ds_doorbell), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                           fd, 0);
+            if (p == (void *)ds_t->doorbell) {
+                if (__atomic_load_n(&ds_t->doorbell->magic, __ATOMIC_ACQUIRE) == DS_DOORBELL_MAGIC) {
+                    atomic_fetch_and(&ds_lost_mask, ~(1u << DS_REGION_DOORBELL));
+                    DS_LOG(DS_LOG_INFO, "doorbell %s mapped again after its repair", ds_t->doorbell_path);
+                } else { /* not repaired yet: back to private memory, try at the next ring */
+                    (void)mmap(ds_t->doorbell, sizeof(struct ds_doorbell), PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+                }
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    ds_doorbell_ring(ds_t->doorbell);
 }
