@@ -21,9 +21,9 @@ var ErrCorrupt = errors.New("detshare table corrupt")
 
 // File modes of the run directory (only root on the host writes the table; tenants ring the doorbell).
 const (
-	RunDirMode     os.FileMode = 0o755
-	TableMode      os.FileMode = 0o644
-	DoorbellMode   os.FileMode = 0o666
+	RunDirMode   os.FileMode = 0o755
+	TableMode    os.FileMode = 0o644
+	DoorbellMode os.FileMode = 0o666
 	// A client page is writable by every user (a container's processes may drop to any user and must keep their
 	// tenant's page), and reachable on the host only by root: ClientsDirMode. A container sees only its own page,
 	// through its bind mount, which needs no access to the host directory.
