@@ -52,28 +52,32 @@ NC=$!
 sleep 2
 timeout 10 $DS status >"$out/status-both.txt" 2>&1
 wait $NC
-wait $ORPH 2>/dev/null
+while kill -0 "$ORPH" 2>/dev/null; do sleep 0.2; done # not our child: reparented when its owner died
 ORPH=
 sleep 1
 timeout 10 $DS status >"$out/status-end.txt" 2>&1
 
 log "2. command exits while its child keeps using the GPU"
-$T $DS run --tier burstable --sm 32 --name shortlived -- sh -c "$SL $out/held.json 8 2>$out/held.err & echo \$! >$out/held.pid; sleep 3" \
+# The child loops for 5 s of launches; held, it never gets there (no held.json) and is still alive at the end.
+$T $DS run --tier burstable --sm 32 --name shortlived -- sh -c "$SL $out/held.json 5 2>$out/held.err & echo \$! >$out/held.pid; sleep 3" \
   >>"$out/runs.log" 2>&1
-$T $DS run --tier latency-critical --sm 32 --name reuser -- $SL "$out/reuser.json" 3 >>"$out/runs.log" 2>&1
 HELD=$(cat "$out/held.pid")
-if kill -0 "$HELD" 2>/dev/null; then echo "held-alive=1" >"$out/held.state"; else echo "held-alive=0" >"$out/held.state"; fi
-kill -9 "$HELD" 2>/dev/null
+$T $DS run --tier latency-critical --sm 32 --name reuser -- $SL "$out/reuser.json" 3 >>"$out/runs.log" 2>&1
 
 log "3. MPS client through a read-only pipe directory"
 PIPE=$RUN/mps/gpu0/pipe
-before=$(grep -c "New client" "$RUN"/mps/gpu0/log/control.log 2>/dev/null || echo 0)
+before=$(grep -ci "new client" "$RUN"/mps/gpu0/log/control.log 2>/dev/null)
 CUDA_MPS_PIPE_DIRECTORY=$PIPE unshare -m sh -c "mount --bind -o ro $PIPE $PIPE && mount -o remount,bind,ro $PIPE && \
   (touch $PIPE/x 2>/dev/null && echo writable || echo read-only) && $SL $out/ro.json 1" >"$out/ro.log" 2>&1
 echo "rc=$?" >>"$out/ro.log"
-after=$(grep -c "New client" "$RUN"/mps/gpu0/log/control.log 2>/dev/null || echo 0)
+after=$(grep -ci "new client" "$RUN"/mps/gpu0/log/control.log 2>/dev/null)
 echo "control-log-new-clients before=$before after=$after" >>"$out/ro.log"
 cp "$RUN"/mps/gpu0/log/control.log "$out/" 2>/dev/null
+sleep 2 # the held child's 5 s of launches would be over by now (13 s after it started) if it were not held
+a=0; kill -0 "$HELD" 2>/dev/null && a=1
+w=0; [ -s "$out/held.json" ] && w=1
+echo "held-alive=$a held-json-written=$w" >"$out/held.state"
+kill -9 "$HELD" 2>/dev/null
 kill $SMI 2>/dev/null
 
 python3 - "$out" <<'PY'
