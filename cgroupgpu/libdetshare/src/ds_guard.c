@@ -14,11 +14,14 @@
  * Once lost, the table and the client page are never re-read from their files; the process stays on its last grant
  * until it exits. The doorbell is every tenant's: one tenant truncating it must not cost the others their wake-ups
  * for good, so the next ring maps the file again once the scheduler has repaired it (ds_guard_ring).
- * A fault outside these mappings goes to the handler that was installed before (or kills, as without DetShare).
- * Limitation: a program that installs its own SIGBUS handler after the library replaces this one.
+ * A fault outside these mappings goes to the program's own handler (or kills, as without DetShare). The handler
+ * stays in front: sigaction(SIGBUS, …) is interposed and records the program's handler for chaining instead of
+ * replacing this one (Python's faulthandler, which pytest enables, and JVMs install SIGBUS handlers).
+ * signal(2) and raw syscalls are not interposed.
  */
 #include "ds.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -110,16 +113,60 @@ void ds_guard_snapshot(void) {
     pthread_mutex_unlock(&g_snap_lock);
 }
 
+#if defined(__aarch64__)
+#define DS_GLIBC_BASE "GLIBC_2.17"
+#else
+#define DS_GLIBC_BASE "GLIBC_2.2.5"
+#endif
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+static _Atomic(sigaction_fn) g_real_sigaction;
+static atomic_int g_installed;
+
+static sigaction_fn real_sigaction(void) {
+    sigaction_fn f = atomic_load_explicit(&g_real_sigaction, memory_order_acquire);
+    if (!f) {
+        /* dlvsym is not interposed: the next sigaction after this library is glibc's */
+        f = (sigaction_fn)dlvsym(RTLD_NEXT, "sigaction", DS_GLIBC_BASE);
+        atomic_store_explicit(&g_real_sigaction, f, memory_order_release);
+    }
+    return f;
+}
+
 int ds_guard_install(void) {
+    sigaction_fn real = real_sigaction();
+    if (!real)
+        return -ENOSYS;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigbus;
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, &g_prev) != 0)
+    if (real(SIGBUS, &sa, &g_prev) != 0)
         return -errno;
+    atomic_store(&g_installed, 1);
     return 0;
 }
+
+/* sigaction as the program sees it: for SIGBUS, once the guard is installed, the program's handler is recorded
+ * (and reported back) for chaining while the guard stays installed. Lock-free: sigaction is async-signal-safe. */
+DS_EXPORT int ds_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    if (sig == SIGBUS && atomic_load(&g_installed)) {
+        struct sigaction prev = g_prev;
+        if (act)
+            g_prev = *act;
+        if (old)
+            *old = prev;
+        return 0;
+    }
+    sigaction_fn real = real_sigaction();
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real(sig, act, old);
+}
+__asm__(".symver ds_sigaction, sigaction@@" DS_GLIBC_BASE);
 
 /* Ring the doorbell (demand transitions only, never on the launch path). A doorbell lost to a truncation is mapped
  * again from its file first, in place, when the scheduler has given it back its size and magic. */
