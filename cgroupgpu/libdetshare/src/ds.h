@@ -330,6 +330,7 @@ struct ds_tenant {
     struct ds_doorbell *doorbell;         /* read-write, may be NULL */
     char mps_pipe_dir[256];
     char table_path[256];
+    char doorbell_path[256];
 };
 /* NULL when the process has no tenant (pure pass-through); set once in the constructor. */
 extern struct ds_tenant *ds_t;
@@ -348,6 +349,7 @@ enum { DS_REGION_TABLE, DS_REGION_PAGE, DS_REGION_DOORBELL, DS_NREGIONS };
 extern atomic_uint ds_lost_mask;
 void ds_guard_region(int kind, const void *base, size_t len);
 void ds_guard_snapshot(void); /* copy this tenant's table entries (slow path: start-up and every new grant) */
+void ds_guard_ring(void);     /* ring the doorbell, mapping it again first if it was lost and has been repaired */
 int ds_guard_install(void);
 
 /* Memory accounting (ds_mem.c). */

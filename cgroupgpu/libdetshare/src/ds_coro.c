@@ -1034,7 +1034,7 @@ static void *monitor(void *arg) {
             __atomic_fetch_add(&pg->busy_ns, now - since, __ATOMIC_RELAXED);
         __atomic_fetch_add(&pg->demand_seq, 1, __ATOMIC_RELEASE);
         if (d == 1)
-            ds_doorbell_ring(ds_t->doorbell);
+            ds_guard_ring();
     }
     return NULL;
 }
@@ -1075,7 +1075,7 @@ static void set_busy(struct ds_proc *self) {
         __atomic_store_n(&pg->demand_since_ns, ds_now_ns(), __ATOMIC_RELAXED);
     __atomic_fetch_add(&pg->demand_seq, 1, __ATOMIC_RELEASE);
     if (old == 0)
-        ds_doorbell_ring(ds_t->doorbell);
+        ds_guard_ring();
     pthread_once(&g_mon_once, monitor_start);
 }
 
