@@ -1,277 +1,140 @@
 package libdetshare_test
 
-// Attacks of a hostile tenant on its own memory quota (issue 13 items 2 and 3, docs/threat-model-quota.md): each test
-// reproduces one and asserts that the quota still holds.
-
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
+	"time"
 
-	"github.com/detshare/detshare/sched/mps"
 	"github.com/detshare/detshare/sched/table"
 )
 
-// In a container the hook mounts the quota file read-only at /run/detshare/quota. A tenant setting
-// DETSHARE_QUOTA_FILE=/nonexistent (or to a file of its own) must not switch DetShare off: the fixed path wins.
-// The test builds that container view with a private mount namespace (tmpfs over /run, the quota file bind-mounted
-// read-only at the fixed path), so nothing of the host's /run is touched.
-func TestEnvCannotOverrideContainerQuotaFile(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root (private mount namespace for the container view of /run/detshare)")
+// TestTruncatedFilesKeepTheLastGrant is issue 13 item 1 on the tenant side: the table (host root), the client page
+// and the doorbell (any tenant) are truncated to nothing while a tenant process runs. The process must not die of
+// SIGBUS: it keeps running on its last grant, its memory limit still holds, and it says why.
+func TestTruncatedFilesKeepTheLastGrant(t *testing.T) {
+	e := newEnv(t, true).withTenant(1<<30, "")
+	// The test plays a scheduler without a heartbeat: its own mapping of the table must not be touched once the
+	// file is truncated (it would fault in the test process).
+	if _, err := e.tbl.PublishSplit(0, h100Split()); err != nil {
+		t.Fatal(err)
 	}
-	for _, override := range []string{"/nonexistent", ""} {
-		t.Run("DETSHARE_QUOTA_FILE="+override, func(t *testing.T) {
-			e := newEnv(t, true).withTenant(64*MiB, "")
-			var vars []string
-			for _, v := range e.vars {
-				if !strings.HasPrefix(v, "DETSHARE_QUOTA_FILE=") {
-					vars = append(vars, v)
-				}
-			}
-			if override != "" {
-				// the tenant's own quota file: unlimited, pointing at the same slot
-				forged := e.quotaFile + ".forged"
-				data, err := os.ReadFile(e.quotaFile)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(forged, []byte(strings.ReplaceAll(string(data), "memory=67108864", "memory=0")), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				vars = append(vars, "DETSHARE_QUOTA_FILE="+override)
-			}
-			script := `set -e
-mount -t tmpfs detshare-test /run
-mkdir -p /run/detshare
-touch /run/detshare/quota
-mount --bind -o ro "$QF" /run/detshare/quota
-mount -o remount,bind,ro /run/detshare/quota
-exec "$PROBE" init alloc:50331648 alloc:33554432 info`
-			cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
-			cmd.Env = append(vars, "QF="+e.quotaFile, "PROBE="+need(t, "tests/ds_probe_rt"))
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("probe in the container view: %v\n%s", err, out)
-			}
-			r := parse(string(out))
-			if r.get(t, "alloc:50331648", "rc") != "0" {
-				t.Fatalf("48 MiB within the quota refused:\n%s", out)
-			}
-			if rc := r.get(t, "alloc:33554432", "rc"); rc != "2" {
-				t.Fatalf("32 MiB past the 64 MiB quota returned %s, want 2 (quota switched off by the tenant's "+
-					"environment):\n%s", rc, out)
-			}
-			if _, total := r.infos(t); total[0] != 64*MiB {
-				t.Fatalf("cuMemGetInfo total = %d, want the quota %d", total[0], 64*MiB)
-			}
-		})
+	if err := e.tbl.SetMPS(0, table.MPSRunning, table.ModeSpatial, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.grant(table.ModeSpatial, 0b110)
+	p := e.start("ds_probe_rt", "init", "smid:64", "pause", "smid:64", "alloc:536870912", "alloc:1073741824",
+		"launch:3")
+	before := p.until()
+	if g := groupsOf(t, before, "smid"); !within(g, 0b110) {
+		t.Fatalf("before: ran on groups %v, granted {1,2}", g)
+	}
+	for _, f := range []string{e.tbl.Paths().Table(), e.reg.ClientPagePath, e.tbl.Paths().Doorbell()} {
+		if err := os.Truncate(f, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.resume()
+	r := p.finish() // fails the test if the probe died
+	if g := groupsOf(t, r, "smid"); !within(g, 0b110) || len(g) != 2 {
+		t.Errorf("after truncation: ran on groups %v, want its last grant {1,2}", g)
+	}
+	if rc := r.get(t, "alloc:536870912", "rc"); rc != "0" {
+		t.Errorf("allocation within the limit refused after truncation: rc %s", rc)
+	}
+	if rc := r.get(t, "alloc:1073741824", "rc"); rc != "2" { // CUDA_ERROR_OUT_OF_MEMORY: 1.5 GiB > 1 GiB limit
+		t.Errorf("allocation over the limit after truncation: rc %s, want 2 (the limit must survive)", rc)
+	}
+	if r.get(t, "launch", "ok") != "1" {
+		t.Errorf("launches after truncation: %v", r.lines)
+	}
+	out := strings.Join(p.lines, "\n")
+	for _, what := range []string{"table", "client page"} {
+		if !strings.Contains(out, "the "+what+" was truncated under this process") {
+			t.Errorf("no message about the truncated %s in:\n%s", what, out)
+		}
 	}
 }
 
-// A CUDA_MPS_PINNED_DEVICE_MEM_LIMIT the tenant set itself (a client may raise a limit it sets) is replaced by the
-// host's limit before the driver initialises.
-func TestTenantMPSLimitVariableReplaced(t *testing.T) {
-	e := newEnv(t, true).withTenant(64*MiB, t.TempDir())
-	e.vars = append(e.vars, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G")
-	r := e.run("ds_probe_rt", "env:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
-	if v := r.get(t, "env:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value"); v != "0=64M" {
-		t.Fatalf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = %q, want the host's 0=64M", v)
+// TestOrphanDoesNotRunOnTheNewcomersGrant is issue 13 item 5 on the tenant side: a process keeps running after its
+// tenant was deregistered, and the slot is reused by a newcomer whose grant is published in it. The orphan must not
+// launch on the newcomer's SMs (before the fix it ran on them): its work is held, and it says why.
+func TestOrphanDoesNotRunOnTheNewcomersGrant(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11)
+	p := e.start("ds_probe_rt", "init", "smid:64", "pause", "smid:64")
+	if g := groupsOf(t, p.until(), "smid"); !within(g, 0b11) {
+		t.Fatalf("before: ran on groups %v, granted {0,1}", g)
 	}
-}
-
-// Writing mem_used=0 into the client page (the tenant can write its page) does not let a process allocate past the
-// quota through the library: each process also counts what it holds in its own memory.
-func TestZeroedClientPageDoesNotRaiseTheQuota(t *testing.T) {
-	for _, prog := range probes {
-		t.Run(prog, func(t *testing.T) {
-			e := newEnv(t, true).withTenant(64*MiB, "")
-			cmd := exec.Command(need(t, "tests/"+prog), "init", "alloc:50331648", "hold", "alloc:33554432",
-				"alloc:8388608", "info")
-			cmd.Env = e.vars
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out strings.Builder
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stdout, cmd.Stderr = pw, pw
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			pw.Close()
-			t.Cleanup(func() { _ = cmd.Process.Kill() })
-			buf := make([]byte, 4096)
-			for !strings.Contains(out.String(), "holding") {
-				n, err := pr.Read(buf)
-				if err != nil {
-					t.Fatalf("probe ended before holding: %v\n%s", err, out.String())
-				}
-				out.Write(buf[:n])
-			}
-			if used := e.memUsed(); used != 48*MiB {
-				t.Fatalf("page mem_used = %d before the forgery, want %d", used, 48*MiB)
-			}
-			// the forgery: the tenant's total and every process entry say nothing is used
-			pg := e.client.Page()
-			atomic.StoreUint64(&pg.MemUsed, 0)
-			for i := range pg.Procs {
-				atomic.StoreUint64(&pg.Procs[i].MemUsed, 0)
-			}
-			stdin.Close()
-			for {
-				n, err := pr.Read(buf)
-				out.Write(buf[:n])
-				if err != nil {
-					break
-				}
-			}
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("probe: %v\n%s", err, out.String())
-			}
-			r := parse(out.String())
-			if rc := r.get(t, "alloc:33554432", "rc"); rc != "2" {
-				t.Fatalf("32 MiB on top of 48 MiB held, after the page was zeroed, returned %s; want 2:\n%s", rc,
-					out.String())
-			}
-			if rc := r.get(t, "alloc:8388608", "rc"); rc != "0" {
-				t.Fatalf("8 MiB within the process's own room refused (%s):\n%s", rc, out.String())
-			}
-		})
+	if err := e.tbl.Deregister(e.reg.ID); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// A graph memory-allocation node takes device memory the driver keeps for the graph: it is charged when the node is
-// added and refused past the quota (without DetShare it escaped it entirely).
-func TestGraphMemoryNodeCharged(t *testing.T) {
-	for _, prog := range probes {
-		t.Run(prog, func(t *testing.T) {
-			e := newEnv(t, true).withTenant(64*MiB, "")
-			r := e.run(prog, "init", "graphmem:33554432", "info", "graphmem:67108864", "graphnode:16777216", "info",
-				"graphnode:33554432")
-			if rc := r.get(t, "graphmem:33554432", "rc"); rc != "0" {
-				t.Fatalf("32 MiB graph memory node within the quota: rc %s\n%v", rc, r.lines)
-			}
-			if rc := r.get(t, "graphmem:67108864", "rc"); rc != "2" {
-				t.Fatalf("64 MiB graph memory node past the quota: rc %s, want 2\n%v", rc, r.lines)
-			}
-			if rc := r.get(t, "graphnode:33554432", "rc"); rc != "2" {
-				t.Fatalf("32 MiB node through cuGraphAddNode past the quota: rc %s, want 2\n%v", rc, r.lines)
-			}
-			free, _ := r.infos(t)
-			if free[0] != 32*MiB || free[1] != 16*MiB {
-				t.Fatalf("free after the graph memory nodes (cuGraphAddMemAllocNode, then cuGraphAddNode) = %v, "+
-					"want [32 MiB 16 MiB]", free)
-			}
-		})
-	}
-}
-
-// Every executable of a graph may hold its memory nodes' memory: the second and later instantiations are charged
-// again and refused past the quota (the first is covered by the node's own charge).
-func TestGraphMemoryChargedPerExecutable(t *testing.T) {
-	for _, prog := range probes {
-		t.Run(prog, func(t *testing.T) {
-			e := newEnv(t, true).withTenant(64*MiB, "")
-			r := e.run(prog, "init", "graphmem:16777216", "graphinst", "info", "graphinst", "info", "graphinst",
-				"graphinst", "info", "graphinst", "info")
-			var rcs []string
-			for _, l := range r.order {
-				if l.step == "graphinst" {
-					rcs = append(rcs, l.kv["rc"])
-				}
-			}
-			if strings.Join(rcs, ",") != "0,0,0,0,2" {
-				t.Fatalf("instantiations of a graph with a 16 MiB node in a 64 MiB quota returned %v, want 0,0,0,0,2\n%v",
-					rcs, r.lines)
-			}
-			free, _ := r.infos(t)
-			want := []uint64{48 * MiB, 32 * MiB, 0, 0}
-			for i := range want {
-				if free[i] != want[i] {
-					t.Fatalf("free after each instantiation = %v, want %v", free, want)
-				}
-			}
-		})
-	}
-}
-
-// A pool's release threshold (memory kept after frees) is a reservation charged against the quota; one that does
-// not fit is lowered to 0 for the driver, so the pool keeps nothing unseen; destroying the pool credits it.
-func TestPoolReleaseThresholdCharged(t *testing.T) {
-	for _, prog := range probes {
-		t.Run(prog, func(t *testing.T) {
-			e := newEnv(t, true).withTenant(64*MiB, "")
-			r := e.run(prog, "init", "poolthreshold:16777216", "info", "poolthreshold:8388608", "info",
-				"poolthreshold:18446744073709551615", "info", "poolthreshold:4194304", "pooldestroy", "info")
-			if r.get(t, "poolthreshold:16777216", "rc") != "0" || r.num(t, "poolthreshold:16777216", "threshold") != 16*MiB {
-				t.Fatalf("16 MiB threshold: %v", r.lines)
-			}
-			if got := r.num(t, "poolthreshold:18446744073709551615", "threshold"); got != 0 {
-				t.Fatalf("a threshold past the quota reached the driver as %d, want 0", got)
-			}
-			if r.get(t, "poolthreshold:18446744073709551615", "rc") != "0" {
-				t.Fatalf("an unlimited threshold must not fail the application: %v", r.lines)
-			}
-			free, _ := r.infos(t)
-			want := []uint64{48 * MiB, 56 * MiB, 64 * MiB, 64 * MiB}
-			for i := range want {
-				if free[i] != want[i] {
-					t.Fatalf("free after each threshold = %v, want %v", free, want)
-				}
-			}
-			if used := e.memUsed(); used != 0 {
-				t.Fatalf("page mem_used = %d after exit, want 0", used)
-			}
-		})
-	}
-}
-
-// A process that bypasses the library (cuMemAlloc_v2 resolved straight from libcuda's symbol table, or no library
-// at all) is outside DetShare's accounting; under MPS the backstop is the server-side per-client limit the scheduler
-// sets (sched/mps SetClientMemLimit), which a client cannot raise with its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT.
-// Simulated MPS and GPU (test doubles) model that limit per process.
-func TestBypassCaughtByMPSServerLimit(t *testing.T) {
-	e := newEnv(t, true)
-	m := &mps.Manager{Paths: table.NewPaths(e.runDir), Simulated: true}
-	d, err := m.Start(0, "SIM-0")
+	nc, err := e.tbl.Register(table.RegisterRequest{ID: "newcomer", Tier: table.TierBestEffort, Weight: 1, GPU: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.withTenant(64*MiB, d.PipeDir)
-	e.vars = append(e.vars, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G")
-
-	// the escape without a server-side limit: a process without the library raises its own client limit
-	bare := newEnv(t, false)
-	bare.vars = append(bare.vars, "CUDA_MPS_PIPE_DIRECTORY="+d.PipeDir, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G")
-	if rc := bare.run("ds_probe_rt", "init", "alloc:104857600").get(t, "alloc:104857600", "rc"); rc != "0" {
-		t.Fatalf("control: without a server-side limit 100 MiB should be allowed, rc %s", rc)
+	if nc.Slot != e.reg.Slot || nc.Gen == e.reg.Gen {
+		t.Fatalf("newcomer did not reuse the slot: %+v (orphan's %d gen %d)", nc, e.reg.Slot, e.reg.Gen)
 	}
-
-	if err := m.SetClientMemLimit(d, 64*MiB, simMem); err != nil {
+	if err := e.tbl.PublishGrant(nc.Slot, table.Grant{Groups: 0b111100, SMs: 32, Mode: table.ModeSpatial}); err != nil {
 		t.Fatal(err)
 	}
-	if rc := bare.run("ds_probe_rt", "init", "alloc:104857600").get(t, "alloc:104857600", "rc"); rc != "2" {
-		t.Fatalf("no library, own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G: 100 MiB past the server-side 64 MiB "+
-			"returned %s, want 2", rc)
+	p.resume()
+	got := make(chan result, 1)
+	go func() { got <- p.until() }()
+	select {
+	case r := <-got:
+		t.Fatalf("the orphan launched after its slot was reused: %v", r.lines)
+	case <-time.After(700 * time.Millisecond):
 	}
-	r := e.run("ds_probe_rt", "init", "rawalloc:104857600", "rawalloc:33554432")
-	if obj := r.get(t, "rawalloc:104857600", "obj"); obj != "libcuda.so.1" {
-		t.Fatalf("the bypass did not reach the driver directly (%s)", obj)
+	_ = p.cmd.Process.Kill()
+	<-got
+	if out := strings.Join(p.lines, "\n"); !strings.Contains(out, "belongs to no tenant any more") {
+		t.Errorf("the orphan did not say why it is held:\n%s", out)
 	}
-	if rc := r.get(t, "rawalloc:104857600", "rc"); rc != "2" {
-		t.Fatalf("bypass of the library: 100 MiB past the server-side limit returned %s, want 2", rc)
+}
+
+// TestPrivilegeDropKeepsDetShare is issue 13 item 7 (setpriv): a root process that execs its program as nobody
+// (setpriv, as a container entrypoint would) must keep DetShare. The client page is writable by root only, so
+// before the fix the program ran unshared, without its memory limit.
+func TestPrivilegeDropKeepsDetShare(t *testing.T) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) is needed: %v", err)
 	}
-	if rc := r.get(t, "rawalloc:33554432", "rc"); rc != "0" {
-		t.Fatalf("bypass within the limit: rc %s", rc)
+	e := newEnv(t, true).withTenant(1<<30, "")
+	// As in a container, the run directory's files are reachable by every user (the test's temporary directories
+	// are 0700); the simulated GPU's state file must be writable by nobody.
+	for d := filepath.Dir(e.runDir); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// what the bypass took is invisible to the library's accounting (docs/threat-model-quota.md says so)
-	if used := e.memUsed(); used != 0 {
-		t.Fatalf("page mem_used = %d: the library saw a call it was not supposed to see", used)
+	// nobody cannot open the page by its path (clients/ is root's): what a root process kept open must carry it.
+	if st, err := os.Stat(filepath.Dir(e.reg.ClientPagePath)); err != nil || st.Mode().Perm() != table.ClientsDirMode {
+		t.Fatalf("clients directory mode %v (%v), want %v", st.Mode(), err, table.ClientsDirMode)
+	}
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+		need(t, "tests/ds_probe_rt"), "init", "alloc:536870912", "alloc:1073741824")
+	cmd.Env = e.vars
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe as nobody: %v\n%s", err, out)
+	}
+	r := parse(string(out))
+	if rc := r.get(t, "alloc:536870912", "rc"); rc != "0" {
+		t.Errorf("allocation within the limit as nobody: rc %s\n%s", rc, out)
+	}
+	if rc := r.get(t, "alloc:1073741824", "rc"); rc != "2" {
+		t.Errorf("as nobody, 1.5 GiB in a 1 GiB tenant: rc %s, want 2 (DetShare lost after the privilege drop)\n%s", rc, out)
+	}
+	if strings.Contains(string(out), "running unshared") || strings.Contains(string(out), "fail-open") {
+		t.Errorf("the library fell back to running unshared:\n%s", out)
+	}
+	if n := e.client.Page().OOMRefusals; n != 1 {
+		t.Errorf("refusals counted in the tenant's page: %d, want 1", n)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/detshare/detshare/internal/quote"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -23,10 +25,16 @@ const (
 	FieldRole   Field = "role"
 	FieldGPU    Field = "gpu"
 	FieldLend   Field = "lend"
+	// FieldPinned keeps a latency-critical tenant on exactly its guarantee (it never expands over lower tiers).
+	FieldPinned Field = "pinned"
+	// FieldSLOP99 is a latency-critical tenant's P99 target (detshare.io/slo-p99=5ms, DETSHARE_SLO_P99): the
+	// scheduler sizes its expansion and its neighbours' throttling from the latency the library observes.
+	FieldSLOP99 Field = "slo-p99"
 )
 
 // Fields lists every field in a fixed order.
-var Fields = []Field{FieldTier, FieldSMs, FieldMemory, FieldWeight, FieldRole, FieldGPU, FieldLend}
+var Fields = []Field{FieldTier, FieldSMs, FieldMemory, FieldWeight, FieldRole, FieldGPU, FieldLend, FieldPinned,
+	FieldSLOP99}
 
 // AnnotationPrefix prefixes annotation and label keys.
 const AnnotationPrefix = "detshare.io/"
@@ -38,7 +46,9 @@ const EnvPrefix = "DETSHARE_"
 func (f Field) AnnotationKey() string { return AnnotationPrefix + string(f) }
 
 // EnvKey is the environment key of f.
-func (f Field) EnvKey() string { return EnvPrefix + strings.ToUpper(string(f)) }
+func (f Field) EnvKey() string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(string(f), "-", "_"))
+}
 
 // Source says where a field's value came from.
 type Source string
@@ -172,6 +182,8 @@ type Quota struct {
 	Role   Role
 	GPU    GPUSelector
 	Lend   bool
+	Pinned bool
+	SLOP99 time.Duration // 0 = none
 	// Source records, per field, which source won.
 	Source map[Field]Source
 	// Spec records, per field, the text that was parsed (empty for untouched defaults).
@@ -193,7 +205,7 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	return fmt.Sprintf("%s=%q (%s): %s", e.Key, e.Value, e.Source, e.Allowed)
+	return fmt.Sprintf("%s=%s (%s): %s", quote.Bounded(e.Key), quote.Q(e.Value), e.Source, e.Allowed)
 }
 
 // KeyFor is field f's key as the user wrote it in src (for error messages).
@@ -216,6 +228,8 @@ const (
 	allowedTier   = "allowed values are latency-critical, burstable, best-effort"
 	allowedRole   = "allowed values are none, prefill, decode"
 	allowedLend   = "allowed values are true, false"
+	allowedPinned = "allowed values are true, false"
+	allowedSLO    = "a duration from 100us to 60s (examples: 500us, 5ms, 1s)"
 	allowedWeight = "must be an integer in 1..10000"
 	allowedGPU    = "allowed values are auto, a GPU index 0..15, or a GPU UUID (GPU-… or SIM-…)"
 	maxSMs        = 1 << 16
@@ -342,6 +356,19 @@ func ParseLend(s string) (bool, error) {
 	return false, errors.New(allowedLend)
 }
 
+// ParseSLOP99 parses a latency target.
+func ParseSLOP99(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 100*time.Microsecond || d > 60*time.Second {
+		return 0, errors.New(allowedSLO)
+	}
+	return d, nil
+}
+
 // Set parses value into field f of q, recording src. Errors are *FieldError.
 func (q *Quota) Set(f Field, value string, src Source) error {
 	var err error
@@ -360,8 +387,15 @@ func (q *Quota) Set(f Field, value string, src Source) error {
 		q.GPU, err = ParseGPU(value)
 	case FieldLend:
 		q.Lend, err = ParseLend(value)
+	case FieldPinned:
+		q.Pinned, err = ParseLend(value)
+		if err != nil {
+			err = errors.New(allowedPinned)
+		}
+	case FieldSLOP99:
+		q.SLOP99, err = ParseSLOP99(value)
 	default:
-		return fmt.Errorf("unknown quota field %q: allowed fields are %s", f, fieldList())
+		return fmt.Errorf("unknown quota field %s: allowed fields are %s", quote.Q(string(f)), fieldList())
 	}
 	if err != nil {
 		return &FieldError{Key: KeyFor(f, src), Value: value, Source: src, Allowed: err.Error()}
@@ -453,7 +487,7 @@ func ResolveInputs(in Inputs) (Quota, error) {
 	}
 	for f := range in.Flags {
 		if !knownField(f) {
-			errs = append(errs, fmt.Errorf("unknown quota field %q: allowed fields are %s", f, fieldList()))
+			errs = append(errs, fmt.Errorf("unknown quota field %s: allowed fields are %s", quote.Q(string(f)), fieldList()))
 		}
 	}
 	if len(errs) > 0 {
@@ -507,6 +541,16 @@ func (q Quota) Validate() error {
 		src := q.SourceOf(FieldLend)
 		return &FieldError{Key: KeyFor(FieldLend, src), Value: q.specOf(FieldLend, "true"), Source: src,
 			Allowed: fmt.Sprintf("lending applies only to tier latency-critical (%s)", tierSrc)}
+	}
+	if q.Pinned && q.Tier != TierLatencyCritical {
+		src := q.SourceOf(FieldPinned)
+		return &FieldError{Key: KeyFor(FieldPinned, src), Value: q.specOf(FieldPinned, "true"), Source: src,
+			Allowed: fmt.Sprintf("pinning applies only to tier latency-critical (%s)", tierSrc)}
+	}
+	if q.SLOP99 != 0 && q.Tier != TierLatencyCritical {
+		src := q.SourceOf(FieldSLOP99)
+		return &FieldError{Key: KeyFor(FieldSLOP99, src), Value: q.specOf(FieldSLOP99, q.SLOP99.String()), Source: src,
+			Allowed: fmt.Sprintf("a latency target applies only to tier latency-critical (%s)", tierSrc)}
 	}
 	return nil
 }

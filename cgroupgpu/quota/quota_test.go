@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/detshare/detshare/sched/table"
 )
@@ -289,5 +290,44 @@ func TestQuotaFileRoundTrip(t *testing.T) {
 		if _, err := ParseFile([]byte(bad)); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
+	}
+}
+
+func TestPinnedAndSLOKeys(t *testing.T) {
+	q, err := Resolve(map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "32",
+		"detshare.io/pinned": "true"}, nil, []string{"DETSHARE_SLO_P99=5ms"}, Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !q.Pinned || q.SLOP99 != 5*time.Millisecond || q.SourceOf(FieldSLOP99) != SourceEnv {
+		t.Fatalf("pinned %v slo %v (%s)", q.Pinned, q.SLOP99, q.SourceOf(FieldSLOP99))
+	}
+	for _, c := range []struct {
+		ann  map[string]string
+		want []string
+	}{
+		{map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "32", "detshare.io/slo-p99": "fast"},
+			[]string{"detshare.io/slo-p99", `"fast"`, "100us to 60s"}},
+		{map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "32", "detshare.io/slo-p99": "10us"},
+			[]string{"detshare.io/slo-p99", "100us to 60s"}},
+		{map[string]string{"detshare.io/tier": "best-effort", "detshare.io/slo-p99": "5ms"},
+			[]string{"detshare.io/slo-p99", "only to tier latency-critical"}},
+		{map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "16", "detshare.io/pinned": "true"},
+			[]string{"detshare.io/pinned", "only to tier latency-critical"}},
+		{map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "32", "detshare.io/pinned": "sometimes"},
+			[]string{"detshare.io/pinned", "true, false"}},
+	} {
+		_, err := Resolve(c.ann, nil, nil, Default())
+		if err == nil {
+			t.Fatalf("%v: accepted", c.ann)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not name %q", c.ann, err, w)
+			}
+		}
+	}
+	if FieldSLOP99.EnvKey() != "DETSHARE_SLO_P99" {
+		t.Fatalf("env key %s", FieldSLOP99.EnvKey())
 	}
 }

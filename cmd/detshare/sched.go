@@ -59,6 +59,7 @@ func schedCommand() *cli.Command {
 			defer signal.Stop(hup)
 			runDir := c.String("run-dir")
 			err = daemon.Main(ctx, daemon.Options{RunDir: runDir, Config: cfg, Discover: gpuinfo.DiscoverHost,
+				Board:         gpuinfo.BoardSampler(os.Environ()),
 				StopMPSOnExit: c.Bool("stop-mps-on-exit")},
 				c.String("config"), hup)
 			if errors.Is(err, daemon.ErrNotLeader) {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/detshare/detshare/integration/hostleft"
 )
 
 func script(t *testing.T) string {
@@ -114,6 +116,7 @@ func TestDemoCIMode(t *testing.T) {
 // with and without DetShare.
 func runDemoCI(t *testing.T) (d99, s99 float64, s string) {
 	t.Helper()
+	before := hostleft.Take()
 	cmd := demoCmd(t, "--duration", "3")
 	out, err := cmd.CombinedOutput()
 	s = string(out)
@@ -125,6 +128,9 @@ func runDemoCI(t *testing.T) (d99, s99 float64, s string) {
 		t.Fatalf("demo output does not name its private containerd socket:\n%s", s)
 	}
 	waitClean(t, m[1])
+	if left := hostleft.Left(before); len(left) > 0 {
+		t.Errorf("the demo left on the host: %v", left)
+	}
 	for _, want := range []string{"SIMULATED GPU (a test double", "Results on the SIMULATED GPU (test double)",
 		"detshare top", "lc-detshare", "be-detshare"} {
 		if !strings.Contains(s, want) {
@@ -146,6 +152,7 @@ func runDemoCI(t *testing.T) (d99, s99 float64, s string) {
 // scheduler, mounts and the temporary directory.
 func TestDemoCtrlCCleansUp(t *testing.T) {
 	need(t)
+	before := hostleft.Take()
 	cmd := demoCmd(t, "--duration", "20")
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
@@ -184,4 +191,7 @@ func TestDemoCtrlCCleansUp(t *testing.T) {
 		t.Errorf("demo did not say it was cleaning up:\n%s", buf.String())
 	}
 	waitClean(t, m[1])
+	if left := hostleft.Left(before); len(left) > 0 {
+		t.Errorf("the interrupted demo left on the host: %v", left)
+	}
 }

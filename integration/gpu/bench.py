@@ -13,6 +13,15 @@ LLM pair (a Llama-like prefill process with Poisson prompts + a decode process, 
   alone, timeslice, mps, detshare-to (throughput-oriented: equal split of groups while both are busy, all groups
   to whichever is busy alone) and detshare-tpot (TPOT-First: decode gets first pick, --tpot-decode-groups groups).
 Training pair (--suite train): two trainings, alone / timeslice / mps / detshare (equal split).
+Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 transformer encoder `bert`,
+  `resnet50`, an LLM decode step `llama-step`, all CUDA-graph replays at Poisson load --load of their solo
+  capacity) beside each trainer of --coloc-be (6 x Linear(8192) AdamW in bf16 `lin8192-bf16`, which drives an H100
+  to its power limit, and in fp32 `lin8192-fp32`): alone (each workload once), timeslice, mps, mps-pct,
+  detshare-static (the real scheduler, LC pinned to its --lc-groups guarantee: the policy before issue 12) and
+  detshare-dynamic (LC expands over the trainer while busy, trainer throttled to its floor behind the dispatch
+  gate; --lc-slo-ms sets the LC's slo-p99). Needs --scheduler detshare.
+Board power, power limit and SM clock are logged every 100 ms for the whole run (OUTDIR/power.csv, nvidia-smi
+queries only) and summarised per case by report.py.
 
 Raw worker results go to OUTDIR/raw/, logs to OUTDIR/logs/, the plan and the environment to OUTDIR/meta.json;
 report.py turns them into OUTDIR/results.{md,json} and the CDF plot. Nothing here is a simulation: on a machine
@@ -41,7 +50,10 @@ INFER_PAIRS = {"quick": [("resnet50", "resnet50")],
 PAIR_CONFIGS = ["alone", "alone-lib", "timeslice", "alone-grant", "mps", "mps-pct", "detshare"]
 LLM_CONFIGS = ["alone", "timeslice", "mps", "detshare-to", "detshare-tpot"]
 TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
-SUITES = ["infer", "llm", "train"]
+COLOC_CONFIGS = ["alone", "timeslice", "mps", "mps-pct", "detshare-static", "detshare-dynamic"]
+COLOC_LC = ["bert", "resnet50", "llama-step"]
+COLOC_BE = ["lin8192-bf16", "lin8192-fp32"]
+SUITES = ["infer", "llm", "train", "coloc"]
 
 
 def parse(argv=None):
@@ -59,6 +71,15 @@ def parse(argv=None):
     ap.add_argument("--tpot-decode-groups", type=int, default=0,
                     help="TPOT-First: groups decode gets first (default: two thirds of the split)")
     ap.add_argument("--tpot-slo-ms", type=float, default=100.0)
+    ap.add_argument("--coloc-lc", default=",".join(COLOC_LC), help="coloc suite: LC workloads (comma list of %s)"
+                    % ", ".join(COLOC_LC))
+    ap.add_argument("--coloc-be", default=",".join(COLOC_BE), help="coloc suite: trainers (comma list of %s)"
+                    % ", ".join(COLOC_BE))
+    ap.add_argument("--lc-lend", action="store_true",
+                    help="detshare-dynamic: the LC lends its idle guarantee too (the trainer gets every group while "
+                         "the LC is idle)")
+    ap.add_argument("--lc-slo-ms", type=float, default=0.0,
+                    help="detshare-dynamic: the LC's slo-p99 in ms (0: none, the LC takes every group while busy)")
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "lib", "libdetshare.so"))
     ap.add_argument("--scheduler", default="auto", choices=["auto", "python", "detshare"],
                     help="who registers tenants and grants SMs in the library configurations: auto = detshare when "
@@ -79,7 +100,7 @@ def parse(argv=None):
         if s not in SUITES:
             ap.error("--suite: %r is not one of %s" % (s, ", ".join(SUITES)))
     a.only = set(c for c in a.configs.split(",") if c)
-    known = set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS)
+    known = set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS) | set(COLOC_CONFIGS)
     for c in a.only:
         if c not in known:
             ap.error("--configs: %r is not one of %s" % (c, ", ".join(sorted(known))))
@@ -91,6 +112,16 @@ def parse(argv=None):
         a.scheduler = "detshare" if os.access(a.detshare, os.X_OK) else "python"
     if a.scheduler == "detshare" and not os.access(a.detshare, os.X_OK):
         ap.error("--scheduler detshare: %s is not an executable (build it with `make build`)" % a.detshare)
+    a.coloc_lcs = [x for x in a.coloc_lc.split(",") if x]
+    a.coloc_bes = [x for x in a.coloc_be.split(",") if x]
+    for x in a.coloc_lcs:
+        if x not in COLOC_LC:
+            ap.error("--coloc-lc: %r is not one of %s" % (x, ", ".join(COLOC_LC)))
+    for x in a.coloc_bes:
+        if x not in COLOC_BE:
+            ap.error("--coloc-be: %r is not one of %s" % (x, ", ".join(COLOC_BE)))
+    if "coloc" in a.suites and a.scheduler != "detshare" and (not a.only or "detshare-dynamic" in a.only):
+        ap.error("--suite coloc: detshare-dynamic needs the real scheduler (--scheduler detshare, `make build`)")
     if not 0 < a.load < 1:
         ap.error("--load=%s: must be between 0 and 1 (fraction of solo capacity)" % a.load)
     return a
@@ -138,6 +169,38 @@ class MPS:
                 break
             time.sleep(0.05)
         self.running = False
+
+
+# ------------------------------------------------------------------------------------------- power log ----------
+class PowerLog(threading.Thread):
+    """Board power, power limit and SM clock every 100 ms (nvidia-smi queries; card settings are never changed),
+    each line stamped with time.time() so that report.py can cut it into the cases' windows."""
+
+    def __init__(self, path):
+        super().__init__(daemon=True)
+        self.path, self.proc = path, None
+
+    def run(self):
+        try:
+            self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=power.draw,power.limit,clocks.sm",
+                                          "--format=csv,noheader,nounits", "-lms", "100"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        except OSError as e:
+            log("power log: nvidia-smi not started (%s)", e)
+            return
+        with open(self.path, "w") as f:
+            f.write("time,power_w,power_limit_w,sm_clock_mhz\n")
+            for line in self.proc.stdout:
+                f.write("%.3f,%s\n" % (time.time(), ",".join(x.strip() for x in line.split(","))))
+                f.flush()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
 
 # ------------------------------------------------------------------------------------------- schedulers ---------
@@ -231,7 +294,8 @@ class Runner:
         plan = self.plan()
         meta = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv, "gpu": self.gpu,
                 "duration": a.duration, "load": a.load, "lc_groups": a.lc_groups, "tpot_slo_ms": a.tpot_slo_ms,
-                "device": a.device, "driver": _nvidia_smi_field("driver_version"),
+                "device": a.device, "driver": _nvidia_smi_field("driver_version"), "lc_slo_ms": a.lc_slo_ms,
+                "lc_lend": a.lc_lend,
                 "cases": [{"name": c.name, "config": c.config, "workers": [w.label for w in c.workers]}
                           for c in plan]}
         est = len(plan) * (a.duration + (4 if a.device == "cpu" else 15))
@@ -245,6 +309,10 @@ class Runner:
         with open(os.path.join(self.out, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
         failed = []
+        power = None
+        if a.device == "cuda" and shutil.which("nvidia-smi"):
+            power = PowerLog(os.path.join(self.out, "power.csv"))
+            power.start()
         try:
             for c in plan:
                 try:
@@ -254,6 +322,8 @@ class Runner:
                     failed.append({"case": c.name, "error": str(e)})
                     self.kill_all()
         finally:
+            if power:
+                power.stop()
             self.mps.stop()
             shutil.rmtree(self.tmp, ignore_errors=True)
         meta["failed"] = failed
@@ -300,6 +370,29 @@ class Runner:
                 else:
                     cases.append(self.case("llm/" + cfg, cfg, [("prefill", pw, "prefill", "llm"),
                                                                ("decode", dw, "decode", "llm")]))
+        if "coloc" in a.suites:
+            # alone first (each workload once: the LC's Poisson rate comes from its solo capacity), then the shared
+            # configurations without MPS, then with it (MPS starts once)
+            for lc in a.coloc_lcs:
+                if want("alone"):
+                    cases.append(self.case("coloc/%s/alone" % lc, "alone",
+                                           [("lc", self.coloc_lc_args(lc, tiny, dev), "lc", "coloc:" + lc)]))
+            for be in a.coloc_bes:
+                if want("alone"):
+                    cases.append(self.case("coloc/%s/alone" % be, "alone",
+                                           [("be", ["--role", "train", "--model", be + tiny] + dev, "be",
+                                             "coloc:" + be)]))
+            for cfg in COLOC_CONFIGS[1:]:
+                if not want(cfg):
+                    continue
+                for be in a.coloc_bes:
+                    for lc in a.coloc_lcs:
+                        pair = "coloc:%s+%s" % (lc, be)
+                        c = self.case("coloc/%s+%s/%s" % (lc, be, cfg), cfg,
+                                      [("lc", self.coloc_lc_args(lc, tiny, dev), "lc", pair),
+                                       ("be", ["--role", "train", "--model", be + tiny] + dev, "be", pair)])
+                        c.workers[0].rate_key = ("coloc:" + lc, "lc")
+                        cases.append(c)
         if "train" in a.suites:
             t1 = ["--role", "train", "--model", "resnet50" + tiny] + dev
             t2 = ["--role", "train", "--model", "gpt2" + tiny] + dev
@@ -312,6 +405,10 @@ class Runner:
                 else:
                     cases.append(self.case("train/" + cfg, cfg, [("a", t1, "a", "train"), ("b", t2, "b", "train")]))
         return cases
+
+    @staticmethod
+    def coloc_lc_args(lc, tiny, dev):
+        return ["--role", "infer", "--model", lc + tiny] + dev
 
     def case(self, name, cfg, workers):
         ws = []
@@ -382,7 +479,7 @@ class Runner:
                 args = [a.python, os.path.join(HERE, "worker.py")] + w.args + [
                     "--out", out, "--ready", os.path.join(casedir, w.label + ".ready"), "--go", go,
                     "--duration", str(a.duration), "--tag", c.config, "--seed", "1234"]
-                rate_key = (w.group, w.label)
+                rate_key = getattr(w, "rate_key", None) or (w.group, w.label)
                 if w.label in ("lc", "prefill"):
                     if rate_key in self.rates:
                         args += ["--rate", "%.6f" % self.rates[rate_key]]
@@ -425,8 +522,9 @@ class Runner:
                     raise RuntimeError("worker %s exited with %s (log: %s)" % (p.w.label, p.returncode, p.logf.name))
                 with open(p.out) as f:
                     res = json.load(f)
-                if p.w.label in ("lc", "prefill") and "rate" in res and (p.w.group, p.w.label) not in self.rates:
-                    self.rates[(p.w.group, p.w.label)] = res["rate"]
+                rk = getattr(p.w, "rate_key", None) or (p.w.group, p.w.label)
+                if p.w.label in ("lc", "prefill") and "rate" in res and rk not in self.rates:
+                    self.rates[rk] = res["rate"]
                     log("  %s %s solo capacity -> Poisson rate %.2f/s at load %.2f", p.w.group, p.w.label,
                         res["rate"], a.load)
                 res.update(case=c.name, config=c.config, label=p.w.label, group=p.w.group)
@@ -487,6 +585,13 @@ class Runner:
                 flags[w.tenant] = ["--tier", "best-effort"]
             elif w.tenant == "lc":
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sms)]
+                if c.config == "detshare-static":
+                    flags[w.tenant].append("--pinned")  # the policy before issue 12: exactly the guarantee
+                elif c.config == "detshare-dynamic":
+                    if a.lc_slo_ms:
+                        flags[w.tenant] += ["--slo-p99", "%gms" % a.lc_slo_ms]
+                    if a.lc_lend:
+                        flags[w.tenant].append("--lend")
             elif w.tenant in ("prefill", "decode"):
                 flags[w.tenant] = ["--tier", "best-effort", "--role", w.tenant]
         return {"proc": p, "run_dir": run_dir, "policy": policy, "flags": flags}
@@ -528,7 +633,7 @@ class Runner:
             q = t.register("lc", tier="latency-critical", guaranteed_groups=lcm)
             t.publish_grant(q.slot, lcm)
             tenants["lc"] = q
-        elif c.config == "detshare" and "lc" in labels:
+        elif c.config in ("detshare", "detshare-static") and "lc" in labels:
             lcm = dstable.range_mask(0, a.lc_groups)
             q1 = t.register("lc", tier="latency-critical", guaranteed_groups=lcm)
             q2 = t.register("be", tier="best-effort")

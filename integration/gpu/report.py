@@ -109,7 +109,7 @@ def build(outdir, skip, slo_ms):
     md.append("")
     cdf_rows = []
     for group, cfgs in sorted(raw.items()):
-        if group in ("llm", "train"):
+        if group in ("llm", "train") or group.startswith("coloc:"):
             continue
         # ---- LC/BE pair
         base_lc = cfgs.get("alone", {}).get("lc")
@@ -269,8 +269,11 @@ def build(outdir, skip, slo_ms):
                                                           fmt(xb and xb["steps_per_s"]), fmt(nb), fmt(s)))
         md.append("")
         res["train"] = rows
+    # ---- co-location (issue 12)
+    if any(g.startswith("coloc:") for g in raw):
+        coloc(raw, meta, skip, outdir, res, md, cdf_rows)
     # ---- targets
-    md.append("### Targets (issue 8)")
+    md.append("### Targets (issues 8 and 12)")
     md.append("")
     md.append("| target | measured | goal | met |")
     md.append("|---|---|---|---|")
@@ -283,6 +286,107 @@ def build(outdir, skip, slo_ms):
         md.append("Cases that failed (see logs/): " + ", ".join("%s (%s)" % (f["case"], f["error"])
                                                                for f in meta["failed"]))
     return res, "\n".join(md) + "\n", cdf_rows
+
+
+COLOC_TARGET = {"lc_p99_ratio": 1.10, "lc_p99_goal": 1.05}
+COLOC_SHARED = ("timeslice", "mps", "mps-pct", "detshare-static", "detshare-dynamic")
+
+
+def read_power(outdir):
+    """power.csv rows (time, power W, limit W, SM clock MHz); empty when there is none."""
+    rows = []
+    try:
+        with open(os.path.join(outdir, "power.csv")) as f:
+            for r in csv.DictReader(f):
+                try:
+                    rows.append((float(r["time"]), float(r["power_w"]), float(r["power_limit_w"]),
+                                 float(r["sm_clock_mhz"])))
+                except (KeyError, ValueError):
+                    continue
+    except OSError:
+        pass
+    return rows
+
+
+def power_in(rows, t0, t1):
+    xs = [r for r in rows if t0 <= r[0] <= t1]
+    if not xs:
+        return {}
+    return {"power_w_mean": sum(r[1] for r in xs) / len(xs), "power_w_max": max(r[1] for r in xs),
+            "power_limit_w": xs[-1][2], "sm_mhz_mean": sum(r[3] for r in xs) / len(xs),
+            "sm_mhz_min": min(r[3] for r in xs), "samples": len(xs)}
+
+
+def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
+    """Issue 12: each LC workload beside each trainer, every configuration, against both workloads alone."""
+    power = read_power(outdir)
+    lcs = sorted(set(g.split(":", 1)[1].split("+")[0] for g in raw if g.startswith("coloc:") and "+" in g))
+    bes = sorted(set(g.split("+", 1)[1] for g in raw if g.startswith("coloc:") and "+" in g))
+    out = res.setdefault("coloc", {})
+
+    def window(d):
+        return d["t0"] + skip * d["duration"], d["t0"] + d["duration"]
+
+    for lc in lcs:
+        base = raw.get("coloc:" + lc, {}).get("alone", {}).get("lc")
+        blc = lc_stats(base, skip) if base else None
+        md.append("### Co-location: %s (batch 1, CUDA graph, Poisson load %s of solo capacity) beside training" % (
+            lc, meta.get("load", "?")))
+        md.append("")
+        if blc:
+            pw = power_in(power, *window(base))
+            md.append("Alone on the whole GPU: service P50 %s / P99 %s ms, arrival-to-completion P99 %s ms, %s req/s; "
+                      "board %s W, SM clock %s MHz." % (fmt(blc["svc_p50_ms"], 3), fmt(blc["svc_p99_ms"], 3),
+                                                         fmt(blc["a2c_p99_ms"], 3), fmt(blc["rate"], 1),
+                                                         fmt(pw.get("power_w_mean"), 0), fmt(pw.get("sm_mhz_mean"), 0)))
+            md.append("")
+        md.append("| trainer | config | LC svc P50 / P99 ms | svc P99 / solo | LC a2c P99 ms | a2c P99 / solo "
+                  "| BE steps/s | BE norm | board W (mean / max) | SM MHz (mean / min) | LC / BE bit-identical |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for be in bes:
+            bb = raw.get("coloc:" + be, {}).get("alone", {}).get("be")
+            bbe = train_stats(bb, skip) if bb else None
+            if bb:
+                pw = power_in(power, *window(bb))
+                md.append("| %s | alone | — | — | — | — | %s | 1.00 | %s / %s | %s / %s | — / yes |" % (
+                    be, fmt(bbe["steps_per_s"]), fmt(pw.get("power_w_mean"), 0), fmt(pw.get("power_w_max"), 0),
+                    fmt(pw.get("sm_mhz_mean"), 0), fmt(pw.get("sm_mhz_min"), 0)))
+            pair = "coloc:%s+%s" % (lc, be)
+            for cfg in COLOC_SHARED:
+                c = raw.get(pair, {}).get(cfg)
+                if not c:
+                    continue
+                l = lc_stats(c["lc"], skip) if "lc" in c else None
+                b = train_stats(c["be"], skip) if "be" in c else None
+                r = {"lc": {k: v for k, v in (l or {}).items() if k != "a2c_ms"}, "be": b}
+                r["lc_svc_p99_ratio"] = ratio(l and l["svc_p99_ms"], blc and blc["svc_p99_ms"])
+                r["lc_a2c_p99_ratio"] = ratio(l and l["a2c_p99_ms"], blc and blc["a2c_p99_ms"])
+                r["be_norm"] = ratio(b and b["steps_per_s"], bbe and bbe["steps_per_s"])
+                r["lc_bit_identical"] = (l["output_hash"] == blc["output_hash"] and l["distinct_hashes"] == 1) \
+                    if l and blc else None
+                r["be_bit_identical"] = (b["loss_hash"] == bbe["loss_hash"]) if b and bbe and b["loss_hash"] else None
+                r["power"] = power_in(power, *window(c["lc"])) if "lc" in c else {}
+                out.setdefault(pair, {})[cfg] = r
+                if l:
+                    cdf_rows.append((pair, cfg, l["a2c_ms"]))
+                yn = {True: "yes", False: "**NO**", None: "—"}
+                md.append("| %s | %s | %s / %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
+                    be, cfg, fmt(l and l["svc_p50_ms"], 3), fmt(l and l["svc_p99_ms"], 3),
+                    fmt(r["lc_svc_p99_ratio"]), fmt(l and l["a2c_p99_ms"], 2), fmt(r["lc_a2c_p99_ratio"]),
+                    fmt(b and b["steps_per_s"]), fmt(r["be_norm"]), fmt(r["power"].get("power_w_mean"), 0),
+                    fmt(r["power"].get("power_w_max"), 0), fmt(r["power"].get("sm_mhz_mean"), 0),
+                    fmt(r["power"].get("sm_mhz_min"), 0), yn[r["lc_bit_identical"]], yn[r["be_bit_identical"]]))
+                if cfg == "detshare-dynamic":
+                    w = "%s + %s, DetShare-dynamic" % (lc, be)
+                    res["targets"].append(target(w + ": LC P99 service <= 1.10x solo", r["lc_svc_p99_ratio"], "<=",
+                                                 COLOC_TARGET["lc_p99_ratio"]))
+                    res["targets"].append(target(w + ": LC P99 arrival-to-completion <= 1.10x solo",
+                                                 r["lc_a2c_p99_ratio"], "<=", COLOC_TARGET["lc_p99_ratio"]))
+                    res["targets"].append(target(w + ": BE >= 0.5 of solo throughput", r["be_norm"], ">=", 0.5))
+                    res["targets"].append(target(w + ": LC outputs and BE losses bit-identical to solo",
+                                                 1.0 if r["lc_bit_identical"] and r["be_bit_identical"] else
+                                                 None if r["lc_bit_identical"] is None else 0.0, ">=", 1.0))
+        md.append("")
 
 
 def target(what, value, op, goal):

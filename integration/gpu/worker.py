@@ -26,7 +26,8 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--role", required=True, choices=["infer", "train", "prefill", "decode"])
     ap.add_argument("--model", required=True,
-                    help="infer: resnet50|bert(-tiny); train: resnet50|gpt2(-tiny); prefill/decode: llama(-tiny)")
+                    help="infer: resnet50|bert|llama-step(-tiny); train: resnet50|gpt2|lin8192-bf16|lin8192-fp32(-tiny); "
+                         "prefill/decode: llama(-tiny)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--out", required=True, help="result JSON path")
     ap.add_argument("--ready", help="file written when warmed up")
@@ -130,8 +131,31 @@ def build_infer(a, torch, dev):
         m, impl = models.Encoder(**models.MODEL_SIZES[a.model]), "builtin"
         seq = a.seq or (16 if tiny else 128)
         x = torch.randint(0, 1000, (1, seq), device=dev)
+    elif a.model.startswith("llama-step"):
+        # one LLM decode step, batch 1, against a KV cache of a fixed length: every request is the same step (same
+        # position, the same cache entry rewritten with the same values), so outputs are comparable bit for bit
+        kw = models.MODEL_SIZES["llama-tiny" if tiny else "llama"]
+        dtype = torch.float16 if dev == "cuda" else torch.float32
+        with torch.device(dev):
+            llm = models.Llama(**kw).to(dtype).eval()
+        ctx = a.seq or (16 if tiny else 512)
+        cache = llm.new_cache(1, ctx + 1, dev, dtype)
+        with torch.inference_mode():
+            llm(torch.randint(0, 1000, (1, ctx), device=dev), torch.arange(ctx, device=dev), cache, True)
+        pos = torch.full((1,), ctx, dtype=torch.long, device=dev)
+
+        class Step(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.llm = llm
+
+            def forward(self, tok):
+                return self.llm(tok, pos, cache, False)
+
+        m, impl = Step(), "builtin"
+        x = torch.randint(0, 1000, (1, 1), device=dev)
     else:
-        sys.exit("worker: --model %r: infer takes resnet50, bert (or -tiny)" % a.model)
+        sys.exit("worker: --model %r: infer takes resnet50, bert, llama-step (or -tiny)" % a.model)
     m = m.to(dev).eval()
     return m, x, impl
 
@@ -225,10 +249,26 @@ def run_train(a):
         def loss_fn():
             logits = m(ids[:, :-1])
             return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
+    elif a.model.startswith("lin8192"):
+        # 6 x Linear(8192) trained with AdamW: lin8192-bf16 (bf16 weights, drives an H100 to its power limit) or
+        # lin8192-fp32 (fp32, no TF32)
+        d = 256 if tiny else 8192
+        dtype = torch.bfloat16 if "bf16" in a.model and dev == "cuda" else torch.float32
+        with torch.device(dev):
+            m = torch.nn.Sequential(*[torch.nn.Linear(d, d) for _ in range(6)]).to(dtype)
+        impl = "builtin"
+        bs = a.batch or (8 if tiny else (2048 if dtype == torch.bfloat16 else 512))
+        x = torch.randn(bs, d, device=dev, dtype=dtype)
+
+        def loss_fn():
+            return m(x).float().pow(2).mean()
     else:
-        sys.exit("worker: --model %r: train takes resnet50, gpt2 (or -tiny)" % a.model)
+        sys.exit("worker: --model %r: train takes resnet50, gpt2, lin8192-bf16, lin8192-fp32 (or -tiny)" % a.model)
     m = m.to(dev).train()
-    opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+    if a.model.startswith("lin8192"):
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    else:
+        opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
     clk = Clock(dev)
 
     def step():

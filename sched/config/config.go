@@ -19,6 +19,17 @@ import (
 // DefaultPath is where `detshare sched` reads its configuration unless --config says otherwise.
 const DefaultPath = "/etc/detshare/config.toml"
 
+// EnvPath names another configuration file (all DetShare components honour it).
+const EnvPath = "DETSHARE_CONFIG"
+
+// PathFromEnv is $DETSHARE_CONFIG, else DefaultPath.
+func PathFromEnv() string {
+	if p := os.Getenv(EnvPath); p != "" {
+		return p
+	}
+	return DefaultPath
+}
+
 // Config is the whole file.
 type Config struct {
 	Scheduler Scheduler `toml:"scheduler"`
@@ -27,10 +38,16 @@ type Config struct {
 	Tenants   Tenants   `toml:"tenants"`
 }
 
-// Tenants are the host's ceilings on what a tenant may claim for itself (docs/threat-model-quota.md). A tenant
-// writes its weight and tier in labels, annotations or flags it controls; above these ceilings only the host's
-// consent counts: the tenant's ID matching a pattern of Trusted.
+// Tenants is the host's policy for tenants: what happens to one that asked for DetShare and cannot get it, and the
+// ceilings on what a tenant may claim for itself (docs/threat-model-quota.md). The container components (shim, runc
+// wrapper, hook) and `detshare run` read it too, not only the scheduler. A tenant writes its weight and tier in
+// labels, annotations or flags it controls; above the ceilings only the host's consent counts: the tenant's ID
+// matching a pattern of Trusted.
 type Tenants struct {
+	// FailOpen: a tenant whose quota names any DetShare key (tier, SMs, memory, …) but cannot get DetShare (table
+	// or run directory full, library missing, no GPU, no scheduler) runs unshared with a warning on its stderr and
+	// a count in detshare_fail_open_total, instead of being refused (the default).
+	FailOpen  bool     `toml:"fail_open"`
 	MaxWeight uint32   `toml:"max_weight"` // weight used for a tenant asking for more (1..10000)
 	MaxTier   string   `toml:"max_tier"`   // best-effort | burstable | latency-critical
 	Trusted   []string `toml:"trusted"`    // tenant IDs (path.Match globs) allowed above the ceilings
@@ -71,6 +88,11 @@ type Scheduler struct {
 	Tick        Duration `toml:"tick"`        // longest sleep between passes without doorbell (reaping, heartbeat)
 	ReapEvery   Duration `toml:"reap_every"`  // how often dead processes are looked for
 	LatencySLO  Duration `toml:"latency_slo"` // a latency tier waiting longer than this for its grant is an SLO violation
+	// Throttling of lower tiers while a latency-critical tenant is busy (issue 12).
+	BEFloor        int      `toml:"be_floor"`         // SM groups a busy best-effort/burstable tenant keeps
+	GateDepth      uint32   `toml:"gate_depth"`       // kernels in flight per stream of a throttled tenant
+	GateBudget     Duration `toml:"gate_budget"`      // estimated run time of those kernels
+	PowerNearLimit float64  `toml:"power_near_limit"` // board power / limit above which lower tiers are throttled; 0 = off
 }
 
 // MPS controls the per-GPU MPS control daemons.
@@ -106,7 +128,8 @@ func Default() Config {
 	return Config{
 		Scheduler: Scheduler{Policy: string(o.Kind), DecodeBoost: o.DecodeBoost, Quantum: Duration{o.Quantum},
 			MaxQuantum: Duration{o.MaxQuantum}, Tick: Duration{100 * time.Millisecond},
-			ReapEvery: Duration{250 * time.Millisecond}, LatencySLO: Duration{time.Millisecond}},
+			ReapEvery: Duration{250 * time.Millisecond}, LatencySLO: Duration{time.Millisecond},
+			BEFloor: o.Floor, GateDepth: o.GateDepth, GateBudget: Duration{o.GateBudget}, PowerNearLimit: 0.92},
 		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
 		Metrics: Metrics{Listen: ""},
 		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second}},
@@ -134,7 +157,7 @@ func Parse(name string, data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo}, mps.{enable,control}, metrics.listen, tenants.{max_weight,max_tier,trusted,demand_window})", name, und[0].String())
+		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit}, mps.{enable,control}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window})", name, und[0].String())
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
@@ -161,6 +184,7 @@ func (c Config) Validate() error {
 		{"scheduler.reap_every", c.Scheduler.ReapEvery.Duration, 10 * time.Millisecond, time.Second},
 		{"scheduler.latency_slo", c.Scheduler.LatencySLO.Duration, time.Microsecond, time.Minute},
 		{"tenants.demand_window", c.Tenants.DemandWindow.Duration, 100 * time.Millisecond, time.Minute},
+		{"scheduler.gate_budget", c.Scheduler.GateBudget.Duration, 10 * time.Microsecond, time.Second},
 	} {
 		if d.v < d.lo || d.v > d.hi {
 			return fmt.Errorf("%s = %s: allowed values are %s..%s", d.key, d.v, d.lo, d.hi)
@@ -180,6 +204,15 @@ func (c Config) Validate() error {
 			return fmt.Errorf("tenants.trusted: %q is not a pattern (shell glob of tenant IDs, e.g. \"prod-*\")", p)
 		}
 	}
+	if c.Scheduler.BEFloor < 1 || c.Scheduler.BEFloor > 64 {
+		return fmt.Errorf("scheduler.be_floor = %d: allowed values are 1..64 (SM groups)", c.Scheduler.BEFloor)
+	}
+	if c.Scheduler.GateDepth < 1 || c.Scheduler.GateDepth > 1024 {
+		return fmt.Errorf("scheduler.gate_depth = %d: allowed values are 1..1024 (kernels)", c.Scheduler.GateDepth)
+	}
+	if p := c.Scheduler.PowerNearLimit; p != 0 && (p < 0.5 || p > 1) {
+		return fmt.Errorf("scheduler.power_near_limit = %v: allowed values are 0 (off) or 0.5..1 (fraction of the board's power limit)", p)
+	}
 	if c.MPS.Enable && c.MPS.Control == "" {
 		return errors.New(`mps.control = "": name the nvidia-cuda-mps-control executable, or set mps.enable = false`)
 	}
@@ -190,5 +223,6 @@ func (c Config) Validate() error {
 func (c Config) PolicyOptions() policy.Options {
 	k, _ := policy.ParseKind(c.Scheduler.Policy)
 	return policy.Options{Kind: k, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
-		MaxQuantum: c.Scheduler.MaxQuantum.Duration}
+		MaxQuantum: c.Scheduler.MaxQuantum.Duration, Floor: c.Scheduler.BEFloor, GateDepth: c.Scheduler.GateDepth,
+		GateBudget: c.Scheduler.GateBudget.Duration}
 }

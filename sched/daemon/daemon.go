@@ -21,7 +21,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/sched/config"
+	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/metrics"
 	"github.com/detshare/detshare/sched/mps"
 	"github.com/detshare/detshare/sched/policy"
@@ -47,6 +49,8 @@ type Options struct {
 	StopMPSOnExit bool
 	// MPSCheckEvery is the period of the MPS watcher (daemon liveness, faulted servers, orphan clients); 0 = 1 s.
 	MPSCheckEvery time.Duration
+	// Board samples a GPU's power and SM clock (gpuinfo.BoardSampler in production); nil: no power input.
+	Board func(index int) (gpuinfo.Board, error)
 }
 
 // orphanChecks is how many consecutive MPS checks a client must match no live tenant process before it is
@@ -96,6 +100,9 @@ type gpuState struct {
 	orphans map[int]int // MPS client PID -> consecutive checks matching no tenant (MPS watcher only)
 	memCap  uint64      // server-side per-client memory limit applied (MPS watcher only; capUnset before)
 	memSet  bool
+	// board power (dynamic.go: powerLoop writes, the loop reads)
+	board     atomic.Pointer[gpuinfo.Board]
+	powerNear atomic.Bool
 }
 
 // Stats are the scheduler-wide counters (metrics).
@@ -115,6 +122,8 @@ type TenantStats struct {
 	Reason        string
 	lastSeq       uint32
 	answered      bool
+	ObservedP99   time.Duration // P99 of the last SLO window (tenants with slo-p99)
+	slo           sloState
 }
 
 // Acquire takes the leader lock of runDir without blocking.
@@ -316,6 +325,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 	}()
 	defer func() { mpsStop(); <-mpsDone }()
+	powerDone := make(chan struct{})
+	go func() { defer close(powerDone); s.powerLoop(mpsCtx) }()
+	defer func() { mpsStop(); <-powerDone }()
 	seq := s.t.DoorbellSeq()
 	s.Pass()
 	if s.opts.Ready != nil {
@@ -459,13 +471,15 @@ func (s *Scheduler) terminateOrphans(g *gpuState) {
 			continue
 		}
 		pg := cl.Page()
-		for i := range pg.Procs {
-			p := &pg.Procs[i]
-			if st := atomic.LoadUint32(&p.State); st == table.ProcLive || st == table.ProcClaiming {
-				known[table.ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
-					StartTime: atomic.LoadUint64(&p.StartTime)}] = true
+		_ = table.Guard("MPS clients of "+r.ID, func() { // the tenant may truncate its page meanwhile
+			for i := range pg.Procs {
+				p := &pg.Procs[i]
+				if st := atomic.LoadUint32(&p.State); st == table.ProcLive || st == table.ProcClaiming {
+					known[table.ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
+						StartTime: atomic.LoadUint64(&p.StartTime)}] = true
+				}
 			}
-		}
+		})
 		cl.Close()
 	}
 	seen := map[int]bool{}
@@ -511,6 +525,7 @@ type tenantRow struct {
 	seq    uint32
 	since  uint64
 	grant  table.Grant
+	lat    [policy.LatencyBuckets]uint64 // cumulative latency histogram of its client page
 }
 
 func (s *Scheduler) pageOf(reg table.Registration) *table.Client {
@@ -525,7 +540,11 @@ func (s *Scheduler) pageOf(reg table.Registration) *table.Client {
 	if err != nil {
 		return nil
 	}
-	if pg := cl.Page(); pg.Slot != uint32(reg.Slot) || pg.SlotGen != reg.Gen {
+	mine := false
+	if err := table.Guard("client page of "+reg.ID, func() {
+		pg := cl.Page()
+		mine = pg.Slot == uint32(reg.Slot) && pg.SlotGen == reg.Gen
+	}); err != nil || !mine {
 		cl.Close()
 		return nil
 	}
@@ -557,9 +576,19 @@ func (s *Scheduler) decide(now time.Time) {
 		row := tenantRow{reg: s.ceilings(r, tcfg)}
 		if cl := s.pageOf(r); cl != nil {
 			pg := cl.Page()
-			row.demand = s.observedDemand(r, pg, now, tcfg.DemandWindow.Duration)
-			row.seq = atomic.LoadUint32(&pg.DemandSeq)
-			row.since = atomic.LoadUint64(&pg.DemandSinceNs)
+			if err := table.Guard("demand of "+r.ID, func() {
+				row.demand = s.observedDemand(r, pg, now, tcfg.DemandWindow.Duration)
+				row.seq = atomic.LoadUint32(&pg.DemandSeq)
+				row.since = atomic.LoadUint64(&pg.DemandSinceNs)
+				row.lat = readLatency(pg)
+			}); err != nil {
+				// The tenant truncated its own page: it loses its demand hint (keeps its guarantee and current
+				// grant); the page is mapped again, size-checked, at the next pass.
+				logrus.WithError(err).WithField("id", r.ID).Warn("client page truncated by its tenant; demand ignored")
+				row = tenantRow{reg: s.ceilings(r, tcfg)}
+				cl.Close()
+				delete(s.pages, r.Slot)
+			}
 		}
 		row.grant, _ = s.t.ReadGrant(r.Slot)
 		byGPU[r.GPU] = append(byGPU[r.GPU], row)
@@ -595,6 +624,7 @@ func (s *Scheduler) decide(now time.Time) {
 			continue
 		}
 		if gs.mode.Load() == table.ModeSpatial {
+			popt.PowerNearLimit = gs.powerNear.Load()
 			s.decideSpatial(g, rows, popt)
 		} else {
 			s.decideTemporal(g, gs, rows, popt, now)
@@ -604,7 +634,8 @@ func (s *Scheduler) decide(now time.Time) {
 
 func toPolicy(r tenantRow) policy.Tenant {
 	t := policy.Tenant{Slot: r.reg.Slot, ID: r.reg.ID, Weight: r.reg.Weight, Guarantee: int(r.reg.SMGroups),
-		Lend: r.reg.Flags&table.FlagLend != 0, Busy: r.demand > 0, Prev: r.grant.Groups}
+		Lend: r.reg.Flags&table.FlagLend != 0, Busy: r.demand > 0, Prev: r.grant.Groups,
+		Pinned: r.reg.Flags&table.FlagPinned != 0}
 	switch r.reg.Tier {
 	case table.TierLatencyCritical:
 		t.Tier = policy.LatencyCritical
@@ -627,11 +658,14 @@ func toPolicy(r tenantRow) policy.Tenant {
 
 func (s *Scheduler) decideSpatial(g table.GPUState, rows []tenantRow, popt policy.Options) {
 	ts := make([]policy.Tenant, len(rows))
+	now := time.Now()
 	for i, r := range rows {
 		ts[i] = toPolicy(r)
+		s.sizeSLO(r, &ts[i], len(g.Split.Groups), now)
 	}
 	d := policy.Decide(g.Split.Groups, ts, popt)
 	for i, r := range rows {
+		s.setGate(r, d.Grants[i].Gate)
 		ng := table.Grant{Groups: d.Grants[i].Groups, SMs: d.Grants[i].SMs, Mode: table.ModeSpatial}
 		s.publish(r, ng, d.Grants[i].Reason)
 	}
@@ -764,8 +798,8 @@ func (s *Scheduler) MetricsSource() metrics.Source {
 		}
 		ex := metrics.Extra{Passes: s.stats.Passes.Load(), GrantChanges: s.stats.GrantChanges.Load(),
 			Reaped: s.stats.Reaped.Load(), TokenHandoffs: s.stats.TokenHandoffs.Load(), Reloads: s.stats.Reloads.Load(),
-			LastPassSeconds: float64(s.stats.LastPassNs.Load()) / 1e9,
-			SLOViolations:   map[string]uint64{}, Reasons: map[string]string{}}
+			LastPassSeconds: float64(s.stats.LastPassNs.Load()) / 1e9, FailOpens: failopen.Count(s.opts.RunDir),
+			SLOViolations: map[string]uint64{}, Reasons: map[string]string{}}
 		for id, st := range s.TenantStats() {
 			ex.SLOViolations[id] = st.SLOViolations
 			ex.Reasons[id] = st.Reason

@@ -86,14 +86,18 @@ func testConfig() config.Config {
 }
 
 // startSched runs a scheduler in this process (simulated MPS: spatial mode) until the test ends.
-func startSched(t *testing.T, dir string, c config.Config, m *mps.Manager) *Scheduler {
+func startSched(t *testing.T, dir string, c config.Config, m *mps.Manager, with ...func(*Options)) *Scheduler {
 	t.Helper()
 	if m == nil {
 		m = &mps.Manager{Paths: table.NewPaths(dir), Simulated: true}
 		c.MPS.Enable = true
 	}
 	ready := make(chan struct{})
-	s, err := New(Options{RunDir: dir, Config: c, MPS: m, Ready: ready})
+	o := Options{RunDir: dir, Config: c, MPS: m, Ready: ready}
+	for _, f := range with {
+		f(&o)
+	}
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,16 +146,24 @@ func TestGrantsFollowDemand(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(table.NewPaths(dir).MPSPipeDir(0), mps.SimControlFile)); err != nil {
 		t.Fatalf("simulated MPS control file: %v", err)
 	}
-	waitGrant(t, tb, lc.Slot, time.Second, "idle LC keeps its 2 groups", groupsIs(2))
+	// Idle and lending: it is offered every group (to start its next request wide), and BE may borrow them all.
+	waitGrant(t, tb, lc.Slot, time.Second, "idle LC offered all 8 groups", groupsIs(8))
 	pl, pb := play(t, tb, lc), play(t, tb, be)
 	pb.busy(true)
 	gb := waitGrant(t, tb, be.Slot, 100*time.Millisecond, "busy BE borrows all 8 groups", groupsIs(8))
-	gl, _ := tb.ReadGrant(lc.Slot)
+	gl := table.Grant{Groups: 0x3} // its guarantee: the lowest free groups at registration
 	pl.busy(true)
-	gb2 := waitGrant(t, tb, be.Slot, 100*time.Millisecond, "BE gives the lender its groups back", groupsIs(6))
-	gl2, _ := tb.ReadGrant(lc.Slot)
-	if gl2.Groups != gl.Groups || gb2.Groups&gl2.Groups != 0 || gb2.Groups|gl2.Groups != 0xff {
-		t.Fatalf("LC must keep its groups and BE get exactly the rest: lc %b->%b be %b", gl.Groups, gl2.Groups, gb2.Groups)
+	// Busy LC expands over everything but BE's floor (1 group); BE is gated.
+	gb2 := waitGrant(t, tb, be.Slot, 100*time.Millisecond, "BE throttled to its floor", groupsIs(1))
+	gl2 := waitGrant(t, tb, lc.Slot, 100*time.Millisecond, "busy LC expands to 7 groups", groupsIs(7))
+	if gl2.Groups&gl.Groups != gl.Groups || gb2.Groups&gl2.Groups != 0 || gb2.Groups|gl2.Groups != 0xff {
+		t.Fatalf("LC must keep its groups, take the rest but BE's floor: lc %b->%b be %b", gl.Groups, gl2.Groups, gb2.Groups)
+	}
+	if d, b := tb.Gate(be.Slot); d != 8 || b != 500 {
+		t.Fatalf("BE gate while LC busy: depth %d budget %d us, want 8 and 500", d, b)
+	}
+	if d, _ := tb.Gate(lc.Slot); d != 0 {
+		t.Fatalf("LC gated: depth %d", d)
 	}
 	c := tb.Container(lc.Slot)
 	if c.DemandSeenNs == 0 {
@@ -159,6 +171,10 @@ func TestGrantsFollowDemand(t *testing.T) {
 	}
 	pl.busy(false)
 	waitGrant(t, tb, be.Slot, 100*time.Millisecond, "BE borrows again", groupsIs(8))
+	waitGrant(t, tb, lc.Slot, 100*time.Millisecond, "idle LC offered everything again", groupsIs(8))
+	if d, _ := tb.Gate(be.Slot); d != 8 {
+		t.Fatalf("BE beside an idle LC that may reclaim its groups: gate depth %d, want 8", d)
+	}
 	pb.busy(false)
 	// Idle BE keeps what it had of the non-exclusive groups: no churn when nothing is busy.
 	time.Sleep(30 * time.Millisecond)
@@ -360,7 +376,13 @@ func waitLeader(t *testing.T, tb *table.Table, pid int) {
 // without reshuffling, and serves demand again.
 func TestChaosKillScheduler(t *testing.T) {
 	dir, tb := newRunDir(t)
-	lc := register(t, tb, "lc", table.TierLatencyCritical, table.RoleNone, 3, false, 0)
+	// Pinned: an expanding LC's idle grant follows what others hold exclusively (the burstable going idle below);
+	// this test is about the takeover keeping a grant exactly.
+	lc, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, GPU: 0, Weight: 1,
+		SMGroups: 3, SMs: 24, Pinned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
 	bu := register(t, tb, "bu", table.TierBurstable, table.RoleNone, 1, false, 0)
 	env := []string{table.RunDirEnv + "=" + dir, "DETSHARE_SIMGPU=1", "TEST_MPS=1"}

@@ -8,8 +8,16 @@
 //   - Latency-critical: its guaranteed groups are exclusive, busy or idle, unless it allows lending; an idle lender
 //     keeps its grant (so its next kernel starts at once) while the same groups are lent to busy borrowers, who lose
 //     them within one in-flight kernel once the lender is busy again.
-//   - A busy latency-critical tenant runs on exactly its guarantee and does not borrow: its latency must not depend on
-//     how busy its neighbours are (performance determinism).
+//   - A busy latency-critical tenant expands on demand: it runs on its guarantee plus every group the scheduler can
+//     take from lower tiers (best-effort and burstable tenants keep only Options.Floor groups, or their own
+//     guarantee, and their in-flight depth is capped by the dispatch gate, Grant.Gate), so its latency approaches
+//     its latency alone on the whole GPU. When it goes idle the groups flow back. A pinned latency-critical tenant
+//     (quota key pinned) runs on exactly its guarantee and does not borrow; its neighbours are still throttled.
+//     With an SLO the scheduler may give part of the expansion back (Tenant.Shrink, see NextShrink) while the
+//     observed latency is well inside it.
+//   - Power: when the board nears its power limit (Options.PowerNearLimit, read through NVML by the daemon) and a
+//     latency-critical tenant is present, lower tiers are throttled as if it were busy, so that the SM clock it
+//     gets when it wakes is not the one a power-capped trainer left behind.
 //   - Burstable: guarantee + borrow. Its guarantee is exclusive while it is busy and lendable while it is idle.
 //   - Best-effort: no guarantee; work-conserving, soaks up whatever is idle.
 //   - What is not held exclusively is shared by the busy tenants in proportion to their weights (largest remainder,
@@ -115,11 +123,29 @@ type Options struct {
 	Quantum time.Duration
 	// MaxQuantum caps a quantum so that a heavy tenant cannot hold the GPU for long.
 	MaxQuantum time.Duration
+	// Floor is how many SM groups (its guarantee included) a busy best-effort or burstable tenant keeps while a
+	// latency-critical tenant is busy (>= 1: a tenant with queued work is never left without SMs).
+	Floor int
+	// GateDepth is the dispatch gate of a lower-tier tenant beside a latency-critical one that may reclaim its groups:
+	// kernels it may have in flight per stream (>= 1); GateBudget usually binds first.
+	GateDepth uint32
+	// GateBudget bounds the estimated run time of a throttled tenant's in-flight kernels per stream, so that groups
+	// taken from it are free within about this long (the library learns kernel durations per stream).
+	GateBudget time.Duration
+	// PowerNearLimit is set per pass by the daemon when the board draws close to its power limit (NVML).
+	PowerNearLimit bool
+}
+
+// Gate is the dispatch gate the library applies to a throttled tenant's launches (zero value: no gate).
+type Gate struct {
+	Depth  uint32        // kernels in flight per stream
+	Budget time.Duration // estimated run time of those kernels
 }
 
 // DefaultOptions are the defaults of configs/detshare/config.toml.
 func DefaultOptions() Options {
-	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond}
+	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond,
+		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond}
 }
 
 // Tenant is one tenant of the GPU being decided.
@@ -133,6 +159,13 @@ type Tenant struct {
 	Lend      bool   // latency-critical only: its idle groups may be lent
 	Busy      bool   // its client page shows queued work
 	Prev      uint64 // groups it holds now (stability)
+	// Pinned (latency-critical): exactly its guarantee, never expands.
+	Pinned bool
+	// Shrink (latency-critical, not pinned): groups of its expansion given back to lower tiers because its
+	// observed latency is well inside its SLO (NextShrink); 0 takes everything it can.
+	Shrink int
+	// SLOMiss (latency-critical): its observed P99 is above its SLO; neighbours get the tightest gate.
+	SLOMiss bool
 }
 
 // Grant is the decision for one tenant.
@@ -140,6 +173,7 @@ type Grant struct {
 	Groups uint64
 	SMs    uint32
 	Reason string // short why, shown by `detshare top` and logs
+	Gate   Gate   // dispatch gate for the tenant's launches (throttled lower tiers only)
 }
 
 // Decision is a policy's answer for one GPU, Grants aligned with the Tenants given.
@@ -177,7 +211,10 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 		if t.Guarantee <= 0 || t.Tier == BestEffort {
 			continue
 		}
-		m := pick(t.Prev&all&^taken, all&^taken, t.Guarantee)
+		// Sticky: first the groups only it held (an idle expanding LC also holds groups others use), then the rest
+		// of what it held, then the lowest free ones.
+		m := pick(t.Prev&all&^taken&^othersPrev(tenants, i), 0, t.Guarantee)
+		m |= pick(t.Prev&all&^taken&^m, all&^taken&^m, t.Guarantee-bits.OnesCount64(m))
 		if bits.OnesCount64(m) < t.Guarantee {
 			d.Grants[i].Reason = fmt.Sprintf("guarantee cut to %d of %d groups (not enough groups)", bits.OnesCount64(m), t.Guarantee)
 		}
@@ -190,36 +227,57 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	}
 	shared := all &^ exclusive
 
-	// 2. The shared part goes to the busy borrowers by weight, minus what their own guarantee already covers.
-	// A latency-critical tenant with a guarantee does not borrow: its speed must not depend on its neighbours.
+	// Who throttles lower tiers: a busy latency-critical tenant, or the power limit while one is present.
+	lcBusy, lcPresent, sloMiss, reclaims := false, false, false, false
+	for _, t := range tenants {
+		if t.Tier == LatencyCritical {
+			lcPresent = true
+			lcBusy = lcBusy || t.Busy
+			sloMiss = sloMiss || (t.Busy && t.SLOMiss)
+			reclaims = reclaims || !t.Pinned || t.Lend
+		}
+	}
+	throttle := lcBusy || (o.PowerNearLimit && lcPresent)
+
+	// 2. The shared part goes to the busy borrowers. A pinned latency-critical tenant does not borrow.
 	var busy []int
 	for _, i := range order {
 		if tenants[i].Busy && borrows(tenants[i]) {
 			busy = append(busy, i)
 		}
 	}
-	want := shareCounts(bits.OnesCount64(shared)+sumGuaranteeBits(guar, busy, d.Exclusive), busy, tenants, guar, o)
-	extra := make([]int, len(tenants))
-	for _, i := range busy {
-		e := want[i] - bits.OnesCount64(guar[i]&d.Exclusive[i])
-		if e > 0 {
-			extra[i] = e
+	got := make([]uint64, len(tenants))
+	if throttle {
+		decideThrottled(tenants, busy, guar, d.Exclusive, shared, got, o)
+	} else {
+		decideShared(tenants, busy, guar, d.Exclusive, shared, got, o)
+	}
+	var busyUsed uint64
+	for _, m := range got {
+		busyUsed |= m
+	}
+	// The gate bounds what lower tiers have in flight whenever their groups may be taken back at any moment (a
+	// latency-critical tenant that expands or lends is present), so that a reclaim is bounded from its first kernel.
+	gate := Gate{}
+	throttleWhy := "latency-critical busy"
+	if throttle || reclaims {
+		gate = Gate{Depth: max(o.GateDepth, 1), Budget: o.GateBudget}
+		if gate.Budget <= 0 {
+			gate.Budget = DefaultOptions().GateBudget
 		}
 	}
-	// Sticky first: each busy tenant keeps the shared groups it already had, then picks new ones in priority order.
-	free := shared
-	got := make([]uint64, len(tenants))
-	for _, i := range busy {
-		keep := pick(tenants[i].Prev&free, 0, extra[i])
-		got[i] = keep
-		free &^= keep
-	}
-	for _, i := range busy {
-		need := extra[i] - bits.OnesCount64(got[i])
-		if need > 0 {
-			m := pick(0, free, need)
-			got[i] |= m
-			free &^= m
+	if throttle {
+		if o.PowerNearLimit || sloMiss {
+			// Tightest gate: one kernel per stream, half the budget.
+			gate = Gate{Depth: 1, Budget: gate.Budget / 2}
+		}
+		switch {
+		case o.PowerNearLimit && !lcBusy:
+			throttleWhy = "board near its power limit"
+		case o.PowerNearLimit:
+			throttleWhy = "latency-critical busy, board near its power limit"
+		case sloMiss:
+			throttleWhy = "latency-critical busy above its SLO"
 		}
 	}
 
@@ -234,7 +292,20 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 		case t.Busy:
 			g.Groups = (guar[i] & d.Exclusive[i]) | got[i]
 			if g.Reason == "" {
-				g.Reason = busyReason(t, bits.OnesCount64(got[i]), o.Kind)
+				switch {
+				case throttle && t.Tier != LatencyCritical:
+					g.Reason = fmt.Sprintf("throttled to %d groups (%s), gate %d kernels / %s per stream",
+						bits.OnesCount64(g.Groups), throttleWhy, gate.Depth, gate.Budget)
+				case throttle && t.Tier == LatencyCritical && !t.Pinned && got[i] != 0:
+					g.Reason = fmt.Sprintf("busy, guarantee %d + %d reclaimed from lower tiers", bits.OnesCount64(guar[i]), bits.OnesCount64(got[i]))
+					if t.Shrink > 0 {
+						g.Reason += fmt.Sprintf(" (%d given back: latency inside its SLO)", t.Shrink)
+					}
+				case t.Tier == LatencyCritical && t.Pinned:
+					g.Reason = fmt.Sprintf("busy, pinned to its guarantee %d", t.Guarantee)
+				default:
+					g.Reason = busyReason(t, bits.OnesCount64(got[i]), o.Kind)
+				}
 			}
 		case guar[i] != 0:
 			// Idle with a guarantee: it keeps its groups; if they are lendable, busy tenants may hold them too.
@@ -245,6 +316,25 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 				} else {
 					g.Reason = "idle, guarantee lent"
 				}
+			}
+			if t.Tier == LatencyCritical && !t.Pinned {
+				// An idle latency-critical tenant that expands is offered every group nobody else holds
+				// exclusively, so that the first kernel (or graph) of its next request starts on the whole width:
+				// its blocks take the groups lower tiers are using as their kernels drain (dispatch gate), while
+				// the scheduler shrinks them. Overlap costs nothing while it is idle.
+				if more := all &^ (exclusive &^ d.Exclusive[i]) &^ guar[i]; more != 0 {
+					g.Groups |= more
+					g.Reason += fmt.Sprintf(", offered %d more groups to start wide", bits.OnesCount64(more))
+				}
+			}
+		case throttle && t.Tier != LatencyCritical:
+			// Idle lower tier while throttled: offered its floor, where no busy tenant runs if possible.
+			g.Groups = pick(t.Prev&shared&^busyUsed, shared&^busyUsed, max(o.Floor, 1))
+			if g.Groups == 0 {
+				g.Groups = pick(t.Prev&shared, shared, max(o.Floor, 1))
+			}
+			if g.Reason == "" {
+				g.Reason = fmt.Sprintf("idle, throttled to %d groups (%s)", bits.OnesCount64(g.Groups), throttleWhy)
 			}
 		default:
 			// Idle, no guarantee: keep what it had of the non-exclusive groups, else be offered all of them.
@@ -259,6 +349,9 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 				g.Reason = "idle, every group is reserved"
 			}
 		}
+		if t.Tier != LatencyCritical {
+			g.Gate = gate
+		}
 		if uniform {
 			g.SMs = uint32(bits.OnesCount64(g.Groups)) * groupSMs[0]
 		} else {
@@ -270,7 +363,88 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	return d
 }
 
-func borrows(t Tenant) bool { return t.Tier != LatencyCritical || t.Guarantee <= 0 }
+// othersPrev is the union of the groups the other tenants held.
+func othersPrev(ts []Tenant, i int) uint64 {
+	var m uint64
+	for j := range ts {
+		if j != i {
+			m |= ts[j].Prev
+		}
+	}
+	return m
+}
+
+// borrows: every tenant but a pinned latency-critical one with a guarantee may run beyond its guarantee.
+func borrows(t Tenant) bool { return t.Tier != LatencyCritical || t.Guarantee <= 0 || !t.Pinned }
+
+// decideShared splits the shared groups among the busy borrowers by weight (nobody latency-critical is busy).
+func decideShared(tenants []Tenant, busy []int, guar, excl []uint64, shared uint64, got []uint64, o Options) {
+	want := shareCounts(bits.OnesCount64(shared)+sumGuaranteeBits(guar, busy, excl), busy, tenants, guar, o)
+	extra := make([]int, len(tenants))
+	for _, i := range busy {
+		e := want[i] - bits.OnesCount64(guar[i]&excl[i])
+		if e > 0 {
+			extra[i] = e
+		}
+	}
+	place(tenants, busy, extra, shared, got)
+}
+
+// decideThrottled serves a busy latency-critical tenant (or the power limit): lower tiers keep their floor, busy
+// latency-critical tenants take the rest by weight, minus what SLO sizing gives back (which lower tiers share).
+func decideThrottled(tenants []Tenant, busy []int, guar, excl []uint64, shared uint64, got []uint64, o Options) {
+	floor := max(o.Floor, 1)
+	var lower, exp []int
+	for _, i := range busy {
+		if tenants[i].Tier == LatencyCritical {
+			exp = append(exp, i)
+		} else {
+			lower = append(lower, i)
+		}
+	}
+	extra := make([]int, len(tenants))
+	for _, i := range lower {
+		extra[i] = max(0, floor-bits.OnesCount64(guar[i]&excl[i]))
+	}
+	free := place(tenants, lower, extra, shared, got)
+	if len(exp) == 0 {
+		return // power only: what lower tiers do not keep stays idle
+	}
+	want := shareCounts(bits.OnesCount64(free)+sumGuaranteeBits(guar, exp, excl), exp, tenants, guar, o)
+	for _, i := range exp {
+		extra[i] = max(0, want[i]-bits.OnesCount64(guar[i]&excl[i])-max(tenants[i].Shrink, 0))
+	}
+	free = place(tenants, exp, extra, free, got)
+	if free == 0 || len(lower) == 0 {
+		return
+	}
+	// Groups given back by SLO sizing go to the busy lower tiers by weight.
+	back := shareCounts(bits.OnesCount64(free), lower, tenants, make([]uint64, len(tenants)), o)
+	more := make([]uint64, len(tenants))
+	place(tenants, lower, back, free, more)
+	for _, i := range lower {
+		got[i] |= more[i]
+	}
+}
+
+// place gives each of idx (priority order) extra[i] groups of free: first those it already had, then new ones.
+// It returns what is left.
+func place(tenants []Tenant, idx []int, extra []int, free uint64, got []uint64) uint64 {
+	for _, i := range idx {
+		keep := pick(tenants[i].Prev&free, 0, extra[i])
+		got[i] |= keep
+		free &^= keep
+	}
+	for _, i := range idx {
+		need := extra[i] - bits.OnesCount64(got[i])
+		if need > 0 {
+			m := pick(0, free, need)
+			got[i] |= m
+			free &^= m
+		}
+	}
+	return free
+}
 
 func sumGuaranteeBits(guar []uint64, busy []int, excl []uint64) int {
 	s := 0

@@ -28,9 +28,12 @@ func checkInvariants(t *testing.T, gs []uint32, ts []Tenant, d Decision) {
 		excl |= d.Exclusive[i]
 	}
 	var busyUnion uint64
-	borrower := false
+	borrower, throttled := false, false
 	for i, a := range ts {
-		if a.Busy && (a.Tier != LatencyCritical || a.Guarantee == 0) {
+		throttled = throttled || (a.Tier == LatencyCritical && a.Busy) || d.Grants[i].Gate.Depth > 0
+	}
+	for i, a := range ts {
+		if a.Busy && borrows(a) {
 			borrower = true
 		}
 		g := d.Grants[i].Groups
@@ -57,8 +60,10 @@ func checkInvariants(t *testing.T, gs []uint32, ts []Tenant, d Decision) {
 			}
 		}
 	}
-	// Work conservation: with anyone busy, every group is either used by a busy tenant or held exclusively by an idle one.
-	if borrower && (busyUnion|excl) != all {
+	// Work conservation: with anyone busy, every group is either used by a busy tenant or held exclusively by an idle
+	// one; unless a latency-critical tenant is busy (its pinned guarantee beside throttled neighbours may leave groups
+	// idle: that is the point of throttling).
+	if borrower && !throttled && (busyUnion|excl) != all {
 		t.Fatalf("not work-conserving: busy %b exclusive %b all %b", busyUnion, excl, all)
 	}
 }
@@ -75,22 +80,34 @@ func TestDecideRules(t *testing.T) {
 		want    []int    // groups per tenant
 		mask    []uint64 // exact masks when given (0 entries are not checked)
 	}{
-		{"LC idle keeps guarantee, BE takes the rest", 8, o, []Tenant{
+		{"pinned LC idle keeps guarantee, BE takes the rest", 8, o, []Tenant{
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Pinned: true},
+			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+		}, []int{4, 4}, []uint64{0x0f, 0xf0}},
+		{"LC idle keeps guarantee and is offered the rest to start wide, BE takes the rest", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
-		}, []int{4, 4}, []uint64{0x0f, 0xf0}},
-		{"LC idle lending: BE borrows everything, LC keeps its grant", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true},
+		}, []int{8, 4}, []uint64{0xff, 0xf0}},
+		{"pinned LC idle lending: BE borrows everything, LC keeps its grant", 8, o, []Tenant{
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Pinned: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
 		}, []int{4, 8}, []uint64{0x0f, 0xff}},
-		{"LC busy does not borrow idle groups", 8, o, []Tenant{
+		{"pinned LC busy does not borrow idle groups; idle BE offered its floor", 8, o, []Tenant{
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 4, Guarantee: 2, Busy: true, Pinned: true},
+			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1},
+		}, []int{2, 1}, []uint64{0x03, 0x04}},
+		{"pinned LC busy lending: guarantee back, BE throttled to its floor", 8, o, []Tenant{
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true, Pinned: true},
+			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0xff},
+		}, []int{4, 1}, []uint64{0x0f, 0x10}},
+		{"LC busy expands over an idle BE", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 4, Guarantee: 2, Busy: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1},
-		}, []int{2, 6}, []uint64{0x03, 0xfc}},
-		{"LC busy lending: guarantee back, BE the rest", 8, o, []Tenant{
+		}, []int{8, 1}, []uint64{0xff, 0}},
+		{"LC busy lending expands, busy BE keeps one group it had", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0xff},
-		}, []int{4, 4}, []uint64{0x0f, 0xf0}},
+			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0xf0},
+		}, []int{7, 1}, []uint64{0xef, 0x10}},
 		{"burstable busy: guarantee + weighted borrow", 8, o, []Tenant{
 			{Slot: 0, ID: "bu", Tier: Burstable, Weight: 1, Guarantee: 2, Busy: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
@@ -112,7 +129,7 @@ func TestDecideRules(t *testing.T) {
 			{Slot: 1, ID: "b", Tier: BestEffort, Weight: 1, Busy: true},
 		}, []int{3, 1}, nil},
 		{"idle best-effort offered the shared groups", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2},
+			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2, Pinned: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1},
 		}, []int{2, 6}, []uint64{0x03, 0xfc}},
 		{"all reserved: best-effort gets nothing", 4, o, []Tenant{
@@ -167,7 +184,7 @@ func TestDecideStable(t *testing.T) {
 	ts := []Tenant{
 		{Slot: 0, ID: "a", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0x7000},
 		{Slot: 1, ID: "b", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0x00f0},
-		{Slot: 2, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2, Prev: 0x0300},
+		{Slot: 2, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2, Prev: 0x0300, Pinned: true},
 	}
 	d := Decide(gs, ts, DefaultOptions())
 	checkInvariants(t, gs, ts, d)

@@ -25,7 +25,7 @@
 #define DS_TABLE_MAGIC        0x3142415448534544ULL /* "DESHTAB1" little-endian */
 #define DS_CLIENT_MAGIC       0x31544e4c43534544ULL /* "DESCLNT1" */
 #define DS_DOORBELL_MAGIC     0x314c4542524f4444ULL /* "DDORBEL1" */
-#define DS_TABLE_ABI_VERSION  1u
+#define DS_TABLE_ABI_VERSION  2u /* 2: pinned flag, SLO, dispatch gate, latency histogram (issue 12) */
 
 #define DS_MAX_GPUS           16u
 #define DS_MAX_CONTAINERS     256u
@@ -54,7 +54,8 @@ enum { DS_TIER_BEST_EFFORT = 0, DS_TIER_BURSTABLE = 1, DS_TIER_LATENCY_CRITICAL 
 enum { DS_ROLE_NONE = 0, DS_ROLE_PREFILL = 1, DS_ROLE_DECODE = 2 };
 /* ds_container.flags */
 enum { DS_CF_LEND = 1u << 0,      /* a latency-critical tenant allows its idle groups to be lent */
-       DS_CF_HOST_TENANT = 1u << 1 /* registered by `detshare run`, reaped when owner_pid dies */ };
+       DS_CF_HOST_TENANT = 1u << 1, /* registered by `detshare run`, reaped when owner_pid dies */
+       DS_CF_PINNED = 1u << 3       /* a latency-critical tenant runs on exactly its guarantee (never expands) */ };
 
 /* ds_proc.state */
 enum { DS_PROC_FREE = 0, DS_PROC_CLAIMING = 1, DS_PROC_LIVE = 2, DS_PROC_REAPING = 3 };
@@ -133,7 +134,14 @@ struct ds_container {                    /* 512 bytes each */
     uint32_t grant_mode;                 /* 220 DS_MODE_* */
     uint64_t grant_ns;                   /* 224 CLOCK_MONOTONIC when published */
     uint64_t demand_seen_ns;             /* 232 CLOCK_MONOTONIC when the scheduler saw the demand it answered */
-    uint8_t  reserved[512 - 240];
+    uint8_t  reserved[480 - 240];
+    /* issue 12: placed at the end of the entry, away from fields other changes add at 240 */
+    uint32_t slo_p99_us;                 /* 480 latency target (detshare.io/slo-p99), 0 = none; registration */
+    uint32_t gate_depth;                 /* 484 dispatch gate: kernels in flight per stream, 0 = no gate; scheduler,
+                                          *     written before the grant epoch it goes with */
+    uint32_t gate_budget_us;             /* 488 dispatch gate: estimated run time of those kernels; scheduler */
+    uint32_t pad1;                       /* 492 */
+    uint8_t  reserved2[512 - 496];
 };
 
 struct ds_proc {                         /* 128 bytes; one per process of a container, in its client page */
@@ -170,7 +178,14 @@ struct ds_client_page {                  /* one file per container: clients/<id>
     uint64_t busy_ns;                    /*  200 */
     uint64_t queue_delay_ns;             /*  208 cumulative wait for SMs or token */
     uint64_t queue_delay_max_ns;         /*  216 */
-    uint8_t  reserved[1024 - 224];
+    uint8_t  reserved[736 - 224];
+    /* issue 12 (at the end of the header part): completion latency, measured by the library off the launch path.
+     * Counters only ever increase; the scheduler works on differences. */
+    uint64_t lat_count;                  /*  736 completions observed (synchronisations that waited for work) */
+    uint64_t lat_sum_ns;                 /*  744 their summed latency */
+    uint64_t gate_waits;                 /*  752 launches the dispatch gate held back */
+    uint64_t gate_wait_ns;               /*  760 time they waited */
+    uint64_t lat_hist[32];               /*  768 bucket i: latency in [2^i, 2^(i+1)) us (0: below 2 us) */
     struct ds_proc procs[DS_MAX_PROCS];  /* 1024 */
 };
 

@@ -32,4 +32,4 @@
 package table
 
 // ABIVersion is DS_TABLE_ABI_VERSION from detshare_table.h.
-const ABIVersion = 1
+const ABIVersion = 2

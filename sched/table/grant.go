@@ -52,6 +52,31 @@ func (t *Table) PublishGrant(slot int, g Grant) error {
 	return nil
 }
 
+// SetGate writes slot's dispatch gate (scheduler leader only): the library lets a tenant keep at most depth
+// kernels, of about budgetUs microseconds of estimated run time, in flight per stream; depth 0 lifts the gate.
+// Written before the grant it goes with, whose epoch bump makes clients look at it.
+func (t *Table) SetGate(slot int, depth, budgetUs uint32) error {
+	if err := t.mustWrite("set gate"); err != nil {
+		return err
+	}
+	if slot < 0 || slot >= MaxContainers {
+		return fmt.Errorf("set gate: slot %d out of range 0..%d", slot, MaxContainers-1)
+	}
+	c := t.Container(slot)
+	atomic.StoreUint32(&c.GateBudgetUs, budgetUs)
+	atomic.StoreUint32(&c.GateDepth, depth)
+	return nil
+}
+
+// Gate reads slot's dispatch gate.
+func (t *Table) Gate(slot int) (depth, budgetUs uint32) {
+	if slot < 0 || slot >= MaxContainers {
+		return 0, 0
+	}
+	c := t.Container(slot)
+	return atomic.LoadUint32(&c.GateDepth), atomic.LoadUint32(&c.GateBudgetUs)
+}
+
 // publishGrant is the registrar's reset of a slot's grant (under the seqlock's writer lock).
 func publishGrant(c *Container, g Grant) {
 	held := lockGrant(c)

@@ -82,6 +82,7 @@ const (
 const (
 	FlagLend       uint32 = 1 << 0 // DS_CF_LEND
 	FlagHostTenant uint32 = 1 << 1 // DS_CF_HOST_TENANT
+	FlagPinned     uint32 = 1 << 3 // DS_CF_PINNED
 )
 
 // Proc.State values.
@@ -167,7 +168,12 @@ type Container struct {
 	GrantMode    uint32      `c:"grant_mode"`
 	GrantNs      uint64      `c:"grant_ns"`
 	DemandSeenNs uint64      `c:"demand_seen_ns"`
-	Reserved     [272]byte   `c:"reserved"`
+	Reserved     [240]byte   `c:"reserved"`
+	SLOP99Us     uint32      `c:"slo_p99_us"`
+	GateDepth    uint32      `c:"gate_depth"`
+	GateBudgetUs uint32      `c:"gate_budget_us"`
+	Pad1         uint32      `c:"pad1"`
+	Reserved2    [16]byte    `c:"reserved2"`
 }
 
 // Proc is struct ds_proc (128 bytes; MaxProcs of them in each client page).
@@ -205,7 +211,12 @@ type ClientPage struct {
 	BusyNs          uint64         `c:"busy_ns"`
 	QueueDelayNs    uint64         `c:"queue_delay_ns"`
 	QueueDelayMaxNs uint64         `c:"queue_delay_max_ns"`
-	Reserved        [800]byte      `c:"reserved"`
+	Reserved        [512]byte      `c:"reserved"`
+	LatCount        uint64         `c:"lat_count"`
+	LatSumNs        uint64         `c:"lat_sum_ns"`
+	GateWaits       uint64         `c:"gate_waits"`
+	GateWaitNs      uint64         `c:"gate_wait_ns"`
+	LatHist         [32]uint64     `c:"lat_hist"`
 	Procs           [MaxProcs]Proc `c:"procs"`
 }
 

@@ -343,6 +343,14 @@ struct ds_proc *ds_attach(void);
 void ds_detach(void);
 extern atomic_int ds_exiting; /* set when the process released its entry at exit */
 
+/* Truncated mappings (ds_guard.c): a SIGBUS in one of these regions replaces it with private memory (the table's
+ * copy keeps this tenant's last-seen entries) and sets its bit in ds_lost_mask; the process stays fail-static. */
+enum { DS_REGION_TABLE, DS_REGION_PAGE, DS_REGION_DOORBELL, DS_NREGIONS };
+extern atomic_uint ds_lost_mask;
+void ds_guard_region(int kind, const void *base, size_t len);
+void ds_guard_snapshot(void); /* copy this tenant's table entries (slow path: start-up and every new grant) */
+int ds_guard_install(void);
+
 /* Memory accounting (ds_mem.c). */
 uint64_t ds_mem_limit(void);
 bool ds_charge(uint64_t size);
@@ -396,6 +404,27 @@ void *ds_map_proc(const char *symbol, void *real, int version, cuuint64_t flags)
 
 /* NVML (ds_nvml.c). */
 void *ds_nvml_wrapper_for(const char *name);
+
+/* Dispatch gate and observed latency (ds_gate.c). */
+#define DS_GATE_MAX 64u
+struct ds_gate {                  /* per logical stream */
+    pthread_mutex_t lock;
+    CUevent ev[DS_GATE_MAX];      /* completion marks of launches in flight (ring) */
+    uint64_t sub_ns[DS_GATE_MAX]; /* when each was submitted */
+    unsigned head, n;
+    int head_busy;                /* the oldest mark was seen unfinished */
+    uint64_t est_ns;              /* learnt kernel duration on this stream */
+    uint64_t last_done_ns;
+};
+void ds_gate_init(struct ds_gate *g);
+unsigned ds_gate_cap(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns);
+void ds_gate_wait(struct ds_gate *g, uint32_t depth); /* before a launch: waits while the stream is at its cap */
+void ds_gate_record(struct ds_gate *g, CUstream phys); /* after a launch: marks its completion */
+/* The gate's depth for this tenant: the only load the ungated launch path pays. */
+static inline uint32_t ds_gate_depth(void) { return __atomic_load_n(&ds_t->ctr->gate_depth, __ATOMIC_RELAXED); }
+extern _Atomic uint64_t ds_req_start; /* first launch since the last completed synchronisation, 0 = none */
+void ds_latency_start(void);
+void ds_latency_sync_done(void);
 
 /* Misc. */
 uint64_t ds_now_ns(void);

@@ -69,6 +69,7 @@ struct lstream {
     atomic_int unconfinable;
     atomic_int stale;             /* the application destroyed the stream: learn the handle again at next use */
     atomic_uint seen_order, seen_cross;
+    struct ds_gate gate;          /* dispatch gate (ds_gate.c) */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -77,6 +78,7 @@ static _Atomic(struct gctx *) g_cur;     /* NULL: launch on the application stre
 static atomic_uint g_mode;               /* grant mode of the current grant */
 static atomic_int g_empty;               /* spatial grant without any group: launches wait for SMs */
 static atomic_int g_ungranted;           /* no grant published yet while a scheduler is alive */
+static atomic_int g_orphan;              /* the slot is no longer this process's tenant's: work is held */
 static bool scheduler_alive(void);
 static struct gctx g_ctxs[MAX_GCTX];
 static atomic_uint g_nctx;
@@ -103,6 +105,7 @@ static atomic_int g_strict = -1;
 static __thread struct lstream *t_ptds; /* this thread's per-thread default stream */
 static __thread struct lstream *t_pending;
 static __thread CUstream t_pending_phys;
+static __thread int t_gated; /* this launch passed the dispatch gate: mark its completion */
 
 static uint64_t env_ms(const char *name, uint64_t def) {
     const char *v = getenv(name);
@@ -432,6 +435,25 @@ static void regrant(uint32_t ep) {
         pthread_mutex_unlock(&g_lock);
         return;
     }
+    /* Is the slot still ours? Registration bumps the generation before it resets the grant, so a grant read
+     * before this load of the generation that belongs to a newcomer shows the newcomer's generation here. */
+    uint32_t gen = __atomic_load_n(&ds_t->ctr->gen, __ATOMIC_ACQUIRE);
+    uint32_t st = __atomic_load_n(&ds_t->ctr->state, __ATOMIC_ACQUIRE);
+    if (gen != ds_t->slot_gen || st == DS_SLOT_FREE || st == DS_SLOT_DRAINING) {
+        /* An orphan (its tenant deregistered or reaped while it ran): the grant in this slot is not its own, and
+         * running on any SMs would take them from tenants that own them. Its GPU work is held (launches, copies
+         * and memsets wait) until it exits; see docs/threat-model.md "Orphans". */
+        if (!atomic_exchange(&g_orphan, 1))
+            DS_LOG(DS_LOG_ERROR, "tenant %s left slot %d (generation %u, state %u; ours was generation %u): this "
+                                 "process belongs to no tenant any more, its GPU work is held until it exits",
+                   ds_t->id, ds_t->slot, gen, st, ds_t->slot_gen);
+        atomic_store(&g_empty, 1);
+        atomic_store(&g_mode, DS_MODE_NONE);
+        atomic_store_explicit(&g_epoch_seen, gr.epoch, memory_order_release);
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
+    ds_guard_snapshot();
     struct gctx *cur = NULL;
     if (gr.mode == DS_MODE_SPATIAL && learn_split_locked()) {
         uint64_t every = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
@@ -537,6 +559,7 @@ static struct lstream *lstream_new(CUstream app) {
         return NULL;
     }
     pthread_mutex_init(&ls->lock, NULL);
+    ds_gate_init(&ls->gate);
     atomic_store(&ls->need_in, 1);
     return ls;
 }
@@ -934,6 +957,10 @@ static void wait_for_sms(void) {
             regrant(ep);
         if (!atomic_load(&g_empty))
             break;
+        if (atomic_load(&g_orphan)) { /* never released: the slot will not become this tenant's again */
+            ds_futex_wait(&c->grant_epoch, ep, 1000000000ull);
+            continue;
+        }
         uint64_t now = ds_now_ns();
         if (now - t0 >= bound || !scheduler_alive()) {
             if (!atomic_exchange(&g_unthrottled_warned, 1))
@@ -949,7 +976,7 @@ static void wait_for_sms(void) {
 /* ---------------------------------------------------------------------------------------------------------------
  * Demand: a process is busy from its first launch after idle (the doorbell rings only on the tenant's idle->busy
  * and busy->idle transitions, never per launch) until a monitor thread sees no launch for DETSHARE_IDLE_MS (default
- * 20 ms) and the work of its redirected streams complete. The monitor is started by the first idle->busy
+ * 20 ms, 2 ms for a latency-critical tenant) and the work of its redirected streams complete. The monitor is started by the first idle->busy
  * transition (a slow path) and polls every few milliseconds; it never touches application streams.
  * ------------------------------------------------------------------------------------------------------------- */
 static pthread_once_t g_mon_once = PTHREAD_ONCE_INIT;
@@ -971,7 +998,10 @@ static bool streams_drained(void) {
 
 static void *monitor(void *arg) {
     (void)arg;
-    uint64_t idle_ns = env_ms("DETSHARE_IDLE_MS", 20) * 1000000ull;
+    /* A latency-critical tenant's busy/idle follows its requests (2 ms): while it is idle its neighbours get the
+     * groups back, and each request's first launch wakes the scheduler (issue 12). */
+    bool lc = __atomic_load_n(&ds_t->ctr->tier, __ATOMIC_RELAXED) == DS_TIER_LATENCY_CRITICAL;
+    uint64_t idle_ns = env_ms("DETSHARE_IDLE_MS", lc ? 2 : 20) * 1000000ull;
     uint64_t poll_ns = idle_ns / 4 ? idle_ns / 4 : 1000000ull;
     uint64_t last = 0, last_change = ds_now_ns();
     ds_depth++; /* driver calls made here are the library's own */
@@ -1058,8 +1088,11 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
     t_pending = NULL;
     struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_relaxed);
     if (DS_LIKELY(self != NULL)) {
-        if (kernel)
+        if (kernel) {
             __atomic_fetch_add(&self->launches, 1, __ATOMIC_RELAXED);
+            if (DS_UNLIKELY(!atomic_load_explicit(&ds_req_start, memory_order_relaxed)))
+                ds_latency_start();
+        }
         __atomic_fetch_add(&self->queued, 1, __ATOMIC_RELAXED);
         if (DS_UNLIKELY(!__atomic_load_n(&self->busy, __ATOMIC_RELAXED)))
             set_busy(self);
@@ -1111,6 +1144,11 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
     }
     t_pending = ls;
     t_pending_phys = phys;
+    uint32_t gd = ds_gate_depth();
+    if (DS_UNLIKELY(gd != 0) && kernel) {
+        ds_gate_wait(&ls->gate, gd);
+        t_gated = 1;
+    }
     return phys;
 }
 
@@ -1122,6 +1160,11 @@ void ds_launch_done(CUresult r) {
     if (!ls)
         return;
     t_pending = NULL;
+    if (DS_UNLIKELY(t_gated)) {
+        t_gated = 0;
+        if (r == CUDA_SUCCESS)
+            ds_gate_record(&ls->gate, t_pending_phys);
+    }
     if (r != CUDA_SUCCESS)
         return;
     if (!atomic_load_explicit(&ls->pending, memory_order_relaxed))
@@ -1141,6 +1184,7 @@ void ds_launch_done(CUresult r) {
 bool ds_launch_retry(CUresult r) {
     struct lstream *ls = t_pending;
     t_pending = NULL;
+    t_gated = 0;
     /* the kernel did not go on the physical stream (e.g. a function of a context green contexts cannot use): the
      * caller runs it where the application asked, after what the physical stream already holds */
     if (ls == NULL || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_DEINITIALIZED)

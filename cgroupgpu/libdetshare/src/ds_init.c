@@ -125,7 +125,7 @@ static int parse_ul(const char *key, const char *v, unsigned long long max, unsi
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || !*v || *end || x > max || v[0] == '-') {
-        DS_LOG(DS_LOG_ERROR, "quota file: %s=%s is not an integer in 0..%llu", key, v, max);
+        DS_LOG(DS_LOG_ERROR, "quota file: %s=%.64s is not an integer in 0..%llu", key, v, max); /* bounded echo */
         return -1;
     }
     *out = x;
@@ -231,6 +231,75 @@ static void set_mps_backstop(uint64_t limit, int ordinal) {
     DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s", v);
 }
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * Privilege drops (issue 13 item 7). The client page is writable by root only (0644 on the host, and bound as is
+ * into the container), so a process that drops to another user before it execs its program (setpriv, su, gosu,
+ * runuser) could no longer open it and would run without DetShare. A root process therefore keeps the page open,
+ * without close-on-exec, and names the descriptor in DETSHARE_CLIENT_PAGE_FD; the library in the program it execs
+ * maps that descriptor when opening the path is refused. It is accepted only if it is open read-write on the file
+ * the quota file names (same device and inode when the path can be stat'ed) and holds this tenant's slot and
+ * generation, so it can never give a process more than the page it was started with.
+ * ------------------------------------------------------------------------------------------------------------- */
+#define DS_PAGE_FD_ENV "DETSHARE_CLIENT_PAGE_FD"
+
+static int inherited_page_fd(const char *path) {
+    const char *v = getenv(DS_PAGE_FD_ENV);
+    if (!v || !*v)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long fd = strtol(v, &end, 10);
+    if (errno || *end || fd < 3 || fd > 1 << 20)
+        return -1;
+    struct stat fst, pst;
+    if (fstat((int)fd, &fst) != 0 || !S_ISREG(fst.st_mode))
+        return -1;
+    int fl = fcntl((int)fd, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) != O_RDWR)
+        return -1;
+    if (stat(path, &pst) == 0 && (pst.st_dev != fst.st_dev || pst.st_ino != fst.st_ino))
+        return -1;
+    return (int)fd;
+}
+
+static int map_inherited_page(const char *path, struct ds_client_page **out) {
+    int fd = inherited_page_fd(path);
+    if (fd < 0)
+        return -EACCES;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < sizeof **out)
+        return -DS_ECORRUPT;
+    void *p = mmap(NULL, sizeof **out, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    struct ds_client_page *cp = p;
+    if (cp->magic != DS_CLIENT_MAGIC || cp->abi_version != DS_TABLE_ABI_VERSION) {
+        munmap(p, sizeof *cp);
+        return -DS_ECORRUPT;
+    }
+    *out = cp;
+    return 0;
+}
+
+/* Root only: keep the page open across exec for a program that drops privileges first (see above). */
+static void keep_page_for_exec(const char *path) {
+    if (geteuid() != 0 || inherited_page_fd(path) >= 0)
+        return;
+    int fd = open(path, O_RDWR);
+    if (fd < 0)
+        return;
+    if (fd < 3) { /* never take the place of a standard stream the program closed */
+        int hi = fcntl(fd, F_DUPFD, 3);
+        close(fd);
+        if (hi < 0)
+            return;
+        fd = hi;
+    }
+    char v[16];
+    snprintf(v, sizeof v, "%d", fd);
+    setenv(DS_PAGE_FD_ENV, v, 1);
+}
+
 /* The quota file the hook mounts read-only into every tenant container. When it exists it is the only source of
  * the tenant's settings: DETSHARE_QUOTA_FILE is the tenant's own variable and must not switch DetShare off or
  * point at a file of its choosing. The variable is honoured only where the fixed path does not exist, i.e. for host
@@ -278,6 +347,10 @@ static void load_tenant(void) {
     }
     struct ds_client_page *pg = NULL;
     rc = ds_client_map(q.client_page, &pg);
+    if (rc == -EACCES && map_inherited_page(q.client_page, &pg) == 0) {
+        rc = 0;
+        DS_LOG(DS_LOG_INFO, "client page %s mapped from the descriptor kept before a privilege drop", q.client_page);
+    }
     if (rc != 0) {
         DS_LOG(DS_LOG_ERROR, "client page %s: %s; running unshared", q.client_page,
                rc == -DS_EVERSION ? "another ABI version" : rc == -DS_ECORRUPT ? "bad magic or size" : strerror(-rc));
@@ -321,7 +394,16 @@ static void load_tenant(void) {
         const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
         set_mps_backstop(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED), host && !(cvd && *cvd) ? gpu : 0);
     }
+    keep_page_for_exec(q.client_page);
     ds_t = t;
+    ds_guard_snapshot();
+    ds_guard_region(DS_REGION_TABLE, h, DS_TABLE_SIZE);
+    ds_guard_region(DS_REGION_PAGE, pg, sizeof *pg);
+    if (db)
+        ds_guard_region(DS_REGION_DOORBELL, db, sizeof *db);
+    if ((rc = ds_guard_install()) != 0)
+        DS_LOG(DS_LOG_WARN, "SIGBUS handler not installed (%s): a truncated DetShare file would kill this process",
+               strerror(-rc));
     DS_LOG(DS_LOG_INFO, "tenant %s slot %d gpu %d memory limit %llu", t->id, t->slot, t->gpu,
            (unsigned long long)c->mem_limit);
     return;

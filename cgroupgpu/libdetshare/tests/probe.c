@@ -606,6 +606,22 @@ static int step(const char *s) {
         if (r == CUDA_SUCCESS)
             r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
         printf("spinlaunch rc=%d call_ms=%.3f\n", r, ms_since(&t0));
+    } else if (sscanf(s, "burst:%llux%llu", &a, &b) == 2) {
+        /* a spin kernels of b us each on the current stream without waiting, then a stream synchronize: tail_ms is
+         * how long the work still queued after the last launch returned took to drain (what a reclaim of the SMs
+         * would wait for); total_ms the whole burst */
+        CUfunction fn;
+        r = func("ds_spin", &fn);
+        uint32_t us = (uint32_t)b;
+        void *args[] = {&us};
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (unsigned long long i = 0; i < a && r == CUDA_SUCCESS; i++)
+            r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (r == CUDA_SUCCESS)
+            r = D.cuStreamSynchronize(g_stream);
+        printf("burst rc=%d tail_ms=%.3f total_ms=%.3f\n", r, ms_since(&t1), ms_since(&t0));
     } else if (sscanf(s, "launch:%llu", &a) == 1) {
         int lr = launch_fill((unsigned)a);
         if (lr >= 0)

@@ -1,0 +1,95 @@
+package libdetshare_test
+
+import (
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/detshare/detshare/sched/policy"
+	"github.com/detshare/detshare/sched/table"
+)
+
+func ms(t *testing.T, r result, step, key string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(r.get(t, step, key), 64)
+	if err != nil {
+		t.Fatalf("%s %s: %v", step, key, err)
+	}
+	return v
+}
+
+// The dispatch gate bounds what a throttled tenant has queued on its SMs, so that a reclaim (the SMs freed after
+// the scheduler takes them) waits for at most about depth kernels, or the budget's worth of learnt kernel time;
+// without a gate the whole burst is queued. Simulated GPU (a test double): a 2 ms spin kernel takes 2 ms of real
+// time, and tail_ms is the time the queue took to drain after the last launch returned.
+func TestDispatchGateBoundsReclaim(t *testing.T) {
+	const kernelMs, n = 2.0, 40
+	burst := "burst:" + strconv.Itoa(n) + "x2000"
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0x00f0) // a floor-sized partial grant: launches go to a green context
+	free := e.run("ds_probe_rt", "init", "stream", burst)
+	if tail := ms(t, free, "burst", "tail_ms"); tail < 0.6*n*kernelMs {
+		t.Fatalf("ungated burst left only %.1f ms queued, want most of %.0f ms (the test would prove nothing)", tail, n*kernelMs)
+	}
+
+	// depth 4, generous budget: at most 4 kernels in flight.
+	if err := e.tbl.SetGate(e.reg.Slot, 4, 1000000); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run("ds_probe_rt", "init", "stream", burst)
+	bound := 4 * kernelMs
+	if tail := ms(t, r, "burst", "tail_ms"); tail > bound*1.5+1 {
+		t.Fatalf("gate depth 4: %.1f ms queued after the last launch, bound %.0f ms", tail, bound)
+	}
+	if total := ms(t, r, "burst", "total_ms"); total < 0.9*n*kernelMs {
+		t.Fatalf("gated burst took %.1f ms, less than its %0.f ms of kernels: work was lost", total, n*kernelMs)
+	}
+	pg := e.client.Page()
+	if atomic.LoadUint64(&pg.GateWaits) == 0 || atomic.LoadUint64(&pg.GateWaitNs) == 0 {
+		t.Fatal("gate waits not accounted in the client page")
+	}
+
+	// depth 64 but a 5 ms budget: the learnt 2 ms duration caps the stream at 2 kernels.
+	if err := e.tbl.SetGate(e.reg.Slot, 64, 5000); err != nil {
+		t.Fatal(err)
+	}
+	r = e.run("ds_probe_rt", "init", "stream", burst)
+	if tail := ms(t, r, "burst", "tail_ms"); tail > 5*1.5+1 {
+		t.Fatalf("budget 5 ms: %.1f ms queued after the last launch; the learnt duration must cap the depth", tail)
+	}
+
+	// Lifting the gate restores the full queue (no gate without the scheduler's say-so).
+	if err := e.tbl.SetGate(e.reg.Slot, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r = e.run("ds_probe_rt", "init", "stream", burst)
+	if tail := ms(t, r, "burst", "tail_ms"); tail < 0.6*n*kernelMs {
+		t.Fatalf("gate lifted but only %.1f ms queued", tail)
+	}
+}
+
+// Every synchronisation that waited for work is one completion in the client page's latency histogram, with the
+// latency from the first launch of the request to the end of the synchronisation.
+func TestLatencyObservedInClientPage(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0x000f)
+	e.run("ds_probe_rt", "init", "stream", "burst:3x1000", "burst:3x1000", "burst:3x1000")
+	pg := e.client.Page()
+	var h [policy.LatencyBuckets]uint64
+	for i := range h {
+		h[i] = atomic.LoadUint64(&pg.LatHist[i])
+	}
+	p99, count := policy.HistP99(h)
+	if count < 3 || atomic.LoadUint64(&pg.LatCount) != count {
+		t.Fatalf("%d completions in the histogram (lat_count %d), want >= 3", count, atomic.LoadUint64(&pg.LatCount))
+	}
+	// 3 x 1 ms kernels: about 3 ms per request, bucket [2048, 4096) us; the P99 is that bucket's upper edge.
+	if h[11] < 3 || p99 != 4096*1000 {
+		t.Fatalf("histogram %v, p99 %v: want three requests in the 2-4 ms bucket", h[:14], p99)
+	}
+	if sum := atomic.LoadUint64(&pg.LatSumNs); sum < 3*3_000_000 || sum > 3*4_100_000+uint64(count-3)*4_100_000 {
+		t.Fatalf("latency sum %d ns for %d completions", sum, count)
+	}
+}

@@ -1,0 +1,100 @@
+package daemon
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/detshare/detshare/sched/gpuinfo"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// A board near its power limit (a fake NVML sample) throttles best-effort beside an idle latency-critical tenant;
+// when the draw falls back below the hysteresis band the throttle lifts.
+func TestPowerNearLimitThrottlesBestEffort(t *testing.T) {
+	dir, tb := newRunDir(t)
+	register(t, tb, "lc", table.TierLatencyCritical, table.RoleNone, 2, false, 0)
+	be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
+	var watts atomic.Int64
+	watts.Store(300)
+	startSched(t, dir, testConfig(), nil, func(o *Options) {
+		o.Board = func(int) (gpuinfo.Board, error) {
+			return gpuinfo.Board{PowerW: float64(watts.Load()), LimitW: 700, SMClockMHz: 1980}, nil
+		}
+	})
+	pb := play(t, tb, be)
+	pb.busy(true)
+	waitGrant(t, tb, be.Slot, time.Second, "BE takes the 6 groups the idle LC does not hold", groupsIs(6))
+	watts.Store(690) // 0.986 of the limit
+	waitGrant(t, tb, be.Slot, time.Second, "BE throttled to its floor near the power limit", groupsIs(1))
+	if d, _ := tb.Gate(be.Slot); d != 1 {
+		t.Fatalf("gate depth near the power limit %d, want 1", d)
+	}
+	watts.Store(620) // 0.886: inside the hysteresis band, still throttled
+	time.Sleep(300 * time.Millisecond)
+	if g, _ := tb.ReadGrant(be.Slot); !groupsIs(1)(g) {
+		t.Fatalf("throttle lifted inside the hysteresis band: %+v", g)
+	}
+	watts.Store(400)
+	waitGrant(t, tb, be.Slot, time.Second, "BE back to 6 groups once power fell", groupsIs(6))
+}
+
+// An LC with an SLO whose library reports latencies far inside it gives groups back to best-effort one window at
+// a time; reports above it make it take everything again.
+func TestSLOSizingFromObservedLatency(t *testing.T) {
+	dir, tb := newRunDir(t)
+	lc, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, GPU: 0, Weight: 1,
+		SMGroups: 2, SMs: 16, SLOP99Us: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
+	s := startSched(t, dir, testConfig(), nil)
+	pl, pb := play(t, tb, lc), play(t, tb, be)
+	pb.busy(true)
+	pl.busy(true)
+	waitGrant(t, tb, lc.Slot, time.Second, "busy LC expands to 7 groups", groupsIs(7))
+	pg := pl.cl.Page()
+	report := func(bucket int, n uint64) { // what libdetshare does at each completion
+		atomic.AddUint64(&pg.LatHist[bucket], n)
+		atomic.AddUint64(&pg.LatCount, n)
+	}
+	// 1 ms completions (bucket 9: 512..1024 us) against a 5 ms SLO: one group back per window.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		report(9, 50)
+		tb.RingDoorbell()
+		g, _ := tb.ReadGrant(lc.Slot)
+		if groupsIs(5)(g) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LC well inside its SLO did not give 2 groups back: %+v (%q)", g, s.TenantStats()["lc"].Reason)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if g, _ := tb.ReadGrant(be.Slot); !groupsIs(3)(g) {
+		t.Fatalf("BE did not get the groups back: %+v", g)
+	}
+	// 8 ms completions: above the SLO, full expansion at once and the tightest gate on BE.
+	deadline = time.Now().Add(3 * time.Second)
+	for {
+		report(13, 50)
+		tb.RingDoorbell()
+		g, _ := tb.ReadGrant(lc.Slot)
+		if groupsIs(7)(g) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LC above its SLO did not expand again: %+v", g)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitGrant(t, tb, be.Slot, time.Second, "BE back at its floor", groupsIs(1))
+	if d, _ := tb.Gate(be.Slot); d != 1 {
+		t.Fatalf("BE gate depth %d while the LC misses its SLO, want 1", d)
+	}
+	if p := s.TenantStats()["lc"].ObservedP99; p < 5*time.Millisecond {
+		t.Fatalf("observed P99 %v, want above the 5 ms SLO", p)
+	}
+}

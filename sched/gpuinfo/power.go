@@ -1,0 +1,60 @@
+package gpuinfo
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/detshare/detshare/sched/table"
+)
+
+// Board is one read-only sample of a GPU's power draw, its enforced power limit and its SM clock.
+type Board struct {
+	PowerW     float64
+	LimitW     float64
+	SMClockMHz uint32
+}
+
+// Near tells whether the draw is at or above frac of the limit (false when the limit is unknown).
+func (b Board) Near(frac float64) bool { return frac > 0 && b.LimitW > 0 && b.PowerW >= frac*b.LimitW }
+
+// BoardSampler returns a function reading GPU index's Board through NVML (queries only: DetShare never changes
+// card settings), or nil when the simulated GPU is selected or NVML cannot be initialised. NVML stays initialised
+// for the process's life.
+func BoardSampler(env []string) func(index int) (Board, error) {
+	if table.SimGPUSelected(env) {
+		return nil
+	}
+	if ret := nvml.Init(); ret != nvml.SUCCESS {
+		return nil
+	}
+	var mu sync.Mutex
+	devs := map[int]nvml.Device{}
+	return func(index int) (Board, error) {
+		mu.Lock()
+		dev, ok := devs[index]
+		if !ok {
+			d, ret := nvml.DeviceGetHandleByIndex(index)
+			if ret != nvml.SUCCESS {
+				mu.Unlock()
+				return Board{}, fmt.Errorf("nvmlDeviceGetHandleByIndex(%d): %s", index, nvml.ErrorString(ret))
+			}
+			devs[index], dev = d, d
+		}
+		mu.Unlock()
+		var b Board
+		mw, ret := dev.GetPowerUsage()
+		if ret != nvml.SUCCESS {
+			return Board{}, fmt.Errorf("nvmlDeviceGetPowerUsage(%d): %s", index, nvml.ErrorString(ret))
+		}
+		b.PowerW = float64(mw) / 1000
+		if lim, ret := dev.GetEnforcedPowerLimit(); ret == nvml.SUCCESS {
+			b.LimitW = float64(lim) / 1000
+		}
+		if clk, ret := dev.GetClockInfo(nvml.CLOCK_SM); ret == nvml.SUCCESS {
+			b.SMClockMHz = clk
+		}
+		return b, nil
+	}
+}

@@ -1,0 +1,280 @@
+package policy
+
+import (
+	"fmt"
+	"math/bits"
+	"math/rand"
+	"testing"
+	"time"
+)
+
+// A busy latency-critical tenant must run on its guarantee plus everything lower tiers can give; when it goes
+// idle the groups must flow back to them.
+func TestBusyLatencyCriticalExpandsAndGivesBack(t *testing.T) {
+	gs := groups(15, 8)
+	o := DefaultOptions()
+	ts := []Tenant{
+		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
+		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+		{Slot: 2, ID: "bu", Tier: Burstable, Weight: 1, Guarantee: 2, Busy: true},
+	}
+	step := func(busy bool) Decision {
+		ts[0].Busy = busy
+		d := Decide(gs, ts, o)
+		checkInvariants(t, gs, ts, d)
+		for i := range ts {
+			ts[i].Prev = d.Grants[i].Groups
+		}
+		return d
+	}
+	idle := step(false)
+	// Idle: its 4 guaranteed groups (nobody else's) plus every group not held exclusively (the burstable's 2
+	// are), so that its next request starts wide.
+	if n := bits.OnesCount64(idle.Grants[0].Groups); n != 13 {
+		t.Fatalf("idle LC holds %d groups (%q), want 13", n, idle.Grants[0].Reason)
+	}
+	own := idle.Grants[0].Groups &^ (idle.Grants[1].Groups | idle.Grants[2].Groups)
+	if bits.OnesCount64(own) != 4 {
+		t.Fatalf("idle LC has %d groups nobody else uses, want its guarantee 4", bits.OnesCount64(own))
+	}
+	// Their groups can be reclaimed at any moment: the gate is on before the LC wakes, with the configured depth.
+	if idle.Grants[1].Gate.Depth != o.GateDepth || idle.Grants[2].Gate.Depth != o.GateDepth {
+		t.Fatalf("lower tiers not gated beside an expanding LC: %+v %+v", idle.Grants[1].Gate, idle.Grants[2].Gate)
+	}
+	busy := step(true)
+	lc := bits.OnesCount64(busy.Grants[0].Groups)
+	// 15 groups: BE keeps its floor (1), burstable its guarantee (2): LC gets the other 12.
+	if lc != 12 {
+		t.Fatalf("busy LC got %d groups (%q), want 4 + 8 reclaimed = 12", lc, busy.Grants[0].Reason)
+	}
+	if busy.Grants[0].Groups&own != own {
+		t.Fatalf("busy LC moved off its own groups: %b -> %b", own, busy.Grants[0].Groups)
+	}
+	back := step(false)
+	if n := bits.OnesCount64(back.Grants[0].Groups); n != 13 {
+		t.Fatalf("LC idle again holds %d groups, want 13", n)
+	}
+	if n := bits.OnesCount64(back.Grants[1].Groups) + bits.OnesCount64(back.Grants[2].Groups); n != 11 {
+		t.Fatalf("after the LC went idle lower tiers got %d groups back, want 11", n)
+	}
+}
+
+// While a latency-critical tenant is busy, best-effort and burstable tenants shrink to the floor (or their
+// guarantee) and carry a dispatch gate; a pinned LC stays on its guarantee but still throttles them.
+func TestLowerTiersThrottledWhileLatencyCriticalBusy(t *testing.T) {
+	gs := groups(15, 8)
+	for _, pinned := range []bool{false, true} {
+		for _, floor := range []int{1, 3} {
+			t.Run(fmt.Sprintf("pinned=%v floor=%d", pinned, floor), func(t *testing.T) {
+				o := DefaultOptions()
+				o.Floor = floor
+				ts := []Tenant{
+					{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Busy: true, Pinned: pinned},
+					{Slot: 1, ID: "be1", Tier: BestEffort, Weight: 3, Busy: true, Prev: 0x7ff0},
+					{Slot: 2, ID: "be2", Tier: BestEffort, Weight: 1, Busy: true},
+					{Slot: 3, ID: "bu", Tier: Burstable, Weight: 1, Guarantee: 2, Busy: true},
+				}
+				d := Decide(gs, ts, o)
+				checkInvariants(t, gs, ts, d)
+				for i, want := range []int{0, floor, floor, max(2, floor)} {
+					if i == 0 {
+						continue
+					}
+					if n := bits.OnesCount64(d.Grants[i].Groups); n != want {
+						t.Errorf("%s: %d groups while LC busy (%q), want %d", ts[i].ID, n, d.Grants[i].Reason, want)
+					}
+					g := d.Grants[i].Gate
+					if g.Depth != o.GateDepth || g.Budget != o.GateBudget {
+						t.Errorf("%s: gate %+v, want depth %d budget %s", ts[i].ID, g, o.GateDepth, o.GateBudget)
+					}
+				}
+				if d.Grants[0].Gate != (Gate{}) {
+					t.Errorf("LC gated: %+v", d.Grants[0].Gate)
+				}
+				lc := bits.OnesCount64(d.Grants[0].Groups)
+				if pinned && lc != 4 {
+					t.Errorf("pinned LC got %d groups, want exactly its guarantee 4", lc)
+				}
+				if !pinned && lc != 15-2*floor-max(2, floor) {
+					t.Errorf("LC got %d groups, want everything but the floors", lc)
+				}
+				// The BE that had groups keeps one of them (its in-flight kernels are not migrated needlessly).
+				if d.Grants[1].Groups&0x7ff0 == 0 {
+					t.Errorf("be1 floor %b is none of the groups it had", d.Grants[1].Groups)
+				}
+			})
+		}
+	}
+}
+
+// Near the power limit, with an LC present but idle, lower tiers are throttled with the tightest gate.
+func TestPowerNearLimitThrottlesLowerTiers(t *testing.T) {
+	gs := groups(15, 8)
+	o := DefaultOptions()
+	ts := []Tenant{
+		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
+		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+	}
+	d := Decide(gs, ts, o)
+	if n := bits.OnesCount64(d.Grants[1].Groups); n != 11 || d.Grants[1].Gate.Depth != o.GateDepth {
+		t.Fatalf("no power pressure: BE %d groups gate %+v, want 11 with the default gate", n, d.Grants[1].Gate)
+	}
+	ts[0].Pinned = true
+	if d := Decide(gs, ts, o); d.Grants[1].Gate.Depth != 0 {
+		t.Fatalf("beside an idle pinned LC nothing is ever reclaimed: BE gate %+v, want none", d.Grants[1].Gate)
+	}
+	ts[0].Pinned = false
+	o.PowerNearLimit = true
+	d = Decide(gs, ts, o)
+	checkInvariants(t, gs, ts, d)
+	if n := bits.OnesCount64(d.Grants[1].Groups); n != o.Floor || d.Grants[1].Gate.Depth != 1 {
+		t.Fatalf("near the power limit: BE %d groups gate %+v (%q), want floor %d with depth 1", n, d.Grants[1].Gate,
+			d.Grants[1].Reason, o.Floor)
+	}
+	// Without any latency-critical tenant the power limit is the trainers' business: no throttling.
+	d = Decide(gs, ts[1:], o)
+	if n := bits.OnesCount64(d.Grants[0].Groups); n != 15 || d.Grants[0].Gate.Depth != 0 {
+		t.Fatalf("no LC present: BE %d groups gate %+v, want all 15 ungated", n, d.Grants[0].Gate)
+	}
+}
+
+// SLO sizing: an LC whose latency is well inside its SLO gives groups back to lower tiers, one per window; above
+// the SLO it takes everything again and the neighbours' gate tightens.
+func TestSLOSizing(t *testing.T) {
+	gs := groups(15, 8)
+	o := DefaultOptions()
+	ts := []Tenant{
+		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Busy: true},
+		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+	}
+	slo := 5 * time.Millisecond
+	shrink := 0
+	for w := 0; w < 3; w++ {
+		var miss bool
+		shrink, miss = NextShrink(shrink, slo, time.Millisecond, 100, 10)
+		if miss {
+			t.Fatal("1 ms is not a miss of a 5 ms SLO")
+		}
+	}
+	if shrink != 3 {
+		t.Fatalf("after three windows at 1/5 of the SLO shrink = %d, want 3", shrink)
+	}
+	ts[0].Shrink = shrink
+	d := Decide(gs, ts, o)
+	checkInvariants(t, gs, ts, d)
+	if lc, be := bits.OnesCount64(d.Grants[0].Groups), bits.OnesCount64(d.Grants[1].Groups); lc != 11 || be != 4 {
+		t.Fatalf("shrink 3: LC %d BE %d groups, want 11 and 4", lc, be)
+	}
+	if s, _ := NextShrink(shrink, slo, 3*time.Millisecond, 100, 10); s != shrink {
+		t.Fatalf("between half and 80%% of the SLO the size must hold: %d -> %d", shrink, s)
+	}
+	if s, _ := NextShrink(shrink, slo, 4500*time.Microsecond, 100, 10); s != shrink-1 {
+		t.Fatalf("above 80%% of the SLO one group must come back: %d -> %d", shrink, s)
+	}
+	s, miss := NextShrink(shrink, slo, 8*time.Millisecond, 100, 10)
+	if s != 0 || !miss {
+		t.Fatalf("above the SLO: shrink %d miss %v, want 0 true", s, miss)
+	}
+	ts[0].Shrink, ts[0].SLOMiss = 0, true
+	d = Decide(gs, ts, o)
+	if lc := bits.OnesCount64(d.Grants[0].Groups); lc != 14 || d.Grants[1].Gate.Depth != 1 {
+		t.Fatalf("SLO miss: LC %d groups, BE gate %+v; want 14 and depth 1", lc, d.Grants[1].Gate)
+	}
+	if s, _ := NextShrink(5, slo, 0, 3, 10); s != 0 {
+		t.Fatalf("too few samples must mean full expansion, got shrink %d", s)
+	}
+	if s, _ := NextShrink(50, slo, time.Microsecond, 100, 10); s != 10 {
+		t.Fatalf("shrink must be capped at what the LC borrows, got %d", s)
+	}
+}
+
+// An idle expanding LC's wide grant must not make its guarantee wander over lower tiers' groups from pass to pass.
+func TestIdleWideLatencyCriticalIsStable(t *testing.T) {
+	gs := groups(15, 8)
+	ts := []Tenant{
+		{Slot: 0, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+		{Slot: 1, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
+	}
+	var prev Decision
+	for pass := 0; pass < 4; pass++ {
+		d := Decide(gs, ts, DefaultOptions())
+		checkInvariants(t, gs, ts, d)
+		if pass > 0 {
+			for i := range ts {
+				if d.Grants[i].Groups != prev.Grants[i].Groups {
+					t.Fatalf("pass %d: %s moved %b -> %b", pass, ts[i].ID, prev.Grants[i].Groups, d.Grants[i].Groups)
+				}
+			}
+		}
+		for i := range ts {
+			ts[i].Prev = d.Grants[i].Groups
+		}
+		prev = d
+	}
+	if bits.OnesCount64(prev.Grants[0].Groups) != 11 || bits.OnesCount64(prev.Grants[1].Groups) != 15 {
+		t.Fatalf("BE %b, idle LC %b: want 11 and all 15", prev.Grants[0].Groups, prev.Grants[1].Groups)
+	}
+}
+
+func TestHistP99(t *testing.T) {
+	var h [LatencyBuckets]uint64
+	if p, n := HistP99(h); p != 0 || n != 0 {
+		t.Fatalf("empty: %v %d", p, n)
+	}
+	h[10] = 98 // [1024, 2048) µs
+	h[12] = 2  // [4096, 8192) µs
+	if p, n := HistP99(h); n != 100 || p != 8192*time.Microsecond {
+		t.Fatalf("p99 %v n %d, want 8.192ms 100", p, n)
+	}
+	h[10] = 990
+	if p, _ := HistP99(h); p != 2048*time.Microsecond {
+		t.Fatalf("p99 %v, want 2.048ms", p)
+	}
+	var prev [LatencyBuckets]uint64
+	prev[10] = 2000 // went backwards: counts as zero, never negative
+	if d := HistDelta(h, prev); d[10] != 0 || d[12] != 2 {
+		t.Fatalf("delta %v", d[:13])
+	}
+}
+
+// Random mixes with the dynamic inputs: invariants hold, a busy LC that is not pinned never has fewer groups than
+// pinned would give, and lower tiers never exceed their floor (or guarantee) while an LC is busy without shrink.
+func TestDecideRandomDynamic(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	for it := 0; it < 3000; it++ {
+		n := 1 + r.Intn(20)
+		gs := groups(n, 8)
+		var ts []Tenant
+		left := n
+		for s := 0; s < 1+r.Intn(6); s++ {
+			tier := Tier(r.Intn(3))
+			g := 0
+			if tier != BestEffort && left > 0 {
+				g = r.Intn(left + 1)
+				left -= g
+			}
+			ts = append(ts, Tenant{Slot: s, ID: fmt.Sprint("t", s), Tier: tier, Weight: uint32(1 + r.Intn(4)),
+				Guarantee: g, Lend: r.Intn(2) == 0, Busy: r.Intn(2) == 0, Prev: r.Uint64() & (1<<n - 1),
+				Pinned: r.Intn(3) == 0})
+		}
+		o := DefaultOptions()
+		o.Floor = 1 + r.Intn(2)
+		o.PowerNearLimit = r.Intn(4) == 0
+		d := Decide(gs, ts, o)
+		checkInvariants(t, gs, ts, d)
+		lcBusy := false
+		for _, x := range ts {
+			lcBusy = lcBusy || (x.Tier == LatencyCritical && x.Busy)
+		}
+		for i, x := range ts {
+			got := bits.OnesCount64(d.Grants[i].Groups)
+			if lcBusy && x.Tier != LatencyCritical && x.Busy && got > max(o.Floor, x.Guarantee) {
+				t.Fatalf("it %d: %s (%v) has %d groups while an LC is busy (floor %d, guarantee %d): %q", it, x.ID,
+					x.Tier, got, o.Floor, x.Guarantee, d.Grants[i].Reason)
+			}
+			if lcBusy && x.Tier != LatencyCritical && d.Grants[i].Gate.Depth == 0 {
+				t.Fatalf("it %d: %s not gated while an LC is busy", it, x.ID)
+			}
+		}
+	}
+}
