@@ -963,6 +963,7 @@ typedef struct CUctxCreateParams_st {
                             size_t numDependencies))                                                                 \
     X(cuGraphAddNode, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,                   \
                        size_t numDependencies, CUgraphNodeParams *nodeParams))                                       \
+    X(cuGraphMemAllocNodeGetParams, (CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS * params_out))                   \
     X(cuGraphAddNode_v2, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,                \
                           const void *edgeData, size_t numDependencies, CUgraphNodeParams *nodeParams))              \
     X(cuGraphGetNodes, (CUgraph hGraph, CUgraphNode * nodes, size_t *numNodes))                                      \

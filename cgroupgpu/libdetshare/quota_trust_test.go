@@ -172,6 +172,35 @@ func TestGraphMemoryNodeCharged(t *testing.T) {
 	}
 }
 
+// Every executable of a graph may hold its memory nodes' memory: the second and later instantiations are charged
+// again and refused past the quota (the first is covered by the node's own charge).
+func TestGraphMemoryChargedPerExecutable(t *testing.T) {
+	for _, prog := range probes {
+		t.Run(prog, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(64*MiB, "")
+			r := e.run(prog, "init", "graphmem:16777216", "graphinst", "info", "graphinst", "info", "graphinst",
+				"graphinst", "info", "graphinst", "info")
+			var rcs []string
+			for _, l := range r.order {
+				if l.step == "graphinst" {
+					rcs = append(rcs, l.kv["rc"])
+				}
+			}
+			if strings.Join(rcs, ",") != "0,0,0,0,2" {
+				t.Fatalf("instantiations of a graph with a 16 MiB node in a 64 MiB quota returned %v, want 0,0,0,0,2\n%v",
+					rcs, r.lines)
+			}
+			free, _ := r.infos(t)
+			want := []uint64{48 * MiB, 32 * MiB, 0, 0}
+			for i := range want {
+				if free[i] != want[i] {
+					t.Fatalf("free after each instantiation = %v, want %v", free, want)
+				}
+			}
+		})
+	}
+}
+
 // A pool's release threshold (memory kept after frees) is a reservation charged against the quota; one that does
 // not fit is lowered to 0 for the driver, so the pool keeps nothing unseen; destroying the pool credits it.
 func TestPoolReleaseThresholdCharged(t *testing.T) {

@@ -52,6 +52,8 @@ Quota flags take precedence over DETSHARE_<FIELD> environment variables (see doc
   --weight 1..10000    share of the SMs nobody is guaranteed
   --role none|prefill|decode
   --gpu auto|INDEX|UUID
+Weight and tier above the scheduler's tenants.max_weight / tenants.max_tier are scheduled at those ceilings unless
+the host trusts the tenant (tenants.trusted in the scheduler's config.toml).
 
 CMD sees only the tenant's GPU (CUDA_VISIBLE_DEVICES=<its UUID>) unless CUDA_VISIBLE_DEVICES is already set.
 

@@ -255,6 +255,7 @@ enum ds_op_kind { DS_OP_OP, DS_OP_SMOP, DS_OP_RECORD, DS_OP_WAIT, DS_OP_SYNC, DS
     X(cuStreamGetPriority)                                                                                           \
     X(cuThreadExchangeStreamCaptureMode)                                                                             \
     X(cuStreamIsCapturing)                                                                                           \
+    X(cuGraphMemAllocNodeGetParams)                                                                                  \
     X(cuStreamIsCapturing_ptsz)                                                                                      \
     X(cuEventCreate)                                                                                                 \
     X(cuEventQuery)                                                                                                  \
@@ -385,6 +386,10 @@ struct ds_sop {
 void ds_stream_before(struct ds_sop *op, int kind, CUstream s, int per_thread);
 void ds_stream_after(struct ds_sop *op, int kind, CUresult r);
 void ds_join_all(void);
+
+/* Graph memory of a graph's second and later executables (ds_mem.c): charged before the instantiation; *charged
+ * says how much (credit it back if the instantiation fails). false: it does not fit (CUDA_ERROR_OUT_OF_MEMORY). */
+bool ds_graph_mem_instantiate(CUgraph g, uint64_t *charged);
 
 /* Graphs (ds_graph.c). */
 void ds_graph_instantiated(CUgraphExec e, CUgraph g, unsigned long long flags);

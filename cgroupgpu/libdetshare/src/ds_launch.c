@@ -161,26 +161,36 @@ END_CAPTURE(cuStreamEndCapture_ptsz, 1)
 /* Graph executables: tracked so that a graph can be moved to another grant's SMs (ds_graph.c). */
 DS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
     REAL_OR_FAIL(cuGraphInstantiateWithFlags);
+    uint64_t gmem = 0;
     if (PASS_THROUGH())
         return real(phGraphExec, hGraph, flags);
+    if (!ds_graph_mem_instantiate(hGraph, &gmem))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     ds_depth++;
     CUresult r = real(phGraphExec, hGraph, flags);
     if (r == CUDA_SUCCESS && phGraphExec)
         ds_graph_instantiated(*phGraphExec, hGraph, flags);
     ds_depth--;
+    if (r != CUDA_SUCCESS)
+        ds_uncharge(gmem);
     return r;
 }
 
 #define INSTANTIATE_PARAMS(name)                                                                                     \
     DS_EXPORT CUresult name(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *p) {            \
         REAL_OR_FAIL(name);                                                                                          \
+        uint64_t gmem = 0;                                                                                           \
         if (PASS_THROUGH())                                                                                          \
             return real(phGraphExec, hGraph, p);                                                                     \
+        if (!ds_graph_mem_instantiate(hGraph, &gmem))                                                                \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                                         \
         ds_depth++;                                                                                                  \
         CUresult r = real(phGraphExec, hGraph, p);                                                                   \
         if (r == CUDA_SUCCESS && phGraphExec)                                                                        \
             ds_graph_instantiated(*phGraphExec, hGraph, p ? p->flags : 0);                                           \
         ds_depth--;                                                                                                  \
+        if (r != CUDA_SUCCESS)                                                                                       \
+            ds_uncharge(gmem);                                                                                       \
         return r;                                                                                                    \
     }
 INSTANTIATE_PARAMS(cuGraphInstantiateWithParams)

@@ -425,6 +425,50 @@ DS_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGra
     CHARGED_CALL(0, nodeParams->bytesize, real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams), 0);
 }
 
+/* Each executable of a graph may hold its memory nodes' memory: the first is covered by the charge made when the
+ * nodes were added (or the allocations captured), every later one is charged again, held until exit. A graph
+ * handle instantiated before is recorded (K_GRAPH, never removed: a reused handle is charged from its first
+ * instantiation, conservatively). */
+static uint64_t graph_alloc_bytes(CUgraph g) {
+    if (!ds_real.cuGraphGetNodes || !ds_real.cuGraphNodeGetType || !ds_real.cuGraphMemAllocNodeGetParams)
+        return 0;
+    size_t n = 0;
+    ds_depth++;
+    CUresult r = ds_real.cuGraphGetNodes(g, NULL, &n);
+    CUgraphNode *nodes = r == CUDA_SUCCESS && n ? calloc(n, sizeof *nodes) : NULL;
+    uint64_t total = 0;
+    if (nodes && ds_real.cuGraphGetNodes(g, nodes, &n) == CUDA_SUCCESS) {
+        for (size_t i = 0; i < n; i++) {
+            CUgraphNodeType t;
+            CUDA_MEM_ALLOC_NODE_PARAMS p;
+            if (nodes[i] && ds_real.cuGraphNodeGetType(nodes[i], &t) == CUDA_SUCCESS &&
+                t == CU_GRAPH_NODE_TYPE_MEM_ALLOC && ds_real.cuGraphMemAllocNodeGetParams(nodes[i], &p) == CUDA_SUCCESS)
+                total += p.bytesize;
+        }
+    }
+    ds_depth--;
+    free(nodes);
+    return total;
+}
+
+bool ds_graph_mem_instantiate(CUgraph g, uint64_t *charged) {
+    *charged = 0;
+    if (!g)
+        return true;
+    uint64_t bytes = graph_alloc_bytes(g);
+    if (!bytes)
+        return true;
+    if (!track_del(K_GRAPH, (uint64_t)(uintptr_t)g)) {
+        track_add(K_GRAPH, (uint64_t)(uintptr_t)g, 1); /* first executable: already charged */
+        return true;
+    }
+    track_add(K_GRAPH, (uint64_t)(uintptr_t)g, 1);
+    if (!ds_charge(bytes))
+        return false;
+    *charged = bytes;
+    return true;
+}
+
 /* The generic entry points add memory-allocation nodes too (cudaGraphAddNode, 12.2+). */
 #define ADD_NODE(call)                                                                                               \
     if (PASS_THROUGH() || !nodeParams || nodeParams->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC ||                         \

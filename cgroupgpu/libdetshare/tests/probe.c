@@ -23,7 +23,7 @@
  *        nvml (memory of GPU 0 through libnvidia-ml.so.1, found with dlopen + dlsym like nvidia-smi and pynvml) |
  *        poolthreshold:N (sets the release threshold of a pool of its own; prints the threshold the driver has) |
  *        pooldestroy (destroys that pool) | graphmem:N (a new graph with one memory-allocation node of N bytes; graphnode:N adds it with the generic
- *        cuGraphAddNode) |
+ *        cuGraphAddNode) | graphinst (instantiates that graph once more) |
  *        rawalloc:N (a hostile tenant's bypass: cuMemAlloc_v2 resolved with glibc's own dlsym (dlvsym on libc's
  *        handle), straight from libcuda's symbol table, so the interception library never sees the call) |
  *        sigbus-handler (installs the program's own SIGBUS handler, as Python's faulthandler does: it prints
@@ -64,6 +64,7 @@ static CUdeviceptr g_graph_out;
 #define AUX_VALUE 0x5eedu
 static CUdeviceptr g_graph_aux; /* set by the memset node of a capturememset graph */
 static unsigned g_graph_blocks;
+static CUgraph g_memgraph; /* the last graph of graphmem/graphnode */
 
 static int g_libkernels; /* libkernels step: functions come from a library's kernels, as cudart 12+ loads them */
 static CUlibrary g_lib;
@@ -535,6 +536,10 @@ static int step(const char *s) {
         r = raw ? raw(&p, a) : CUDA_ERROR_NOT_FOUND;
         const char *name, *obj = obj_of((void *)raw, &name);
         printf("%s rc=%d obj=%s\n", s, r, obj);
+    } else if (!strcmp(s, "graphinst")) {
+        CUgraphExec ex = NULL;
+        r = g_memgraph ? D.cuGraphInstantiateWithFlags(&ex, g_memgraph, 0) : CUDA_ERROR_INVALID_HANDLE;
+        printf("%s rc=%d\n", s, r);
     } else if (sscanf(s, "graphmem:%llu", &a) == 1 || sscanf(s, "graphnode:%llu", &a) == 1) {
         CUgraph g = NULL;
         CUgraphNode n = NULL;
@@ -545,6 +550,7 @@ static int step(const char *s) {
         p.poolProps.location.id = g_dev;
         p.bytesize = a;
         r = D.cuGraphCreate(&g, 0);
+        g_memgraph = g;
         if (r == CUDA_SUCCESS && !strncmp(s, "graphnode:", 10)) {
             CUgraphNodeParams gp;
             memset(&gp, 0, sizeof gp);

@@ -465,7 +465,23 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     if (!nodeParams || !nodeParams->bytesize || nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
     r = sim_graph_mem_alloc(&nodeParams->dptr, nodeParams->bytesize, nodeParams->poolProps.location.id);
-    return r ? r : cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    if (!r)
+        r = cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    if (!r) {
+        pthread_mutex_lock(&g_sim.lock);
+        (*phGraphNode)->type = SIM_NODE_MEM_ALLOC;
+        (*phGraphNode)->alloc = *nodeParams;
+        pthread_mutex_unlock(&g_sim.lock);
+    }
+    return r;
+}
+
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+    SIM_CHECK_INIT();
+    if (!hNode || hNode->magic != SIM_NODE || hNode->type != SIM_NODE_MEM_ALLOC || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = hNode->alloc;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,

@@ -159,7 +159,8 @@ typedef struct {
     void *args[SIM_MAX_ARGS];
 } sim_launch;
 
-enum { SIM_NODE_KERNEL = 0, SIM_NODE_MEMSET = 2, SIM_NODE_MEMCPY = 1, SIM_NODE_HOST = 3, SIM_NODE_EMPTY = 5 };
+enum { SIM_NODE_KERNEL = 0, SIM_NODE_MEMSET = 2, SIM_NODE_MEMCPY = 1, SIM_NODE_HOST = 3, SIM_NODE_EMPTY = 5,
+       SIM_NODE_MEM_ALLOC = 10 /* runs as an empty node: the memory is reserved when the node is added */ };
 struct CUgraphNode_st {
     uint32_t magic;
     int type;
@@ -170,6 +171,7 @@ struct CUgraphNode_st {
     CUDA_MEMSET_NODE_PARAMS memset;
     CUDA_MEMCPY3D memcpy;
     CUDA_HOST_NODE_PARAMS host;
+    CUDA_MEM_ALLOC_NODE_PARAMS alloc;
     struct CUgraphNode_st *orig; /* in an executable: the graph node it was instantiated from */
     struct CUgraphNode_st *next;
 };
