@@ -561,7 +561,7 @@ class Runner:
         with open(cfg, "w") as f:
             f.write('[scheduler]\npolicy = "%s"\n[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
                     % (policy, "false" if a.device == "cpu" else "true", a.mps_control))
-        env = dict(os.environ, DETSHARE_LOG_LEVEL="info")
+        env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":
             env["DETSHARE_SIMGPU"] = "1"  # harness check: the scheduler describes the simulated GPU (test double)
         logf = open(os.path.join(self.logs, "%s__sched.log" % slug), "w")
