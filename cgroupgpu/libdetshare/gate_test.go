@@ -93,3 +93,28 @@ func TestLatencyObservedInClientPage(t *testing.T) {
 		t.Fatalf("latency sum %d ns for %d completions", sum, count)
 	}
 }
+
+// A latency-critical tenant is idle as soon as a synchronisation returns with its work drained (its request is
+// over), not DETSHARE_IDLE_MS later; a best-effort one keeps the timeout (no doorbell per training step).
+func TestLatencyCriticalIdleAtSynchronisation(t *testing.T) {
+	for _, lc := range []bool{true, false} {
+		e := newEnv(t, true).withTenant(0, "")
+		e.playScheduler()
+		e.grant(table.ModeSpatial, 0x000f)
+		if lc {
+			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, table.TierLatencyCritical)
+		}
+		e.vars = append(e.vars, "DETSHARE_IDLE_MS=5000")
+		p := e.start("ds_probe_rt", "init", "stream", "burst:3x1000", "pause", "burst:1x1000")
+		p.until()
+		d := atomic.LoadUint32(&e.client.Page().Demand)
+		if lc && d != 0 {
+			t.Fatalf("latency-critical: demand %d right after its synchronisation, want 0 (idle at once)", d)
+		}
+		if !lc && d != 1 {
+			t.Fatalf("best-effort: demand %d right after a synchronisation, want 1 (idle only after DETSHARE_IDLE_MS)", d)
+		}
+		p.resume()
+		p.finish()
+	}
+}

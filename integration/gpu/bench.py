@@ -554,7 +554,10 @@ class Runner:
     def start_sched(self, c, slug):
         """`detshare sched` on a private run directory, with the case's policy; tenants come from `detshare run`."""
         a = self.a
-        run_dir = os.path.join(self.tmp, "dsrun-" + slug)
+        # short: the MPS control daemon's sockets live under <run dir>/mps/gpu0/pipe and a Unix socket path has at
+        # most 107 bytes (with the long case names of the coloc suite nvidia-cuda-mps-control failed to start)
+        self.nsched = getattr(self, "nsched", 0) + 1
+        run_dir = os.path.join(self.tmp, "ds%d" % self.nsched)
         os.makedirs(run_dir, exist_ok=True)
         policy = "tpot-first" if c.config == "detshare-tpot" else "throughput-oriented"
         cfg = os.path.join(run_dir, "config.toml")
