@@ -63,3 +63,15 @@ func NextShrink(prev int, slo, p99 time.Duration, samples uint64, maxShrink int)
 	}
 	return min(max(prev, 0), maxShrink), false
 }
+
+// HistWithin counts the completions of h that certainly took at most slo (whole buckets whose upper edge is within
+// it: a bucket straddling the target counts as missed, so attainment is never overstated) and all completions.
+func HistWithin(h [LatencyBuckets]uint64, slo time.Duration) (within, total uint64) {
+	for i, c := range h {
+		total += c
+		if time.Duration(uint64(1)<<(i+1))*time.Microsecond <= slo {
+			within += c
+		}
+	}
+	return within, total
+}
