@@ -271,6 +271,22 @@ func TestHistP99(t *testing.T) {
 	if p, _ := HistP99(h); p != 2048*time.Microsecond {
 		t.Fatalf("p99 %v, want 2.048ms", p)
 	}
+	var huge [LatencyBuckets]uint64
+	for i := range huge {
+		huge[i] = ^uint64(0) // forged: the sums must saturate, not wrap to a small P99
+	}
+	if p, n := HistP99(huge); n != ^uint64(0) || p < 2*time.Microsecond || p > time.Duration(1<<LatencyBuckets)*time.Microsecond {
+		t.Fatalf("forged counters: p99 %v n %d, want a bucket edge and a saturated count", p, n)
+	}
+	if d := HistDelta(huge, [LatencyBuckets]uint64{}); d[0] != 1<<40 {
+		t.Fatalf("a forged step must be capped: %d", d[0])
+	}
+	if p, _ := HistP99(HistDelta(huge, [LatencyBuckets]uint64{})); p != time.Duration(1<<LatencyBuckets)*time.Microsecond {
+		t.Fatalf("equal capped buckets: p99 %v, want the top bucket", p)
+	}
+	if w, n := HistWithin(huge, 5*time.Millisecond); w != ^uint64(0) || n != ^uint64(0) {
+		t.Fatalf("forged counters: within %d of %d", w, n)
+	}
 	var prev [LatencyBuckets]uint64
 	prev[10] = 2000 // went backwards: counts as zero, never negative
 	if d := HistDelta(h, prev); d[10] != 0 || d[12] != 2 {

@@ -8,14 +8,21 @@ import (
 	"github.com/detshare/detshare/sched/table"
 )
 
-func TestTakeAndRates(t *testing.T) {
+// newTable is a run directory with one simulated GPU (a test double), closed at the end of the test.
+func newTable(t *testing.T) (string, *table.Table) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "run")
 	tb, err := table.Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tb.Close()
+	t.Cleanup(func() { tb.Close() })
 	tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-view", Name: "simulated GPU (test double)", SMCount: 64, MemTotal: 1 << 30}})
+	return dir, tb
+}
+
+func TestTakeAndRates(t *testing.T) {
+	dir, tb := newTable(t)
 	reg, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Role: table.RoleDecode, Weight: 2,
 		SMGroups: 2, SMs: 16, MemLimit: 1 << 20, Lend: true})
 	if err != nil {
@@ -68,13 +75,7 @@ func TestTakeAndRates(t *testing.T) {
 // The latency the library observed becomes P99 and SLO attainment for status, top and metrics; the gate the
 // scheduler set is shown with its waits.
 func TestLatencySLOAttainment(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "run")
-	tb, err := table.Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-view", Name: "simulated GPU (test double)", SMCount: 64, MemTotal: 1 << 30}})
+	dir, tb := newTable(t)
 	reg, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, SMGroups: 2,
 		SMs: 16, SLOP99Us: 5000, Pinned: true})
 	if err != nil {
