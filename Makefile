@@ -1,4 +1,5 @@
-# DetShare build. Everything lands in build/; nothing outside the repository is touched.
+# DetShare build. `make build` puts everything in build/ and touches nothing outside the repository; `make install`
+# copies it to FHS paths (PREFIX, DESTDIR), `make deb` packages it.
 GO        ?= go
 CC        ?= gcc
 BUILD     := $(CURDIR)/build
@@ -15,7 +16,22 @@ CMDS      := $(notdir $(wildcard cmd/*))
 # go-nvml declares deprecated NVML calls; its cgo prologue warns about every one of them.
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build go-build c-build test lint clean demo
+# Installation (FHS). The binaries find the library relative to themselves ($(PREFIX)/lib/detshare), see
+# internal/layout, so DESTDIR staging and private prefixes work without configuration.
+PREFIX         ?= /usr/local
+DESTDIR        ?=
+BINDIR         ?= $(PREFIX)/bin
+DSLIBDIR       ?= $(PREFIX)/lib/detshare
+SHAREDIR       ?= $(PREFIX)/share/detshare
+SYSCONFDIR     ?= /etc
+SYSTEMDUNITDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/systemd/system,/etc/systemd/system)
+INSTALL_BINS   := detshare detshare-hook detshare-runtime containerd-shim-detshare-v1
+DEB_VERSION    ?= 0.1.0+git$(shell git rev-parse --short HEAD 2>/dev/null || echo 0)
+DEB_ARCH       ?= $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+DEB_ROOT       := $(BUILD)/deb/root
+DEB_FILE       := $(BUILD)/deb/detshare_$(DEB_VERSION)_$(DEB_ARCH).deb
+
+.PHONY: all build go-build c-build test lint clean demo install install-files uninstall deb
 all: build
 
 build: c-build go-build
@@ -39,3 +55,44 @@ lint:
 
 clean:
 	rm -rf $(BUILD)
+
+# install: binaries, the library, the scheduler's systemd unit (ExecStart pointing at $(BINDIR)), the host config
+# (kept when present: it is the admin's) and the podman/CRI-O hooks.d files (not enabled: copy them to
+# /etc/containers/oci/hooks.d to run the hook for every podman container). It registers nothing with the engines:
+# `detshare install docker|containerd` does, and says what it changed.
+install: build install-files
+	@echo "installed under $(DESTDIR)$(PREFIX); next: $(BINDIR)/detshare install containerd|docker, then $(BINDIR)/detshare doctor"
+
+install-files:
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(DSLIBDIR) $(DESTDIR)$(SYSCONFDIR)/detshare $(DESTDIR)$(SYSTEMDUNITDIR) \
+		$(DESTDIR)$(SHAREDIR)/hooks.d
+	install -m 0755 $(addprefix $(BIN)/,$(INSTALL_BINS)) $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(LIB)/libdetshare.so $(DESTDIR)$(DSLIBDIR)/libdetshare.so
+	sed 's|/usr/local/bin/detshare|$(BINDIR)/detshare|; s|/etc/detshare/|$(SYSCONFDIR)/detshare/|' \
+		configs/systemd/detshare-sched.service > $(DESTDIR)$(SYSTEMDUNITDIR)/detshare-sched.service
+	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/detshare-sched.service
+	test -e $(DESTDIR)$(SYSCONFDIR)/detshare/config.toml || \
+		install -m 0644 configs/detshare/config.toml $(DESTDIR)$(SYSCONFDIR)/detshare/config.toml
+	for f in configs/hooks.d/*.json; do \
+		sed 's|/usr/bin/detshare-hook|$(BINDIR)/detshare-hook|' $$f > $(DESTDIR)$(SHAREDIR)/hooks.d/$$(basename $$f); done
+
+# uninstall removes what install-files put there except a config.toml the admin changed; run
+# `detshare uninstall` first to unregister the runtimes.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS)) $(DESTDIR)$(DSLIBDIR)/libdetshare.so \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/detshare-sched.service $(DESTDIR)$(SHAREDIR)/hooks.d/*.json
+	if cmp -s configs/detshare/config.toml $(DESTDIR)$(SYSCONFDIR)/detshare/config.toml; then \
+		rm -f $(DESTDIR)$(SYSCONFDIR)/detshare/config.toml; fi
+	-rmdir $(DESTDIR)$(DSLIBDIR) $(DESTDIR)$(SHAREDIR)/hooks.d $(DESTDIR)$(SHAREDIR) $(DESTDIR)$(SYSCONFDIR)/detshare 2>/dev/null
+
+# deb: a Debian package of the same files (PREFIX=/usr) whose postinst registers the runtimes with the engines
+# present (detshare install) and whose prerm unregisters them (packaging/deb/).
+deb: build
+	rm -rf $(BUILD)/deb
+	$(MAKE) --no-print-directory install-files DESTDIR=$(DEB_ROOT) PREFIX=/usr
+	install -d $(DEB_ROOT)/DEBIAN
+	sed 's|@VERSION@|$(DEB_VERSION)|; s|@ARCH@|$(DEB_ARCH)|' packaging/deb/control > $(DEB_ROOT)/DEBIAN/control
+	install -m 0755 packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm $(DEB_ROOT)/DEBIAN/
+	echo /etc/detshare/config.toml > $(DEB_ROOT)/DEBIAN/conffiles
+	dpkg-deb --root-owner-group --build $(DEB_ROOT) $(DEB_FILE)
+	@echo "built $(DEB_FILE)"

@@ -9,9 +9,12 @@
 //   - standalone (hooks.d for podman/CRI-O): the createContainer hook registers and performs the same bind mounts
 //     itself inside the container's mount namespace, before pivot_root; poststop deregisters.
 //
-// Fail-open: a quota the user got wrong (quota.FieldError, quota.AdmissionError) refuses the container. Any failure
-// of DetShare itself (no table, no library, no GPU discovered) logs a warning and lets the container run unshared,
-// exactly as under plain runc, unless Config.FailClosed is set.
+// Failure policy (README "When DetShare cannot serve a container"): a container that carries no DetShare setting is
+// never touched. A container that asked for DetShare (any quota key) and cannot get it — its quota is wrong or not
+// admitted, or DetShare itself fails (table or run directory full, no library, no GPU, no scheduler) — is refused
+// with an error naming the cause, unless the host configured fail-open ([tenants] fail_open in
+// /etc/detshare/config.toml, or DETSHARE_FAIL_OPEN=1): then a failure of DetShare itself lets it run unshared, with
+// a warning on the container's stderr (Notice) and a count in the metrics (internal/failopen).
 package hook
 
 import (
@@ -30,21 +33,19 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
 	"github.com/detshare/detshare/internal/atomicfile"
+	"github.com/detshare/detshare/internal/failopen"
+	"github.com/detshare/detshare/internal/layout"
+	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/table"
 )
-
-// DefaultLibPath is where packages install libdetshare.so on the host.
-const DefaultLibPath = "/usr/lib/detshare/libdetshare.so"
-
-// DefaultHookPath is where packages install detshare-hook.
-const DefaultHookPath = "/usr/bin/detshare-hook"
 
 // Environment variables that configure the container components (the shim and the wrapper inherit them from
 // containerd/dockerd; the wrapper also takes them as flags).
 const (
-	EnvLib        = "DETSHARE_LIB"
+	EnvLib        = layout.EnvLib
 	EnvHook       = "DETSHARE_HOOK"
-	EnvFailClosed = "DETSHARE_FAIL_CLOSED"
+	EnvFailClosed = "DETSHARE_FAIL_CLOSED" // 1: refuse even when the host config says fail_open
+	EnvFailOpen   = "DETSHARE_FAIL_OPEN"   // 1: fail open whatever the host config says (tests, one-off engines)
 )
 
 // PreloadFileName is the file in the run directory whose content is the in-container library path; it is mounted
@@ -53,34 +54,39 @@ const PreloadFileName = "ld.so.preload"
 
 // Config locates DetShare's files on the host.
 type Config struct {
-	RunDir     string // run directory (table, clients/, tenants/)
-	LibPath    string // host path of libdetshare.so
-	HookPath   string // host path of detshare-hook (absolute)
-	FailClosed bool   // refuse containers when DetShare itself fails (default: run them unshared)
+	RunDir   string // run directory (table, clients/, tenants/)
+	LibPath  string // host path of libdetshare.so
+	HookPath string // host path of detshare-hook (absolute)
+	FailOpen bool   // run containers unshared (loudly) when DetShare itself fails; default: refuse them
 }
 
-// ConfigFromEnv fills Config from the environment and defaults. The hook defaults to a detshare-hook next to the
-// running binary, so an unpacked build directory works without installation.
+// ConfigFromEnv fills Config from the environment, the host configuration and the layout (internal/layout): the
+// library and the hook are found next to the running binary, installed or in build/.
 func ConfigFromEnv() Config {
-	c := Config{RunDir: table.RunDir(""), LibPath: os.Getenv(EnvLib), HookPath: os.Getenv(EnvHook),
-		FailClosed: os.Getenv(EnvFailClosed) == "1"}
-	if c.LibPath == "" {
-		c.LibPath = DefaultLibPath
-	}
+	c := Config{RunDir: table.RunDir(""), LibPath: layout.LibPath(), HookPath: os.Getenv(EnvHook),
+		FailOpen: FailOpenPolicy()}
 	if c.HookPath == "" {
-		c.HookPath = DefaultHookPath
-		if exe, err := os.Executable(); err == nil {
-			if p := filepath.Join(filepath.Dir(exe), "detshare-hook"); isExecutable(p) {
-				c.HookPath = p
-			}
-		}
+		c.HookPath = layout.Sibling("detshare-hook")
 	}
 	return c
 }
 
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+// FailOpenPolicy is the host's choice for tenants that asked for DetShare and cannot get it: DETSHARE_FAIL_CLOSED=1
+// refuses, DETSHARE_FAIL_OPEN=1 runs them unshared, else [tenants] fail_open of the host configuration
+// ($DETSHARE_CONFIG or /etc/detshare/config.toml). A configuration that cannot be read refuses (fail-closed).
+func FailOpenPolicy() bool {
+	switch {
+	case os.Getenv(EnvFailClosed) == "1":
+		return false
+	case os.Getenv(EnvFailOpen) == "1":
+		return true
+	}
+	c, err := config.Load(config.PathFromEnv())
+	if err != nil {
+		logrus.WithError(err).Warn("host configuration unreadable: tenants that cannot get DetShare are refused")
+		return false
+	}
+	return c.Tenants.FailOpen
 }
 
 // Validate checks that the paths are usable; the hook only when it will be put into specs.
@@ -90,10 +96,12 @@ func (c Config) Validate(needHook bool) error {
 			return fmt.Errorf("%s %q: must be an absolute host path", name, p)
 		}
 	}
-	if _, err := os.Stat(c.LibPath); err != nil {
-		return fmt.Errorf("library (DETSHARE_LIB): %w", err)
+	if f, err := os.Open(c.LibPath); err != nil {
+		return fmt.Errorf("libdetshare.so not readable (install it with `make install` or the .deb, or set DETSHARE_LIB): %w", err)
+	} else {
+		f.Close()
 	}
-	if needHook && (!filepath.IsAbs(c.HookPath) || !isExecutable(c.HookPath)) {
+	if needHook && (!filepath.IsAbs(c.HookPath) || !layout.IsExecutable(c.HookPath)) {
 		return fmt.Errorf("hook (DETSHARE_HOOK) %q: not an executable file given by absolute path", c.HookPath)
 	}
 	return nil
@@ -131,7 +139,9 @@ func Prepare(ctx context.Context, cfg Config, req Request) (Prepared, error) {
 	specPath := filepath.Join(req.Bundle, "config.json")
 	spec, err := specmod.Load(specPath)
 	if err != nil {
-		return failOpen(cfg, req.ID, err)
+		// Whether it asked for DetShare cannot be told; runc reads the same spec and reports the problem.
+		logrus.WithError(err).WithField("id", req.ID).Warn("spec unreadable; container left to runc")
+		return Prepared{}, nil
 	}
 	ann, env := spec.Annotations(), spec.Env()
 	if !quota.HasDetShareSettings(ann, req.Labels, env) {
@@ -181,12 +191,33 @@ func Prepare(ctx context.Context, cfg Config, req Request) (Prepared, error) {
 	return Prepared{Registered: true, Result: res}, nil
 }
 
+// failOpen applies the host's policy to a container that asked for DetShare and cannot get it.
 func failOpen(cfg Config, id string, err error) (Prepared, error) {
-	if cfg.FailClosed {
-		return Prepared{}, fmt.Errorf("detshare (fail-closed): %w", err)
+	if !cfg.FailOpen {
+		return Prepared{}, RefusalError(err)
 	}
-	logrus.WithError(err).WithField("id", id).Warn("DetShare failed; the container runs unshared, as under runc")
+	if rerr := failopen.Record(cfg.RunDir, id, err); rerr != nil {
+		logrus.WithError(rerr).Debug("fail-open event")
+	}
+	logrus.WithError(err).WithField("id", id).Warn("DetShare failed; the container runs unshared (host policy fail_open)")
 	return Prepared{FailedOpen: err}, nil
+}
+
+// RefusalError is the create error of a tenant refused because DetShare failed under the default policy.
+func RefusalError(err error) error {
+	return fmt.Errorf("detshare: refused: this container asked for DetShare (a quota key such as tier, sms or memory) "+
+		"and cannot get it: %w (host policy fail-closed: fix the cause, or set [tenants] fail_open = true in %s "+
+		"to run such containers unshared)", err, config.PathFromEnv())
+}
+
+// Notice is the line put on the stderr of a container that runs unshared under fail-open, where its user looks.
+func Notice(err error) string {
+	msg := err.Error()
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	return "detshare: WARNING: this tenant asked for DetShare but runs WITHOUT it (no SM partition, no GPU " +
+		"memory quota; host policy fail_open): " + msg + "\n"
 }
 
 // Rollback deregisters id after a failed create. Errors are logged: the scheduler's reaper is the backstop.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
+	"github.com/detshare/detshare/internal/failopen"
+	"github.com/detshare/detshare/sched/table"
 )
 
 func testConfig(t testing.TB) Config {
@@ -54,22 +56,62 @@ func TestPrepareRegistersAndReplacesStaleRegistration(t *testing.T) {
 	}
 }
 
-func TestPrepareFailsOpenOrClosed(t *testing.T) {
+// A container that asked for DetShare and cannot get it is refused by default (nothing left behind), runs unshared
+// with a count under fail-open, and a container that asked for nothing is never touched.
+func TestPrepareRefusesByDefaultAndFailsOpenLoudlyWhenConfigured(t *testing.T) {
 	t.Setenv("DETSHARE_SIMGPU", "1")
 	cfg := testConfig(t)
+	os.MkdirAll(cfg.RunDir, 0o755)
 	cfg.LibPath = "/nonexistent/libdetshare.so"
-	spec := `{"process":{"env":["DETSHARE_TIER=best-effort"]}}`
+	spec := `{"process":{"env":["DETSHARE_TIER=latency-critical","DETSHARE_SMS=8"]}}`
 	b := writeBundle(t, spec)
+	_, err := Prepare(context.Background(), cfg, Request{ID: "c1", Bundle: b})
+	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "libdetshare.so not readable") ||
+		!strings.Contains(err.Error(), "fail_open") {
+		t.Fatalf("default policy: %v; want a refusal naming the library and the fail_open key", err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(b, "config.json")); string(data) != spec {
+		t.Error("spec edited although the container was refused")
+	}
+	if _, ok, _ := tenant.Lookup(cfg.RunDir, "c1"); ok {
+		t.Error("refused container left a registration")
+	}
+	cfg.FailOpen = true
 	p, err := Prepare(context.Background(), cfg, Request{ID: "c1", Bundle: b})
 	if err != nil || p.Registered || p.FailedOpen == nil {
 		t.Fatalf("fail-open: %+v, %v", p, err)
 	}
-	if data, _ := os.ReadFile(filepath.Join(b, "config.json")); string(data) != spec {
-		t.Error("spec edited although DetShare failed")
+	if n := failopen.Count(cfg.RunDir); n != 1 {
+		t.Errorf("fail-open events recorded: %d, want 1", n)
 	}
-	cfg.FailClosed = true
-	if _, err := Prepare(context.Background(), cfg, Request{ID: "c1", Bundle: b}); err == nil || !strings.Contains(err.Error(), "DETSHARE_LIB") {
-		t.Errorf("fail-closed: %v", err)
+	if msg := Notice(p.FailedOpen); !strings.HasPrefix(msg, "detshare: WARNING") || !strings.Contains(msg, "WITHOUT") {
+		t.Errorf("notice %q", msg)
+	}
+	cfg.FailOpen = false
+	plain := `{"process":{"env":["PATH=/bin"]}}`
+	pb := writeBundle(t, plain)
+	if p, err := Prepare(context.Background(), cfg, Request{ID: "c2", Bundle: pb}); err != nil || p.Registered || p.FailedOpen != nil {
+		t.Errorf("container without settings: %+v, %v; want it left alone", p, err)
+	}
+}
+
+// A full table refuses a container that asked for a tier, and leaves no slot behind.
+func TestPrepareTableFullRefuses(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	cfg := testConfig(t)
+	for i := 0; i < table.MaxContainers; i++ {
+		if _, err := tenant.Register(context.Background(), cfg.RunDir, tenant.Request{ID: fmt.Sprintf("t%d", i),
+			Env: []string{"DETSHARE_TIER=best-effort"}}); err != nil {
+			t.Fatalf("filling slot %d: %v", i, err)
+		}
+	}
+	b := writeBundle(t, `{"process":{"env":["DETSHARE_TIER=latency-critical","DETSHARE_SMS=8"]}}`)
+	_, err := Prepare(context.Background(), cfg, Request{ID: "late", Bundle: b, NoPoststopHook: true})
+	if err == nil || !strings.Contains(err.Error(), "table full") || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("table full: %v", err)
+	}
+	if _, ok, _ := tenant.Lookup(cfg.RunDir, "late"); ok {
+		t.Error("refused container registered")
 	}
 }
 
@@ -124,8 +166,8 @@ func TestPrepareNeedsTheHookOnlyWhenItAddsIt(t *testing.T) {
 	if len(s.Hooks("poststop")) != 0 {
 		t.Error("unexpected hook")
 	}
-	p, err = Prepare(context.Background(), cfg, Request{ID: "c2", Bundle: writeBundle(t, spec)})
-	if err != nil || p.Registered || p.FailedOpen == nil || !strings.Contains(p.FailedOpen.Error(), "DETSHARE_HOOK") {
-		t.Errorf("with a poststop hook and no hook binary: %+v %v; want fail-open naming DETSHARE_HOOK", p, err)
+	_, err = Prepare(context.Background(), cfg, Request{ID: "c2", Bundle: writeBundle(t, spec)})
+	if err == nil || !strings.Contains(err.Error(), "DETSHARE_HOOK") {
+		t.Errorf("with a poststop hook and no hook binary: %v; want a refusal naming DETSHARE_HOOK", err)
 	}
 }

@@ -25,8 +25,9 @@ import (
 func CreateContainer(ctx context.Context, cfg Config, st State) error {
 	spec, err := specmod.Load(filepath.Join(st.Bundle, "config.json"))
 	if err != nil {
-		_, err = failOpen(cfg, st.ID, err)
-		return err
+		// Whether it asked for DetShare cannot be told; the runtime reads the same spec and reports the problem.
+		logrus.WithError(err).WithField("id", st.ID).Warn("spec unreadable; container left alone")
+		return nil
 	}
 	ann := spec.Annotations()
 	if _, managed := ann[specmod.TenantIDAnnotation]; managed {
@@ -40,13 +41,11 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 		rootfs = filepath.Join(st.Bundle, rootfs)
 	}
 	if err := cfg.Validate(false); err != nil {
-		_, err = failOpen(cfg, st.ID, err)
-		return err
+		return failOpenStandalone(cfg, st.ID, err)
 	}
 	preload, err := EnsurePreloadFile(cfg.RunDir)
 	if err != nil {
-		_, err = failOpen(cfg, st.ID, err)
-		return err
+		return failOpenStandalone(cfg, st.ID, err)
 	}
 	// The container's init process owns the registration: if runc fails after this hook (no poststop runs then)
 	// or the container dies without a delete, the table's reaper deregisters it once that process is gone.
@@ -56,8 +55,7 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 		if IsQuotaError(err) || errors.Is(err, table.ErrExists) {
 			return fmt.Errorf("detshare: %w", err)
 		}
-		_, err = failOpen(cfg, st.ID, err)
-		return err
+		return failOpenStandalone(cfg, st.ID, err)
 	}
 	mounts := specmod.TenantMounts(specmod.Tenant{ID: st.ID, RunDir: cfg.RunDir, LibPath: cfg.LibPath,
 		PreloadFile: preload, QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir})
@@ -69,12 +67,27 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 				unix.Unmount(done[i], unix.MNT_DETACH)
 			}
 			Rollback(cfg, st.ID)
-			_, err = failOpen(cfg, st.ID, err)
-			return err
+			return failOpenStandalone(cfg, st.ID, err)
 		}
 		done = append(done, target)
 	}
 	logrus.WithFields(logrus.Fields{"id": st.ID, "slot": res.Registration.Slot}).Info("container registered (standalone hook)")
+	return nil
+}
+
+// failOpenStandalone applies the failure policy; under fail-open it writes Notice on the container's stderr, which
+// is the stderr of the container's init process, this hook's parent.
+func failOpenStandalone(cfg Config, id string, err error) error {
+	p, err := failOpen(cfg, id, err)
+	if err != nil || p.FailedOpen == nil {
+		return err
+	}
+	if pid := containerInitPID(); pid > 0 {
+		if f, ferr := os.OpenFile(fmt.Sprintf("/proc/%d/fd/2", pid), os.O_WRONLY|os.O_APPEND, 0); ferr == nil {
+			_, _ = f.WriteString(Notice(p.FailedOpen))
+			f.Close()
+		}
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
@@ -119,7 +120,37 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		hook.Rollback(s.cfg, r.ID)
 		s.forget(r.ID)
 	}
+	if err == nil && prep.FailedOpen != nil {
+		// After Create: the task service holds its own write end of the fifo by now, so closing ours does not
+		// give the engine's reader an EOF; the process has not started, so the line still comes first.
+		writeNotice(r, hook.Notice(prep.FailedOpen))
+	}
 	return resp, err
+}
+
+// writeNotice puts msg on the container's stderr (its stdout with a terminal), where `ctr run`, `docker logs` and
+// `kubectl logs` show it: the engine reads that fifo (or names a log file).
+// Best effort: a binary:// logger or a closed reader loses the line, and the shim log keeps the warning.
+func writeNotice(r *taskAPI.CreateTaskRequest, msg string) {
+	target := r.Stderr
+	if r.Terminal || target == "" {
+		target = r.Stdout
+	}
+	if strings.HasPrefix(target, "file://") {
+		target = strings.TrimPrefix(target, "file://")
+	} else if strings.Contains(target, "://") {
+		return
+	}
+	if target == "" || !filepath.IsAbs(target) {
+		return
+	}
+	f, err := os.OpenFile(target, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		logrus.WithError(err).WithField("id", r.ID).Debug("fail-open notice not written")
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(msg)
 }
 
 // cgroupsPathOf reads linux.cgroupsPath of the bundle's spec ("" when unreadable).

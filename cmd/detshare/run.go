@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -17,6 +16,10 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/hook"
+	"github.com/detshare/detshare/internal/failopen"
+	"github.com/detshare/detshare/internal/layout"
+	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -36,8 +39,11 @@ and its quota file named by DETSHARE_QUOTA_FILE, and deregisters when CMD exits 
 The exit status is CMD's (128+N when CMD is killed by signal N), or 125 when DetShare refuses the quota or fails
 before CMD starts. Interrupts typed at the terminal (^C, ^\) reach CMD directly; INT, TERM, HUP, QUIT, USR1 and
 USR2 sent to detshare are forwarded to CMD. If detshare itself is killed, the tenant is reaped as soon as the
-scheduler or the next registration notices that its owner died. If the table cannot be used at all, CMD runs
-without DetShare after a warning (--strict refuses instead).
+scheduler or the next registration notices that its owner died. If DetShare cannot serve a tenant that asked for
+it (any quota flag or DETSHARE_<FIELD> variable: no GPU, library missing, table full), detshare refuses (125) unless
+the host set [tenants] fail_open = true in /etc/detshare/config.toml; then CMD runs without DetShare after a
+"detshare: WARNING" line on stderr. A tenant that asked for nothing runs without DetShare after a warning
+(--strict refuses instead).
 
 Quota flags take precedence over DETSHARE_<FIELD> environment variables (see docs/table.md):
   --tier latency-critical|burstable|best-effort   (default best-effort)
@@ -105,6 +111,7 @@ func runTenant(c *cli.Context) (int, error) {
 	defer signal.Stop(sigs)
 
 	env := os.Environ()
+	lib := libPath(c.String("lib"))
 	id := ""
 	registered := false
 	switch {
@@ -138,8 +145,8 @@ func runTenant(c *cli.Context) (int, error) {
 		if c.IsSet("pinned") {
 			flags[quota.FieldPinned] = fmt.Sprint(c.Bool("pinned"))
 		}
-		res, err := tenant.Register(context.Background(), runDir, tenant.Request{ID: id, Flags: flags, Env: env,
-			OwnerPID: os.Getpid()})
+		asked := len(flags) > 0 || quota.HasDetShareSettings(nil, nil, env)
+		res, err := registerHost(runDir, lib, tenant.Request{ID: id, Flags: flags, Env: env, OwnerPID: os.Getpid()})
 		switch {
 		case err == nil:
 			registered = true
@@ -149,8 +156,14 @@ func runTenant(c *cli.Context) (int, error) {
 				"sms": res.Placement.SMs, "memory": res.Placement.MemLimit}).Info("registered host tenant")
 		case isRefusal(err) || c.Bool("strict"):
 			return 0, err
+		case asked && !hook.FailOpenPolicy():
+			return 0, hook.RefusalError(err)
+		case asked:
+			// Fail-open configured by the host: say so where the user looks, and count it.
+			fmt.Fprint(os.Stderr, hook.Notice(err))
+			_ = failopen.Record(runDir, id, err)
 		default:
-			// Fail-open: DetShare being unusable here must not stop the user's GPU work.
+			// Nothing was asked for: DetShare being unusable here must not stop the user's GPU work.
 			logrus.WithError(err).Warn("DetShare unavailable; running CMD without it (use --strict to refuse)")
 		}
 	}
@@ -162,11 +175,20 @@ func runTenant(c *cli.Context) (int, error) {
 		}()
 	}
 	if registered || c.IsSet("join") {
-		env = withPreload(env, libPath(c.String("lib")))
+		env = withPreload(env, lib)
 	}
 
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = os.Stdin, os.Stdout, os.Stderr, env
+	if registered || c.IsSet("join") {
+		// The client page is root's (its directory too): a CMD that drops privileges before it uses the GPU
+		// (setpriv, gosu, su) maps this inherited descriptor instead (docs/threat-model.md "Privilege drops").
+		if f, err := os.OpenFile(table.NewPaths(runDir).ClientPage(id), os.O_RDWR, 0); err == nil {
+			defer f.Close()
+			cmd.ExtraFiles = []*os.File{f}
+			cmd.Env = setEnv(cmd.Env, clientPageFDEnv, "3")
+		}
+	}
 	select {
 	case s := <-sigs: // interrupted while registering: CMD never starts
 		return 128 + int(s.(syscall.Signal)), nil
@@ -225,6 +247,10 @@ func exitStatus(cmd *exec.Cmd, err error) int {
 	return cmd.ProcessState.ExitCode()
 }
 
+// clientPageFDEnv names the descriptor of the tenant's client page a CMD inherits (libdetshare's
+// DETSHARE_CLIENT_PAGE_FD); ExtraFiles[0] is descriptor 3.
+const clientPageFDEnv = "DETSHARE_CLIENT_PAGE_FD"
+
 func tenantEnv(env []string, runDir, id, quotaFile string) []string {
 	env = setEnv(env, "DETSHARE_QUOTA_FILE", quotaFile)
 	env = setEnv(env, table.RunDirEnv, runDir)
@@ -245,12 +271,39 @@ func withVisibleGPU(env []string, gpu table.GPUState) []string {
 	return setEnv(env, "CUDA_VISIBLE_DEVICES", gpu.UUID)
 }
 
-// libPath picks libdetshare.so: --lib / DETSHARE_LIB, else ../lib/libdetshare.so next to the binary.
+// libPath picks libdetshare.so: --lib / DETSHARE_LIB, else the layout's (internal/layout).
 func libPath(flag string) string {
 	if flag != "" {
 		return flag
 	}
-	return filepath.Join(defaultLibDir(), "libdetshare.so")
+	return layout.LibPath()
+}
+
+// registerHost registers a host tenant after checking what DetShare needs and what a registration would leave on
+// the host: a library CMD can preload and, when no scheduler runs yet, a GPU. Without those nothing is started and
+// no run directory is created (a root `detshare sched` and /run/detshare would outlive the refusal).
+func registerHost(runDir, lib string, req tenant.Request) (tenant.Result, error) {
+	if f, err := os.Open(lib); err != nil {
+		return tenant.Result{}, fmt.Errorf("libdetshare.so not readable (install it with `make install` or the .deb, or pass --lib): %w", err)
+	} else {
+		f.Close()
+	}
+	if !ensure.LeaderRunning(runDir) && !tableHasGPUs(runDir) {
+		if _, err := tenant.DiscoverGPUs(); err != nil {
+			return tenant.Result{}, fmt.Errorf("no GPU to share on this host (the scheduler was not started): %w", err)
+		}
+	}
+	return tenant.Register(context.Background(), runDir, req)
+}
+
+// tableHasGPUs tells whether runDir already holds a table that records GPUs (read-only look).
+func tableHasGPUs(runDir string) bool {
+	t, err := table.Open(runDir)
+	if err != nil {
+		return false
+	}
+	defer t.Close()
+	return len(t.GPUs()) > 0
 }
 
 // withPreload prepends lib to LD_PRELOAD. A missing library is reported and not preloaded (the loader would print

@@ -36,7 +36,11 @@ func TestMain(m *testing.M) {
 	// These tests are about `detshare run`, not the scheduler: registration's start-the-scheduler step
 	// (sched/ensure) gets a binary that exits at once, so no daemon outlives a test.
 	os.Setenv("DETSHARE_BIN", "/bin/false")
-	os.Exit(m.Run())
+	code := m.Run()
+	if fakeBinDir != "" {
+		os.RemoveAll(fakeBinDir)
+	}
+	os.Exit(code)
 }
 
 type runEnv struct {
@@ -439,5 +443,50 @@ func TestRunEndToEndWithLibdetshare(t *testing.T) {
 	}
 	if _, ok := lookup(t, e.runDir, "e2e"); ok {
 		t.Error("tenant still registered after its command exited")
+	}
+}
+
+// A tenant that asks for a tier on a host without a GPU is refused (125) by default; nothing is left: no run
+// directory, no scheduler (none started: the refusal comes before sched/ensure). Under [tenants] fail_open = true
+// CMD runs without DetShare after a WARNING line on its stderr.
+func TestRunWithTierOnHostWithoutGPUFollowsPolicyAndLeavesNothing(t *testing.T) {
+	e := newRunEnv(t)
+	noGPU := func(args ...string) *exec.Cmd {
+		cmd := e.detshare(args...)
+		cmd.Env = append(cmd.Env, "DETSHARE_SIMGPU=0", "DETSHARE_CONFIG="+filepath.Join(e.dir, "config.toml"),
+			"DETSHARE_BIN="+filepath.Join(e.dir, "must-not-run"))
+		return cmd
+	}
+	marker := filepath.Join(e.dir, "ran")
+	cmd := noGPU("run", "--tier", "latency-critical", "--sm", "32", "--", "touch", marker)
+	out, err := cmd.CombinedOutput()
+	if code := exitCode(t, cmd, err); code != 125 || !strings.Contains(string(out), "refused") ||
+		!strings.Contains(string(out), "no GPU") || !strings.Contains(string(out), "fail_open") {
+		t.Errorf("default policy: exit %d %q; want 125 naming the missing GPU and the fail_open key", code, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("CMD ran although refused")
+	}
+	if _, err := os.Stat(e.runDir); err == nil {
+		t.Error("run directory left behind by a refused tenant")
+	}
+	cmd = e.detshare("run", "--tier", "burstable", "--lib", filepath.Join(e.dir, "nope.so"), "--", "touch", marker)
+	cmd.Env = append(cmd.Env, "DETSHARE_CONFIG="+filepath.Join(e.dir, "config.toml"))
+	out, err = cmd.CombinedOutput()
+	if code := exitCode(t, cmd, err); code != 125 || !strings.Contains(string(out), "libdetshare.so not readable") {
+		t.Errorf("library missing: exit %d %q; want 125 naming the library", code, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("CMD ran although the library is missing")
+	}
+	os.WriteFile(filepath.Join(e.dir, "config.toml"), []byte("[tenants]\nfail_open = true\n"), 0o644)
+	cmd = noGPU("run", "--tier", "latency-critical", "--", "sh", "-c", `echo "preload=$LD_PRELOAD"`)
+	out, err = cmd.CombinedOutput()
+	if code := exitCode(t, cmd, err); code != 0 || !strings.Contains(string(out), "detshare: WARNING: this tenant asked for DetShare but runs WITHOUT it") ||
+		!strings.Contains(string(out), "preload=\n") {
+		t.Errorf("fail_open: exit %d %q", code, out)
+	}
+	if _, err := os.Stat(e.runDir); err == nil {
+		t.Error("run directory left behind under fail-open")
 	}
 }

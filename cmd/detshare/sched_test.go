@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -78,14 +79,28 @@ func TestStatusJSON(t *testing.T) {
 	if err != nil || !strings.Contains(human, "simulated GPU, test double") || !strings.Contains(human, "tenants keep their last grants") && !strings.Contains(human, "not running") {
 		t.Fatalf("status: %v\n%s", err, human)
 	}
-	_, err = captureRun(t, "--run-dir", filepath.Join(dir, "missing"), "status")
-	if err == nil || !strings.Contains(err.Error(), "missing") {
-		t.Fatalf("missing run dir: %v", err)
+	for _, cmd := range []string{"status", "top"} {
+		_, err = captureRun(t, "--run-dir", filepath.Join(dir, "missing"), cmd)
+		msg := fmt.Sprint(err)
+		if err == nil || strings.Count(msg, filepath.Join(dir, "missing")) != 1 || !strings.Contains(msg, "detshare sched") ||
+			!strings.Contains(msg, "--run-dir") {
+			t.Fatalf("%s without a table: %q; want the path once and what to do", cmd, msg)
+		}
 	}
 }
 
 func TestTopFits80ColumnsAndRefreshesInPlace(t *testing.T) {
 	dir := viewRunDir(t)
+	// Not a terminal (a pipe): plain frames, no escape codes, nothing cut.
+	plain, err := captureRun(t, "--run-dir", dir, "top", "--interval", "50ms", "-n", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain, "\x1b") || strings.Count(plain, "DetShare top") != 2 {
+		t.Fatalf("top to a pipe must print plain frames without escape codes: %q", plain)
+	}
+	defer func(f func() (int, bool)) { stdoutTerminal = f }(stdoutTerminal)
+	stdoutTerminal = func() (int, bool) { return 80, true }
 	out, err := captureRun(t, "--run-dir", dir, "top", "--interval", "50ms", "-n", "2")
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +115,7 @@ func TestTopFits80ColumnsAndRefreshesInPlace(t *testing.T) {
 			t.Errorf("line wider than 80 columns (%d): %q", len([]rune(l)), l)
 		}
 	}
-	for _, want := range []string{"SIMULATED  132 SMs/15 grp  MPS unknown  none", "an-extremely-long~", "train", "LC", "BE", "32/32", "40.0G", "BUSY%", "LAUNCH/s", "QDLY"} {
+	for _, want := range []string{"132 SMs/15 grp  MPS unknown  none", "an-extremely-long~", "train", "LC", "BE", "32/32", "40.0G", "BUSY%", "LAUNCH/s", "QDLY"} {
 		if !strings.Contains(frame, want) {
 			t.Errorf("frame lacks %q:\n%s", want, frame)
 		}
@@ -119,11 +134,16 @@ func TestRenderTopWidthWithManyTenants(t *testing.T) {
 			GrantedSMs: 132, GuaranteedSMs: 132, BusyPct: 100, LaunchesSec: 12345678, MemUsed: 1 << 50, MemLimit: 1 << 50, QueueDelayMaxNs: 1 << 40})
 	}
 	var b strings.Builder
-	renderTop(&b, nil, s)
+	renderTop(&b, nil, s, 80)
 	for _, l := range strings.Split(b.String(), "\n") {
 		if len(l) > 80 {
 			t.Errorf("line wider than 80 columns (%d): %q", len(l), l)
 		}
+	}
+	b.Reset()
+	renderTop(&b, nil, s, 0) // not a terminal: the GPU name is never cut
+	if !strings.Contains(b.String(), s.GPUs[0].Name) {
+		t.Errorf("GPU name cut:\n%s", b.String())
 	}
 }
 
@@ -178,5 +198,13 @@ func TestSchedCommand(t *testing.T) {
 	out, err := e.detshare("sched", "--config", cfg).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "forever") {
 		t.Fatalf("bad config: %v\n%s", err, out)
+	}
+}
+
+func TestUnknownCommandNamesTheAllowedOnes(t *testing.T) {
+	_, err := captureRun(t, "frobnicate")
+	if err == nil || strings.Contains(err.Error(), "No help topic") || !strings.Contains(err.Error(), `unknown command "frobnicate"`) ||
+		!strings.Contains(err.Error(), "sched") {
+		t.Fatalf("unknown command: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/detshare/detshare/sched/table"
 	"github.com/detshare/detshare/sched/view"
 )
 
@@ -29,9 +30,9 @@ func statusCommand() *cli.Command {
 			if c.Duration("interval") < 0 {
 				return cli.Exit(fmt.Sprintf("--interval %s: must be >= 0", c.Duration("interval")), 2)
 			}
-			t, err := view.Open(runDir)
+			t, err := openView(runDir)
 			if err != nil {
-				return cli.Exit(err.Error(), 1)
+				return err
 			}
 			defer t.Close()
 			snap := view.Take(t)
@@ -52,8 +53,24 @@ func statusCommand() *cli.Command {
 	}
 }
 
+// openView opens runDir's table read-only for status and top; without one it says once what is missing and what
+// to do.
+func openView(runDir string) (*table.Table, error) {
+	if !view.RunDirExists(runDir) {
+		return nil, cli.Exit(fmt.Sprintf("no DetShare table in %s: no scheduler has run and no tenant has registered there.\n"+
+			"Start the scheduler (systemctl enable --now detshare-sched, or: sudo detshare sched), or start a tenant "+
+			"(detshare run --tier burstable -- CMD, or a container with the detshare runtime); "+
+			"if DetShare uses another run directory, pass --run-dir.", runDir), 1)
+	}
+	t, err := view.Open(runDir)
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 1)
+	}
+	return t, nil
+}
+
 func printStatus(w io.Writer, s view.Snapshot) {
-	state := "not running"
+	state := "not running (start it: systemctl start detshare-sched, or sudo detshare sched)"
 	if s.Scheduler.Alive {
 		state = fmt.Sprintf("pid %d, epoch %d, heartbeat %.1fs ago", s.Scheduler.PID, s.Scheduler.Epoch, s.Scheduler.HeartbeatAge)
 	} else if s.Scheduler.PID != 0 {

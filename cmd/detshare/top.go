@@ -11,14 +11,30 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/detshare/detshare/sched/view"
 )
 
 func init() { commands = append(commands, topCommand()) }
 
-// topWidth is the terminal width top is laid out for.
+// topWidth is the width top is laid out for when the terminal does not say its own.
 const topWidth = 80
+
+// stdoutTerminal is terminalWidth; tests replace it.
+var stdoutTerminal = terminalWidth
+
+// terminalWidth returns stdout's terminal width and whether stdout is a terminal at all.
+func terminalWidth() (int, bool) {
+	ws, err := unix.IoctlGetWinsize(int(os.Stdout.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0, false
+	}
+	if ws.Col == 0 {
+		return topWidth, true
+	}
+	return int(ws.Col), true
+}
 
 func topCommand() *cli.Command {
 	return &cli.Command{
@@ -33,11 +49,12 @@ func topCommand() *cli.Command {
 			if iv < 50*time.Millisecond {
 				return cli.Exit(fmt.Sprintf("--interval %s: allowed values are >= 50ms", iv), 2)
 			}
-			t, err := view.Open(c.String("run-dir"))
+			t, err := openView(c.String("run-dir"))
 			if err != nil {
-				return cli.Exit(err.Error(), 1)
+				return err
 			}
 			defer t.Close()
+			width, tty := stdoutTerminal()
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
 			prev := view.Take(t)
@@ -50,9 +67,12 @@ func topCommand() *cli.Command {
 				cur := view.Take(t)
 				view.Rates(&prev, &cur)
 				var b strings.Builder
-				renderTop(&b, &prev, cur)
-				// Home, frame with each line cleared to its end, then clear below: refresh in place without flicker.
-				out := "\x1b[H" + strings.ReplaceAll(b.String(), "\n", "\x1b[K\n") + "\x1b[J"
+				renderTop(&b, &prev, cur, width)
+				out := b.String() + "\n" // not a terminal (a pipe, a file): plain frames, one after the other
+				if tty {
+					// Home, frame with each line cleared to its end, then clear below: refresh in place without flicker.
+					out = "\x1b[H" + strings.ReplaceAll(b.String(), "\n", "\x1b[K\n") + "\x1b[J"
+				}
 				io.WriteString(os.Stdout, out)
 				prev = cur
 				if it := c.Int("iterations"); it > 0 && n >= it {
@@ -66,8 +86,9 @@ func topCommand() *cli.Command {
 var tierShort = map[string]string{"latency-critical": "LC", "burstable": "BU", "best-effort": "BE"}
 var roleShort = map[string]string{"prefill": "pre", "decode": "dec", "none": "-"}
 
-// renderTop lays out one frame in at most topWidth columns.
-func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot) {
+// renderTop lays out one frame in at most width columns (0: no limit).
+func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
+	line := func(w io.Writer, s string) { clip(w, s, width) }
 	sched := "scheduler DOWN (fail-static)"
 	if s.Scheduler.Alive {
 		sched = fmt.Sprintf("sched pid %d ep %d", s.Scheduler.PID, s.Scheduler.Epoch)
@@ -85,14 +106,9 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot) {
 			sim = " SIMULATED"
 		}
 		line(w, "")
-		// The name gives way so that the facts (SMs, MPS, mode) always fit.
-		head := fmt.Sprintf("GPU %d ", g.Index)
-		tail := fmt.Sprintf("%s  %d SMs/%d grp  MPS %s  %s", sim, g.SMs, len(g.Groups), g.MPS, g.Mode)
-		name := g.Name
-		if room := topWidth - len(head) - len(tail); len(name) > room {
-			name = name[:max(room-1, 0)] + "~"
-		}
-		line(w, head+name+tail)
+		// The full name on its own line, the facts on the next: neither is cut at 80 columns.
+		line(w, fmt.Sprintf("GPU %d  %s%s", g.Index, g.Name, sim))
+		line(w, fmt.Sprintf("  %d SMs/%d grp  MPS %s  %s", g.SMs, len(g.Groups), g.MPS, g.Mode))
 		line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5s %8s %15s %8s %5s", "TENANT", "T", "ROL", "SM g/q", "BUSY%", "LAUNCH/s", "MEM used/quota", "QDLY ms", "SLO%"))
 		for _, t := range s.Tenants {
 			if t.GPU != g.Index {
@@ -126,9 +142,9 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot) {
 	}
 }
 
-func line(w io.Writer, s string) {
-	if len(s) > topWidth {
-		s = s[:topWidth]
+func clip(w io.Writer, s string, width int) {
+	if width > 0 && len(s) > width {
+		s = s[:width]
 	}
 	fmt.Fprintln(w, s)
 }

@@ -246,18 +246,25 @@ func TestCreateRollsBackWhenRuncFails(t *testing.T) {
 	assertNoTenantFiles(t, e.runDir)
 }
 
-func TestCreateFailsOpenWhenDetShareIsBroken(t *testing.T) {
-	e := setup(t, `{"process":{"env":["DETSHARE_TIER=best-effort"]},"root":{"path":"rootfs"}}`)
-	code, out := e.run(t, []string{"DETSHARE_LIB=/nonexistent/libdetshare.so"}, "create", "--bundle", e.bundle, "c1")
+func TestCreateRefusesOrFailsOpenLoudlyWhenDetShareIsBroken(t *testing.T) {
+	e := setup(t, `{"process":{"env":["DETSHARE_TIER=latency-critical","DETSHARE_SMS=8"]},"root":{"path":"rootfs"}}`)
+	noLib := "DETSHARE_LIB=/nonexistent/libdetshare.so"
+	code, out := e.run(t, []string{noLib, "DETSHARE_CONFIG=/nonexistent/config.toml"}, "create", "--bundle", e.bundle, "c1")
+	if code == 0 || e.runcArgs() != "" || !strings.Contains(out, "refused") || !strings.Contains(out, "libdetshare.so not readable") {
+		t.Fatalf("default: exit %d, runc %q (%s); want a refusal naming the library and runc not run", code, e.runcArgs(), out)
+	}
+	conf := filepath.Join(e.dir, "config.toml")
+	os.WriteFile(conf, []byte("[tenants]\nfail_open = true\n"), 0o644)
+	code, out = e.run(t, []string{noLib, "DETSHARE_CONFIG=" + conf}, "create", "--bundle", e.bundle, "c1")
 	if code != 0 || e.runcArgs() == "" {
-		t.Fatalf("exit %d (%s): a DetShare failure must let the container run unshared", code, out)
+		t.Fatalf("fail_open: exit %d (%s): the container must run unshared", code, out)
 	}
-	if !strings.Contains(out, "runs unshared") {
-		t.Errorf("no warning about running unshared: %q", out)
+	if !strings.Contains(out, "detshare: WARNING: this tenant asked for DetShare but runs WITHOUT it") {
+		t.Errorf("no notice on the container's stderr: %q", out)
 	}
-	code, out = e.run(t, []string{"DETSHARE_LIB=/nonexistent/libdetshare.so"}, "--detshare-fail-closed", "create", "--bundle", e.bundle, "c2")
+	code, out = e.run(t, []string{noLib, "DETSHARE_CONFIG=" + conf}, "--detshare-fail-closed", "create", "--bundle", e.bundle, "c2")
 	if code == 0 || !strings.Contains(out, "DETSHARE_LIB") {
-		t.Errorf("fail-closed: exit %d, %q; want a refusal naming DETSHARE_LIB", code, out)
+		t.Errorf("--detshare-fail-closed over fail_open: exit %d, %q; want a refusal naming DETSHARE_LIB", code, out)
 	}
 }
 

@@ -43,7 +43,7 @@ func ConfigFor(inv Invocation) (Config, error) {
 		c.Hook.HookPath = v
 	}
 	if _, ok := inv.Own[FlagFailClosed]; ok {
-		c.Hook.FailClosed = true
+		c.Hook.FailOpen = false
 	}
 	if v, ok := inv.Own[FlagDockerRoot]; ok {
 		c.DockerRoot = v
@@ -162,6 +162,11 @@ func create(cfg Config, inv Invocation) int {
 	if err != nil {
 		reportError(inv, err)
 		return 1
+	}
+	if p.FailedOpen != nil {
+		// `runc create` runs with the container's stdio (containerd's runc shim hands it the container's pipes
+		// when there is no terminal), so this line is the first of the container's stderr.
+		fmt.Fprint(os.Stderr, hook.Notice(p.FailedOpen))
 	}
 	code := runChild(cfg.Runc, inv.RuncArgs)
 	switch {

@@ -36,7 +36,9 @@ func TenantMounts(t Tenant) []Mount {
 		BindMount(p.Doorbell(), table.ContainerDoorbellPath, true),
 	}
 	if t.MPSPipeDir != "" {
-		ms = append(ms, BindMount(t.MPSPipeDir, table.ContainerMPSPipeDir, true))
+		// Read-only: a client only connects to the daemon's sockets (allowed on a read-only mount); a writable
+		// directory let any container delete them, which restarts the daemon under every tenant of the GPU.
+		ms = append(ms, BindMount(t.MPSPipeDir, table.ContainerMPSPipeDir, false))
 	}
 	return ms
 }

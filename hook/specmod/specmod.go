@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/detshare/detshare/internal/atomicfile"
+	"github.com/detshare/detshare/internal/quote"
 )
 
 // Spec is an OCI runtime spec held as generic JSON.
@@ -244,7 +245,7 @@ func AddMounts(mounts ...Mount) Modifier {
 	return ModifierFunc(func(s *Spec) error {
 		for _, mt := range mounts {
 			if !filepath.IsAbs(mt.Destination) {
-				return fmt.Errorf("mount destination %q: must be an absolute path", mt.Destination)
+				return fmt.Errorf("mount destination %s: must be an absolute path", quote.Q(mt.Destination))
 			}
 		}
 		a, err := array(s.m, "mounts")
@@ -407,7 +408,7 @@ func SetAnnotations(kv map[string]string) Modifier {
 func SetEnv(key, value string) Modifier {
 	return ModifierFunc(func(s *Spec) error {
 		if key == "" || strings.Contains(key, "=") {
-			return fmt.Errorf("env key %q: must be non-empty and contain no '='", key)
+			return fmt.Errorf("env key %s: must be non-empty and contain no '='", quote.Q(key))
 		}
 		p, err := object(s.m, "process")
 		if err != nil {

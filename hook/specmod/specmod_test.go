@@ -107,7 +107,7 @@ func TestForTenantAddsMountsHookAnnotationIdempotently(t *testing.T) {
 		table.ContainerTablePath:      {"/run/detshare/table", false},
 		table.ContainerClientPagePath: {"/run/detshare/clients/c1.page", true},
 		table.ContainerDoorbellPath:   {"/run/detshare/doorbell", true},
-		table.ContainerMPSPipeDir:     {"/run/detshare/mps/gpu0/pipe", true},
+		table.ContainerMPSPipeDir:     {"/run/detshare/mps/gpu0/pipe", false},
 	}
 	seen := map[string]int{}
 	for _, m := range s.Mounts() {

@@ -176,6 +176,22 @@ func TestCtrRunAnnotationsDeregisterOnExit(t *testing.T) {
 	e.assertNoLeak(t, id)
 }
 
+// A tenant cannot switch its quota off from its own environment (issue 13 item 2): with
+// DETSHARE_QUOTA_FILE=/nonexistent the library still reads the read-only quota file the hook mounted.
+func TestCtrEnvCannotSwitchOffQuota(t *testing.T) {
+	e := need(t)
+	id := "ds-ctr-envoff"
+	out, err := e.ctr("run", "--rm", "--runtime", shimRuntime, "--annotation", "detshare.io/memory=512MiB",
+		"--env", "DETSHARE_QUOTA_FILE=/nonexistent", imageRef, id, "sh", "-c", "simgpu-probe meminfo")
+	if err != nil {
+		t.Fatalf("ctr run: %v: %s", err, out)
+	}
+	if got := meminfoTotal(t, out); got != 512<<20 {
+		t.Errorf("with DETSHARE_QUOTA_FILE=/nonexistent the container sees %d bytes, want its 512 MiB quota", got)
+	}
+	e.assertNoLeak(t, id)
+}
+
 func TestCtrPlainContainerRunsAsUnderRunc(t *testing.T) {
 	e := need(t)
 	id := "ds-ctr-plain"

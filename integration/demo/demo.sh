@@ -74,8 +74,13 @@ command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
 # ---- build ---------------------------------------------------------------------------------------------------------
 if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
   say "building DetShare (make build)"
-  make -C "$repo" build >/dev/null 2>"${TMPDIR:-/tmp}/detshare-demo-build.err" ||
-    { tail -30 "${TMPDIR:-/tmp}/detshare-demo-build.err" >&2; die "make build failed"; }
+  build_err=$(mktemp "${TMPDIR:-/tmp}/detshare-demo-build.XXXXXX")
+  if ! make -C "$repo" build >/dev/null 2>"$build_err"; then
+    tail -30 "$build_err" >&2
+    rm -f "$build_err"
+    die "make build failed"
+  fi
+  rm -f "$build_err"
 fi
 build="${DETSHARE_BUILD_DIR:-$repo/build}"
 for f in bin/detshare bin/containerd-shim-detshare-v1 bin/detshare-hook lib/libdetshare.so lib/simgpu/libcuda.so.1 \
@@ -97,6 +102,14 @@ run_dir="$tmp/run"
 ctrd_pid="" sched_pid=""
 mkdir -p "$tmp/bin" "$run_dir" "$tmp/simgpu"
 ctr_() { ctr --address "$sock" --namespace "$ns" "$@"; }
+# containerd puts shim sockets in /run/containerd/s and runc state in /run/containerd/runc/<namespace> whatever its
+# own state directory; cleanup() removes what appears there during the demo once nothing listens on it.
+host_dirs=(/run/containerd /run/containerd/s /run/containerd/runc "/run/containerd/runc/$ns")
+new_dirs=()
+for d in "${host_dirs[@]}"; do [ -e "$d" ] || new_dirs+=("$d"); done
+old_socks=" $(ls /run/containerd/s 2>/dev/null | tr '\n' ' ') "
+old_fifos=" $(ls /run/containerd/fifo 2>/dev/null | tr '\n' ' ') "
+[ -e /run/containerd/fifo ] || new_dirs+=(/run/containerd/fifo)
 
 cleanup() {
   local rc=$?
@@ -126,6 +139,19 @@ cleanup() {
   # mounts containerd left below our directory (rootfs overlays, shm), deepest first
   awk -v d="$tmp" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  local s listening
+  listening=$(ss -xlH 2>/dev/null || true)
+  for s in /run/containerd/s/*; do
+    [ -S "$s" ] || continue
+    case "$old_socks" in *" ${s##*/} "*) continue ;; esac
+    case "$listening" in *"$s"*) ;; *) rm -f "$s" ;; esac
+  done
+  for s in /run/containerd/fifo/*; do # ctr's per-task fifo directories, empty once the tasks are gone
+    [ -d "$s" ] || continue
+    case "$old_fifos" in *" ${s##*/} "*) ;; *) rmdir "$s" 2>/dev/null || true ;; esac
+  done
+  local i
+  for ((i = ${#new_dirs[@]} - 1; i >= 0; i--)); do rmdir "${new_dirs[$i]}" 2>/dev/null || true; done
   if [ $keep = 1 ]; then echo "demo: --keep: $tmp kept" >&2; else rm -rf "$tmp"; fi
   exit $rc
 }

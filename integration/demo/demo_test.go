@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/detshare/detshare/integration/hostleft"
 )
 
 func script(t *testing.T) string {
@@ -32,6 +34,12 @@ func need(t *testing.T) {
 			t.Fatalf("%s not found: apt-get install containerd runc busybox-static (or DETSHARE_SKIP_DEMO=1)", tool)
 		}
 	}
+	// The demo's leftover check must not see another engine suite running beside it.
+	release, err := hostleft.Exclusive()
+	if err != nil {
+		t.Fatalf("take the engine-suite lock %s: %v", hostleft.LockPath, err)
+	}
+	t.Cleanup(release)
 }
 
 // demoCmd runs demo.sh as CI does: --yes, no terminal, prebuilt tree (make test builds first).
@@ -114,6 +122,7 @@ func TestDemoCIMode(t *testing.T) {
 // with and without DetShare.
 func runDemoCI(t *testing.T) (d99, s99 float64, s string) {
 	t.Helper()
+	before := hostleft.Take()
 	cmd := demoCmd(t, "--duration", "3")
 	out, err := cmd.CombinedOutput()
 	s = string(out)
@@ -125,6 +134,9 @@ func runDemoCI(t *testing.T) (d99, s99 float64, s string) {
 		t.Fatalf("demo output does not name its private containerd socket:\n%s", s)
 	}
 	waitClean(t, m[1])
+	if left := hostleft.Left(before); len(left) > 0 {
+		t.Errorf("the demo left on the host: %v", left)
+	}
 	for _, want := range []string{"SIMULATED GPU (a test double", "Results on the SIMULATED GPU (test double)",
 		"detshare top", "lc-detshare", "be-detshare"} {
 		if !strings.Contains(s, want) {
@@ -146,6 +158,7 @@ func runDemoCI(t *testing.T) (d99, s99 float64, s string) {
 // scheduler, mounts and the temporary directory.
 func TestDemoCtrlCCleansUp(t *testing.T) {
 	need(t)
+	before := hostleft.Take()
 	cmd := demoCmd(t, "--duration", "20")
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
@@ -184,4 +197,7 @@ func TestDemoCtrlCCleansUp(t *testing.T) {
 		t.Errorf("demo did not say it was cleaning up:\n%s", buf.String())
 	}
 	waitClean(t, m[1])
+	if left := hostleft.Left(before); len(left) > 0 {
+		t.Errorf("the interrupted demo left on the host: %v", left)
+	}
 }

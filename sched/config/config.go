@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -18,11 +19,64 @@ import (
 // DefaultPath is where `detshare sched` reads its configuration unless --config says otherwise.
 const DefaultPath = "/etc/detshare/config.toml"
 
+// EnvPath names another configuration file (all DetShare components honour it).
+const EnvPath = "DETSHARE_CONFIG"
+
+// PathFromEnv is $DETSHARE_CONFIG, else DefaultPath.
+func PathFromEnv() string {
+	if p := os.Getenv(EnvPath); p != "" {
+		return p
+	}
+	return DefaultPath
+}
+
 // Config is the whole file.
 type Config struct {
 	Scheduler Scheduler `toml:"scheduler"`
 	MPS       MPS       `toml:"mps"`
 	Metrics   Metrics   `toml:"metrics"`
+	Tenants   Tenants   `toml:"tenants"`
+}
+
+// Tenants is the host's policy for tenants: what happens to one that asked for DetShare and cannot get it, and the
+// ceilings on what a tenant may claim for itself (docs/threat-model-quota.md). The container components (shim, runc
+// wrapper, hook) and `detshare run` read it too, not only the scheduler. A tenant writes its weight and tier in
+// labels, annotations or flags it controls; above the ceilings only the host's consent counts: the tenant's ID
+// matching a pattern of Trusted.
+type Tenants struct {
+	// FailOpen: a tenant whose quota names any DetShare key (tier, SMs, memory, …) but cannot get DetShare (table
+	// or run directory full, library missing, no GPU, no scheduler) runs unshared with a warning on its stderr and
+	// a count in detshare_fail_open_total, instead of being refused (the default).
+	FailOpen  bool     `toml:"fail_open"`
+	MaxWeight uint32   `toml:"max_weight"` // weight used for a tenant asking for more (1..10000)
+	MaxTier   string   `toml:"max_tier"`   // best-effort | burstable | latency-critical
+	Trusted   []string `toml:"trusted"`    // tenant IDs (path.Match globs) allowed above the ceilings
+	// DemandWindow: a tenant whose page says it has queued work counts as busy only while the counters the library
+	// increments (launches, busy time, queued work) moved within this window.
+	DemandWindow Duration `toml:"demand_window"`
+}
+
+// TierRank orders the tier names of tenants.max_tier: best-effort 0, burstable 1, latency-critical 2.
+func TierRank(tier string) (int, error) {
+	switch tier {
+	case "best-effort":
+		return 0, nil
+	case "burstable":
+		return 1, nil
+	case "latency-critical":
+		return 2, nil
+	}
+	return 0, fmt.Errorf("%q: allowed values are best-effort, burstable, latency-critical", tier)
+}
+
+// Trusts reports whether the host consented to tenant id going above the ceilings.
+func (t Tenants) Trusts(id string) bool {
+	for _, p := range t.Trusted {
+		if ok, err := path.Match(p, id); err == nil && ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Scheduler holds the policy and the loop's timings.
@@ -78,6 +132,7 @@ func Default() Config {
 			BEFloor: o.Floor, GateDepth: o.GateDepth, GateBudget: Duration{o.GateBudget}, PowerNearLimit: 0.92},
 		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
 		Metrics: Metrics{Listen: ""},
+		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second}},
 	}
 }
 
@@ -102,7 +157,7 @@ func Parse(name string, data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit}, mps.{enable,control}, metrics.listen)", name, und[0].String())
+		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit}, mps.{enable,control}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window})", name, und[0].String())
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
@@ -128,6 +183,7 @@ func (c Config) Validate() error {
 		{"scheduler.tick", c.Scheduler.Tick.Duration, time.Millisecond, 10 * time.Second},
 		{"scheduler.reap_every", c.Scheduler.ReapEvery.Duration, 10 * time.Millisecond, time.Second},
 		{"scheduler.latency_slo", c.Scheduler.LatencySLO.Duration, time.Microsecond, time.Minute},
+		{"tenants.demand_window", c.Tenants.DemandWindow.Duration, 100 * time.Millisecond, time.Minute},
 		{"scheduler.gate_budget", c.Scheduler.GateBudget.Duration, 10 * time.Microsecond, time.Second},
 	} {
 		if d.v < d.lo || d.v > d.hi {
@@ -136,6 +192,17 @@ func (c Config) Validate() error {
 	}
 	if c.Scheduler.MaxQuantum.Duration < c.Scheduler.Quantum.Duration {
 		return fmt.Errorf("scheduler.max_quantum = %s: must be >= scheduler.quantum (%s)", c.Scheduler.MaxQuantum, c.Scheduler.Quantum)
+	}
+	if c.Tenants.MaxWeight < 1 || c.Tenants.MaxWeight > 10000 {
+		return fmt.Errorf("tenants.max_weight = %d: allowed values are 1..10000", c.Tenants.MaxWeight)
+	}
+	if _, err := TierRank(c.Tenants.MaxTier); err != nil {
+		return fmt.Errorf("tenants.max_tier = %w", err)
+	}
+	for _, p := range c.Tenants.Trusted {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return fmt.Errorf("tenants.trusted: %q is not a pattern (shell glob of tenant IDs, e.g. \"prod-*\")", p)
+		}
 	}
 	if c.Scheduler.BEFloor < 1 || c.Scheduler.BEFloor > 64 {
 		return fmt.Errorf("scheduler.be_floor = %d: allowed values are 1..64 (SM groups)", c.Scheduler.BEFloor)

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -18,14 +19,14 @@ func TestExampleFileIsTheDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c != Default() {
+	if !reflect.DeepEqual(c, Default()) {
 		t.Fatalf("configs/detshare/config.toml differs from Default():\n%+v\n%+v", c, Default())
 	}
 }
 
 func TestMissingFileGivesDefaults(t *testing.T) {
 	c, err := Load(filepath.Join(t.TempDir(), "none.toml"))
-	if err != nil || c != Default() {
+	if err != nil || !reflect.DeepEqual(c, Default()) {
 		t.Fatal(c, err)
 	}
 }
@@ -47,6 +48,10 @@ func TestParse(t *testing.T) {
 		{"[scheduler]\nquantum = \"60ms\"", "scheduler.max_quantum = 50ms: must be >= scheduler.quantum (60ms)"},
 		{"[scheduler]\npolcy = \"x\"", `unknown key "scheduler.polcy"`},
 		{"[mps]\ncontrol = \"\"", "mps.control"},
+		{"[tenants]\nmax_weight = 0", "tenants.max_weight = 0: allowed values are 1..10000"},
+		{"[tenants]\nmax_tier = \"gold\"", `tenants.max_tier = "gold": allowed values are best-effort, burstable, latency-critical`},
+		{"[tenants]\ntrusted = [\"[\"]", `tenants.trusted: "[" is not a pattern`},
+		{"[tenants]\ndemand_window = \"1ms\"", "tenants.demand_window = 1ms: allowed values are 100ms..1m0s"},
 	}
 	for _, b := range bad {
 		_, err := Parse("t", []byte(b.in))
@@ -65,5 +70,23 @@ func TestUnreadableFile(t *testing.T) {
 	os.WriteFile(p, []byte("[scheduler"), 0o644)
 	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) {
 		t.Fatalf("syntax error must name the file: %v", err)
+	}
+}
+
+func TestTenantCeilings(t *testing.T) {
+	c, err := Parse("t", []byte("[tenants]\nmax_weight = 10\nmax_tier = \"burstable\"\ntrusted = [\"prod-*\", \"ops\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Tenants.MaxWeight != 10 || c.Tenants.MaxTier != "burstable" {
+		t.Fatalf("%+v", c.Tenants)
+	}
+	for id, want := range map[string]bool{"prod-a": true, "ops": true, "dev-a": false, "prod": false, "": false} {
+		if got := c.Tenants.Trusts(id); got != want {
+			t.Errorf("Trusts(%q) = %v, want %v", id, got, want)
+		}
+	}
+	if Default().Tenants.Trusts("anything") {
+		t.Error("the default configuration trusts a tenant")
 	}
 }

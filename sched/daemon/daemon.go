@@ -21,6 +21,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/metrics"
@@ -58,11 +59,13 @@ const orphanChecks = 3
 
 // Scheduler is a running leader.
 type Scheduler struct {
-	opts  Options
-	t     *table.Table
-	lock  *os.File
-	mps   *mps.Manager
-	pages map[int]*page // slot -> mapped client page of the current generation
+	opts    Options
+	t       *table.Table
+	lock    *os.File
+	mps     *mps.Manager
+	pages   map[int]*page        // slot -> mapped client page of the current generation
+	demand  map[int]*demandState // slot -> the library counters last seen (trust.go); loop only
+	mpsWake chan struct{}        // a registration changed: the MPS watcher re-applies the memory limits at once
 	// gpus is written by the loop (a GPU recorded later by a registration) and read by the MPS watcher.
 	gpusMu sync.Mutex
 	gpus   map[int]*gpuState
@@ -95,6 +98,8 @@ type gpuState struct {
 	holdGen uint32
 	until   time.Time
 	orphans map[int]int // MPS client PID -> consecutive checks matching no tenant (MPS watcher only)
+	memCap  uint64      // server-side per-client memory limit applied (MPS watcher only; capUnset before)
+	memSet  bool
 	// board power (dynamic.go: powerLoop writes, the loop reads)
 	board     atomic.Pointer[gpuinfo.Board]
 	powerNear atomic.Bool
@@ -152,7 +157,7 @@ func New(opts Options) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Scheduler{opts: opts, lock: lock, pages: map[int]*page{}, gpus: map[int]*gpuState{}, cfg: opts.Config,
+	s := &Scheduler{opts: opts, lock: lock, pages: map[int]*page{}, demand: map[int]*demandState{}, mpsWake: make(chan struct{}, 1), gpus: map[int]*gpuState{}, cfg: opts.Config,
 		tenants: map[string]*TenantStats{}}
 	po := opts.Config.PolicyOptions()
 	s.popt.Store(&po)
@@ -314,6 +319,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				return
 			case <-tk.C:
 				s.checkMPS(s.gpuList())
+			case <-s.mpsWake:
+				s.checkMPS(s.gpuList())
 			}
 		}
 	}()
@@ -434,10 +441,12 @@ func (s *Scheduler) checkMPS(gpus []*gpuState) {
 				continue
 			}
 			g.daemon = d
+			g.memSet = false
 			_ = s.t.SetMPS(g.index, table.MPSRunning, table.ModeSpatial, d.PipeDir)
 			g.mode.Store(table.ModeSpatial)
 			continue
 		}
+		s.applyMemCap(g)
 		if !s.mps.Simulated {
 			s.terminateOrphans(g)
 			if _, err := s.mps.RestartIdleFailedServers(g.daemon); err != nil {
@@ -462,13 +471,15 @@ func (s *Scheduler) terminateOrphans(g *gpuState) {
 			continue
 		}
 		pg := cl.Page()
-		for i := range pg.Procs {
-			p := &pg.Procs[i]
-			if st := atomic.LoadUint32(&p.State); st == table.ProcLive || st == table.ProcClaiming {
-				known[table.ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
-					StartTime: atomic.LoadUint64(&p.StartTime)}] = true
+		_ = table.Guard("MPS clients of "+r.ID, func() { // the tenant may truncate its page meanwhile
+			for i := range pg.Procs {
+				p := &pg.Procs[i]
+				if st := atomic.LoadUint32(&p.State); st == table.ProcLive || st == table.ProcClaiming {
+					known[table.ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
+						StartTime: atomic.LoadUint64(&p.StartTime)}] = true
+				}
 			}
-		}
+		})
 		cl.Close()
 	}
 	seen := map[int]bool{}
@@ -529,7 +540,11 @@ func (s *Scheduler) pageOf(reg table.Registration) *table.Client {
 	if err != nil {
 		return nil
 	}
-	if pg := cl.Page(); pg.Slot != uint32(reg.Slot) || pg.SlotGen != reg.Gen {
+	mine := false
+	if err := table.Guard("client page of "+reg.ID, func() {
+		pg := cl.Page()
+		mine = pg.Slot == uint32(reg.Slot) && pg.SlotGen == reg.Gen
+	}); err != nil || !mine {
 		cl.Close()
 		return nil
 	}
@@ -543,6 +558,10 @@ func (s *Scheduler) registrations() []table.Registration {
 	gen := s.t.Generation()
 	if !s.regsOK || gen != s.regGen {
 		s.regs, s.regGen, s.regsOK = s.t.List(), gen, true
+		select {
+		case s.mpsWake <- struct{}{}:
+		default:
+		}
 	}
 	return s.regs
 }
@@ -551,15 +570,25 @@ func (s *Scheduler) decide(now time.Time) {
 	regs := s.registrations()
 	live := make(map[int]bool, len(regs))
 	byGPU := map[int][]tenantRow{}
+	tcfg := s.Config().Tenants
 	for _, r := range regs {
 		live[r.Slot] = true
-		row := tenantRow{reg: r}
+		row := tenantRow{reg: s.ceilings(r, tcfg)}
 		if cl := s.pageOf(r); cl != nil {
 			pg := cl.Page()
-			row.demand = atomic.LoadUint32(&pg.Demand)
-			row.seq = atomic.LoadUint32(&pg.DemandSeq)
-			row.since = atomic.LoadUint64(&pg.DemandSinceNs)
-			row.lat = readLatency(pg)
+			if err := table.Guard("demand of "+r.ID, func() {
+				row.demand = s.observedDemand(r, pg, now, tcfg.DemandWindow.Duration)
+				row.seq = atomic.LoadUint32(&pg.DemandSeq)
+				row.since = atomic.LoadUint64(&pg.DemandSinceNs)
+				row.lat = readLatency(pg)
+			}); err != nil {
+				// The tenant truncated its own page: it loses its demand hint (keeps its guarantee and current
+				// grant); the page is mapped again, size-checked, at the next pass.
+				logrus.WithError(err).WithField("id", r.ID).Warn("client page truncated by its tenant; demand ignored")
+				row = tenantRow{reg: s.ceilings(r, tcfg)}
+				cl.Close()
+				delete(s.pages, r.Slot)
+			}
 		}
 		row.grant, _ = s.t.ReadGrant(r.Slot)
 		byGPU[r.GPU] = append(byGPU[r.GPU], row)
@@ -568,6 +597,11 @@ func (s *Scheduler) decide(now time.Time) {
 		if !live[slot] {
 			p.cl.Close()
 			delete(s.pages, slot)
+		}
+	}
+	for slot := range s.demand {
+		if !live[slot] {
+			delete(s.demand, slot)
 		}
 	}
 	s.forgetGone(regs)
@@ -764,8 +798,8 @@ func (s *Scheduler) MetricsSource() metrics.Source {
 		}
 		ex := metrics.Extra{Passes: s.stats.Passes.Load(), GrantChanges: s.stats.GrantChanges.Load(),
 			Reaped: s.stats.Reaped.Load(), TokenHandoffs: s.stats.TokenHandoffs.Load(), Reloads: s.stats.Reloads.Load(),
-			LastPassSeconds: float64(s.stats.LastPassNs.Load()) / 1e9,
-			SLOViolations:   map[string]uint64{}, Reasons: map[string]string{}}
+			LastPassSeconds: float64(s.stats.LastPassNs.Load()) / 1e9, FailOpens: failopen.Count(s.opts.RunDir),
+			SLOViolations: map[string]uint64{}, Reasons: map[string]string{}}
 		for id, st := range s.TenantStats() {
 			ex.SLOViolations[id] = st.SLOViolations
 			ex.Reasons[id] = st.Reason

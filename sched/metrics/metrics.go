@@ -24,7 +24,10 @@ import (
 // Extra are the counters only the scheduler process knows.
 type Extra struct {
 	Passes, GrantChanges, Reaped, TokenHandoffs, Reloads uint64
-	LastPassSeconds                                      float64
+	// FailOpens counts tenants that asked for DetShare and ran without it under [tenants] fail_open
+	// (<run dir>/fail-open.log, internal/failopen).
+	FailOpens       uint64
+	LastPassSeconds float64
 	// Per tenant ID.
 	SLOViolations map[string]uint64
 	Reasons       map[string]string
@@ -68,6 +71,7 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	nf("detshare_scheduler_reaped_total", "counter", "dead processes, tenants and registrations cleaned up").add(float64(ex.Reaped))
 	nf("detshare_scheduler_token_handoffs_total", "counter", "temporal tokens handed over").add(float64(ex.TokenHandoffs))
 	nf("detshare_scheduler_reloads_total", "counter", "configuration reloads (SIGHUP)").add(float64(ex.Reloads))
+	nf("detshare_fail_open_total", "counter", "tenants that asked for DetShare and ran without it (host policy fail_open)").add(float64(ex.FailOpens))
 	nf("detshare_scheduler_last_pass_seconds", "gauge", "duration of the last decision pass").add(ex.LastPassSeconds)
 
 	gsm := nf("detshare_gpu_sms", "gauge", "SMs of the GPU")

@@ -118,3 +118,14 @@ func TestDashboardUsesExportedMetrics(t *testing.T) {
 		t.Fatalf("dashboard uses only %d metrics", used)
 	}
 }
+
+// Tenants that ran without DetShare under [tenants] fail_open are counted where operators look (issue 13 item 6).
+func TestFailOpenCounterExported(t *testing.T) {
+	var b strings.Builder
+	if err := Write(&b, view.Snapshot{}, Extra{FailOpens: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "# TYPE detshare_fail_open_total counter\ndetshare_fail_open_total 3\n") {
+		t.Errorf("no fail-open counter:\n%s", b.String())
+	}
+}

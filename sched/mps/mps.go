@@ -174,6 +174,52 @@ func (m *Manager) Command(d *Daemon, line string) (string, error) {
 	return out.String(), nil
 }
 
+// SimMemLimitFile holds, in a simulated MPS pipe directory, the server-side per-client device-memory limit in bytes
+// (the simulated GPU enforces it per process, as the MPS server does).
+const SimMemLimitFile = "pinned_mem_limit"
+
+// SetClientMemLimit sets, server-side, the device memory each future client of d may hold: for servers not yet
+// started (set_default_device_pinned_mem_limit) and for running ones (set_device_pinned_mem_limit). Unlike
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in a client's environment, a client cannot raise it. bytes 0 removes the limit
+// (the simulated daemon) or sets it to total (a real one: MPS has no command to clear it). Clients already
+// connected keep the limit they started with.
+func (m *Manager) SetClientMemLimit(d *Daemon, bytes, total uint64) error {
+	if m.Simulated {
+		f := filepath.Join(d.PipeDir, SimMemLimitFile)
+		if bytes == 0 {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("simulated MPS memory limit for GPU %d: %w", d.GPU, err)
+			}
+			return nil
+		}
+		if err := os.WriteFile(f, []byte(strconv.FormatUint(bytes, 10)+"\n"), 0o644); err != nil {
+			return fmt.Errorf("simulated MPS memory limit for GPU %d: %w", d.GPU, err)
+		}
+		return nil
+	}
+	if bytes == 0 {
+		bytes = total
+	}
+	if bytes == 0 {
+		return nil
+	}
+	v := strconv.FormatUint((bytes+(1<<20)-1)>>20, 10) + "M"
+	// the daemon sees its GPU only (CUDA_VISIBLE_DEVICES=<uuid>): device 0
+	if _, err := m.Command(d, "set_default_device_pinned_mem_limit 0 "+v); err != nil {
+		return err
+	}
+	servers, err := m.Servers(d)
+	if err != nil {
+		return err
+	}
+	for _, srv := range servers {
+		if _, err := m.Command(d, fmt.Sprintf("set_device_pinned_mem_limit %d 0 %s", srv, v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Servers lists the MPS server PIDs of d.
 func (m *Manager) Servers(d *Daemon) ([]int, error) {
 	out, err := m.Command(d, "get_server_list")

@@ -154,19 +154,22 @@ func (pl *Placer) measure(gpus []table.GPUState) map[int]Pressure {
 		measured := false
 		if cl, err := table.OpenClientPageReadOnly(r.ClientPagePath); err == nil {
 			pg := cl.Page()
-			if pg.Slot == uint32(r.Slot) && pg.SlotGen == r.Gen {
-				b := atomic.LoadUint64(&pg.BusyNs)
-				for i := range pg.Procs {
-					if atomic.LoadUint32(&pg.Procs[i].State) == table.ProcLive {
-						b = max(b, atomic.LoadUint64(&pg.Procs[i].BusyNs))
+			// A tenant may truncate its page under us: a fault only loses this tenant's measurement.
+			_ = table.Guard("load of "+r.ID, func() {
+				if pg.Slot == uint32(r.Slot) && pg.SlotGen == r.Gen {
+					b := atomic.LoadUint64(&pg.BusyNs)
+					for i := range pg.Procs {
+						if atomic.LoadUint32(&pg.Procs[i].State) == table.ProcLive {
+							b = max(b, atomic.LoadUint64(&pg.Procs[i].BusyNs))
+						}
+					}
+					used = atomic.LoadUint64(&pg.MemUsed)
+					if age > time.Second && (b > 0 || used > 0) {
+						busy = min(1, float64(b)/float64(age))
+						measured = true
 					}
 				}
-				used = atomic.LoadUint64(&pg.MemUsed)
-				if age > time.Second && (b > 0 || used > 0) {
-					busy = min(1, float64(b)/float64(age))
-					measured = true
-				}
-			}
+			})
 			cl.Close()
 		}
 		if !measured { // no history yet: count it by its role

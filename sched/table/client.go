@@ -180,6 +180,10 @@ func (c *Client) SetBusy(i int, busy bool) bool {
 		return false
 	}
 	if busy {
+		// as in the library, a process turns busy at a launch, which it counts: the scheduler believes demand only
+		// while these counters move (sched/daemon trust.go)
+		atomic.AddUint64(&p.Launches, 1)
+		atomic.AddUint64(&p.Queued, 1)
 		return c.adjustDemand(+1)
 	}
 	return c.adjustDemand(-1)

@@ -1,11 +1,13 @@
 package table
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,18 +78,22 @@ func (t *Table) RingDoorbell() {
 	}
 }
 
-// RingDoorbell bumps d.seq and wakes every waiter.
+// RingDoorbell bumps d.seq and wakes every waiter. A doorbell truncated by a tenant is not rung (Guard).
 func RingDoorbell(d *Doorbell) {
-	atomic.AddUint32(&d.Seq, 1)
-	_, _ = FutexWake(&d.Seq, wakeAll)
+	// Everything touching d stays inside Guard: even taking &d.Seq probes d (the compiler's nil check reads it).
+	_ = Guard("ring doorbell", func() {
+		atomic.AddUint32(&d.Seq, 1)
+		_, _ = FutexWake(&d.Seq, wakeAll)
+	})
 }
 
-// DoorbellSeq returns the current doorbell sequence (0 when there is no doorbell).
+// DoorbellSeq returns the current doorbell sequence (0 when there is no doorbell or it was truncated).
 func (t *Table) DoorbellSeq() uint32 {
+	var seq uint32
 	if d := t.Doorbell(); d != nil {
-		return atomic.LoadUint32(&d.Seq)
+		_ = Guard("read doorbell", func() { seq = atomic.LoadUint32(&d.Seq) })
 	}
-	return 0
+	return seq
 }
 
 // WaitDoorbell waits (scheduler side) until the doorbell sequence differs from seen or timeout passes, and returns
@@ -98,6 +104,19 @@ func (t *Table) WaitDoorbell(seen uint32, timeout time.Duration) (uint32, bool, 
 		time.Sleep(timeout)
 		return seen, false, nil
 	}
-	changed, err := waitChange(&d.Seq, seen, timeout)
-	return atomic.LoadUint32(&d.Seq), changed, err
+	var changed bool
+	var err error
+	if gerr := Guard("wait on doorbell", func() { changed, err = waitChange(&d.Seq, seen, timeout) }); gerr != nil ||
+		errors.Is(err, unix.EFAULT) {
+		// A tenant truncated the doorbell (the read faulted, or the kernel could not reach the word): give it its
+		// size back and sleep out this wait; the caller's timeout-driven pass still runs (fail-static).
+		if _, rerr := t.RepairDoorbell(); rerr != nil {
+			logrus.WithError(rerr).Warn("doorbell damaged and not repaired; waiting by timeout")
+		} else {
+			logrus.WithField("path", t.paths.Doorbell()).Warn("doorbell was truncated by a tenant; repaired")
+		}
+		time.Sleep(timeout)
+		return seen, false, nil
+	}
+	return t.DoorbellSeq(), changed, err
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/detshare/detshare/internal/quote"
 )
 
 // GPUInfo is what discovery (NVML in sched/gpuinfo, or the simulated GPU) knows about one GPU.
@@ -235,7 +237,7 @@ func DiscoverSimGPUs(env []string) ([]GPUInfo, error) {
 		}
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n < lo || n > hi {
-			return 0, fmt.Errorf("%s=%q: must be an integer in %d..%d", key, v, lo, hi)
+			return 0, fmt.Errorf("%s=%s: must be an integer in %d..%d", key, quote.Q(v), lo, hi)
 		}
 		return n, nil
 	}

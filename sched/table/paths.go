@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+
+	"github.com/detshare/detshare/internal/quote"
 )
 
 // DefaultRunDir is where the table lives unless DETSHARE_RUN_DIR or --run-dir say otherwise.
@@ -93,8 +95,8 @@ var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 // plain file name that fits ds_container.id.
 func ValidateID(id string) error {
 	if len(id) == 0 || len(id) > IDLen-1 || !idRE.MatchString(id) {
-		return fmt.Errorf("%w %q: must be 1..%d characters of A-Z a-z 0-9 _ . - and start with a letter or digit",
-			ErrInvalidID, id, IDLen-1)
+		return fmt.Errorf("%w %s: must be 1..%d characters of A-Z a-z 0-9 _ . - and start with a letter or digit",
+			ErrInvalidID, quote.Q(id), IDLen-1)
 	}
 	return nil
 }

@@ -41,15 +41,24 @@ func (t *Table) Reap() (ReapReport, error) {
 			logrus.WithError(err).WithField("id", reg.ID).Debug("reap: client page")
 			continue
 		}
-		if cl.Page().Slot == uint32(reg.Slot) && cl.Page().SlotGen == reg.Gen {
-			np, b := cl.ReapDeadProcesses(ps)
-			rep.Processes += np
-			rep.BytesCredited += b
-			if np > 0 {
-				logrus.WithFields(logrus.Fields{"id": reg.ID, "processes": np, "bytes": b}).Info("reaped dead processes")
+		var np int
+		var b uint64
+		// The tenant may truncate its page at any moment (even between the size check and here): Guard.
+		err = Guard("reap "+reg.ID, func() {
+			if cl.Page().Slot == uint32(reg.Slot) && cl.Page().SlotGen == reg.Gen {
+				np, b = cl.ReapDeadProcesses(ps)
 			}
-		}
+		})
 		cl.Close()
+		if err != nil {
+			logrus.WithError(err).WithField("id", reg.ID).Warn("reap: client page truncated by its tenant")
+			continue
+		}
+		rep.Processes += np
+		rep.BytesCredited += b
+		if np > 0 {
+			logrus.WithFields(logrus.Fields{"id": reg.ID, "processes": np, "bytes": b}).Info("reaped dead processes")
+		}
 	}
 	return rep, nil
 }

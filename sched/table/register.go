@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -362,7 +363,7 @@ func (t *Table) createClientPage(reg Registration) error {
 	for i := range cp.Procs {
 		cp.Procs[i].HeartbeatNs = now // see ReapDeadProcesses: a stuck claim is judged by heartbeat age
 	}
-	if err := os.MkdirAll(t.paths.ClientsDir(), RunDirMode); err != nil {
+	if err := os.MkdirAll(t.paths.ClientsDir(), ClientsDirMode); err != nil {
 		return fmt.Errorf("create clients directory: %w", err)
 	}
 	if err := writeNewFile(reg.ClientPagePath, ClientPageMode, b); err != nil {
@@ -396,6 +397,16 @@ func (t *Table) reapDeadTenantsLocked() []string {
 			continue
 		}
 		id := cString(c.ID[:])
+		// The owner (`detshare run`) died, but the command it started may live on (kill -9 of the owner does not
+		// reach it). Freeing the slot now would let a newcomer reuse it while the orphan still runs on it: the slot
+		// is kept until the last of its processes is gone (issue 13 item 5).
+		if n := t.liveProcessesLocked(slot, id); n > 0 {
+			if _, seen := orphansLogged.LoadOrStore([2]uint32{uint32(slot), atomic.LoadUint32(&c.Gen)}, true); !seen {
+				logrus.WithFields(logrus.Fields{"id": id, "slot": slot, "owner_pid": c.OwnerPID, "processes": n}).
+					Warn("owner of host tenant died; its slot is kept until its remaining processes exit")
+			}
+			continue
+		}
 		logrus.WithFields(logrus.Fields{"id": id, "slot": slot, "owner_pid": c.OwnerPID}).
 			Info("reaping host tenant whose owner died")
 		atomic.StoreUint32(&c.State, SlotDraining)
@@ -403,4 +414,40 @@ func (t *Table) reapDeadTenantsLocked() []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// orphansLogged holds the (slot, generation) pairs whose kept-for-orphans warning this process already logged.
+var orphansLogged sync.Map
+
+// liveProcessesLocked counts the processes of slot's client page that are still alive (a page that cannot be
+// read counts as none: nothing can be proven to use the slot).
+func (t *Table) liveProcessesLocked(slot int, id string) int {
+	if ValidateID(id) != nil {
+		return 0
+	}
+	cl, err := OpenClientPageReadOnly(t.paths.ClientPage(id))
+	if err != nil {
+		return 0
+	}
+	defer cl.Close()
+	c := t.Container(slot)
+	n := 0
+	_ = Guard("processes of "+id, func() {
+		pg := cl.Page()
+		if pg.Slot != uint32(slot) || pg.SlotGen != atomic.LoadUint32(&c.Gen) {
+			return
+		}
+		for i := range pg.Procs {
+			p := &pg.Procs[i]
+			if st := atomic.LoadUint32(&p.State); st != ProcLive && st != ProcClaiming {
+				continue
+			}
+			id := ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
+				StartTime: atomic.LoadUint64(&p.StartTime), HostPID: atomic.LoadUint64(&p.HostPID)}
+			if IsProcessAlive(id) {
+				n++
+			}
+		}
+	})
+	return n
 }

@@ -21,10 +21,14 @@ var ErrCorrupt = errors.New("detshare table corrupt")
 
 // File modes of the run directory (only root on the host writes the table; tenants ring the doorbell).
 const (
-	RunDirMode     os.FileMode = 0o755
-	TableMode      os.FileMode = 0o644
-	DoorbellMode   os.FileMode = 0o666
-	ClientPageMode os.FileMode = 0o644
+	RunDirMode   os.FileMode = 0o755
+	TableMode    os.FileMode = 0o644
+	DoorbellMode os.FileMode = 0o666
+	// A client page is writable by every user (a container's processes may drop to any user and must keep their
+	// tenant's page), and reachable on the host only by root: ClientsDirMode. A container sees only its own page,
+	// through its bind mount, which needs no access to the host directory.
+	ClientPageMode os.FileMode = 0o666
+	ClientsDirMode os.FileMode = 0o700
 	QuotaFileMode  os.FileMode = 0o644
 )
 
@@ -44,6 +48,10 @@ func Create(runDir string) (*Table, error) {
 		if err := os.MkdirAll(d, RunDirMode); err != nil {
 			return nil, fmt.Errorf("create run directory %s: %w", d, err)
 		}
+	}
+	// Also for a run directory made by an older DetShare (clients/ 0755 and pages 0644 then).
+	if err := os.Chmod(p.ClientsDir(), ClientsDirMode); err != nil {
+		return nil, fmt.Errorf("create run directory %s: %w", p.ClientsDir(), err)
 	}
 	unlock, err := lockFile(p.Lock())
 	if err != nil {

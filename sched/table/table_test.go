@@ -31,7 +31,7 @@ func TestCreateLayoutAndPermissions(t *testing.T) {
 	tb := newTable(t)
 	p := tb.Paths()
 	for path, mode := range map[string]os.FileMode{p.Dir: 0o755 | os.ModeDir, p.Table(): 0o644, p.Doorbell(): 0o666,
-		p.ClientsDir(): 0o755 | os.ModeDir, p.TenantsDir(): 0o755 | os.ModeDir} {
+		p.ClientsDir(): 0o700 | os.ModeDir, p.TenantsDir(): 0o755 | os.ModeDir} {
 		st, err := os.Stat(path)
 		if err != nil {
 			t.Fatal(err)
@@ -130,7 +130,7 @@ func TestRegisterLifecycle(t *testing.T) {
 		t.Error("generation not bumped")
 	}
 	st, err := os.Stat(reg.ClientPagePath)
-	if err != nil || st.Mode() != 0o644 || st.Size() != ClientPageSize {
+	if err != nil || st.Mode() != ClientPageMode || st.Size() != ClientPageSize {
 		t.Fatalf("client page: %v %v", st, err)
 	}
 	cl, err := OpenClientPage(reg.ClientPagePath)

@@ -196,29 +196,40 @@ func Take(t *table.Table) Snapshot {
 		v.GateDepth, v.GateBudgetUs = t.Gate(r.Slot)
 		if cl, err := table.OpenClientPageReadOnly(r.ClientPagePath); err == nil {
 			p := cl.Page()
-			if p.Slot == uint32(r.Slot) && p.SlotGen == r.Gen {
-				v.Demand = atomic.LoadUint32(&p.Demand)
-				v.Launches = atomic.LoadUint64(&p.Launches)
-				v.BusyNs = atomic.LoadUint64(&p.BusyNs)
-				v.MemUsed = atomic.LoadUint64(&p.MemUsed)
-				v.OOMRefusals = atomic.LoadUint64(&p.OOMRefusals)
-				v.QueueDelayNs = atomic.LoadUint64(&p.QueueDelayNs)
-				v.QueueDelayMaxNs = atomic.LoadUint64(&p.QueueDelayMaxNs)
-				latency(&v, p)
-				v.Processes = cl.LiveProcesses()
-				// Live processes count their own launches (the page holds those of processes that left);
-				// per-process busy time is more up to date than the page total.
-				var launches, busy uint64
-				for i := range p.Procs {
-					if atomic.LoadUint32(&p.Procs[i].State) == table.ProcLive {
-						launches += atomic.LoadUint64(&p.Procs[i].Launches)
-						busy += atomic.LoadUint64(&p.Procs[i].BusyNs)
+			v0 := v
+			// A tenant may truncate its page under us: a fault only loses this tenant's counters.
+			if table.Guard("client page of "+r.ID, func() {
+				if p.Slot == uint32(r.Slot) && p.SlotGen == r.Gen {
+					v.Demand = atomic.LoadUint32(&p.Demand)
+					v.Launches = atomic.LoadUint64(&p.Launches)
+					v.BusyNs = atomic.LoadUint64(&p.BusyNs)
+					v.MemUsed = atomic.LoadUint64(&p.MemUsed)
+					v.OOMRefusals = atomic.LoadUint64(&p.OOMRefusals)
+					v.QueueDelayNs = atomic.LoadUint64(&p.QueueDelayNs)
+					v.QueueDelayMaxNs = atomic.LoadUint64(&p.QueueDelayMaxNs)
+					latency(&v, p)
+					v.Processes = cl.LiveProcesses()
+					// Live processes count their own launches (the page holds those of processes that left);
+					// per-process busy time is more up to date than the page total.
+					var launches, busy uint64
+					for i := range p.Procs {
+						if atomic.LoadUint32(&p.Procs[i].State) == table.ProcLive {
+							launches += atomic.LoadUint64(&p.Procs[i].Launches)
+							busy += atomic.LoadUint64(&p.Procs[i].BusyNs)
+						}
+					}
+					v.Launches += launches
+					if busy > v.BusyNs {
+						v.BusyNs = busy
+					}
+					// The library adds a busy period to busy_ns only when it ends (the process drains): a tenant busy
+					// without pause would read 0% busy between two frames. Count the running period up to now.
+					if since := atomic.LoadUint64(&p.DemandSinceNs); v.Demand > 0 && since > 0 && s.TakenNs > since {
+						v.BusyNs += s.TakenNs - since
 					}
 				}
-				v.Launches += launches
-				if busy > v.BusyNs {
-					v.BusyNs = busy
-				}
+			}) != nil {
+				v = v0
 			}
 			cl.Close()
 		}

@@ -8,8 +8,8 @@ import (
 	"github.com/detshare/detshare/sched/table"
 )
 
-// newTable is a run directory with one simulated GPU (a test double), closed at the end of the test.
-func newTable(t *testing.T) (string, *table.Table) {
+// newTable creates a table on one simulated GPU (a test double) with one tenant registered as req.
+func newTable(t *testing.T, req table.RegisterRequest) (string, *table.Table, table.Registration) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "run")
 	tb, err := table.Create(dir)
@@ -18,16 +18,16 @@ func newTable(t *testing.T) (string, *table.Table) {
 	}
 	t.Cleanup(func() { tb.Close() })
 	tb.SetGPUs([]table.GPUInfo{{Index: 0, UUID: "SIM-view", Name: "simulated GPU (test double)", SMCount: 64, MemTotal: 1 << 30}})
-	return dir, tb
-}
-
-func TestTakeAndRates(t *testing.T) {
-	dir, tb := newTable(t)
-	reg, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Role: table.RoleDecode, Weight: 2,
-		SMGroups: 2, SMs: 16, MemLimit: 1 << 20, Lend: true})
+	reg, err := tb.Register(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, tb, reg
+}
+
+func TestTakeAndRates(t *testing.T) {
+	dir, tb, reg := newTable(t, table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Role: table.RoleDecode, Weight: 2,
+		SMGroups: 2, SMs: 16, MemLimit: 1 << 20, Lend: true})
 	tb.PublishGrant(reg.Slot, table.Grant{Groups: 0x3, SMs: 16, Mode: table.ModeSpatial})
 	cl, err := table.OpenClientPage(reg.ClientPagePath)
 	if err != nil {
@@ -56,7 +56,8 @@ func TestTakeAndRates(t *testing.T) {
 		v.GrantMode != "spatial" || v.MemUsed != 4096 || v.MemLimit != 1<<20 || v.Demand != 1 || v.Processes != 1 || v.GuaranteedSMs != 16 {
 		t.Fatalf("tenant %+v", v)
 	}
-	// Rates: 50 ms later with 10 more launches and 25 ms busy.
+	// Rates: 50 ms later with 10 more launches and a 25 ms busy period that has ended.
+	cl.SetBusy(i, false)
 	p := &cl.Page().Procs[i]
 	p.Launches += 10
 	p.BusyNs += uint64(25 * time.Millisecond)
@@ -72,15 +73,40 @@ func TestTakeAndRates(t *testing.T) {
 	}
 }
 
-// The latency the library observed becomes P99 and SLO attainment for status, top and metrics; the gate the
-// scheduler set is shown with its waits.
-func TestLatencySLOAttainment(t *testing.T) {
-	dir, tb := newTable(t)
-	reg, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, SMGroups: 2,
-		SMs: 16, SLOP99Us: 5000, Pinned: true})
+// A tenant busy without pause has no completed busy period (the library adds one to busy_ns when it drains): the
+// running period must count, or BUSY% reads 0 while the tenant works (issue 15).
+func TestBusyPercentCountsTheRunningBusyPeriod(t *testing.T) {
+	dir, _, reg := newTable(t, table.RegisterRequest{ID: "busy", Tier: table.TierBestEffort, Weight: 1})
+	cl, err := table.OpenClientPage(reg.ClientPagePath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer cl.Close()
+	id, _ := table.SelfIdentity()
+	i, _ := cl.AttachProcess(id)
+	cl.SetBusy(i, true)
+	ro, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	prev := Take(ro)
+	for frame := 0; frame < 3; frame++ {
+		time.Sleep(30 * time.Millisecond)
+		cur := Take(ro)
+		Rates(&prev, &cur)
+		if b := cur.Tenants[0].BusyPct; b < 90 {
+			t.Fatalf("frame %d: %.1f%% busy for a tenant busy the whole time", frame, b)
+		}
+		prev = cur
+	}
+}
+
+// The latency the library observed becomes P99 and SLO attainment for status, top and metrics; the gate the
+// scheduler set is shown with its waits.
+func TestLatencySLOAttainment(t *testing.T) {
+	dir, tb, reg := newTable(t, table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Weight: 1,
+		SMGroups: 2, SMs: 16, SLOP99Us: 5000, Pinned: true})
 	if err := tb.SetGate(reg.Slot, 4, 300); err != nil {
 		t.Fatal(err)
 	}

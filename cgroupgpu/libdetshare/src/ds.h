@@ -58,6 +58,11 @@ void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
     HOOK(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                                                                   \
     HOOK(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1)                                                              \
     HOOK(cuMemCreate, cuMemCreate, 10020, 0)                                                                         \
+    HOOK(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0)                                                     \
+    HOOK(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0)                                                               \
+    HOOK(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0)                                                   \
+    HOOK(cuGraphAddNode, cuGraphAddNode, 12020, 0)                                                                   \
+    HOOK(cuGraphAddNode_v2, cuGraphAddNode, 12030, 0)                                                                \
     HOOK(cuMemRelease, cuMemRelease, 10020, 0)                                                                       \
     HOOK(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                                                                   \
     HOOK(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0)                                                               \
@@ -249,6 +254,8 @@ enum ds_op_kind { DS_OP_OP, DS_OP_SMOP, DS_OP_RECORD, DS_OP_WAIT, DS_OP_SYNC, DS
     X(cuStreamGetFlags)                                                                                              \
     X(cuStreamGetPriority)                                                                                           \
     X(cuThreadExchangeStreamCaptureMode)                                                                             \
+    X(cuStreamIsCapturing)                                                                                           \
+    X(cuStreamIsCapturing_ptsz)                                                                                      \
     X(cuEventCreate)                                                                                                 \
     X(cuEventQuery)                                                                                                  \
     X(cuGraphClone)                                                                                                  \
@@ -334,6 +341,14 @@ extern atomic_int ds_self_idx;
 struct ds_proc *ds_attach(void);
 void ds_detach(void);
 extern atomic_int ds_exiting; /* set when the process released its entry at exit */
+
+/* Truncated mappings (ds_guard.c): a SIGBUS in one of these regions replaces it with private memory (the table's
+ * copy keeps this tenant's last-seen entries) and sets its bit in ds_lost_mask; the process stays fail-static. */
+enum { DS_REGION_TABLE, DS_REGION_PAGE, DS_REGION_DOORBELL, DS_NREGIONS };
+extern atomic_uint ds_lost_mask;
+void ds_guard_region(int kind, const void *base, size_t len);
+void ds_guard_snapshot(void); /* copy this tenant's table entries (slow path: start-up and every new grant) */
+int ds_guard_install(void);
 
 /* Memory accounting (ds_mem.c). */
 uint64_t ds_mem_limit(void);

@@ -78,6 +78,7 @@ static _Atomic(struct gctx *) g_cur;     /* NULL: launch on the application stre
 static atomic_uint g_mode;               /* grant mode of the current grant */
 static atomic_int g_empty;               /* spatial grant without any group: launches wait for SMs */
 static atomic_int g_ungranted;           /* no grant published yet while a scheduler is alive */
+static atomic_int g_orphan;              /* the slot is no longer this process's tenant's: work is held */
 static bool scheduler_alive(void);
 static struct gctx g_ctxs[MAX_GCTX];
 static atomic_uint g_nctx;
@@ -434,6 +435,25 @@ static void regrant(uint32_t ep) {
         pthread_mutex_unlock(&g_lock);
         return;
     }
+    /* Is the slot still ours? Registration bumps the generation before it resets the grant, so a grant read
+     * before this load of the generation that belongs to a newcomer shows the newcomer's generation here. */
+    uint32_t gen = __atomic_load_n(&ds_t->ctr->gen, __ATOMIC_ACQUIRE);
+    uint32_t st = __atomic_load_n(&ds_t->ctr->state, __ATOMIC_ACQUIRE);
+    if (gen != ds_t->slot_gen || st == DS_SLOT_FREE || st == DS_SLOT_DRAINING) {
+        /* An orphan (its tenant deregistered or reaped while it ran): the grant in this slot is not its own, and
+         * running on any SMs would take them from tenants that own them. Its GPU work is held (launches, copies
+         * and memsets wait) until it exits; see docs/threat-model.md "Orphans". */
+        if (!atomic_exchange(&g_orphan, 1))
+            DS_LOG(DS_LOG_ERROR, "tenant %s left slot %d (generation %u, state %u; ours was generation %u): this "
+                                 "process belongs to no tenant any more, its GPU work is held until it exits",
+                   ds_t->id, ds_t->slot, gen, st, ds_t->slot_gen);
+        atomic_store(&g_empty, 1);
+        atomic_store(&g_mode, DS_MODE_NONE);
+        atomic_store_explicit(&g_epoch_seen, gr.epoch, memory_order_release);
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
+    ds_guard_snapshot();
     struct gctx *cur = NULL;
     if (gr.mode == DS_MODE_SPATIAL && learn_split_locked()) {
         uint64_t every = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
@@ -937,6 +957,10 @@ static void wait_for_sms(void) {
             regrant(ep);
         if (!atomic_load(&g_empty))
             break;
+        if (atomic_load(&g_orphan)) { /* never released: the slot will not become this tenant's again */
+            ds_futex_wait(&c->grant_epoch, ep, 1000000000ull);
+            continue;
+        }
         uint64_t now = ds_now_ns();
         if (now - t0 >= bound || !scheduler_alive()) {
             if (!atomic_exchange(&g_unthrottled_warned, 1))

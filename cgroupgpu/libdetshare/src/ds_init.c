@@ -125,7 +125,7 @@ static int parse_ul(const char *key, const char *v, unsigned long long max, unsi
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || !*v || *end || x > max || v[0] == '-') {
-        DS_LOG(DS_LOG_ERROR, "quota file: %s=%s is not an integer in 0..%llu", key, v, max);
+        DS_LOG(DS_LOG_ERROR, "quota file: %s=%.64s is not an integer in 0..%llu", key, v, max); /* bounded echo */
         return -1;
     }
     *out = x;
@@ -214,31 +214,115 @@ static int read_quota_file(const char *path, struct quota_file *q) {
 }
 
 /* Under MPS the driver enforces CUDA_MPS_PINNED_DEVICE_MEM_LIMIT itself: a backstop for code that escapes the
- * interposer. It must be in the environment before the driver initialises, hence the constructor. A value the
- * user set is kept (a client can only lower the server's limit anyway). The device ordinal is the process's view:
- * 0 in a container (it sees its GPU only) or when CUDA_VISIBLE_DEVICES selects it, else the table's index. */
+ * interposer. It must be in the environment before the driver initialises, hence the constructor. The host's value
+ * replaces whatever the tenant set (a client may raise a limit it sets itself; only the server-side limit the
+ * scheduler sets is out of its reach, docs/threat-model-quota.md). The device ordinal is the process's view: 0 in a
+ * container (it sees its GPU only) or when CUDA_VISIBLE_DEVICES selects it, else the table's index. */
 static void set_mps_backstop(uint64_t limit, int ordinal) {
     if (!limit)
         return;
     unsigned long long mib = (unsigned long long)((limit + (1ull << 20) - 1) >> 20);
     const char *cur = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
-    if (cur && *cur) {
-        DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT already set to %s; kept", cur);
-        return;
-    }
+    if (cur && *cur)
+        DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT set by the tenant is replaced by the host's limit");
     char v[64];
     snprintf(v, sizeof v, "%d=%lluM", ordinal, mib);
     setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", v, 1);
     DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s", v);
 }
 
-static void load_tenant(void) {
-    const char *path = getenv("DETSHARE_QUOTA_FILE");
-    if (!path || !*path) {
-        path = "/run/detshare/quota";
-        if (access(path, F_OK) != 0)
-            return; /* not a tenant: pure pass-through */
+/* ---------------------------------------------------------------------------------------------------------------
+ * Privilege drops (issue 13 item 7). The client page is writable by root only (0644 on the host, and bound as is
+ * into the container), so a process that drops to another user before it execs its program (setpriv, su, gosu,
+ * runuser) could no longer open it and would run without DetShare. A root process therefore keeps the page open,
+ * without close-on-exec, and names the descriptor in DETSHARE_CLIENT_PAGE_FD; the library in the program it execs
+ * maps that descriptor when opening the path is refused. It is accepted only if it is open read-write on the file
+ * the quota file names (same device and inode when the path can be stat'ed) and holds this tenant's slot and
+ * generation, so it can never give a process more than the page it was started with.
+ * ------------------------------------------------------------------------------------------------------------- */
+#define DS_PAGE_FD_ENV "DETSHARE_CLIENT_PAGE_FD"
+
+static int inherited_page_fd(const char *path) {
+    const char *v = getenv(DS_PAGE_FD_ENV);
+    if (!v || !*v)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long fd = strtol(v, &end, 10);
+    if (errno || *end || fd < 3 || fd > 1 << 20)
+        return -1;
+    struct stat fst, pst;
+    if (fstat((int)fd, &fst) != 0 || !S_ISREG(fst.st_mode))
+        return -1;
+    int fl = fcntl((int)fd, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) != O_RDWR)
+        return -1;
+    if (stat(path, &pst) == 0 && (pst.st_dev != fst.st_dev || pst.st_ino != fst.st_ino))
+        return -1;
+    return (int)fd;
+}
+
+static int map_inherited_page(const char *path, struct ds_client_page **out) {
+    int fd = inherited_page_fd(path);
+    if (fd < 0)
+        return -EACCES;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < sizeof **out)
+        return -DS_ECORRUPT;
+    void *p = mmap(NULL, sizeof **out, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    struct ds_client_page *cp = p;
+    if (cp->magic != DS_CLIENT_MAGIC || cp->abi_version != DS_TABLE_ABI_VERSION) {
+        munmap(p, sizeof *cp);
+        return -DS_ECORRUPT;
     }
+    *out = cp;
+    return 0;
+}
+
+/* Root only: keep the page open across exec for a program that drops privileges first (see above). */
+static void keep_page_for_exec(const char *path) {
+    if (geteuid() != 0 || inherited_page_fd(path) >= 0)
+        return;
+    int fd = open(path, O_RDWR);
+    if (fd < 0)
+        return;
+    if (fd < 3) { /* never take the place of a standard stream the program closed */
+        int hi = fcntl(fd, F_DUPFD, 3);
+        close(fd);
+        if (hi < 0)
+            return;
+        fd = hi;
+    }
+    char v[16];
+    snprintf(v, sizeof v, "%d", fd);
+    setenv(DS_PAGE_FD_ENV, v, 1);
+}
+
+/* The quota file the hook mounts read-only into every tenant container. When it exists it is the only source of
+ * the tenant's settings: DETSHARE_QUOTA_FILE is the tenant's own variable and must not switch DetShare off or
+ * point at a file of its choosing. The variable is honoured only where the fixed path does not exist, i.e. for host
+ * tenants started by `detshare run` (which could as well not load the library at all). */
+#define DS_QUOTA_FIXED_PATH "/run/detshare/quota"
+
+static const char *quota_path(bool *fixed) {
+    const char *env = getenv("DETSHARE_QUOTA_FILE");
+    *fixed = access(DS_QUOTA_FIXED_PATH, F_OK) == 0;
+    if (*fixed) {
+        if (env && *env && strcmp(env, DS_QUOTA_FIXED_PATH) != 0)
+            DS_LOG(DS_LOG_WARN, "DETSHARE_QUOTA_FILE ignored: the host's quota file %s is in force",
+                   DS_QUOTA_FIXED_PATH);
+        return DS_QUOTA_FIXED_PATH;
+    }
+    return env && *env ? env : NULL;
+}
+
+static void load_tenant(void) {
+    bool fixed = false;
+    const char *path = quota_path(&fixed);
+    if (!path)
+        return; /* not a tenant: pure pass-through */
     struct quota_file q;
     if (read_quota_file(path, &q) != 0) {
         DS_LOG(DS_LOG_ERROR, "quota file %s unusable; running without DetShare (no quota, no scheduling)", path);
@@ -263,6 +347,10 @@ static void load_tenant(void) {
     }
     struct ds_client_page *pg = NULL;
     rc = ds_client_map(q.client_page, &pg);
+    if (rc == -EACCES && map_inherited_page(q.client_page, &pg) == 0) {
+        rc = 0;
+        DS_LOG(DS_LOG_INFO, "client page %s mapped from the descriptor kept before a privilege drop", q.client_page);
+    }
     if (rc != 0) {
         DS_LOG(DS_LOG_ERROR, "client page %s: %s; running unshared", q.client_page,
                rc == -DS_EVERSION ? "another ABI version" : rc == -DS_ECORRUPT ? "bad magic or size" : strerror(-rc));
@@ -300,13 +388,22 @@ static void load_tenant(void) {
          * never see env edits made at create time, so the library exports the tenant's pipe directory itself
          * (before the driver initialises); a value the user set is kept. */
         const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
-        if (!pipe || !*pipe)
+        if (!pipe || !*pipe || fixed) /* in a container the host's pipe directory wins (its server sets the limit) */
             setenv("CUDA_MPS_PIPE_DIRECTORY", t->mps_pipe_dir, 1);
         bool host = (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
         const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
         set_mps_backstop(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED), host && !(cvd && *cvd) ? gpu : 0);
     }
+    keep_page_for_exec(q.client_page);
     ds_t = t;
+    ds_guard_snapshot();
+    ds_guard_region(DS_REGION_TABLE, h, DS_TABLE_SIZE);
+    ds_guard_region(DS_REGION_PAGE, pg, sizeof *pg);
+    if (db)
+        ds_guard_region(DS_REGION_DOORBELL, db, sizeof *db);
+    if ((rc = ds_guard_install()) != 0)
+        DS_LOG(DS_LOG_WARN, "SIGBUS handler not installed (%s): a truncated DetShare file would kill this process",
+               strerror(-rc));
     DS_LOG(DS_LOG_INFO, "tenant %s slot %d gpu %d memory limit %llu", t->id, t->slot, t->gpu,
            (unsigned long long)c->mem_limit);
     return;

@@ -7,7 +7,15 @@
  * Policy (docs/libdetshare.md): device allocations, pitch (pitch*height), managed memory (counted in full: it may
  * live on the device), stream-ordered/pool allocations (the bytes requested, from allocation to cuMemFreeAsync),
  * VMM physical allocations with a device location (cuMemCreate .. cuMemRelease), arrays and mipmapped arrays
- * (element size * extent, every level). Host and IPC-imported memory is not the tenant's device memory.
+ * (element size * extent, every level), graph memory-allocation nodes (bytesize, held until the process exits: the
+ * driver's graph memory pool keeps what it reserved until cuDeviceGraphMemTrim) and pool release thresholds (memory a
+ * pool may keep after frees: a reservation charged in full while it is set). Host and IPC-imported memory is not the
+ * tenant's device memory.
+ *
+ * The tenant-wide total lives in the client page, which every process of the tenant can write: it is the shared
+ * number the processes cooperate on, not a defence. Each process also keeps its own tally in private memory, so a
+ * tenant that zeroes its page cannot take more than the quota through the library in any one process; the backstop
+ * against processes that bypass the library is the MPS server-side limit (docs/threat-model-quota.md).
  */
 #include "ds.h"
 
@@ -22,7 +30,7 @@
  * Allocation tracking: what was charged for each pointer / handle, so that a free credits exactly that. A hash of
  * 4096 buckets under 64 striped locks: allocation paths may lock, the launch path never comes here.
  * ------------------------------------------------------------------------------------------------------------- */
-enum { K_PTR = 1, K_VMM = 2, K_ARRAY = 3, K_MIPMAP = 4 };
+enum { K_PTR = 1, K_VMM = 2, K_ARRAY = 3, K_MIPMAP = 4, K_POOL = 5, K_GRAPH = 6 };
 #define N_BUCKETS 4096u
 #define N_LOCKS 64u
 
@@ -86,7 +94,11 @@ void ds_track_unlock_all(void) {
     for (unsigned i = 0; i < N_LOCKS; i++)
         pthread_mutex_unlock(&g_locks[i]);
 }
+/* What this process charged, in its private memory (see the file comment): never above the limit. */
+static _Atomic uint64_t g_private_used;
+
 void ds_track_reset_child(void) {
+    atomic_store_explicit(&g_private_used, 0, memory_order_relaxed);
     for (unsigned b = 0; b < N_BUCKETS; b++) {
         struct node *n = g_buckets[b];
         while (n) {
@@ -103,10 +115,36 @@ void ds_track_reset_child(void) {
  * ------------------------------------------------------------------------------------------------------------- */
 uint64_t ds_mem_limit(void) { return atomic_load_explicit(A64(&ds_t->ctr->mem_limit), memory_order_relaxed); }
 
+static bool private_charge(uint64_t size, uint64_t limit) {
+    uint64_t old = atomic_load_explicit(&g_private_used, memory_order_relaxed), n;
+    do {
+        n = old + size;
+        if (limit && (n > limit || n < old))
+            return false;
+    } while (!atomic_compare_exchange_weak_explicit(&g_private_used, &old, n, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    return true;
+}
+
+static void private_uncharge(uint64_t size) {
+    uint64_t old = atomic_load_explicit(&g_private_used, memory_order_relaxed), n;
+    do {
+        n = old > size ? old - size : 0;
+    } while (!atomic_compare_exchange_weak_explicit(&g_private_used, &old, n, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+}
+
 bool ds_charge(uint64_t size) {
     struct ds_client_page *pg = ds_t->page;
     uint64_t limit = ds_mem_limit();
     int rc;
+    if (!private_charge(size, limit)) {
+        /* the shared total said it fits (or was rewritten by the tenant): this process alone would exceed it */
+        __atomic_fetch_add(&pg->oom_refusals, 1, __ATOMIC_RELAXED);
+        DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: this process alone holds %llu of %llu",
+               (unsigned long long)size, (unsigned long long)atomic_load(&g_private_used), (unsigned long long)limit);
+        return false;
+    }
     if (DS_LIKELY(ds_attach() != NULL)) {
         rc = ds_mem_charge(pg, atomic_load_explicit(&ds_self_idx, memory_order_relaxed), size, limit);
     } else {
@@ -122,6 +160,7 @@ bool ds_charge(uint64_t size) {
         } while (!__atomic_compare_exchange_n(&pg->mem_used, &old, old + size, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
     }
     if (rc != 0) {
+        private_uncharge(size);
         DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: tenant uses %llu of %llu", (unsigned long long)size,
                (unsigned long long)__atomic_load_n(&pg->mem_used, __ATOMIC_RELAXED), (unsigned long long)limit);
         return false;
@@ -132,6 +171,7 @@ bool ds_charge(uint64_t size) {
 void ds_uncharge(uint64_t size) {
     if (!size)
         return;
+    private_uncharge(size);
     int i = atomic_load_explicit(&ds_self_idx, memory_order_relaxed);
     if (i >= 0)
         ds_mem_uncharge(ds_t->page, i, size);
@@ -159,7 +199,8 @@ DS_EXPORT CUresult cuInit(unsigned int Flags) {
     return r;
 }
 
-/* Charge size, call the allocation, record key -> size, or credit back if the driver failed. */
+/* Charge size, call the allocation, record key -> size, or credit back if the driver failed. Kind 0: the charge is
+ * held (until the process exits), not recorded for a free. */
 #define CHARGED_CALL(kind, size, call, keyexpr)                                                                      \
     do {                                                                                                             \
         uint64_t sz_ = (size);                                                                                       \
@@ -172,7 +213,7 @@ DS_EXPORT CUresult cuInit(unsigned int Flags) {
             ds_uncharge(sz_);                                                                                        \
             return r_;                                                                                               \
         }                                                                                                            \
-        if (!track_add((kind), (uint64_t)(keyexpr), sz_))                                                            \
+        if ((kind) && !track_add((kind), (uint64_t)(keyexpr), sz_))                                                  \
             DS_LOG(DS_LOG_WARN, "allocation record lost (out of host memory): its free will not be credited");       \
         return r_;                                                                                                   \
     } while (0)
@@ -240,6 +281,17 @@ DS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 /* Stream-ordered allocations: charged at the call, credited when the free is enqueued. Both are operations on their
  * stream (ds_coro.c): a free first joins the kernels of the stream's physical stream, which may still use the
  * memory; kernels after an allocation wait for it. */
+static bool captured(CUstream s, int pt) {
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    PFN_cuStreamIsCapturing f = pt ? ds_real.cuStreamIsCapturing_ptsz : ds_real.cuStreamIsCapturing;
+    if (!f)
+        return false;
+    ds_depth++;
+    CUresult r = f(s, &st);
+    ds_depth--;
+    return r == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
 #define ASYNC_ALLOC(name, pt, args)                                                                                  \
     REAL_OR_FAIL(name);                                                                                              \
     if (PASS_THROUGH() || !dptr || !bytesize)                                                                        \
@@ -260,6 +312,10 @@ DS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
         ds_uncharge(sz_);                                                                                            \
         return r_;                                                                                                   \
     }                                                                                                                \
+    /* captured into a graph: a graph memory node, held like cuGraphAddMemAllocNode's (a captured free does not \
+     * give it back to the device) */                                                                              \
+    if (atomic_load_explicit(&ds_capturing, memory_order_relaxed) && captured(hStream, pt))                         \
+        return r_;                                                                                                   \
     if (!track_add(K_PTR, (uint64_t)*dptr, sz_))                                                                     \
         DS_LOG(DS_LOG_WARN, "allocation record lost (out of host memory): its free will not be credited");          \
     return r_;
@@ -304,16 +360,88 @@ DS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
     CHARGED_CALL(K_VMM, size, real(handle, size, prop, flags), *handle);
 }
 
+/* Release what was charged for (kind, key) once the driver freed it. */
+#define RELEASE_CALL(kind, key, call)                                                                                \
+    do {                                                                                                             \
+        if (PASS_THROUGH())                                                                                          \
+            return (call);                                                                                           \
+        ds_depth++;                                                                                                  \
+        CUresult r_ = (call);                                                                                        \
+        ds_depth--;                                                                                                  \
+        if (r_ == CUDA_SUCCESS)                                                                                      \
+            ds_uncharge(track_del((kind), (uint64_t)(key)));                                                         \
+        return r_;                                                                                                   \
+    } while (0)
+
 DS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     REAL_OR_FAIL(cuMemRelease);
-    if (PASS_THROUGH())
-        return real(handle);
+    RELEASE_CALL(K_VMM, handle, real(handle));
+}
+
+/* A pool's release threshold is memory the pool may keep after frees: a reservation charged in full while it is set.
+ * A threshold that does not fit in the tenant's room (cudaMallocAsync users often ask for UINT64_MAX) is lowered to
+ * 0 for the driver, so the pool gives freed memory back at the next synchronisation instead of keeping it unseen. */
+DS_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+    REAL_OR_FAIL(cuMemPoolSetAttribute);
+    if (PASS_THROUGH() || !pool || !value || attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD || !ds_mem_limit())
+        return real(pool, attr, value);
+    uint64_t want = *(const uint64_t *)value, old = track_del(K_POOL, (uint64_t)(uintptr_t)pool);
+    ds_uncharge(old);
+    uint64_t set = want;
+    if (want && !ds_charge(want)) {
+        DS_LOG(DS_LOG_INFO, "pool release threshold %llu does not fit in the memory quota; 0 is used",
+               (unsigned long long)want);
+        set = 0;
+    }
     ds_depth++;
-    CUresult r = real(handle);
+    CUresult r = real(pool, attr, &set);
     ds_depth--;
-    if (r == CUDA_SUCCESS)
-        ds_uncharge(track_del(K_VMM, handle));
+    if (r != CUDA_SUCCESS) {
+        /* the old threshold stays in force: keep it charged */
+        ds_uncharge(set);
+        if (old && ds_charge(old))
+            track_add(K_POOL, (uint64_t)(uintptr_t)pool, old);
+        return r;
+    }
+    if (set && !track_add(K_POOL, (uint64_t)(uintptr_t)pool, set))
+        DS_LOG(DS_LOG_WARN, "pool record lost (out of host memory): its reservation stays charged");
     return r;
+}
+
+DS_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+    REAL_OR_FAIL(cuMemPoolDestroy);
+    RELEASE_CALL(K_POOL, (uintptr_t)pool, real(pool));
+}
+
+/* Graph memory nodes: charged when the node is added and held until the process exits (the driver's graph memory
+ * pool keeps the memory across launches and frees until a trim; crediting earlier would let a tenant run past its
+ * quota through graphs). Captured cuMemAllocAsync becomes such a node too: see cuMemAllocAsync. */
+DS_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                          size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
+    REAL_OR_FAIL(cuGraphAddMemAllocNode);
+    if (PASS_THROUGH() || !nodeParams || !nodeParams->bytesize ||
+        nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    CHARGED_CALL(0, nodeParams->bytesize, real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams), 0);
+}
+
+/* The generic entry points add memory-allocation nodes too (cudaGraphAddNode, 12.2+). */
+#define ADD_NODE(call)                                                                                               \
+    if (PASS_THROUGH() || !nodeParams || nodeParams->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC ||                         \
+        !nodeParams->alloc.bytesize || nodeParams->alloc.poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)     \
+        return call;                                                                                                 \
+    CHARGED_CALL(0, nodeParams->alloc.bytesize, call, 0);
+
+DS_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                  size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    REAL_OR_FAIL(cuGraphAddNode);
+    ADD_NODE(real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
+}
+
+DS_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                     const void *edgeData, size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    REAL_OR_FAIL(cuGraphAddNode_v2);
+    ADD_NODE(real(phGraphNode, hGraph, dependencies, edgeData, numDependencies, nodeParams));
 }
 
 static uint64_t format_bytes(CUarray_format f) {

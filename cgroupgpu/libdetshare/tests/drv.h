@@ -36,6 +36,12 @@
     X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                                                                      \
     X(cuMemPoolCreate, cuMemPoolCreate, 11020, 0)                                                                    \
     X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0)                                                    \
+    X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0)                                                        \
+    X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0)                                                        \
+    X(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0)                                                                  \
+    X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0)                                                      \
+    X(cuGraphCreate, cuGraphCreate, 10000, 0)                                                                        \
+    X(cuGraphAddNode, cuGraphAddNode, 12020, 0)                                                                      \
     X(cuMemCreate, cuMemCreate, 10020, 0)                                                                            \
     X(cuMemRelease, cuMemRelease, 10020, 0)                                                                          \
     X(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                                                                      \

@@ -20,7 +20,12 @@
  *        mt:NxK (N threads, own streams / per-thread default streams, K axpy kernels each + a smid kernel) |
  *        appgreen:G (the application makes its own green context over 8-SM group G of a split and launches
  *        later kernels on a stream of it) |
- *        nvml (memory of GPU 0 through libnvidia-ml.so.1, found with dlopen + dlsym like nvidia-smi and pynvml)
+ *        nvml (memory of GPU 0 through libnvidia-ml.so.1, found with dlopen + dlsym like nvidia-smi and pynvml) |
+ *        poolthreshold:N (sets the release threshold of a pool of its own; prints the threshold the driver has) |
+ *        pooldestroy (destroys that pool) | graphmem:N (a new graph with one memory-allocation node of N bytes; graphnode:N adds it with the generic
+ *        cuGraphAddNode) |
+ *        rawalloc:N (a hostile tenant's bypass: cuMemAlloc_v2 resolved with glibc's own dlsym (dlvsym on libc's
+ *        handle), straight from libcuda's symbol table, so the interception library never sees the call)
  */
 #include "drv.h"
 
@@ -486,6 +491,57 @@ static int step(const char *s) {
             push(x);
             r = D.cuCtxSynchronize();
         }
+        printf("%s rc=%d\n", s, r);
+    } else if (sscanf(s, "poolthreshold:%llu", &a) == 1 || !strcmp(s, "pooldestroy")) {
+        static CUmemoryPool tpool;
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = g_dev;
+        r = tpool ? CUDA_SUCCESS : D.cuMemPoolCreate(&tpool, &props);
+        cuuint64_t v = a, got = 0;
+        if (r == CUDA_SUCCESS && !strcmp(s, "pooldestroy")) {
+            r = D.cuMemPoolDestroy(tpool);
+            tpool = NULL;
+            printf("%s rc=%d\n", s, r);
+        } else {
+            if (r == CUDA_SUCCESS)
+                r = D.cuMemPoolSetAttribute(tpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+            CUresult g = tpool ? D.cuMemPoolGetAttribute(tpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &got) : r;
+            printf("%s rc=%d get_rc=%d threshold=%llu\n", s, r, g, (unsigned long long)got);
+        }
+    } else if (sscanf(s, "rawalloc:%llu", &a) == 1) {
+        void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+        void *(*real_dlsym)(void *, const char *) =
+            libc ? (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
+        if (!real_dlsym && libc)
+            real_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        CUresult (*raw)(CUdeviceptr *, size_t) =
+            real_dlsym && h ? (CUresult(*)(CUdeviceptr *, size_t))real_dlsym(h, "cuMemAlloc_v2") : NULL;
+        CUdeviceptr p = 0;
+        r = raw ? raw(&p, a) : CUDA_ERROR_NOT_FOUND;
+        const char *name, *obj = obj_of((void *)raw, &name);
+        printf("%s rc=%d obj=%s\n", s, r, obj);
+    } else if (sscanf(s, "graphmem:%llu", &a) == 1 || sscanf(s, "graphnode:%llu", &a) == 1) {
+        CUgraph g = NULL;
+        CUgraphNode n = NULL;
+        CUDA_MEM_ALLOC_NODE_PARAMS p;
+        memset(&p, 0, sizeof p);
+        p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        p.poolProps.location.id = g_dev;
+        p.bytesize = a;
+        r = D.cuGraphCreate(&g, 0);
+        if (r == CUDA_SUCCESS && !strncmp(s, "graphnode:", 10)) {
+            CUgraphNodeParams gp;
+            memset(&gp, 0, sizeof gp);
+            gp.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+            gp.alloc = p;
+            r = D.cuGraphAddNode(&n, g, NULL, 0, &gp);
+        } else if (r == CUDA_SUCCESS)
+            r = D.cuGraphAddMemAllocNode(&n, g, NULL, 0, &p);
         printf("%s rc=%d\n", s, r);
     } else if (sscanf(s, "vmm:%llu", &a) == 1 || sscanf(s, "vmmhost:%llu", &a) == 1) {
         struct alloc x = {.kind = A_VMM};

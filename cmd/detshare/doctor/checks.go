@@ -11,12 +11,26 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/detshare/detshare/internal/failopen"
+	"github.com/detshare/detshare/internal/layout"
+	"github.com/detshare/detshare/sched/ensure"
 )
 
 // Env is what the checks look at; tests replace its parts.
 type Env struct {
-	// LibDir holds libdetshare.so and simgpu/ (default: ../lib next to the detshare binary).
+	// LibDir holds simgpu/, the simulated GPU (a test double) of a build tree.
 	LibDir string
+	// BinDir holds the detshare binary; `detshare run` preloads the library found next to it (internal/layout).
+	BinDir string
+	// DockerConfig and ContainerdConfig are the engines' configuration files (containerd's imports and
+	// conf.d/*.toml next to it are read too).
+	DockerConfig, ContainerdConfig string
+	// RunDir is DetShare's run directory; SchedulerRunning tells whether a scheduler leads it.
+	RunDir           string
+	SchedulerRunning func(runDir string) bool
 	// Simulated selects the simulated GPU (test double) instead of the NVIDIA driver.
 	Simulated bool
 	// LookPath and Output run host tools; Output returns combined output.
@@ -47,9 +61,14 @@ type GPU struct {
 // DefaultEnv inspects the real host.
 func DefaultEnv(libDir string, simulated bool) Env {
 	return Env{
-		LibDir:    libDir,
-		Simulated: simulated,
-		LookPath:  exec.LookPath,
+		LibDir:           libDir,
+		BinDir:           layout.BinDir(),
+		DockerConfig:     "/etc/docker/daemon.json",
+		ContainerdConfig: "/etc/containerd/config.toml",
+		RunDir:           "/run/detshare",
+		SchedulerRunning: ensure.LeaderRunning,
+		Simulated:        simulated,
+		LookPath:         exec.LookPath,
 		Output: func(name string, args ...string) (string, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -70,8 +89,9 @@ func Run(env Env) *Report {
 		r.Checks = append(r.Checks, checkDriver(env)...)
 		r.Checks = append(r.Checks, checkMPS(env))
 	}
-	r.Checks = append(r.Checks, checkLibrary(env))
+	r.Checks = append(r.Checks, checkLibrary("libdetshare (run)", layout.LibPathFor(os.Getenv(layout.EnvLib), env.BinDir)))
 	r.Checks = append(r.Checks, checkEngines(env)...)
+	r.Checks = append(r.Checks, checkScheduler(env), checkFailOpens(env))
 	r.Finish()
 	return r
 }
@@ -134,13 +154,66 @@ func checkSimulated(env Env) Check {
 	return Check{Name: "simulated gpu", Status: OK, Found: "test double at " + p + " (set LD_LIBRARY_PATH=" + filepath.Dir(p) + ")"}
 }
 
-func checkLibrary(env Env) Check {
-	p := filepath.Join(env.LibDir, "libdetshare.so")
-	if _, err := os.Stat(p); err != nil {
-		return Check{Name: "libdetshare", Status: Fail, Found: "missing: " + p, Need: "the interception library",
-			Fix: "run `make build` (or install the release tarball) so that libdetshare.so sits in " + env.LibDir}
+// checkLibrary checks the library a component preloads or bind-mounts into containers: a readable regular file.
+func checkLibrary(name, p string) Check {
+	c := Check{Name: name, Need: "libdetshare.so readable where the runtime mounts it from",
+		Fix: "reinstall DetShare (`make install` or the .deb) so that " + p + " exists, or set DETSHARE_LIB for the engines"}
+	f, err := os.Open(p)
+	if err != nil {
+		c.Status, c.Found = Fail, "not readable: "+err.Error()
+		return c
 	}
-	return Check{Name: "libdetshare", Status: OK, Found: p}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		c.Status, c.Found = Fail, p+": not a regular file"
+		return c
+	}
+	c.Status, c.Found, c.Fix = OK, p, ""
+	return c
+}
+
+// checkChain follows one engine's registration to the files it needs: the registered binary must be an executable
+// file, and the library next to it (what it bind-mounts into containers) readable.
+func checkChain(engine, bin string) []Check {
+	bc := Check{Name: engine + " runtime binary", Need: "the registered binary, executable"}
+	if !layout.IsExecutable(bin) {
+		bc.Status, bc.Found = Fail, "registered "+bin+" is not an executable file"
+		bc.Fix = "install DetShare (`make install` or the .deb), then detshare install " + engine
+		return []Check{bc}
+	}
+	bc.Status, bc.Found = OK, bin
+	return []Check{bc, checkLibrary(engine+" library", layout.LibPathFor(os.Getenv(layout.EnvLib), filepath.Dir(bin)))}
+}
+
+// checkScheduler: a leader holds the run directory's lock, or the runtime can start one on demand (a detshare
+// binary next to the detshare tools).
+func checkScheduler(env Env) Check {
+	c := Check{Name: "scheduler", Need: "a running `detshare sched`, or a detshare binary the runtime starts on demand"}
+	if env.SchedulerRunning != nil && env.SchedulerRunning(env.RunDir) {
+		c.Status, c.Found = OK, "running (holds "+filepath.Join(env.RunDir, "sched.lock")+")"
+		return c
+	}
+	if bin := filepath.Join(env.BinDir, "detshare"); layout.IsExecutable(bin) {
+		c.Status, c.Found = OK, "not running; the first tenant starts it on demand ("+bin+" sched)"
+		return c
+	}
+	c.Status, c.Found = Fail, "not running, and no detshare binary in "+env.BinDir+" to start it"
+	c.Fix = "systemctl enable --now detshare-sched (installed by `make install` and the .deb)"
+	return c
+}
+
+// checkFailOpens reports tenants that ran without DetShare under [tenants] fail_open.
+func checkFailOpens(env Env) Check {
+	n := failopen.Count(env.RunDir)
+	if n == 0 {
+		return Check{Name: "fail-open events", Status: OK, Found: "none"}
+	}
+	c := Check{Name: "fail-open events", Status: Warn, Found: fmt.Sprintf("%d tenants ran WITHOUT DetShare", n),
+		Fix: "see " + filepath.Join(env.RunDir, failopen.FileName)}
+	if e, ok := failopen.Last(env.RunDir); ok {
+		c.Found += fmt.Sprintf("; last %s at %s: %s", e.ID, e.Time, e.Reason)
+	}
+	return c
 }
 
 var versionRE = regexp.MustCompile(`\d+\.\d+(\.\d+)?`)
@@ -177,12 +250,16 @@ func checkEngines(env Env) []Check {
 		out = append(out, Check{Name: "runc", Status: Warn, Found: "not found", Need: "runc >= 1.1 for containers",
 			Fix: "apt-get install runc"})
 	}
+	registered := 0
+	var chain []Check
 	if hasCtrd {
 		c := Check{Name: "containerd", Found: "containerd " + ctrdV}
-		if containerdRegistered(env) {
+		if shim, ok := containerdShim(env); ok {
+			registered++
 			c.Status, c.Found = OK, c.Found+", detshare runtime registered"
+			chain = append(chain, checkChain("containerd", shim)...)
 		} else {
-			c.Status, c.Found = Warn, c.Found+", detshare runtime not registered"
+			c.Status, c.Found = Warn, c.Found+", detshare runtime not registered in "+env.ContainerdConfig
 			c.Fix = "detshare install containerd (then restart containerd)"
 		}
 		out = append(out, c)
@@ -192,16 +269,23 @@ func checkEngines(env Env) []Check {
 	}
 	if hasDock {
 		c := Check{Name: "docker", Found: "dockerd " + dockV}
-		if dockerRegistered(env) {
+		if bin, ok := dockerRuntime(env); ok {
+			registered++
 			c.Status, c.Found = OK, c.Found+", detshare runtime registered"
+			chain = append(chain, checkChain("docker", bin)...)
 		} else {
-			c.Status, c.Found = Warn, c.Found+", detshare runtime not registered"
+			c.Status, c.Found = Warn, c.Found+", detshare runtime not registered in "+env.DockerConfig
 			c.Fix = "detshare install docker (then restart dockerd)"
 		}
 		out = append(out, c)
 	} else {
 		out = append(out, Check{Name: "docker", Status: Info, Found: "not found"})
 	}
+	if (hasCtrd || hasDock) && registered == 0 {
+		out = append(out, Check{Name: "runtime registration", Status: Fail,
+			Found: "no container engine has the detshare runtime", Fix: "detshare install containerd (and/or docker)"})
+	}
+	out = append(out, chain...)
 	if !hasRunc && !hasCtrd && !hasDock {
 		out = append(out, Check{Name: "container engines", Status: Warn,
 			Found: "none: only `detshare run` tenants are possible", Fix: "apt-get install containerd runc"})
@@ -209,30 +293,99 @@ func checkEngines(env Env) []Check {
 	return out
 }
 
-func dockerRegistered(env Env) bool {
-	b, err := env.ReadFile("/etc/docker/daemon.json")
+// dockerRuntime returns the binary daemon.json registers as the detshare runtime: "path" (runc wrapper) or an
+// absolute "runtimeType" (shim, Docker >= 24); a shim type name is looked up on PATH.
+func dockerRuntime(env Env) (string, bool) {
+	b, err := env.ReadFile(env.DockerConfig)
 	if err != nil {
-		return false
+		return "", false
 	}
 	var cfg struct {
-		Runtimes map[string]json.RawMessage `json:"runtimes"`
+		Runtimes map[string]struct {
+			Path        string `json:"path"`
+			RuntimeType string `json:"runtimeType"`
+		} `json:"runtimes"`
 	}
 	if json.Unmarshal(b, &cfg) != nil {
-		return false
+		return "", false
 	}
-	_, ok := cfg.Runtimes["detshare"]
-	return ok
+	rt, ok := cfg.Runtimes["detshare"]
+	if !ok {
+		return "", false
+	}
+	switch {
+	case rt.Path != "":
+		if !filepath.IsAbs(rt.Path) {
+			if p, err := env.LookPath(rt.Path); err == nil {
+				return p, true
+			}
+		}
+		return rt.Path, true
+	case filepath.IsAbs(rt.RuntimeType):
+		return rt.RuntimeType, true
+	}
+	p, err := env.LookPath("containerd-shim-detshare-v1")
+	if err != nil {
+		return "containerd-shim-detshare-v1 (not on PATH)", true
+	}
+	return p, true
 }
 
-func containerdRegistered(env Env) bool {
-	files := []string{"/etc/containerd/config.toml"}
-	if m, _ := filepath.Glob("/etc/containerd/conf.d/*.toml"); m != nil {
-		files = append(files, m...)
-	}
-	for _, f := range files {
-		if b, err := env.ReadFile(f); err == nil && strings.Contains(string(b), "io.containerd.detshare.v1") {
-			return true
+// containerdShim returns the shim the detshare CRI handler runs: its runtime_path, else containerd-shim-detshare-v1
+// on PATH. The config, its imports and conf.d/*.toml beside it are read, in containerd 1.x and 2.x dialects.
+func containerdShim(env Env) (string, bool) {
+	files := []string{env.ContainerdConfig}
+	var imports []string
+	if b, err := env.ReadFile(env.ContainerdConfig); err == nil {
+		var top struct {
+			Imports []string `toml:"imports"`
+		}
+		if _, err := toml.Decode(string(b), &top); err == nil {
+			imports = top.Imports
 		}
 	}
-	return false
+	for _, imp := range append(imports, filepath.Join(filepath.Dir(env.ContainerdConfig), "conf.d", "*.toml")) {
+		if m, _ := filepath.Glob(imp); m != nil {
+			files = append(files, m...)
+		}
+	}
+	for _, f := range files {
+		b, err := env.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var m map[string]any
+		if _, err := toml.Decode(string(b), &m); err != nil {
+			continue
+		}
+		for _, plugin := range []string{"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"} {
+			rt, ok := LookupTOML(m, "plugins", plugin, "containerd", "runtimes", "detshare")
+			if !ok {
+				continue
+			}
+			if p, _ := rt.(map[string]any)["runtime_path"].(string); p != "" {
+				return p, true
+			}
+			if p, err := env.LookPath("containerd-shim-detshare-v1"); err == nil {
+				return p, true
+			}
+			return "containerd-shim-detshare-v1 (not on PATH)", true
+		}
+	}
+	return "", false
+}
+
+// LookupTOML walks a decoded TOML document along keys (the installer edits what doctor reads).
+func LookupTOML(m map[string]any, keys ...string) (any, bool) {
+	var cur any = m
+	for _, k := range keys {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = mm[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
 }

@@ -10,10 +10,22 @@ import (
 	"testing"
 )
 
+// fakeEnv is a host whose detshare is installed in <root>/bin with its library in <root>/lib (build-tree layout), with
+// the given tools on PATH and the given configuration files.
 func fakeEnv(t *testing.T, tools map[string]string, files map[string]string, drv DriverInfo) Env {
 	t.Helper()
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "bin"), 0o755)
+	os.MkdirAll(filepath.Join(root, "lib"), 0o755)
+	for _, b := range []string{"detshare", "containerd-shim-detshare-v1", "detshare-runtime"} {
+		os.WriteFile(filepath.Join(root, "bin", b), []byte("#!/bin/sh\n"), 0o755)
+	}
 	return Env{
-		LibDir: t.TempDir(),
+		LibDir:           filepath.Join(root, "lib"),
+		BinDir:           filepath.Join(root, "bin"),
+		DockerConfig:     "/etc/docker/daemon.json",
+		ContainerdConfig: "/etc/containerd/config.toml",
+		RunDir:           filepath.Join(root, "run"),
 		LookPath: func(n string) (string, error) {
 			if _, ok := tools[n]; ok {
 				return "/usr/bin/" + n, nil
@@ -56,9 +68,11 @@ func TestReadyHostWithDriverLibraryAndContainerd(t *testing.T) {
 	env := fakeEnv(t,
 		map[string]string{"runc": "runc version 1.1.5", "containerd": "containerd github.com/containerd/containerd 1.6.20",
 			"nvidia-cuda-mps-control": "", "nvidia-cuda-mps-server": ""},
-		map[string]string{"/etc/containerd/config.toml": `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.detshare]
-  runtime_type = "io.containerd.detshare.v1"`},
+		nil,
 		DriverInfo{DriverVersion: "580.159.04", CUDAVersion: 13000, GPUs: []GPU{{Index: 0, Name: "NVIDIA H100", UUID: "GPU-1", MemBytes: 80 << 30}}})
+	env.ReadFile = fakeFiles(map[string]string{"/etc/containerd/config.toml": `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.detshare]
+  runtime_type = "io.containerd.detshare.v1"
+  runtime_path = "` + filepath.Join(env.BinDir, "containerd-shim-detshare-v1") + `"`})
 	if err := os.WriteFile(filepath.Join(env.LibDir, "libdetshare.so"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -101,9 +115,17 @@ func TestDockerRegistrationIsReadFromDaemonJSON(t *testing.T) {
 	if c := find(unreg, "docker"); c.Status != Warn || !strings.Contains(c.Fix, "detshare install docker") {
 		t.Fatalf("unregistered docker = %+v", c)
 	}
-	reg := Run(fakeEnv(t, tools, map[string]string{"/etc/docker/daemon.json": `{"runtimes":{"detshare":{"path":"/usr/bin/detshare-runtime"}}}`}, DriverInfo{}))
+	env := fakeEnv(t, tools, nil, DriverInfo{})
+	env.ReadFile = fakeFiles(map[string]string{"/etc/docker/daemon.json": `{"runtimes":{"detshare":{"path":"` + filepath.Join(env.BinDir, "detshare-runtime") + `"}}}`})
+	reg := Run(env)
 	if c := find(reg, "docker"); c.Status != OK || !strings.Contains(c.Found, "20.10.24") {
 		t.Fatalf("registered docker = %+v", c)
+	}
+	if c := find(reg, "docker runtime binary"); c.Status != OK {
+		t.Fatalf("registered wrapper = %+v", c)
+	}
+	if find(unreg, "runtime registration").Status != Fail || unreg.Ready {
+		t.Fatal("docker present and no engine registered reported ready")
 	}
 }
 
@@ -119,6 +141,10 @@ func TestSimulatedGPUSelection(t *testing.T) {
 	}
 	os.MkdirAll(filepath.Join(env.LibDir, "simgpu"), 0o755)
 	os.WriteFile(filepath.Join(env.LibDir, "simgpu", "libcuda.so.1"), nil, 0o644)
+	r = Run(env)
+	if r.Ready || find(r, "libdetshare (run)").Status != Fail {
+		t.Fatalf("simulated GPU without the library reported ready: %+v", r)
+	}
 	os.WriteFile(filepath.Join(env.LibDir, "libdetshare.so"), nil, 0o644)
 	r = Run(env)
 	if !r.Ready || !r.SimulatedGPU {
@@ -136,5 +162,67 @@ func TestSimulatedGPUSelection(t *testing.T) {
 	var back Report
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil || !back.SimulatedGPU || !back.Ready {
 		t.Fatalf("json round trip: %v %+v", err, back)
+	}
+}
+
+func fakeFiles(files map[string]string) func(string) ([]byte, error) {
+	return func(p string) ([]byte, error) {
+		if b, ok := files[p]; ok {
+			return []byte(b), nil
+		}
+		return nil, os.ErrNotExist
+	}
+}
+
+// The chain is followed from the registration: a registered shim that is missing, or a library missing next to the
+// registered binary (where it is bind-mounted from), fails the host even with the simulated GPU; the library next to
+// detshare alone does not make the host ready.
+func TestChainFailsOnMissingShimOrLibraryEvenWithSimulatedGPU(t *testing.T) {
+	tools := map[string]string{"runc": "runc version 1.1.5", "containerd": "containerd 1.6.20"}
+	env := fakeEnv(t, tools, nil, DriverInfo{})
+	env.Simulated = true
+	os.MkdirAll(filepath.Join(env.LibDir, "simgpu"), 0o755)
+	os.WriteFile(filepath.Join(env.LibDir, "simgpu", "libcuda.so.1"), nil, 0o644)
+	os.WriteFile(filepath.Join(env.LibDir, "libdetshare.so"), nil, 0o644)
+	other := t.TempDir() // an install elsewhere: bin/ with the shim, no lib/
+	os.MkdirAll(filepath.Join(other, "bin"), 0o755)
+	shim := filepath.Join(other, "bin", "containerd-shim-detshare-v1")
+	os.WriteFile(shim, []byte("#!/bin/sh\n"), 0o755)
+	env.ReadFile = fakeFiles(map[string]string{"/etc/containerd/config.toml": "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.detshare]\n  runtime_type = \"io.containerd.detshare.v1\"\n  runtime_path = \"" + shim + "\"\n"})
+	r := Run(env)
+	if c := find(r, "containerd library"); r.Ready || c.Status != Fail || !strings.Contains(c.Found, filepath.Join(other, "lib")) {
+		t.Fatalf("library missing where the shim mounts it from: ready=%v %+v", r.Ready, c)
+	}
+	os.MkdirAll(filepath.Join(other, "lib", "detshare"), 0o755)
+	os.WriteFile(filepath.Join(other, "lib", "detshare", "libdetshare.so"), nil, 0o644)
+	if r := Run(env); !r.Ready {
+		var b bytes.Buffer
+		r.WriteText(&b)
+		t.Fatalf("complete chain not ready:\n%s", b.String())
+	}
+	os.Remove(shim)
+	if r := Run(env); r.Ready || find(r, "containerd runtime binary").Status != Fail {
+		t.Fatalf("registered shim missing but ready: %+v", find(r, "containerd runtime binary"))
+	}
+}
+
+func TestSchedulerAndFailOpenChecks(t *testing.T) {
+	env := fakeEnv(t, nil, nil, DriverInfo{})
+	if c := checkScheduler(env); c.Status != OK || !strings.Contains(c.Found, "on demand") {
+		t.Errorf("startable scheduler: %+v", c)
+	}
+	env.SchedulerRunning = func(string) bool { return true }
+	if c := checkScheduler(env); c.Status != OK || !strings.Contains(c.Found, "running") {
+		t.Errorf("running scheduler: %+v", c)
+	}
+	env.SchedulerRunning = nil
+	os.Remove(filepath.Join(env.BinDir, "detshare"))
+	if c := checkScheduler(env); c.Status != Fail {
+		t.Errorf("no scheduler and nothing to start it: %+v", c)
+	}
+	os.MkdirAll(env.RunDir, 0o755)
+	os.WriteFile(filepath.Join(env.RunDir, "fail-open.log"), []byte(`{"time":"t","id":"c9","reason":"table full"}`+"\n"), 0o644)
+	if c := checkFailOpens(env); c.Status != Warn || !strings.Contains(c.Found, "c9") || !strings.Contains(c.Found, "table full") {
+		t.Errorf("fail-open events: %+v", c)
 	}
 }

@@ -61,9 +61,12 @@ func (r *Report) WriteText(w io.Writer) {
 			}
 		}
 	}
-	if r.Ready {
+	switch {
+	case r.Ready && r.SimulatedGPU:
+		fmt.Fprintln(w, "host is ready for DetShare with the simulated GPU (a test double): no real GPU is shared")
+	case r.Ready:
 		fmt.Fprintln(w, "host is ready for DetShare")
-	} else {
+	default:
 		fmt.Fprintln(w, "host is NOT ready for DetShare: fix the [FAIL] lines above")
 	}
 }

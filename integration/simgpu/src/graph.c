@@ -455,6 +455,19 @@ CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUg
     return CUDA_SUCCESS;
 }
 
+/* A graph memory-allocation node: the double reserves the memory at once (device memory used, as nvidia-smi shows
+ * for a real graph memory pool) and runs the node as an empty one. */
+CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
+    CUresult r = add_check(phGraphNode, hGraph, dependencies, numDependencies);
+    if (r)
+        return r;
+    if (!nodeParams || !nodeParams->bytesize || nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    r = sim_graph_mem_alloc(&nodeParams->dptr, nodeParams->bytesize, nodeParams->poolProps.location.id);
+    return r ? r : cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+}
+
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                         size_t numDependencies, CUgraphNodeParams *nodeParams) {
     if (!nodeParams)
@@ -474,9 +487,18 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
         return cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->host);
     case CU_GRAPH_NODE_TYPE_EMPTY:
         return cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+        return cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, &nodeParams->alloc);
     default:
         return CUDA_ERROR_NOT_SUPPORTED; /* not modelled by the test double */
     }
+}
+
+/* 12.3+: edge data is accepted and not modelled (nodes run in insertion order). */
+CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                           const void *edgeData, size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    (void)edgeData;
+    return cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
 
 CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {

@@ -144,6 +144,10 @@ static CUresult account(int dev, int64_t delta) {
     struct sim_dev_state *ds = &g_sim.st->dev[dev];
     struct sim_proc_slot *me = &g_sim.st->procs[g_sim.slot];
     if (delta > 0) {
+        if (g_sim.mps_mem_limit && me->mem[dev] + (uint64_t)delta > g_sim.mps_mem_limit) {
+            sim_shared_unlock(); /* the MPS server's per-client limit */
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
         uint64_t used = atomic_load(&ds->mem_used);
         if (used + (uint64_t)delta > g_sim.mem_total) {
             sim_reap_dead_procs();
@@ -217,6 +221,12 @@ static CUresult dev_alloc(CUdeviceptr *dptr, size_t bytes, int dev, bool managed
     }
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
+}
+
+CUresult sim_graph_mem_alloc(CUdeviceptr *dptr, size_t bytes, int dev) {
+    if (dev < 0 || dev >= g_sim.ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return dev_alloc(dptr, bytes, dev, false, NULL);
 }
 
 static CUresult dev_free(CUdeviceptr dptr) {

@@ -153,6 +153,7 @@ static const alias_ent aliases[] = {
     {"cuMemFreeAsync", 11020, "cuMemFreeAsync"},
     {"cuMemAllocFromPoolAsync", 11020, "cuMemAllocFromPoolAsync"},
     {"cuMemPoolCreate", 11020, "cuMemPoolCreate"},
+    {"cuGraphAddMemAllocNode", 11040, "cuGraphAddMemAllocNode"},
     {"cuMemCreate", 10020, "cuMemCreate"},
     {"cuMemMap", 10020, "cuMemMap"},
     {"cuLibraryLoadData", 12000, "cuLibraryLoadData"},

@@ -242,6 +242,10 @@ struct sim_global {
     atomic_bool initialized;
     bool mps;
     int active_thread_pct; /* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 100 if unset */
+    /* MPS device-memory limit of this client, bytes (0 = none): the server-side one (<pipe dir>/pinned_mem_limit,
+     * written by the simulated control daemon) which the client cannot raise, lowered by the client's own
+     * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=<N>M" or "0=<N>G"); a client value alone is the limit */
+    uint64_t mps_mem_limit;
     int ndev;
     unsigned nsms;
     uint64_t mem_total;
@@ -305,6 +309,9 @@ bool sim_copy3d_on_device(const CUDA_MEMCPY3D *c);
 
 /* memory.c */
 CUresult sim_mem_check_range(CUdeviceptr p, size_t n);
+/* Device memory of a graph memory-allocation node (the double reserves it when the node is added and keeps it for the
+ * process's life, as the driver's graph memory pool keeps its high-water mark until cuDeviceGraphMemTrim). */
+CUresult sim_graph_mem_alloc(CUdeviceptr *dptr, size_t bytes, int dev);
 void *sim_devptr(CUdeviceptr p);
 CUresult sim_do_memset(CUdeviceptr dst, size_t pitch, unsigned value, unsigned esize, size_t width, size_t height);
 CUresult sim_do_memcpy3d(const CUDA_MEMCPY3D *c);

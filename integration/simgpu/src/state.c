@@ -162,6 +162,29 @@ static CUresult sim_parse_config(void) {
         snprintf(path, sizeof path, "%s/control", v);
         g_sim.mps = access(path, F_OK) == 0;
     }
+    g_sim.mps_mem_limit = 0;
+    if (g_sim.mps) {
+        uint64_t server = 0, client = 0;
+        if ((v = getenv("CUDA_MPS_PIPE_DIRECTORY")) && *v) {
+            char path[4096], buf[64] = {0};
+            snprintf(path, sizeof path, "%s/pinned_mem_limit", v);
+            FILE *f = fopen(path, "re");
+            if (f) {
+                if (fgets(buf, sizeof buf, f))
+                    buf[strcspn(buf, "\n")] = 0;
+                fclose(f);
+                if (!parse_u64(buf, &server))
+                    server = 0;
+            }
+        }
+        if ((v = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")) && !strncmp(v, "0=", 2)) {
+            unsigned long long x = 0;
+            char unit = 0;
+            if (sscanf(v + 2, "%llu%c", &x, &unit) == 2 && (unit == 'M' || unit == 'G'))
+                client = (uint64_t)x << (unit == 'G' ? 30 : 20);
+        }
+        g_sim.mps_mem_limit = server && client ? (client < server ? client : server) : server ? server : client;
+    }
     g_sim.active_thread_pct = 100;
     if ((v = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) && *v) {
         if (!parse_u64(v, &n) || n < 1 || n > 100) {

@@ -1,0 +1,248 @@
+package libdetshare_test
+
+// Attacks of a hostile tenant on its own memory quota (issue 13 items 2 and 3, docs/threat-model-quota.md): each test
+// reproduces one and asserts that the quota still holds.
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/detshare/detshare/sched/mps"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// In a container the hook mounts the quota file read-only at /run/detshare/quota. A tenant setting
+// DETSHARE_QUOTA_FILE=/nonexistent (or to a file of its own) must not switch DetShare off: the fixed path wins.
+// The test builds that container view with a private mount namespace (tmpfs over /run, the quota file bind-mounted
+// read-only at the fixed path), so nothing of the host's /run is touched.
+func TestEnvCannotOverrideContainerQuotaFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (private mount namespace for the container view of /run/detshare)")
+	}
+	for _, override := range []string{"/nonexistent", ""} {
+		t.Run("DETSHARE_QUOTA_FILE="+override, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(64*MiB, "")
+			var vars []string
+			for _, v := range e.vars {
+				if !strings.HasPrefix(v, "DETSHARE_QUOTA_FILE=") {
+					vars = append(vars, v)
+				}
+			}
+			if override != "" {
+				// the tenant's own quota file: unlimited, pointing at the same slot
+				forged := e.quotaFile + ".forged"
+				data, err := os.ReadFile(e.quotaFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(forged, []byte(strings.ReplaceAll(string(data), "memory=67108864", "memory=0")), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				vars = append(vars, "DETSHARE_QUOTA_FILE="+override)
+			}
+			script := `set -e
+mount -t tmpfs detshare-test /run
+mkdir -p /run/detshare
+touch /run/detshare/quota
+mount --bind -o ro "$QF" /run/detshare/quota
+mount -o remount,bind,ro /run/detshare/quota
+exec "$PROBE" init alloc:50331648 alloc:33554432 info`
+			cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+			cmd.Env = append(vars, "QF="+e.quotaFile, "PROBE="+need(t, "tests/ds_probe_rt"))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("probe in the container view: %v\n%s", err, out)
+			}
+			r := parse(string(out))
+			if r.get(t, "alloc:50331648", "rc") != "0" {
+				t.Fatalf("48 MiB within the quota refused:\n%s", out)
+			}
+			if rc := r.get(t, "alloc:33554432", "rc"); rc != "2" {
+				t.Fatalf("32 MiB past the 64 MiB quota returned %s, want 2 (quota switched off by the tenant's "+
+					"environment):\n%s", rc, out)
+			}
+			if _, total := r.infos(t); total[0] != 64*MiB {
+				t.Fatalf("cuMemGetInfo total = %d, want the quota %d", total[0], 64*MiB)
+			}
+		})
+	}
+}
+
+// A CUDA_MPS_PINNED_DEVICE_MEM_LIMIT the tenant set itself (a client may raise a limit it sets) is replaced by the
+// host's limit before the driver initialises.
+func TestTenantMPSLimitVariableReplaced(t *testing.T) {
+	e := newEnv(t, true).withTenant(64*MiB, t.TempDir())
+	e.vars = append(e.vars, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G")
+	r := e.run("ds_probe_rt", "env:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+	if v := r.get(t, "env:CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value"); v != "0=64M" {
+		t.Fatalf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = %q, want the host's 0=64M", v)
+	}
+}
+
+// Writing mem_used=0 into the client page (the tenant can write its page) does not let a process allocate past the
+// quota through the library: each process also counts what it holds in its own memory.
+func TestZeroedClientPageDoesNotRaiseTheQuota(t *testing.T) {
+	for _, prog := range probes {
+		t.Run(prog, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(64*MiB, "")
+			cmd := exec.Command(need(t, "tests/"+prog), "init", "alloc:50331648", "hold", "alloc:33554432",
+				"alloc:8388608", "info")
+			cmd.Env = e.vars
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stdout, cmd.Stderr = pw, pw
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			pw.Close()
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			buf := make([]byte, 4096)
+			for !strings.Contains(out.String(), "holding") {
+				n, err := pr.Read(buf)
+				if err != nil {
+					t.Fatalf("probe ended before holding: %v\n%s", err, out.String())
+				}
+				out.Write(buf[:n])
+			}
+			if used := e.memUsed(); used != 48*MiB {
+				t.Fatalf("page mem_used = %d before the forgery, want %d", used, 48*MiB)
+			}
+			// the forgery: the tenant's total and every process entry say nothing is used
+			pg := e.client.Page()
+			atomic.StoreUint64(&pg.MemUsed, 0)
+			for i := range pg.Procs {
+				atomic.StoreUint64(&pg.Procs[i].MemUsed, 0)
+			}
+			stdin.Close()
+			for {
+				n, err := pr.Read(buf)
+				out.Write(buf[:n])
+				if err != nil {
+					break
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("probe: %v\n%s", err, out.String())
+			}
+			r := parse(out.String())
+			if rc := r.get(t, "alloc:33554432", "rc"); rc != "2" {
+				t.Fatalf("32 MiB on top of 48 MiB held, after the page was zeroed, returned %s; want 2:\n%s", rc,
+					out.String())
+			}
+			if rc := r.get(t, "alloc:8388608", "rc"); rc != "0" {
+				t.Fatalf("8 MiB within the process's own room refused (%s):\n%s", rc, out.String())
+			}
+		})
+	}
+}
+
+// A graph memory-allocation node takes device memory the driver keeps for the graph: it is charged when the node is
+// added and refused past the quota (without DetShare it escaped it entirely).
+func TestGraphMemoryNodeCharged(t *testing.T) {
+	for _, prog := range probes {
+		t.Run(prog, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(64*MiB, "")
+			r := e.run(prog, "init", "graphmem:33554432", "info", "graphmem:67108864", "graphnode:16777216", "info",
+				"graphnode:33554432")
+			if rc := r.get(t, "graphmem:33554432", "rc"); rc != "0" {
+				t.Fatalf("32 MiB graph memory node within the quota: rc %s\n%v", rc, r.lines)
+			}
+			if rc := r.get(t, "graphmem:67108864", "rc"); rc != "2" {
+				t.Fatalf("64 MiB graph memory node past the quota: rc %s, want 2\n%v", rc, r.lines)
+			}
+			if rc := r.get(t, "graphnode:33554432", "rc"); rc != "2" {
+				t.Fatalf("32 MiB node through cuGraphAddNode past the quota: rc %s, want 2\n%v", rc, r.lines)
+			}
+			free, _ := r.infos(t)
+			if free[0] != 32*MiB || free[1] != 16*MiB {
+				t.Fatalf("free after the graph memory nodes (cuGraphAddMemAllocNode, then cuGraphAddNode) = %v, "+
+					"want [32 MiB 16 MiB]", free)
+			}
+		})
+	}
+}
+
+// A pool's release threshold (memory kept after frees) is a reservation charged against the quota; one that does
+// not fit is lowered to 0 for the driver, so the pool keeps nothing unseen; destroying the pool credits it.
+func TestPoolReleaseThresholdCharged(t *testing.T) {
+	for _, prog := range probes {
+		t.Run(prog, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(64*MiB, "")
+			r := e.run(prog, "init", "poolthreshold:16777216", "info", "poolthreshold:8388608", "info",
+				"poolthreshold:18446744073709551615", "info", "poolthreshold:4194304", "pooldestroy", "info")
+			if r.get(t, "poolthreshold:16777216", "rc") != "0" || r.num(t, "poolthreshold:16777216", "threshold") != 16*MiB {
+				t.Fatalf("16 MiB threshold: %v", r.lines)
+			}
+			if got := r.num(t, "poolthreshold:18446744073709551615", "threshold"); got != 0 {
+				t.Fatalf("a threshold past the quota reached the driver as %d, want 0", got)
+			}
+			if r.get(t, "poolthreshold:18446744073709551615", "rc") != "0" {
+				t.Fatalf("an unlimited threshold must not fail the application: %v", r.lines)
+			}
+			free, _ := r.infos(t)
+			want := []uint64{48 * MiB, 56 * MiB, 64 * MiB, 64 * MiB}
+			for i := range want {
+				if free[i] != want[i] {
+					t.Fatalf("free after each threshold = %v, want %v", free, want)
+				}
+			}
+			if used := e.memUsed(); used != 0 {
+				t.Fatalf("page mem_used = %d after exit, want 0", used)
+			}
+		})
+	}
+}
+
+// A process that bypasses the library (cuMemAlloc_v2 resolved straight from libcuda's symbol table, or no library
+// at all) is outside DetShare's accounting; under MPS the backstop is the server-side per-client limit the scheduler
+// sets (sched/mps SetClientMemLimit), which a client cannot raise with its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT.
+// Simulated MPS and GPU (test doubles) model that limit per process.
+func TestBypassCaughtByMPSServerLimit(t *testing.T) {
+	e := newEnv(t, true)
+	m := &mps.Manager{Paths: table.NewPaths(e.runDir), Simulated: true}
+	d, err := m.Start(0, "SIM-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.withTenant(64*MiB, d.PipeDir)
+	e.vars = append(e.vars, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G")
+
+	// the escape without a server-side limit: a process without the library raises its own client limit
+	bare := newEnv(t, false)
+	bare.vars = append(bare.vars, "CUDA_MPS_PIPE_DIRECTORY="+d.PipeDir, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G")
+	if rc := bare.run("ds_probe_rt", "init", "alloc:104857600").get(t, "alloc:104857600", "rc"); rc != "0" {
+		t.Fatalf("control: without a server-side limit 100 MiB should be allowed, rc %s", rc)
+	}
+
+	if err := m.SetClientMemLimit(d, 64*MiB, simMem); err != nil {
+		t.Fatal(err)
+	}
+	if rc := bare.run("ds_probe_rt", "init", "alloc:104857600").get(t, "alloc:104857600", "rc"); rc != "2" {
+		t.Fatalf("no library, own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=100G: 100 MiB past the server-side 64 MiB "+
+			"returned %s, want 2", rc)
+	}
+	r := e.run("ds_probe_rt", "init", "rawalloc:104857600", "rawalloc:33554432")
+	if obj := r.get(t, "rawalloc:104857600", "obj"); obj != "libcuda.so.1" {
+		t.Fatalf("the bypass did not reach the driver directly (%s)", obj)
+	}
+	if rc := r.get(t, "rawalloc:104857600", "rc"); rc != "2" {
+		t.Fatalf("bypass of the library: 100 MiB past the server-side limit returned %s, want 2", rc)
+	}
+	if rc := r.get(t, "rawalloc:33554432", "rc"); rc != "0" {
+		t.Fatalf("bypass within the limit: rc %s", rc)
+	}
+	// what the bypass took is invisible to the library's accounting (docs/threat-model-quota.md says so)
+	if used := e.memUsed(); used != 0 {
+		t.Fatalf("page mem_used = %d: the library saw a call it was not supposed to see", used)
+	}
+}

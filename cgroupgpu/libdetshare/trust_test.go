@@ -1,0 +1,140 @@
+package libdetshare_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/detshare/detshare/sched/table"
+)
+
+// TestTruncatedFilesKeepTheLastGrant is issue 13 item 1 on the tenant side: the table (host root), the client page
+// and the doorbell (any tenant) are truncated to nothing while a tenant process runs. The process must not die of
+// SIGBUS: it keeps running on its last grant, its memory limit still holds, and it says why.
+func TestTruncatedFilesKeepTheLastGrant(t *testing.T) {
+	e := newEnv(t, true).withTenant(1<<30, "")
+	// The test plays a scheduler without a heartbeat: its own mapping of the table must not be touched once the
+	// file is truncated (it would fault in the test process).
+	if _, err := e.tbl.PublishSplit(0, h100Split()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tbl.SetMPS(0, table.MPSRunning, table.ModeSpatial, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.grant(table.ModeSpatial, 0b110)
+	p := e.start("ds_probe_rt", "init", "smid:64", "pause", "smid:64", "alloc:536870912", "alloc:1073741824",
+		"launch:3")
+	before := p.until()
+	if g := groupsOf(t, before, "smid"); !within(g, 0b110) {
+		t.Fatalf("before: ran on groups %v, granted {1,2}", g)
+	}
+	for _, f := range []string{e.tbl.Paths().Table(), e.reg.ClientPagePath, e.tbl.Paths().Doorbell()} {
+		if err := os.Truncate(f, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.resume()
+	r := p.finish() // fails the test if the probe died
+	if g := groupsOf(t, r, "smid"); !within(g, 0b110) || len(g) != 2 {
+		t.Errorf("after truncation: ran on groups %v, want its last grant {1,2}", g)
+	}
+	if rc := r.get(t, "alloc:536870912", "rc"); rc != "0" {
+		t.Errorf("allocation within the limit refused after truncation: rc %s", rc)
+	}
+	if rc := r.get(t, "alloc:1073741824", "rc"); rc != "2" { // CUDA_ERROR_OUT_OF_MEMORY: 1.5 GiB > 1 GiB limit
+		t.Errorf("allocation over the limit after truncation: rc %s, want 2 (the limit must survive)", rc)
+	}
+	if r.get(t, "launch", "ok") != "1" {
+		t.Errorf("launches after truncation: %v", r.lines)
+	}
+	out := strings.Join(p.lines, "\n")
+	for _, what := range []string{"table", "client page"} {
+		if !strings.Contains(out, "the "+what+" was truncated under this process") {
+			t.Errorf("no message about the truncated %s in:\n%s", what, out)
+		}
+	}
+}
+
+// TestOrphanDoesNotRunOnTheNewcomersGrant is issue 13 item 5 on the tenant side: a process keeps running after its
+// tenant was deregistered, and the slot is reused by a newcomer whose grant is published in it. The orphan must not
+// launch on the newcomer's SMs (before the fix it ran on them): its work is held, and it says why.
+func TestOrphanDoesNotRunOnTheNewcomersGrant(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11)
+	p := e.start("ds_probe_rt", "init", "smid:64", "pause", "smid:64")
+	if g := groupsOf(t, p.until(), "smid"); !within(g, 0b11) {
+		t.Fatalf("before: ran on groups %v, granted {0,1}", g)
+	}
+	if err := e.tbl.Deregister(e.reg.ID); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := e.tbl.Register(table.RegisterRequest{ID: "newcomer", Tier: table.TierBestEffort, Weight: 1, GPU: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc.Slot != e.reg.Slot || nc.Gen == e.reg.Gen {
+		t.Fatalf("newcomer did not reuse the slot: %+v (orphan's %d gen %d)", nc, e.reg.Slot, e.reg.Gen)
+	}
+	if err := e.tbl.PublishGrant(nc.Slot, table.Grant{Groups: 0b111100, SMs: 32, Mode: table.ModeSpatial}); err != nil {
+		t.Fatal(err)
+	}
+	p.resume()
+	got := make(chan result, 1)
+	go func() { got <- p.until() }()
+	select {
+	case r := <-got:
+		t.Fatalf("the orphan launched after its slot was reused: %v", r.lines)
+	case <-time.After(700 * time.Millisecond):
+	}
+	_ = p.cmd.Process.Kill()
+	<-got
+	if out := strings.Join(p.lines, "\n"); !strings.Contains(out, "belongs to no tenant any more") {
+		t.Errorf("the orphan did not say why it is held:\n%s", out)
+	}
+}
+
+// TestPrivilegeDropKeepsDetShare is issue 13 item 7 (setpriv): a root process that execs its program as nobody
+// (setpriv, as a container entrypoint would) must keep DetShare. The client page is writable by root only, so
+// before the fix the program ran unshared, without its memory limit.
+func TestPrivilegeDropKeepsDetShare(t *testing.T) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) is needed: %v", err)
+	}
+	e := newEnv(t, true).withTenant(1<<30, "")
+	// As in a container, the run directory's files are reachable by every user (the test's temporary directories
+	// are 0700); the simulated GPU's state file must be writable by nobody.
+	for d := filepath.Dir(e.runDir); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// nobody cannot open the page by its path (clients/ is root's): what a root process kept open must carry it.
+	if st, err := os.Stat(filepath.Dir(e.reg.ClientPagePath)); err != nil || st.Mode().Perm() != table.ClientsDirMode {
+		t.Fatalf("clients directory mode %v (%v), want %v", st.Mode(), err, table.ClientsDirMode)
+	}
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+		need(t, "tests/ds_probe_rt"), "init", "alloc:536870912", "alloc:1073741824")
+	cmd.Env = e.vars
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe as nobody: %v\n%s", err, out)
+	}
+	r := parse(string(out))
+	if rc := r.get(t, "alloc:536870912", "rc"); rc != "0" {
+		t.Errorf("allocation within the limit as nobody: rc %s\n%s", rc, out)
+	}
+	if rc := r.get(t, "alloc:1073741824", "rc"); rc != "2" {
+		t.Errorf("as nobody, 1.5 GiB in a 1 GiB tenant: rc %s, want 2 (DetShare lost after the privilege drop)\n%s", rc, out)
+	}
+	if strings.Contains(string(out), "running unshared") || strings.Contains(string(out), "fail-open") {
+		t.Errorf("the library fell back to running unshared:\n%s", out)
+	}
+	if n := e.client.Page().OOMRefusals; n != 1 {
+		t.Errorf("refusals counted in the tenant's page: %d, want 1", n)
+	}
+}

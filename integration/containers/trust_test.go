@@ -1,0 +1,103 @@
+package containers
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/detshare/detshare/sched/ensure"
+	"github.com/detshare/detshare/sched/mps"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// TestContainerAttacksOnSharedFiles plays issue 13 items 1 and 7 from inside a plain runc container (standalone
+// hook, root in the container, simulated GPU and simulated MPS: test doubles): the container
+//   - drops to nobody and runs a CUDA client: it must keep its quota (640 MiB, not the whole simulated GPU);
+//   - tries to delete and create files in the MPS pipe directory: refused (read-only mount), so the daemon every
+//     tenant of the GPU uses is not restarted;
+//   - truncates the doorbell and its own client page: the scheduler survives, stays leader and repairs the doorbell.
+func TestContainerAttacksOnSharedFiles(t *testing.T) {
+	e := need(t)
+	id := "ds-trust"
+	t.Setenv(ensure.BinEnv, filepath.Join(e.bin, "detshare"))
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	if err := ensure.EnsureScheduler(e.runDir); err != nil {
+		t.Fatalf("start the scheduler: %v", err)
+	}
+	tb, err := table.OpenReadOnly(e.runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(tb.GPUs()) == 0 || tb.GPUs()[0].MPSPipeDir == "" || !tb.LeaderAlive(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("scheduler did not start simulated MPS: %+v", tb.GPUs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	leader := tb.Leader().PID
+	pipeDir := tb.GPUs()[0].MPSPipeDir
+	script := strings.Join([]string{
+		`busybox su -p -s /bin/sh nobody -c "busybox id -u; simgpu-probe meminfo"`,
+		`busybox rm -f /run/detshare/mps/control && echo MPS-DELETED`,
+		`busybox touch /run/detshare/mps/x && echo MPS-WRITABLE`,
+		`busybox truncate -s 0 /run/detshare/doorbell && echo BELL-TRUNCATED`,
+		`busybox truncate -s 0 /run/detshare/client.page && echo PAGE-TRUNCATED`,
+		`busybox sleep 1`,
+		`simgpu-probe meminfo >/dev/null; echo PROBE-AFTER=$?`,
+		`cat /proc/self/mountinfo`,
+	}, "; ")
+	b := e.standaloneBundle(t, []string{"DETSHARE_TIER=burstable", "DETSHARE_MEMORY=640MiB"}, script)
+	if err := os.MkdirAll(filepath.Join(b, "rootfs", "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	passwd := "root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n"
+	if err := os.WriteFile(filepath.Join(b, "rootfs", "etc", "passwd"), []byte(passwd), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(e.dir, "runc-root")
+	out, err := run(60*time.Second, nil, "runc", "--root", root, "run", "--bundle", b, id)
+	if err != nil {
+		t.Fatalf("runc run: %v: %s", err, out)
+	}
+	if !strings.Contains(out, "\n65534\n") && !strings.HasPrefix(out, "65534\n") {
+		t.Errorf("the privilege drop did not happen:\n%s", out)
+	}
+	if got := meminfoTotal(t, out); got != 640<<20 {
+		t.Errorf("after dropping to nobody the container sees %d bytes, want its 640 MiB quota:\n%s", got, out)
+	}
+	if strings.Contains(out, "MPS-DELETED") || strings.Contains(out, "MPS-WRITABLE") {
+		t.Errorf("the container changed the MPS pipe directory:\n%s", out)
+	}
+	if opts := mountOptions(out, table.ContainerMPSPipeDir); !strings.HasPrefix(opts, "ro") {
+		t.Errorf("MPS pipe directory mounted %q, want ro", opts)
+	}
+	if _, err := os.Stat(filepath.Join(pipeDir, mps.SimControlFile)); err != nil {
+		t.Errorf("MPS control file gone on the host: %v", err)
+	}
+	if !strings.Contains(out, "BELL-TRUNCATED") || !strings.Contains(out, "PAGE-TRUNCATED") {
+		t.Fatalf("the truncations did not happen (the test must exercise them):\n%s", out)
+	}
+	if !strings.Contains(out, "PROBE-AFTER=0") {
+		t.Errorf("a CUDA client after the truncation failed:\n%s", out)
+	}
+	if err := syscall.Kill(leader, 0); err != nil || tb.Leader().PID != leader || !tb.LeaderAlive(2*time.Second) {
+		t.Fatalf("scheduler %d did not survive the truncations: %v, leader now %+v", leader, err, tb.Leader())
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		st, err := os.Stat(table.NewPaths(e.runDir).Doorbell())
+		if err == nil && st.Size() == table.DoorbellSize {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("doorbell not repaired: %v %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.assertNoLeak(t, id)
+}
