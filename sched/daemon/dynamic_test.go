@@ -40,16 +40,22 @@ func TestPowerNearLimitThrottlesBestEffort(t *testing.T) {
 	waitGrant(t, tb, be.Slot, time.Second, "BE back to 6 groups once power fell", groupsIs(6))
 }
 
-// An LC with an SLO whose library reports latencies far inside it gives groups back to best-effort one window at
-// a time; reports above it make it take everything again.
-func TestSLOSizingFromObservedLatency(t *testing.T) {
+// sloPair registers a latency-critical tenant with a 5 ms SLO and 2 groups and a best-effort one.
+func sloPair(t *testing.T) (string, *table.Table, table.Registration, table.Registration) {
+	t.Helper()
 	dir, tb := newRunDir(t)
 	lc, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, GPU: 0, Weight: 1,
 		SMGroups: 2, SMs: 16, SLOP99Us: 5000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
+	return dir, tb, lc, register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
+}
+
+// An LC with an SLO whose library reports latencies far inside it gives groups back to best-effort one window at
+// a time; reports above it make it take everything again.
+func TestSLOSizingFromObservedLatency(t *testing.T) {
+	dir, tb, lc, be := sloPair(t)
 	s := startSched(t, dir, testConfig(), nil)
 	pl, pb := play(t, tb, lc), play(t, tb, be)
 	pb.busy(true)
@@ -104,13 +110,7 @@ func TestSLOSizingFromObservedLatency(t *testing.T) {
 // going backwards) never gets more than a busy LC without an SLO gets (at worst it gives groups away); a
 // best-effort tenant forging them keeps at least its floor; the scheduler does not crash on either.
 func TestForgedLatencyCannotWidenAGrant(t *testing.T) {
-	dir, tb := newRunDir(t)
-	lc, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, GPU: 0, Weight: 1,
-		SMGroups: 2, SMs: 16, SLOP99Us: 5000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
+	dir, tb, lc, be := sloPair(t)
 	startSched(t, dir, testConfig(), nil)
 	pl, pb := play(t, tb, lc), play(t, tb, be)
 	pb.busy(true)
