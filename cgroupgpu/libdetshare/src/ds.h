@@ -371,6 +371,7 @@ bool ds_launch_retry(CUresult r);
 void ds_launch_unconfinable(CUstream s, int per_thread);
 void ds_work_ran_on_app_stream(CUstream s, int per_thread);
 void ds_coro_child(void);
+void ds_coro_synced(bool whole_context); /* a synchronisation returned: a drained latency-critical tenant is idle */
 void ds_coro_force_strict(const char *why);
 extern atomic_int ds_capturing; /* stream captures in progress in this process */
 #define DS_CTX_PRIMARY 64        /* graph-copy index of the primary context (every SM); green contexts are 0..63 */
