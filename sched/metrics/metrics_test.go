@@ -48,9 +48,9 @@ func TestWrite(t *testing.T) {
 		`detshare_tenant_slo_violations_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 2`,
 		`detshare_tenant_memory_used_bytes{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 1073741824`,
 		`detshare_gpu_sms{gpu="0",uuid="SIM-0",simulated="true"} 132`,
-		`detshare_tenant_slo_p99_seconds{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 0.005`,
-		`detshare_tenant_slo_within_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 97`,
-		`detshare_tenant_latency_completions_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 100`,
+		`detshare_tenant_slo_p99_seconds{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 0.005`,
+		`detshare_tenant_slo_within_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 97`,
+		`detshare_tenant_latency_completions_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 100`,
 		`detshare_scheduler_up 1`,
 		"# TYPE detshare_tenant_grant_changes_total counter",
 	} {
