@@ -31,14 +31,17 @@ DEB_ARCH       ?= $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB_ROOT       := $(BUILD)/deb/root
 DEB_FILE       := $(BUILD)/deb/detshare_$(DEB_VERSION)_$(DEB_ARCH).deb
 
-.PHONY: all build go-build c-build test lint clean demo install install-files uninstall deb
+.PHONY: all build go-build c-build test lint clean demo install install-files uninstall deb installer-image
 all: build
 
 build: c-build go-build
 
+# The Kubernetes side (device plugin, DRA plugin, their end-to-end test) is its own module, k8s/go.mod, so that the main module
+# keeps containerd v1.7's dependency set.
 go-build:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ ./cmd/...
+	cd k8s && $(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # C components append their outputs to C_TARGETS in their build.mk.
 C_TARGETS :=
@@ -47,11 +50,19 @@ c-build: $(C_TARGETS)
 
 test: build
 	$(GO) test -count=1 -timeout 60m ./...
+	cd k8s && $(GO) test -count=1 -timeout 30m ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd k8s && $(GO) vet ./...
 	$(MAKE) -B c-build CFLAGS_EXTRA=-Werror
+
+# The installer image the Helm chart (configs/helm/detshare) runs, packed offline from the build into an image tar
+# (ctr -n k8s.io images import / docker load); k8s/Dockerfile.installer builds the same with Docker.
+INSTALLER_TAG ?= detshare-installer:latest
+installer-image: build
+	cd k8s && $(GO) run ./tools/installer-image -build $(BUILD) -o $(BUILD)/images/detshare-installer.tar -tag $(INSTALLER_TAG)
 
 clean:
 	rm -rf $(BUILD)

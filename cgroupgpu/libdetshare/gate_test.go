@@ -85,11 +85,41 @@ func TestLatencyObservedInClientPage(t *testing.T) {
 	if count < 3 || atomic.LoadUint64(&pg.LatCount) != count {
 		t.Fatalf("%d completions in the histogram (lat_count %d), want >= 3", count, atomic.LoadUint64(&pg.LatCount))
 	}
-	// 3 x 1 ms kernels: about 3 ms per request, bucket [2048, 4096) us; the P99 is that bucket's upper edge.
-	if h[11] < 3 || p99 != 4096*1000 {
-		t.Fatalf("histogram %v, p99 %v: want three requests in the 2-4 ms bucket", h[:14], p99)
+	// 3 x 1 ms kernels: at least 3 ms of simulated time per request (more on a loaded machine), so at least three
+	// completions from the [2048, 4096) us bucket up and a P99 of at least 4.096 ms.
+	var slow uint64
+	for _, c := range h[11:] {
+		slow += c
 	}
-	if sum := atomic.LoadUint64(&pg.LatSumNs); sum < 3*3_000_000 || sum > 3*4_100_000+uint64(count-3)*4_100_000 {
-		t.Fatalf("latency sum %d ns for %d completions", sum, count)
+	if slow < 3 || p99 < 4096*1000 {
+		t.Fatalf("histogram %v, p99 %v: want three requests of at least 3 ms", h[:16], p99)
+	}
+	if sum := atomic.LoadUint64(&pg.LatSumNs); sum < 3*3_000_000 {
+		t.Fatalf("latency sum %d ns for %d completions, want at least 9 ms", sum, count)
+	}
+}
+
+// A latency-critical tenant is idle as soon as a synchronisation returns with its work drained (its request is
+// over), not DETSHARE_IDLE_MS later; a best-effort one keeps the timeout (no doorbell per training step).
+func TestLatencyCriticalIdleAtSynchronisation(t *testing.T) {
+	for _, lc := range []bool{true, false} {
+		e := newEnv(t, true).withTenant(0, "")
+		e.playScheduler()
+		e.grant(table.ModeSpatial, 0x000f)
+		if lc {
+			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, table.TierLatencyCritical)
+		}
+		e.vars = append(e.vars, "DETSHARE_IDLE_MS=5000")
+		p := e.start("ds_probe_rt", "init", "stream", "burst:3x1000", "pause", "burst:1x1000")
+		p.until()
+		d := atomic.LoadUint32(&e.client.Page().Demand)
+		if lc && d != 0 {
+			t.Fatalf("latency-critical: demand %d right after its synchronisation, want 0 (idle at once)", d)
+		}
+		if !lc && d != 1 {
+			t.Fatalf("best-effort: demand %d right after a synchronisation, want 1 (idle only after DETSHARE_IDLE_MS)", d)
+		}
+		p.resume()
+		p.finish()
 	}
 }

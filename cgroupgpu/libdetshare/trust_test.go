@@ -25,8 +25,9 @@ func TestTruncatedFilesKeepTheLastGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.grant(table.ModeSpatial, 0b110)
-	p := e.start("ds_probe_rt", "init", "smid:64", "pause", "smid:64", "alloc:536870912", "alloc:1073741824",
-		"launch:3")
+	// The program installs its own SIGBUS handler (as Python's faulthandler does): the library's stays in front.
+	p := e.start("ds_probe_rt", "init", "sigbus-handler", "smid:64", "pause", "smid:64", "alloc:536870912",
+		"alloc:1073741824", "launch:3")
 	before := p.until()
 	if g := groupsOf(t, before, "smid"); !within(g, 0b110) {
 		t.Fatalf("before: ran on groups %v, granted {1,2}", g)
@@ -51,6 +52,9 @@ func TestTruncatedFilesKeepTheLastGrant(t *testing.T) {
 		t.Errorf("launches after truncation: %v", r.lines)
 	}
 	out := strings.Join(p.lines, "\n")
+	if strings.Contains(out, "app-sigbus") {
+		t.Errorf("the program's handler got a fault of a DetShare mapping:\n%s", out)
+	}
 	for _, what := range []string{"table", "client page"} {
 		if !strings.Contains(out, "the "+what+" was truncated under this process") {
 			t.Errorf("no message about the truncated %s in:\n%s", what, out)
@@ -136,5 +140,54 @@ func TestPrivilegeDropKeepsDetShare(t *testing.T) {
 	}
 	if n := e.client.Page().OOMRefusals; n != 1 {
 		t.Errorf("refusals counted in the tenant's page: %d, want 1", n)
+	}
+}
+
+// TestDoorbellRingsAgainAfterRepair: one tenant truncating the doorbell must not cost another tenant its wake-ups for
+// good. The victim's ring faults on the truncated doorbell (it survives, see above); once the scheduler has repaired
+// the doorbell, the victim's next demand transition maps it again and rings it.
+func TestDoorbellRingsAgainAfterRepair(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	if _, err := e.tbl.PublishSplit(0, h100Split()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tbl.SetMPS(0, table.MPSRunning, table.ModeSpatial, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.grant(table.ModeSpatial, 0b11)
+	p := e.start("ds_probe_rt", "init", "smid:64", "pause", "smid:64", "pause", "smid:64")
+	p.until()
+	time.Sleep(100 * time.Millisecond) // idle again (DETSHARE_IDLE_MS 20): the next kernel is a busy transition
+	if err := os.Truncate(e.tbl.Paths().Doorbell(), 0); err != nil {
+		t.Fatal(err)
+	}
+	p.resume()
+	p.until() // rang into the truncated doorbell: faulted, survived, doorbell lost
+	time.Sleep(100 * time.Millisecond)
+	if ok, err := e.tbl.RepairDoorbell(); !ok || err != nil {
+		t.Fatalf("repair: %v %v", ok, err)
+	}
+	seq := e.tbl.DoorbellSeq()
+	time.Sleep(100 * time.Millisecond)
+	p.resume()
+	p.finish()
+	if got := e.tbl.DoorbellSeq(); got == seq {
+		t.Errorf("the doorbell was not rung after its repair (seq %d): the tenant lost its wake-ups for good\n%s", got,
+			strings.Join(p.lines, "\n"))
+	}
+	if out := strings.Join(p.lines, "\n"); !strings.Contains(out, "the doorbell was truncated under this process") {
+		t.Errorf("the truncation was not hit (the test must exercise it):\n%s", out)
+	}
+}
+
+// TestProgramSIGBUSHandlerStillRuns: the library keeps its SIGBUS handler in front of the program's, but a SIGBUS
+// that is not a fault of a DetShare mapping still reaches the program's own handler.
+func TestProgramSIGBUSHandlerStillRuns(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	cmd := exec.Command(need(t, "tests/ds_probe_rt"), "init", "sigbus-handler", "raise-sigbus")
+	cmd.Env = e.vars
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 || !strings.Contains(string(out), "app-sigbus") {
+		t.Fatalf("the program's SIGBUS handler did not run (err %v):\n%s", err, out)
 	}
 }

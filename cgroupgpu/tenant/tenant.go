@@ -24,6 +24,7 @@ import (
 	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/detshare/detshare/internal/quote"
 	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/sched/workload"
 )
 
 // EnsureScheduler makes sure the host scheduler is running for runDir. The scheduler package replaces it; the
@@ -161,7 +162,11 @@ func Register(ctx context.Context, runDir string, req Request) (Result, error) {
 			return nil
 		},
 		Prepare: func(reg table.Registration) error {
-			return writeQuotaFiles(paths, reg, q, res.Placement, res.GPU)
+			if err := writeQuotaFiles(paths, reg, q, res.Placement, res.GPU); err != nil {
+				return err
+			}
+			// The pod and container the tenant is, for metrics labels (Kubernetes only).
+			return workload.Write(paths, reg.ID, workload.FromAnnotations(req.Annotations))
 		},
 	}
 	reg, err := t.Register(treq)

@@ -470,6 +470,15 @@ func TestRunWithTierOnHostWithoutGPUFollowsPolicyAndLeavesNothing(t *testing.T) 
 	if _, err := os.Stat(e.runDir); err == nil {
 		t.Error("run directory left behind by a refused tenant")
 	}
+	cmd = e.detshare("run", "--tier", "burstable", "--lib", filepath.Join(e.dir, "nope.so"), "--", "touch", marker)
+	cmd.Env = append(cmd.Env, "DETSHARE_CONFIG="+filepath.Join(e.dir, "config.toml"))
+	out, err = cmd.CombinedOutput()
+	if code := exitCode(t, cmd, err); code != 125 || !strings.Contains(string(out), "libdetshare.so not readable") {
+		t.Errorf("library missing: exit %d %q; want 125 naming the library", code, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("CMD ran although the library is missing")
+	}
 	os.WriteFile(filepath.Join(e.dir, "config.toml"), []byte("[tenants]\nfail_open = true\n"), 0o644)
 	cmd = noGPU("run", "--tier", "latency-critical", "--", "sh", "-c", `echo "preload=$LD_PRELOAD"`)
 	out, err = cmd.CombinedOutput()

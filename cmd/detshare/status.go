@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -94,11 +95,36 @@ func printStatus(w io.Writer, s view.Snapshot) {
 			fmt.Fprintf(w, "  %-24s %-16s role %-7s weight %-3d SMs %3d granted / %3d guaranteed (%s)  demand %d  mem %s / %s\n",
 				t.ID, t.Tier, t.Role, t.Weight, t.GrantedSMs, t.GuaranteedSMs, t.GrantMode, t.Demand,
 				human(t.MemUsed), limit(t.MemLimit))
+			if extra := latencyLine(t); extra != "" {
+				fmt.Fprintf(w, "  %-24s %s\n", "", extra)
+			}
 		}
 	}
 	if len(s.Tenants) == 0 {
 		fmt.Fprintln(w, "no tenants")
 	}
+}
+
+// latencyLine is the issue-12 line of a tenant: pinning, SLO attainment from the latency its library observed,
+// and the dispatch gate; empty when there is nothing to say.
+func latencyLine(t view.Tenant) string {
+	var parts []string
+	if t.Pinned {
+		parts = append(parts, "pinned")
+	}
+	if t.SLOP99Ms > 0 {
+		if t.LatencyCount > 0 {
+			parts = append(parts, fmt.Sprintf("SLO p99 %.3gms: observed p99 <= %.3gms, %.1f%% of %d completions within",
+				t.SLOP99Ms, t.LatencyP99Ms, 100*t.SLOAttainment, t.LatencyCount))
+		} else {
+			parts = append(parts, fmt.Sprintf("SLO p99 %.3gms: no completions observed yet", t.SLOP99Ms))
+		}
+	}
+	if t.GateDepth > 0 {
+		parts = append(parts, fmt.Sprintf("gate %d kernels / %dus per stream (%d launches held, %.1f ms)", t.GateDepth,
+			t.GateBudgetUs, t.GateWaits, float64(t.GateWaitNs)/1e6))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func human(b uint64) string {

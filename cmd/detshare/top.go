@@ -109,7 +109,7 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 		// The full name on its own line, the facts on the next: neither is cut at 80 columns.
 		line(w, fmt.Sprintf("GPU %d  %s%s", g.Index, g.Name, sim))
 		line(w, fmt.Sprintf("  %d SMs/%d grp  MPS %s  %s", g.SMs, len(g.Groups), g.MPS, g.Mode))
-		line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5s %8s %15s %8s", "TENANT", "T", "ROL", "SM g/q", "BUSY%", "LAUNCH/s", "MEM used/quota", "QDLY ms"))
+		line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5s %8s %15s %8s %5s", "TENANT", "T", "ROL", "SM g/q", "BUSY%", "LAUNCH/s", "MEM used/quota", "QDLY ms", "SLO%"))
 		for _, t := range s.Tenants {
 			if t.GPU != g.Index {
 				continue
@@ -128,9 +128,13 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 			if p, ok := old[t.ID]; ok && t.Launches > p.Launches && t.QueueDelayNs >= p.QueueDelayNs {
 				qd = float64(t.QueueDelayNs-p.QueueDelayNs) / float64(t.Launches-p.Launches) / 1e6
 			}
-			line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5.1f %8.0f %15s %8.2f", id, tierShort[t.Tier], roleShort[t.Role],
+			slo := "-" // SLO attainment (issue 12): completions within slo-p99
+			if t.SLOP99Ms > 0 && t.LatencyCount > 0 {
+				slo = fmt.Sprintf("%.1f", 100*t.SLOAttainment)
+			}
+			line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5.1f %8.0f %15s %8.2f %5s", id, tierShort[t.Tier], roleShort[t.Role],
 				fmt.Sprintf("%d/%d", t.GrantedSMs, t.GuaranteedSMs), t.BusyPct, t.LaunchesSec,
-				human(t.MemUsed)+"/"+limit(t.MemLimit), qd))
+				human(t.MemUsed)+"/"+limit(t.MemLimit), qd, slo))
 		}
 	}
 	if len(s.GPUs) == 0 {

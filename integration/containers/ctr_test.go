@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/table"
 	"github.com/detshare/detshare/shimv2"
@@ -22,7 +23,7 @@ const shimRuntime = "io.containerd.detshare.v1"
 func (e *env) killShimAndWaitDeregistered(t *testing.T, id, shimName string) {
 	t.Helper()
 	shim := 0
-	for _, pid := range processesNaming(id) {
+	for _, pid := range testenv.ProcessesNaming(id) {
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if strings.Contains(string(cmd), shimName) {
 			shim = pid

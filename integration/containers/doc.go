@@ -5,5 +5,7 @@
 // the package.
 //
 // The tests need root, containerd, ctr, runc, dockerd, docker, busybox-static and a built tree (`make build`). A
-// missing piece fails the test with the reason; DETSHARE_SKIP_CONTAINERS=1 skips them instead.
+// missing piece fails the test with the reason; DETSHARE_SKIP_CONTAINERS=1 skips them instead. DETSHARE_CONTAINERD_BIN
+// names a directory with another containerd, ctr and containerd-shim-runc-v2 to test (containerd 2.x gets a config
+// version 3; integration/kubernetes/build-components.sh builds v2.2.9).
 package containers

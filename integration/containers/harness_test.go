@@ -1,28 +1,22 @@
 package containers
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/detshare/detshare/integration/hostleft"
+	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -37,13 +31,15 @@ type env struct {
 	repo, build, dir, bin, runDir string
 	imageTar, pauseTar            string
 	ctrSock, ctrCfg               string
+	ctrdBin, ctrBin               string // the containerd and ctr under test (DETSHARE_CONTAINERD_BIN or PATH)
+	ctrdMajor                     int    // containerd's major version: 1 (config version 2) or 2 (config version 3)
 	daemonEnv                     []string
-	ctrd                          *daemon
+	ctrd                          *testenv.Daemon
 
 	createdHostDirs []string // host directories the daemons create outside our temp dir, removed when empty
 
 	dockerOnce sync.Once
-	dockerd    *daemon
+	dockerd    *testenv.Daemon
 	dockerSock string
 	dockerRoot string
 	dockerErr  error
@@ -59,22 +55,18 @@ func TestMain(m *testing.M) {
 		fmt.Println("DETSHARE_SKIP_CONTAINERS=1: container end-to-end tests skipped")
 		os.Exit(m.Run())
 	}
-	before := hostleft.Take()
+	// Nothing of the suite may stay on the host: dead shim sockets, runc roots, podman's lock, temp files (issue 15).
+	finish, err := hostleft.Suite("container suite")
+	if err != nil {
+		fmt.Println("FAIL:", err)
+		os.Exit(1)
+	}
 	E, setupErr = setup()
 	code := m.Run()
 	if E != nil {
 		E.teardown()
 	}
-	// Nothing of the suite may stay on the host: dead shim sockets, runc roots, podman's lock, temp files (issue 15).
-	if os.Getenv("DETSHARE_E2E_KEEP") != "1" {
-		if removed := hostleft.Clean(before); len(removed) > 0 {
-			fmt.Printf("removed what the engines left on the host: %v\n", removed)
-		}
-		if left := hostleft.Left(before); len(left) > 0 {
-			fmt.Printf("FAIL: the container suite left on the host: %v\n", left)
-			code = 1
-		}
-	}
+	code = finish(code)
 	os.Exit(code)
 }
 
@@ -99,7 +91,7 @@ func setup() (*env, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("needs root (containerd, runc and dockerd run as root)")
 	}
-	for _, tool := range []string{"containerd", "ctr", "runc", "dockerd", "docker", "gcc"} {
+	for _, tool := range []string{"runc", "dockerd", "docker", "gcc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return nil, fmt.Errorf("%s not found: install containerd, runc, docker.io and gcc from Debian (.ci/run does)", tool)
 		}
@@ -108,6 +100,9 @@ func setup() (*env, error) {
 		return nil, errors.New("/bin/busybox not found: apt-get install busybox-static")
 	}
 	e := &env{repo: repoRoot()}
+	if err := e.pickContainerd(); err != nil {
+		return nil, err
+	}
 	e.build = os.Getenv("DETSHARE_BUILD_DIR")
 	if e.build == "" {
 		e.build = filepath.Join(e.repo, "build")
@@ -137,14 +132,18 @@ func setup() (*env, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build binaries: %v\n%s", err, out)
 	}
-	if e.imageTar, err = e.buildWorkloadImage(); err != nil {
+	if e.imageTar, err = testenv.WorkloadImage(e.dir, e.build); err != nil {
 		return nil, fmt.Errorf("build workload image: %w", err)
 	}
-	if e.pauseTar, err = e.buildPauseImage(); err != nil {
+	if e.pauseTar, err = testenv.PauseImage(e.dir); err != nil {
 		return nil, fmt.Errorf("build pause image: %w", err)
 	}
+	path := e.bin + ":" + os.Getenv("PATH")
+	if d := os.Getenv("DETSHARE_CONTAINERD_BIN"); d != "" {
+		path = e.bin + ":" + d + ":" + os.Getenv("PATH") // its containerd-shim-runc-v2 before Debian's
+	}
 	e.daemonEnv = append(os.Environ(),
-		"PATH="+e.bin+":"+os.Getenv("PATH"),
+		"PATH="+path,
 		"DETSHARE_SIMGPU=1", // the host side describes the simulated GPU (a test double)
 		"DETSHARE_RUN_DIR="+e.runDir,
 		"DETSHARE_LIB="+filepath.Join(e.build, "lib/libdetshare.so"),
@@ -178,27 +177,7 @@ func (e *env) hostConfig() string { return filepath.Join(e.dir, "detshare-config
 func (e *env) startContainerd() error {
 	e.ctrSock = filepath.Join(e.dir, "containerd.sock")
 	e.ctrCfg = filepath.Join(e.dir, "containerd.toml")
-	cfg := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-[grpc]
-  address = %q
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
-  # The CI sandbox forbids lowering oom_score_adj (CRI gives pause containers -998): keep it at containerd's.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.detshare]
-      runtime_type = "io.containerd.detshare.v1"
-      pod_annotations = ["detshare.io/*"]
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-`, filepath.Join(e.dir, "ctrd-root"), filepath.Join(e.dir, "ctrd-state"), e.ctrSock, pauseRef,
-		filepath.Join(e.dir, "cni-bin"), filepath.Join(e.dir, "cni-conf"))
+	cfg := e.containerdConfig()
 	if err := os.WriteFile(e.ctrCfg, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -208,21 +187,21 @@ state = %q
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("containerd", "--config", e.ctrCfg)
+	cmd := exec.Command(e.ctrdBin, "--config", e.ctrCfg)
 	cmd.Env = e.daemonEnv
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if e.ctrd, err = startDaemon(cmd); err != nil {
+	if e.ctrd, err = testenv.StartDaemon(cmd); err != nil {
 		return fmt.Errorf("start containerd: %w", err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) && !e.ctrd.exited() {
+	for time.Now().Before(deadline) && !e.ctrd.Exited() {
 		if _, err := e.ctr("version"); err == nil {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(filepath.Join(e.dir, "containerd.log"))
-	return fmt.Errorf("containerd did not come up (exited: %v); log:\n%s", e.ctrd.exited(), tail(string(log), 3000))
+	return fmt.Errorf("containerd did not come up (exited: %v); log:\n%s", e.ctrd.Exited(), tail(string(log), 3000))
 }
 
 // startDocker starts dockerd on our containerd, once.
@@ -260,11 +239,11 @@ func (e *env) doStartDocker() error {
 		"--ip-masq=false", "--ip-forward=false", "--storage-driver", "overlay2")
 	cmd.Env = e.daemonEnv
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if e.dockerd, err = startDaemon(cmd); err != nil {
+	if e.dockerd, err = testenv.StartDaemon(cmd); err != nil {
 		return fmt.Errorf("start dockerd: %w", err)
 	}
 	deadline := time.Now().Add(40 * time.Second)
-	for time.Now().Before(deadline) && !e.dockerd.exited() {
+	for time.Now().Before(deadline) && !e.dockerd.Exited() {
 		if _, err := e.docker("version"); err == nil {
 			if out, err := e.docker("load", "-i", e.imageTar); err != nil {
 				return fmt.Errorf("docker load: %v: %s", err, out)
@@ -274,30 +253,7 @@ func (e *env) doStartDocker() error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(filepath.Join(e.dir, "dockerd.log"))
-	return fmt.Errorf("dockerd did not come up (exited: %v); log:\n%s", e.dockerd.exited(), tail(string(log), 3000))
-}
-
-// stopScheduler ends the `detshare sched` that registrations started on demand (sched/ensure) for our run
-// directory: found by its command line, ended by pid.
-func (e *env) stopScheduler() {
-	if e.runDir == "" {
-		return
-	}
-	for _, pid := range processesNaming(e.runDir) {
-		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		args := strings.Split(string(cmd), "\x00")
-		if len(args) == 0 || filepath.Base(args[0]) != "detshare" {
-			continue
-		}
-		syscall.Kill(pid, syscall.SIGTERM)
-		for i := 0; i < 50; i++ {
-			if syscall.Kill(pid, 0) != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
+	return fmt.Errorf("dockerd did not come up (exited: %v); log:\n%s", e.dockerd.Exited(), tail(string(log), 3000))
 }
 
 // noteHostDirs remembers which of dirs do not exist yet, to remove them at teardown.
@@ -316,44 +272,6 @@ func tail(s string, n int) string {
 	return s
 }
 
-// daemon is a started containerd or dockerd.
-type daemon struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func startDaemon(cmd *exec.Cmd) (*daemon, error) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	d := &daemon{cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(d.done) }()
-	return d, nil
-}
-
-func (d *daemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func stopDaemon(d *daemon) {
-	if d == nil {
-		return
-	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(15 * time.Second):
-		d.cmd.Process.Kill()
-		<-d.done
-	}
-}
-
 func (e *env) teardown() {
 	if e.dockerd != nil {
 		// Containers Docker left (a failed test) go first, so their shims exit.
@@ -362,7 +280,7 @@ func (e *env) teardown() {
 				e.docker("rm", "-f", id)
 			}
 		}
-		stopDaemon(e.dockerd)
+		testenv.StopDaemon(e.dockerd)
 	}
 	if e.ctrd != nil {
 		for _, ns := range []string{ctrNS, "k8s.io", "moby"} {
@@ -379,9 +297,9 @@ func (e *env) teardown() {
 				}
 			}
 		}
-		stopDaemon(e.ctrd)
+		testenv.StopDaemon(e.ctrd)
 	}
-	e.stopScheduler()
+	testenv.StopScheduler(e.runDir)
 	for _, d := range e.createdHostDirs {
 		os.Remove(d) // only when empty: another engine on the host may use the same directory
 	}
@@ -390,35 +308,9 @@ func (e *env) teardown() {
 		return
 	}
 	if e.dir != "" {
-		unmountUnder(e.dir)
+		testenv.UnmountUnder(e.dir)
 		os.RemoveAll(e.dir)
 	}
-}
-
-// unmountUnder detaches every mount below dir (overlay rootfs, shm of stopped daemons), deepest first.
-func unmountUnder(dir string) {
-	for _, m := range mountsUnder(dir) {
-		unix.Unmount(m, unix.MNT_DETACH)
-	}
-}
-
-// mountsUnder lists mount points at or below dir, deepest first.
-func mountsUnder(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
-		}
-	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out
 }
 
 func run(timeout time.Duration, env []string, name string, args ...string) (string, error) {
@@ -440,7 +332,7 @@ func run(timeout time.Duration, env []string, name string, args ...string) (stri
 func (e *env) ctr(args ...string) (string, error) { return e.ctrNS(ctrNS, args...) }
 
 func (e *env) ctrNS(ns string, args ...string) (string, error) {
-	return run(60*time.Second, nil, "ctr", append([]string{"--address", e.ctrSock, "--namespace", ns}, args...)...)
+	return run(60*time.Second, nil, e.ctrBin, append([]string{"--address", e.ctrSock, "--namespace", ns}, args...)...)
 }
 
 func (e *env) docker(args ...string) (string, error) {
@@ -448,163 +340,6 @@ func (e *env) docker(args ...string) (string, error) {
 }
 
 // ---- images ------------------------------------------------------------------------------------------------------
-
-// rootfsFile is one entry of an image layer.
-type rootfsFile struct {
-	path    string // in the image
-	src     string // host file to copy ("" for a directory or symlink)
-	link    string // symlink target
-	mode    int64
-	content []byte
-}
-
-func (e *env) buildWorkloadImage() (string, error) {
-	files := []rootfsFile{
-		{path: "bin/busybox", src: "/bin/busybox", mode: 0o755},
-		{path: "usr/local/bin/simgpu-probe", src: filepath.Join(e.build, "tests/simgpu-probe"), mode: 0o755},
-		{path: "usr/lib/simgpu/libcuda.so.1", src: filepath.Join(e.build, "lib/simgpu/libcuda.so.1"), mode: 0o755},
-	}
-	for _, tool := range []string{"sh", "cat", "sleep", "echo", "grep", "ls", "true", "test", "stat", "touch"} {
-		files = append(files, rootfsFile{path: "bin/" + tool, link: "busybox"})
-	}
-	libs, err := sharedLibs(filepath.Join(e.build, "tests/simgpu-probe"), filepath.Join(e.build, "lib/simgpu/libcuda.so.1"),
-		filepath.Join(e.build, "lib/libdetshare.so"))
-	if err != nil {
-		return "", err
-	}
-	for _, l := range libs {
-		files = append(files, rootfsFile{path: strings.TrimPrefix(l, "/"), src: l, mode: 0o755})
-	}
-	cfg := map[string]any{"Env": []string{"PATH=/usr/local/bin:/bin", "LD_LIBRARY_PATH=/usr/lib/simgpu",
-		"DETSHARE_SIMGPU_SMS=132"}, "Cmd": []string{"/bin/sh"}}
-	return e.writeImage("workload.tar", "detshare-e2e:test", files, cfg)
-}
-
-func (e *env) buildPauseImage() (string, error) {
-	src := filepath.Join(e.dir, "pause.c")
-	bin := filepath.Join(e.dir, "pause")
-	code := `#include <signal.h>
-#include <unistd.h>
-static void done(int s) { (void)s; _exit(0); }
-int main(void) { signal(SIGTERM, done); signal(SIGINT, done); for (;;) pause(); }
-`
-	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
-		return "", err
-	}
-	if out, err := run(60*time.Second, nil, "gcc", "-static", "-O2", "-o", bin, src); err != nil {
-		return "", fmt.Errorf("gcc -static pause: %v: %s", err, out)
-	}
-	return e.writeImage("pause.tar", "detshare-pause:test", []rootfsFile{{path: "pause", src: bin, mode: 0o755}},
-		map[string]any{"Cmd": []string{"/pause"}})
-}
-
-// sharedLibs lists the shared libraries (and the loader) the given ELF files need, as ldd resolves them.
-func sharedLibs(files ...string) ([]string, error) {
-	seen := map[string]bool{}
-	var out []string
-	for _, f := range files {
-		o, err := run(30*time.Second, nil, "ldd", f)
-		if err != nil {
-			return nil, fmt.Errorf("ldd %s: %v: %s", f, err, o)
-		}
-		for _, line := range strings.Split(o, "\n") {
-			for _, w := range strings.Fields(line) {
-				if strings.HasPrefix(w, "/") && !seen[w] {
-					seen[w] = true
-					out = append(out, w)
-				}
-			}
-		}
-	}
-	return out, nil
-}
-
-// writeImage writes a one-layer image in the `docker save` format, which both `docker load` and
-// `ctr images import` read.
-func (e *env) writeImage(name, tag string, files []rootfsFile, cfg map[string]any) (string, error) {
-	var layer bytes.Buffer
-	tw := tar.NewWriter(&layer)
-	dirs := map[string]bool{}
-	mkdir := func(d string) error {
-		if d == "." || d == "" || dirs[d] {
-			return nil
-		}
-		dirs[d] = true
-		return tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755})
-	}
-	for _, d := range []string{"bin", "dev", "etc", "proc", "sys", "tmp", "run", "usr", "usr/lib", "usr/local", "usr/local/bin"} {
-		if err := mkdir(d); err != nil {
-			return "", err
-		}
-	}
-	for _, f := range files {
-		parts := strings.Split(filepath.Dir(f.path), "/")
-		for i := range parts {
-			if err := mkdir(strings.Join(parts[:i+1], "/")); err != nil {
-				return "", err
-			}
-		}
-		switch {
-		case f.link != "":
-			if err := tw.WriteHeader(&tar.Header{Name: f.path, Typeflag: tar.TypeSymlink, Linkname: f.link, Mode: 0o777}); err != nil {
-				return "", err
-			}
-		default:
-			data := f.content
-			if f.src != "" {
-				var err error
-				if data, err = os.ReadFile(f.src); err != nil {
-					return "", err
-				}
-			}
-			if err := tw.WriteHeader(&tar.Header{Name: f.path, Typeflag: tar.TypeReg, Mode: f.mode, Size: int64(len(data))}); err != nil {
-				return "", err
-			}
-			if _, err := tw.Write(data); err != nil {
-				return "", err
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(layer.Bytes())
-	diffID := "sha256:" + hex.EncodeToString(sum[:])
-	config := map[string]any{"architecture": "amd64", "os": "linux", "config": cfg,
-		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
-		"created": "2026-01-01T00:00:00Z"}
-	cfgData, _ := json.Marshal(config)
-	csum := sha256.Sum256(cfgData)
-	cfgName := hex.EncodeToString(csum[:]) + ".json"
-	manifest, _ := json.Marshal([]map[string]any{{"Config": cfgName, "RepoTags": []string{tag},
-		"Layers": []string{"layer/layer.tar"}}})
-	path := filepath.Join(e.dir, name)
-	f, err := os.Create(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	ow := tar.NewWriter(f)
-	add := func(n string, data []byte) error {
-		if err := ow.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err := io.Copy(ow, bytes.NewReader(data))
-		return err
-	}
-	if err := ow.WriteHeader(&tar.Header{Name: "layer/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
-		return "", err
-	}
-	for _, it := range []struct {
-		n string
-		d []byte
-	}{{"layer/layer.tar", layer.Bytes()}, {cfgName, cfgData}, {"manifest.json", manifest}} {
-		if err := add(it.n, it.d); err != nil {
-			return "", err
-		}
-	}
-	return path, ow.Close()
-}
 
 // ---- assertions on DetShare state -----------------------------------------------------------------------------------
 
@@ -659,7 +394,7 @@ func (e *env) assertNoLeak(t *testing.T, id string) {
 		if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(data), id) {
 			problems = append(problems, "mount naming the container left")
 		}
-		if pids := processesNaming(id); len(pids) > 0 {
+		if pids := testenv.ProcessesNaming(id); len(pids) > 0 {
 			problems = append(problems, fmt.Sprintf("processes naming the container left: %v", pids))
 		}
 		if len(problems) == 0 || time.Now().After(deadline) {
@@ -670,24 +405,6 @@ func (e *env) assertNoLeak(t *testing.T, id string) {
 	if len(problems) > 0 {
 		t.Errorf("container %s leaked: %s", id, strings.Join(problems, "; "))
 	}
-}
-
-// processesNaming lists processes whose command line contains s.
-func processesNaming(s string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	self := os.Getpid()
-	for _, e := range ents {
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid == self {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(cmd, []byte(s)) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // meminfoTotal extracts "total" from a simgpu-probe meminfo line in out.

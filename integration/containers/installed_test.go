@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/detshare/detshare/integration/testenv"
 )
 
 // The issue-15 "Done when": from a state with no DetShare files, install DetShare (make install into a private
@@ -28,7 +30,7 @@ type installedHost struct {
 	daemonJSON, dockerOrig string
 	ctrSock, dockerSock    string
 	engineEnv              []string
-	ctrd, dockerd          *daemon
+	ctrd, dockerd          *testenv.Daemon
 }
 
 const instNS = "detshare-installed"
@@ -89,7 +91,7 @@ func (h *installedHost) start(t *testing.T) {
 	}
 	cmd := exec.Command("containerd", "--config", h.ctrCfg)
 	cmd.Env, cmd.Stdout, cmd.Stderr = h.engineEnv, logf, logf
-	if h.ctrd, err = startDaemon(cmd); err != nil {
+	if h.ctrd, err = testenv.StartDaemon(cmd); err != nil {
 		t.Fatal(err)
 	}
 	if !waitUp(h.ctrd, 20*time.Second, func() error { _, err := h.ctr("version"); return err }) {
@@ -109,7 +111,7 @@ func (h *installedHost) start(t *testing.T) {
 		"--pidfile", filepath.Join(h.dir, "docker.pid"), "-H", "unix://"+h.dockerSock, "--containerd", h.ctrSock,
 		"--bridge", "none", "--iptables=false", "--ip-masq=false", "--ip-forward=false", "--storage-driver", "overlay2")
 	cmd.Env, cmd.Stdout, cmd.Stderr = h.engineEnv, dlog, dlog
-	if h.dockerd, err = startDaemon(cmd); err != nil {
+	if h.dockerd, err = testenv.StartDaemon(cmd); err != nil {
 		t.Fatal(err)
 	}
 	if !waitUp(h.dockerd, 40*time.Second, func() error { _, err := h.docker("version"); return err }) {
@@ -122,8 +124,8 @@ func (h *installedHost) start(t *testing.T) {
 }
 
 // waitUp polls ping until it succeeds (true), d exits or the time is up (false).
-func waitUp(d *daemon, limit time.Duration, ping func() error) bool {
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline) && !d.exited(); {
+func waitUp(d *testenv.Daemon, limit time.Duration, ping func() error) bool {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline) && !d.Exited(); {
 		if ping() == nil {
 			return true
 		}
@@ -140,7 +142,7 @@ func (h *installedHost) stop() {
 				h.docker("rm", "-f", id)
 			}
 		}
-		stopDaemon(h.dockerd)
+		testenv.StopDaemon(h.dockerd)
 	}
 	if h.ctrd != nil {
 		for _, ns := range []string{instNS, "moby"} {
@@ -153,15 +155,15 @@ func (h *installedHost) stop() {
 				run(time.Minute, nil, "ctr", "--address", h.ctrSock, "--namespace", ns, "containers", "rm", id)
 			}
 		}
-		stopDaemon(h.ctrd)
+		testenv.StopDaemon(h.ctrd)
 	}
-	for _, pid := range processesNaming(h.runDir) {
+	for _, pid := range testenv.ProcessesNaming(h.runDir) {
 		syscall.Kill(pid, syscall.SIGTERM)
 		for i := 0; i < 50 && syscall.Kill(pid, 0) == nil; i++ {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	unmountUnder(h.dir)
+	testenv.UnmountUnder(h.dir)
 }
 
 // doctor runs the installed `detshare doctor` on the private configs; the simulated GPU (a test double) comes from

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/table"
 )
@@ -163,7 +164,7 @@ func TestStandaloneHookWithRunc(t *testing.T) {
 
 	e.assertNoLeak(t, id)
 	// Mount points the hook created stay in the bundle's rootfs only; nothing of it is mounted on the host.
-	if ms := mountsUnder(b); len(ms) != 0 {
+	if ms := testenv.MountsUnder(b); len(ms) != 0 {
 		t.Errorf("mounts left under the bundle: %v", ms)
 	}
 }
@@ -218,4 +219,39 @@ func TestStandaloneHookOwnerIsContainerInit(t *testing.T) {
 		t.Fatal(out)
 	}
 	e.assertNoLeak(t, id)
+}
+
+// The standalone hook (podman, CRI-O) follows the same failure policy: with the library missing a container that
+// asked for DetShare is refused by default; under fail-open it runs and the hook's WARNING line is the first line of
+// the container's own stderr (written to the container init's fd 2).
+func TestStandaloneHookFailurePolicy(t *testing.T) {
+	e := need(t)
+	root := filepath.Join(e.dir, "runc-root")
+	for _, c := range []struct {
+		id, extra string
+		wantRun   bool
+	}{
+		{"ds-standalone-refused", "DETSHARE_FAIL_CLOSED=0", false},
+		{"ds-standalone-open", "DETSHARE_FAIL_OPEN=1", true},
+	} {
+		b := e.standaloneBundle(t, []string{"DETSHARE_TIER=latency-critical", "DETSHARE_SMS=8"}, "echo RAN", func(spec map[string]any) {
+			hooks := spec["hooks"].(map[string]any)
+			for _, stage := range []string{"createContainer", "poststop"} {
+				h := hooks[stage].([]any)[0].(map[string]any)
+				h["env"] = []string{"DETSHARE_SIMGPU=1", "DETSHARE_RUN_DIR=" + e.runDir, "DETSHARE_LIB=/nonexistent/libdetshare.so",
+					"DETSHARE_CONFIG=/nonexistent/config.toml", c.extra}
+			}
+		})
+		out, err := run(60*time.Second, nil, "runc", "--root", root, "run", "--bundle", b, c.id)
+		run(30*time.Second, nil, "runc", "--root", root, "delete", "--force", c.id)
+		if c.wantRun {
+			if err != nil || !strings.Contains(out, "RAN") ||
+				!strings.Contains(out, "detshare: WARNING: this tenant asked for DetShare but runs WITHOUT it") {
+				t.Errorf("%s: %v: %q; want it to run with the WARNING on its stderr", c.id, err, out)
+			}
+		} else if err == nil || strings.Contains(out, "RAN") || !strings.Contains(out, "libdetshare.so not readable") {
+			t.Errorf("%s: %v: %q; want runc to fail with the hook's refusal", c.id, err, out)
+		}
+		e.assertNoLeak(t, c.id)
+	}
 }

@@ -27,12 +27,16 @@ func TestContainerAttacksOnSharedFiles(t *testing.T) {
 	if err := ensure.EnsureScheduler(e.runDir); err != nil {
 		t.Fatalf("start the scheduler: %v", err)
 	}
+	deadline := time.Now().Add(10 * time.Second)
 	tb, err := table.OpenReadOnly(e.runDir)
+	for err != nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		tb, err = table.OpenReadOnly(e.runDir)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tb.Close()
-	deadline := time.Now().Add(10 * time.Second)
 	for len(tb.GPUs()) == 0 || tb.GPUs()[0].MPSPipeDir == "" || !tb.LeaderAlive(time.Second) {
 		if time.Now().After(deadline) {
 			t.Fatalf("scheduler did not start simulated MPS: %+v", tb.GPUs())
@@ -51,7 +55,15 @@ func TestContainerAttacksOnSharedFiles(t *testing.T) {
 		`simgpu-probe meminfo >/dev/null; echo PROBE-AFTER=$?`,
 		`cat /proc/self/mountinfo`,
 	}, "; ")
-	b := e.standaloneBundle(t, []string{"DETSHARE_TIER=burstable", "DETSHARE_MEMORY=640MiB"}, script)
+	// CAP_SETUID/CAP_SETGID, as Docker and containerd give a container by default (runc spec's default lacks them).
+	withSetID := func(spec map[string]any) {
+		caps := spec["process"].(map[string]any)["capabilities"].(map[string]any)
+		for _, set := range []string{"bounding", "effective", "permitted"} {
+			l, _ := caps[set].([]any)
+			caps[set] = append(l, "CAP_SETUID", "CAP_SETGID")
+		}
+	}
+	b := e.standaloneBundle(t, []string{"DETSHARE_TIER=burstable", "DETSHARE_MEMORY=640MiB"}, script, withSetID)
 	if err := os.MkdirAll(filepath.Join(b, "rootfs", "etc"), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,12 @@ func need(t *testing.T) {
 			t.Fatalf("%s not found: apt-get install containerd runc busybox-static (or DETSHARE_SKIP_DEMO=1)", tool)
 		}
 	}
+	// The demo's leftover check must not see another engine suite running beside it.
+	release, err := hostleft.Exclusive()
+	if err != nil {
+		t.Fatalf("take the engine-suite lock %s: %v", hostleft.LockPath, err)
+	}
+	t.Cleanup(release)
 }
 
 // demoCmd runs demo.sh as CI does: --yes, no terminal, prebuilt tree (make test builds first).

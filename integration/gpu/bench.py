@@ -554,14 +554,17 @@ class Runner:
     def start_sched(self, c, slug):
         """`detshare sched` on a private run directory, with the case's policy; tenants come from `detshare run`."""
         a = self.a
-        run_dir = os.path.join(self.tmp, "dsrun-" + slug)
+        # short: the MPS control daemon's sockets live under <run dir>/mps/gpu0/pipe and a Unix socket path has at
+        # most 107 bytes (with the long case names of the coloc suite nvidia-cuda-mps-control failed to start)
+        self.nsched = getattr(self, "nsched", 0) + 1
+        run_dir = os.path.join(self.tmp, "ds%d" % self.nsched)
         os.makedirs(run_dir, exist_ok=True)
         policy = "tpot-first" if c.config == "detshare-tpot" else "throughput-oriented"
         cfg = os.path.join(run_dir, "config.toml")
         with open(cfg, "w") as f:
             f.write('[scheduler]\npolicy = "%s"\n[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
                     % (policy, "false" if a.device == "cpu" else "true", a.mps_control))
-        env = dict(os.environ, DETSHARE_LOG_LEVEL="info")
+        env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":
             env["DETSHARE_SIMGPU"] = "1"  # harness check: the scheduler describes the simulated GPU (test double)
         logf = open(os.path.join(self.logs, "%s__sched.log" % slug), "w")

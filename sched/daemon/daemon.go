@@ -79,7 +79,8 @@ type Scheduler struct {
 	regGen   uint64
 	regsOK   bool
 	tableIno uint64
-	lost     error // set when the table file was removed or replaced: the scheduler steps down
+	lost     error // set when the table file was removed, replaced or truncated: the scheduler steps down
+	lostMu   sync.Mutex
 	stats    Stats
 	tenantMu sync.Mutex
 	tenants  map[string]*TenantStats
@@ -282,7 +283,7 @@ func (s *Scheduler) Reload(c config.Config) error {
 
 // Close releases the leadership; grants, tokens and MPS daemons stay (fail-static).
 func (s *Scheduler) Close() error {
-	s.t.ClearLeader(os.Getpid())
+	_ = table.Guard("clear leader", func() { s.t.ClearLeader(os.Getpid()) }) // the table may have been truncated
 	for _, p := range s.pages {
 		p.cl.Close()
 	}
@@ -318,9 +319,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			case <-mpsCtx.Done():
 				return
 			case <-tk.C:
-				s.checkMPS(s.gpuList())
+				if err := table.Guard("MPS check", func() { s.checkMPS(s.gpuList()) }); err != nil {
+					s.tableLost(err) // the loop steps down at its next pass
+					return
+				}
 			case <-s.mpsWake:
-				s.checkMPS(s.gpuList())
+				if err := table.Guard("MPS check", func() { s.checkMPS(s.gpuList()) }); err != nil {
+					s.tableLost(err)
+					return
+				}
 			}
 		}
 	}()
@@ -329,7 +336,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	go func() { defer close(powerDone); s.powerLoop(mpsCtx) }()
 	defer func() { mpsStop(); <-powerDone }()
 	seq := s.t.DoorbellSeq()
-	s.Pass()
+	if err := s.guardedPass(); err != nil {
+		return err
+	}
 	if s.opts.Ready != nil {
 		close(s.opts.Ready)
 	}
@@ -343,12 +352,31 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		s.Pass()
-		if s.lost != nil {
-			return s.lost
+		if err := s.guardedPass(); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// guardedPass runs Pass, and steps down (an error, never a SIGBUS) when the table was truncated under the mapping:
+// only root on the host can do that, and nothing can be scheduled through it any more. Tenants keep their last
+// grant (libdetshare survives the truncation, docs/threat-model.md).
+func (s *Scheduler) guardedPass() error {
+	if err := table.Guard("scheduler pass", s.Pass); err != nil {
+		s.tableLost(err)
+	}
+	s.lostMu.Lock()
+	defer s.lostMu.Unlock()
+	return s.lost
+}
+
+func (s *Scheduler) tableLost(err error) {
+	s.lostMu.Lock()
+	defer s.lostMu.Unlock()
+	if s.lost == nil {
+		s.lost = fmt.Errorf("scheduler: table %s was truncated (%w); stepping down", s.t.Paths().Table(), err)
+	}
 }
 
 func (s *Scheduler) gpuList() []*gpuState {
@@ -405,7 +433,9 @@ func (s *Scheduler) reap() {
 	s.lastReap = time.Now()
 	// A run directory that was removed (tests, uninstall) or a table replaced by an operator is no longer ours.
 	if ino := inode(s.t.Paths().Table()); ino == 0 || ino != s.tableIno {
+		s.lostMu.Lock()
 		s.lost = fmt.Errorf("scheduler: table %s was removed or replaced; stepping down", s.t.Paths().Table())
+		s.lostMu.Unlock()
 		return
 	}
 	// Host PIDs of processes about to be reaped, for MPS terminate_client (a process may linger as an MPS client

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"math/bits"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,16 +40,22 @@ func TestPowerNearLimitThrottlesBestEffort(t *testing.T) {
 	waitGrant(t, tb, be.Slot, time.Second, "BE back to 6 groups once power fell", groupsIs(6))
 }
 
-// An LC with an SLO whose library reports latencies far inside it gives groups back to best-effort one window at
-// a time; reports above it make it take everything again.
-func TestSLOSizingFromObservedLatency(t *testing.T) {
+// sloPair registers a latency-critical tenant with a 5 ms SLO and 2 groups and a best-effort one.
+func sloPair(t *testing.T) (string, *table.Table, table.Registration, table.Registration) {
+	t.Helper()
 	dir, tb := newRunDir(t)
 	lc, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, GPU: 0, Weight: 1,
 		SMGroups: 2, SMs: 16, SLOP99Us: 5000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
+	return dir, tb, lc, register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
+}
+
+// An LC with an SLO whose library reports latencies far inside it gives groups back to best-effort one window at
+// a time; reports above it make it take everything again.
+func TestSLOSizingFromObservedLatency(t *testing.T) {
+	dir, tb, lc, be := sloPair(t)
 	s := startSched(t, dir, testConfig(), nil)
 	pl, pb := play(t, tb, lc), play(t, tb, be)
 	pb.busy(true)
@@ -96,5 +103,35 @@ func TestSLOSizingFromObservedLatency(t *testing.T) {
 	}
 	if p := s.TenantStats()["lc"].ObservedP99; p < 5*time.Millisecond {
 		t.Fatalf("observed P99 %v, want above the 5 ms SLO", p)
+	}
+}
+
+// Hostile tenants: latency counters are tenant-written. A latency-critical tenant that forges them (huge, then
+// going backwards) never gets more than a busy LC without an SLO gets (at worst it gives groups away); a
+// best-effort tenant forging them keeps at least its floor; the scheduler does not crash on either.
+func TestForgedLatencyCannotWidenAGrant(t *testing.T) {
+	dir, tb, lc, be := sloPair(t)
+	startSched(t, dir, testConfig(), nil)
+	pl, pb := play(t, tb, lc), play(t, tb, be)
+	pb.busy(true)
+	pl.busy(true)
+	waitGrant(t, tb, lc.Slot, time.Second, "busy LC expands to 7 groups", groupsIs(7))
+	lp, bp := pl.cl.Page(), pb.cl.Page()
+	for round := 0; round < 20; round++ {
+		for i := range lp.LatHist {
+			v := ^uint64(0) >> uint(round%3) // huge, then smaller: counters going backwards
+			atomic.StoreUint64(&lp.LatHist[i], v)
+			atomic.StoreUint64(&bp.LatHist[i], v)
+		}
+		tb.RingDoorbell()
+		time.Sleep(30 * time.Millisecond)
+		gl, _ := tb.ReadGrant(lc.Slot)
+		gb, _ := tb.ReadGrant(be.Slot)
+		if n := bits.OnesCount64(gl.Groups); n > 7 {
+			t.Fatalf("round %d: forged latency widened the LC to %d groups", round, n)
+		}
+		if n := bits.OnesCount64(gb.Groups); n < 1 {
+			t.Fatalf("round %d: BE lost its floor beside a busy LC (%d groups)", round, n)
+		}
 	}
 }

@@ -95,8 +95,20 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	tgc := nf("detshare_tenant_grant_changes_total", "counter", "grant changes of the tenant's slot")
 	tslo := nf("detshare_tenant_slo_violations_total", "counter", "latency-tier demand answered later than scheduler.latency_slo")
 	tdem := nf("detshare_tenant_demand", "gauge", "processes of the tenant with queued work")
+	uuid := map[int]string{}
+	for _, g := range snap.GPUs {
+		uuid[g.Index] = g.UUID
+	}
+	tlc := nf("detshare_tenant_latency_completions_total", "counter", "completions observed by the library (synchronisations that waited for work)")
+	tlp := nf("detshare_tenant_latency_p99_seconds", "gauge", "P99 of the observed completion latency since registration (histogram bucket upper edge)")
+	tst := nf("detshare_tenant_slo_p99_seconds", "gauge", "the tenant's latency target (slo-p99), 0 = none")
+	tsw := nf("detshare_tenant_slo_within_total", "counter", "completions certainly within the tenant's slo-p99")
+	tgd := nf("detshare_tenant_gate_depth", "gauge", "dispatch gate: kernels in flight per stream (0 = no gate)")
+	tgw := nf("detshare_tenant_gate_waits_total", "counter", "launches the dispatch gate held back")
 	for _, t := range snap.Tenants {
-		l := []string{"tenant", t.ID, "gpu", strconv.Itoa(t.GPU), "tier", t.Tier, "role", t.Role}
+		// DCGM exporter's labels (gpu, UUID, pod, namespace, container; empty outside Kubernetes) plus DetShare's.
+		l := []string{"tenant", t.ID, "gpu", strconv.Itoa(t.GPU), "UUID", uuid[t.GPU], "pod", t.Pod, "namespace", t.Namespace,
+			"container", t.Container, "tier", t.Tier, "role", t.Role}
 		tg.add(float64(t.GrantedSMs), l...)
 		tq.add(float64(t.GuaranteedSMs), l...)
 		tb.add(float64(t.BusyNs)/1e9, l...)
@@ -107,6 +119,12 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 		tgc.add(float64(t.GrantEpoch), l...)
 		tslo.add(float64(ex.SLOViolations[t.ID]), l...)
 		tdem.add(float64(t.Demand), l...)
+		tlc.add(float64(t.LatencyCount), l...)
+		tlp.add(t.LatencyP99Ms/1e3, l...)
+		tst.add(t.SLOP99Ms/1e3, l...)
+		tsw.add(float64(t.SLOWithin), l...)
+		tgd.add(float64(t.GateDepth), l...)
+		tgw.add(float64(t.GateWaits), l...)
 	}
 	bw := bufio.NewWriter(w)
 	for _, f := range fams {

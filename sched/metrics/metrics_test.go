@@ -19,7 +19,8 @@ func sampleSnap() (view.Snapshot, Extra) {
 	s := view.Snapshot{Scheduler: view.Leader{PID: 1, Alive: true, Epoch: 3},
 		GPUs: []view.GPU{{Index: 0, UUID: "SIM-0", SMs: 132, Groups: make([]uint32, 15), Mode: "spatial", Simulated: true, GrantChanges: 9}},
 		Tenants: []view.Tenant{{ID: `we"ird\id`, GPU: 0, Tier: "latency-critical", Role: "decode", GrantedSMs: 32, GuaranteedSMs: 32,
-			BusyNs: 1500000000, Launches: 42, MemUsed: 1 << 30, MemLimit: 2 << 30, QueueDelayNs: 2000000, GrantEpoch: 5}}}
+			BusyNs: 1500000000, Launches: 42, MemUsed: 1 << 30, MemLimit: 2 << 30, QueueDelayNs: 2000000, GrantEpoch: 5,
+			SLOP99Ms: 5, LatencyCount: 100, LatencyP99Ms: 4.096, SLOWithin: 97, GateDepth: 0}}}
 	return s, Extra{Passes: 7, GrantChanges: 5, SLOViolations: map[string]uint64{`we"ird\id`: 2}}
 }
 
@@ -42,17 +43,34 @@ func TestWrite(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		`detshare_tenant_sms_granted{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 32`,
-		`detshare_tenant_busy_seconds_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 1.5`,
-		`detshare_tenant_slo_violations_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 2`,
-		`detshare_tenant_memory_used_bytes{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 1073741824`,
+		`detshare_tenant_sms_granted{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 32`,
+		`detshare_tenant_busy_seconds_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 1.5`,
+		`detshare_tenant_slo_violations_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 2`,
+		`detshare_tenant_memory_used_bytes{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 1073741824`,
 		`detshare_gpu_sms{gpu="0",uuid="SIM-0",simulated="true"} 132`,
+		`detshare_tenant_slo_p99_seconds{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 0.005`,
+		`detshare_tenant_slo_within_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 97`,
+		`detshare_tenant_latency_completions_total{tenant="we\"ird\\id",gpu="0",tier="latency-critical",role="decode"} 100`,
 		`detshare_scheduler_up 1`,
 		"# TYPE detshare_tenant_grant_changes_total counter",
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
+	}
+}
+
+// A Kubernetes tenant carries DCGM exporter's labels, so dashboards join DetShare's series with DCGM's.
+func TestWriteDCGMLabels(t *testing.T) {
+	s, ex := sampleSnap()
+	s.Tenants[0].Pod, s.Tenants[0].Namespace, s.Tenants[0].Container = "infer-0", "team-a", "server"
+	var b strings.Builder
+	if err := Write(&b, s, ex); err != nil {
+		t.Fatal(err)
+	}
+	want := `detshare_tenant_sms_guaranteed{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="infer-0",namespace="team-a",container="server",tier="latency-critical",role="decode"} 32`
+	if !strings.Contains(b.String(), want+"\n") {
+		t.Errorf("missing %q in:\n%s", want, b.String())
 	}
 }
 

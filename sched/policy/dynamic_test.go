@@ -29,9 +29,9 @@ func TestBusyLatencyCriticalExpandsAndGivesBack(t *testing.T) {
 	}
 	idle := step(false)
 	// Idle: its 4 guaranteed groups (nobody else's) plus every group not held exclusively (the burstable's 2
-	// are), so that its next request starts wide.
-	if n := bits.OnesCount64(idle.Grants[0].Groups); n != 13 {
-		t.Fatalf("idle LC holds %d groups (%q), want 13", n, idle.Grants[0].Reason)
+	// are) except the BE's floor, so that its next request starts wide.
+	if n := bits.OnesCount64(idle.Grants[0].Groups); n != 12 {
+		t.Fatalf("idle LC holds %d groups (%q), want 12", n, idle.Grants[0].Reason)
 	}
 	own := idle.Grants[0].Groups &^ (idle.Grants[1].Groups | idle.Grants[2].Groups)
 	if bits.OnesCount64(own) != 4 {
@@ -51,8 +51,8 @@ func TestBusyLatencyCriticalExpandsAndGivesBack(t *testing.T) {
 		t.Fatalf("busy LC moved off its own groups: %b -> %b", own, busy.Grants[0].Groups)
 	}
 	back := step(false)
-	if n := bits.OnesCount64(back.Grants[0].Groups); n != 13 {
-		t.Fatalf("LC idle again holds %d groups, want 13", n)
+	if n := bits.OnesCount64(back.Grants[0].Groups); n != 12 {
+		t.Fatalf("LC idle again holds %d groups, want 12", n)
 	}
 	if n := bits.OnesCount64(back.Grants[1].Groups) + bits.OnesCount64(back.Grants[2].Groups); n != 11 {
 		t.Fatalf("after the LC went idle lower tiers got %d groups back, want 11", n)
@@ -211,8 +211,49 @@ func TestIdleWideLatencyCriticalIsStable(t *testing.T) {
 		}
 		prev = d
 	}
-	if bits.OnesCount64(prev.Grants[0].Groups) != 11 || bits.OnesCount64(prev.Grants[1].Groups) != 15 {
-		t.Fatalf("BE %b, idle LC %b: want 11 and all 15", prev.Grants[0].Groups, prev.Grants[1].Groups)
+	if bits.OnesCount64(prev.Grants[0].Groups) != 11 || bits.OnesCount64(prev.Grants[1].Groups) != 14 {
+		t.Fatalf("BE %b, idle LC %b: want 11 and all 15 but the BE's floor", prev.Grants[0].Groups, prev.Grants[1].Groups)
+	}
+}
+
+// The groups kept out of an idle LC's wide offer are exactly the floor the lower tier keeps when the LC wakes, so
+// the LC's first request never shares SMs with a kernel running on a floor (long, on so few SMs); with lending,
+// the BE holds every group while the LC is idle.
+func TestIdleOfferExcludesTheFloorKeptAtWake(t *testing.T) {
+	gs := groups(15, 8)
+	for _, lend := range []bool{false, true} {
+		for _, floor := range []int{1, 2} {
+			o := DefaultOptions()
+			o.Floor = floor
+			ts := []Tenant{
+				{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: lend},
+				{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+			}
+			var idle Decision
+			for pass := 0; pass < 2; pass++ {
+				idle = Decide(gs, ts, o)
+				for i := range ts {
+					ts[i].Prev = idle.Grants[i].Groups
+				}
+			}
+			if lend && bits.OnesCount64(idle.Grants[1].Groups) != 15 {
+				t.Fatalf("lend: BE holds %b while the LC is idle, want all 15", idle.Grants[1].Groups)
+			}
+			ts[0].Busy = true
+			busy := Decide(gs, ts, o)
+			checkInvariants(t, gs, ts, busy)
+			fl := busy.Grants[1].Groups
+			if bits.OnesCount64(fl) != floor {
+				t.Fatalf("lend %v: BE floor %b, want %d groups", lend, fl, floor)
+			}
+			if idle.Grants[0].Groups&fl != 0 {
+				t.Fatalf("lend %v floor %d: idle LC offer %b includes the floor %b the BE keeps at wake", lend, floor,
+					idle.Grants[0].Groups, fl)
+			}
+			if idle.Grants[0].Groups|fl != 1<<15-1 {
+				t.Fatalf("lend %v floor %d: idle LC offer %b + floor %b leave groups out", lend, floor, idle.Grants[0].Groups, fl)
+			}
+		}
 	}
 }
 
@@ -229,6 +270,22 @@ func TestHistP99(t *testing.T) {
 	h[10] = 990
 	if p, _ := HistP99(h); p != 2048*time.Microsecond {
 		t.Fatalf("p99 %v, want 2.048ms", p)
+	}
+	var huge [LatencyBuckets]uint64
+	for i := range huge {
+		huge[i] = ^uint64(0) // forged: the sums must saturate, not wrap to a small P99
+	}
+	if p, n := HistP99(huge); n != ^uint64(0) || p < 2*time.Microsecond || p > time.Duration(1<<LatencyBuckets)*time.Microsecond {
+		t.Fatalf("forged counters: p99 %v n %d, want a bucket edge and a saturated count", p, n)
+	}
+	if d := HistDelta(huge, [LatencyBuckets]uint64{}); d[0] != 1<<40 {
+		t.Fatalf("a forged step must be capped: %d", d[0])
+	}
+	if p, _ := HistP99(HistDelta(huge, [LatencyBuckets]uint64{})); p != time.Duration(1<<LatencyBuckets)*time.Microsecond {
+		t.Fatalf("equal capped buckets: p99 %v, want the top bucket", p)
+	}
+	if w, n := HistWithin(huge, 5*time.Millisecond); w != ^uint64(0) || n != ^uint64(0) {
+		t.Fatalf("forged counters: within %d of %d", w, n)
 	}
 	var prev [LatencyBuckets]uint64
 	prev[10] = 2000 // went backwards: counts as zero, never negative

@@ -318,11 +318,20 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 				}
 			}
 			if t.Tier == LatencyCritical && !t.Pinned {
+				// ... but never the groups a lower tier will keep as its floor when this tenant turns busy: a
+				// kernel of the first request with more blocks than free SMs would wait for a floor kernel, which
+				// runs for long on so few SMs (seen on the H100 as a +5..9 ms tail).
+				var floors uint64
+				for j, u := range tenants {
+					if u.Tier != LatencyCritical && (u.Busy || u.Prev != 0) {
+						floors |= floorGroups(u, shared&^floors, max(0, max(o.Floor, 1)-bits.OnesCount64(guar[j]&d.Exclusive[j])))
+					}
+				}
 				// An idle latency-critical tenant that expands is offered every group nobody else holds
 				// exclusively, so that the first kernel (or graph) of its next request starts on the whole width:
 				// its blocks take the groups lower tiers are using as their kernels drain (dispatch gate), while
 				// the scheduler shrinks them. Overlap costs nothing while it is idle.
-				if more := all &^ (exclusive &^ d.Exclusive[i]) &^ guar[i]; more != 0 {
+				if more := all &^ (exclusive &^ d.Exclusive[i]) &^ guar[i] &^ floors; more != 0 {
 					g.Groups |= more
 					g.Reason += fmt.Sprintf(", offered %d more groups to start wide", bits.OnesCount64(more))
 				}
@@ -361,6 +370,24 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 		}
 	}
 	return d
+}
+
+// floorGroups is where a lower-tier tenant keeps its floor of n groups out of avail: the highest groups it held,
+// then the highest free ones. Canonical, so that the same groups are chosen when an LC wakes as were kept out of
+// the LC's idle offer before (guarantees are placed from the lowest groups up, floors from the highest down).
+func floorGroups(t Tenant, avail uint64, n int) uint64 {
+	var m uint64
+	for b := t.Prev & avail; b != 0 && n > 0; n-- {
+		h := uint64(1) << (63 - bits.LeadingZeros64(b))
+		m |= h
+		b &^= h
+	}
+	for b := avail &^ m; b != 0 && n > 0; n-- {
+		h := uint64(1) << (63 - bits.LeadingZeros64(b))
+		m |= h
+		b &^= h
+	}
+	return m
 }
 
 // othersPrev is the union of the groups the other tenants held.
@@ -403,10 +430,12 @@ func decideThrottled(tenants []Tenant, busy []int, guar, excl []uint64, shared u
 		}
 	}
 	extra := make([]int, len(tenants))
+	free := shared
 	for _, i := range lower {
-		extra[i] = max(0, floor-bits.OnesCount64(guar[i]&excl[i]))
+		m := floorGroups(tenants[i], free, max(0, floor-bits.OnesCount64(guar[i]&excl[i])))
+		got[i] |= m
+		free &^= m
 	}
-	free := place(tenants, lower, extra, shared, got)
 	if len(exp) == 0 {
 		return // power only: what lower tiers do not keep stays idle
 	}

@@ -84,10 +84,10 @@ func TestDecideRules(t *testing.T) {
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Pinned: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
 		}, []int{4, 4}, []uint64{0x0f, 0xf0}},
-		{"LC idle keeps guarantee and is offered the rest to start wide, BE takes the rest", 8, o, []Tenant{
+		{"LC idle keeps guarantee and is offered the rest but BE's floor, BE takes the rest", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
-		}, []int{8, 4}, []uint64{0xff, 0xf0}},
+		}, []int{7, 4}, []uint64{0x7f, 0xf0}},
 		{"pinned LC idle lending: BE borrows everything, LC keeps its grant", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Pinned: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
@@ -99,15 +99,15 @@ func TestDecideRules(t *testing.T) {
 		{"pinned LC busy lending: guarantee back, BE throttled to its floor", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true, Pinned: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0xff},
-		}, []int{4, 1}, []uint64{0x0f, 0x10}},
+		}, []int{4, 1}, []uint64{0x0f, 0x80}},
 		{"LC busy expands over an idle BE", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 4, Guarantee: 2, Busy: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1},
 		}, []int{8, 1}, []uint64{0xff, 0}},
-		{"LC busy lending expands, busy BE keeps one group it had", 8, o, []Tenant{
+		{"LC busy lending expands, busy BE keeps the highest group it had", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0xf0},
-		}, []int{7, 1}, []uint64{0xef, 0x10}},
+		}, []int{7, 1}, []uint64{0x7f, 0x80}},
 		{"burstable busy: guarantee + weighted borrow", 8, o, []Tenant{
 			{Slot: 0, ID: "bu", Tier: Burstable, Weight: 1, Guarantee: 2, Busy: true},
 			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},

@@ -13,23 +13,36 @@ const MinLatencySamples = 20
 // HistP99 returns the 99th percentile of a latency histogram (the upper edge of the bucket it falls in, so never
 // optimistic) and the number of samples. 0 with no samples.
 func HistP99(h [LatencyBuckets]uint64) (time.Duration, uint64) {
-	var n uint64
-	for _, c := range h {
-		n += c
-	}
+	n := histTotal(h)
 	if n == 0 {
 		return 0, 0
 	}
-	// rank of the 99th percentile, 1-based, rounded up
-	rank := (n*99 + 99) / 100
+	// rank of the 99th percentile, 1-based (written so that no product can overflow on forged counters)
+	rank := n - n/100
 	var s uint64
 	for i, c := range h {
-		s += c
+		s = satAdd(s, c)
 		if s >= rank {
 			return time.Duration(uint64(1)<<(i+1)) * time.Microsecond, n
 		}
 	}
 	return time.Duration(uint64(1)<<LatencyBuckets) * time.Microsecond, n
+}
+
+// satAdd adds without wrapping: counters come from tenant-written pages.
+func satAdd(a, b uint64) uint64 {
+	if a+b < a {
+		return ^uint64(0)
+	}
+	return a + b
+}
+
+func histTotal(h [LatencyBuckets]uint64) uint64 {
+	var n uint64
+	for _, c := range h {
+		n = satAdd(n, c)
+	}
+	return n
 }
 
 // HistDelta is the histogram of the completions between two cumulative snapshots. Counters that went backwards
@@ -38,7 +51,9 @@ func HistDelta(cur, prev [LatencyBuckets]uint64) [LatencyBuckets]uint64 {
 	var d [LatencyBuckets]uint64
 	for i := range cur {
 		if cur[i] > prev[i] {
-			d[i] = cur[i] - prev[i]
+			// no process completes 2^40 requests in a window: a larger step is forged, and capping it keeps the
+			// window's sums exact
+			d[i] = min(cur[i]-prev[i], 1<<40)
 		}
 	}
 	return d
@@ -62,4 +77,16 @@ func NextShrink(prev int, slo, p99 time.Duration, samples uint64, maxShrink int)
 		prev++
 	}
 	return min(max(prev, 0), maxShrink), false
+}
+
+// HistWithin counts the completions of h that certainly took at most slo (whole buckets whose upper edge is within
+// it: a bucket straddling the target counts as missed, so attainment is never overstated) and all completions.
+func HistWithin(h [LatencyBuckets]uint64, slo time.Duration) (within, total uint64) {
+	for i, c := range h {
+		total = satAdd(total, c)
+		if time.Duration(uint64(1)<<(i+1))*time.Microsecond <= slo {
+			within = satAdd(within, c)
+		}
+	}
+	return within, total
 }

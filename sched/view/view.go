@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/detshare/detshare/sched/policy"
 	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/sched/workload"
 )
 
 // Snapshot is one look at a run directory.
@@ -51,7 +53,11 @@ type GPU struct {
 
 // Tenant is one registered tenant with its grant and its client page's statistics.
 type Tenant struct {
-	ID              string `json:"id"`
+	ID string `json:"id"`
+	// The Kubernetes pod, namespace and container the tenant is (sched/workload); empty outside Kubernetes.
+	Pod             string `json:"pod,omitempty"`
+	Namespace       string `json:"namespace,omitempty"`
+	Container       string `json:"container,omitempty"`
 	Slot            int    `json:"slot"`
 	GPU             int    `json:"gpu"`
 	Tier            string `json:"tier"`
@@ -73,6 +79,18 @@ type Tenant struct {
 	OOMRefusals     uint64 `json:"oom_refusals"`
 	QueueDelayNs    uint64 `json:"queue_delay_ns"`
 	QueueDelayMaxNs uint64 `json:"queue_delay_max_ns"`
+	// Issue 12: the latency the library observed (completion of each synchronisation that waited for work; counters
+	// of the client page), the tenant's target and the dispatch gate the scheduler set.
+	Pinned        bool    `json:"pinned"`
+	SLOP99Ms      float64 `json:"slo_p99_ms,omitempty"`
+	LatencyCount  uint64  `json:"latency_completions"`
+	LatencyP99Ms  float64 `json:"latency_p99_ms"` // upper edge of the histogram bucket holding the P99
+	SLOWithin     uint64  `json:"slo_within"`     // completions certainly within the SLO
+	SLOAttainment float64 `json:"slo_attainment"` // SLOWithin / LatencyCount; 0 without SLO or completions
+	GateDepth     uint32  `json:"gate_depth"`     // kernels in flight per stream, 0 = no gate
+	GateBudgetUs  uint32  `json:"gate_budget_us"` //
+	GateWaits     uint64  `json:"gate_waits"`     // launches the gate held back
+	GateWaitNs    uint64  `json:"gate_wait_ns"`   // time they waited
 	// Rates over the interval since the previous snapshot (Rates fills them).
 	BusyPct     float64 `json:"busy_percent"`
 	LaunchesSec float64 `json:"launches_per_second"`
@@ -175,9 +193,14 @@ func Take(t *table.Table) Snapshot {
 	for _, r := range regs {
 		v := Tenant{ID: r.ID, Slot: r.Slot, GPU: r.GPU, Tier: TierName(r.Tier), Role: RoleName(r.Role), Weight: r.Weight,
 			Lend: r.Flags&table.FlagLend != 0, HostTenant: r.HostTenant(), GuaranteedSMs: r.SMs, MemLimit: r.MemLimit}
+		id := workload.Read(t.Paths(), r.ID)
+		v.Pod, v.Namespace, v.Container = id.Pod, id.Namespace, id.Container
 		if g, err := t.ReadGrant(r.Slot); err == nil {
 			v.GrantedSMs, v.GrantGroups, v.GrantMode, v.GrantEpoch = g.SMs, g.Groups, ModeName(g.Mode), g.Epoch
 		}
+		v.Pinned = r.Flags&table.FlagPinned != 0
+		v.SLOP99Ms = float64(r.SLOP99Us) / 1000
+		v.GateDepth, v.GateBudgetUs = t.Gate(r.Slot)
 		if cl, err := table.OpenClientPageReadOnly(r.ClientPagePath); err == nil {
 			p := cl.Page()
 			v0 := v
@@ -191,6 +214,7 @@ func Take(t *table.Table) Snapshot {
 					v.OOMRefusals = atomic.LoadUint64(&p.OOMRefusals)
 					v.QueueDelayNs = atomic.LoadUint64(&p.QueueDelayNs)
 					v.QueueDelayMaxNs = atomic.LoadUint64(&p.QueueDelayMaxNs)
+					latency(&v, p)
 					v.Processes = cl.LiveProcesses()
 					// Live processes count their own launches (the page holds those of processes that left);
 					// per-process busy time is more up to date than the page total.
@@ -225,6 +249,21 @@ func Take(t *table.Table) Snapshot {
 		return s.Tenants[i].ID < s.Tenants[j].ID
 	})
 	return s
+}
+
+// latency fills the observed-latency fields from a client page's histogram (counters the library increments).
+func latency(v *Tenant, p *table.ClientPage) {
+	var h [policy.LatencyBuckets]uint64
+	for i := range h {
+		h[i] = atomic.LoadUint64(&p.LatHist[i])
+	}
+	p99, n := policy.HistP99(h)
+	v.LatencyCount, v.LatencyP99Ms = n, float64(p99)/1e6
+	v.GateWaits, v.GateWaitNs = atomic.LoadUint64(&p.GateWaits), atomic.LoadUint64(&p.GateWaitNs)
+	if v.SLOP99Ms > 0 && n > 0 {
+		v.SLOWithin, _ = policy.HistWithin(h, time.Duration(v.SLOP99Ms*1e6))
+		v.SLOAttainment = float64(v.SLOWithin) / float64(n)
+	}
 }
 
 // Rates fills busy % and launches/s of cur from the difference with prev (same tenant ID and slot).

@@ -101,3 +101,32 @@ func TestBusyPercentCountsTheRunningBusyPeriod(t *testing.T) {
 		prev = cur
 	}
 }
+
+// The latency the library observed becomes P99 and SLO attainment for status, top and metrics; the gate the
+// scheduler set is shown with its waits.
+func TestLatencySLOAttainment(t *testing.T) {
+	dir, tb, reg := newTable(t, table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, Weight: 1,
+		SMGroups: 2, SMs: 16, SLOP99Us: 5000, Pinned: true})
+	if err := tb.SetGate(reg.Slot, 4, 300); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := table.OpenClientPage(reg.ClientPagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pg := cl.Page()
+	pg.LatHist[11] = 90 // [2.048, 4.096) ms: within 5 ms
+	pg.LatHist[12] = 10 // [4.096, 8.192) ms: straddles 5 ms, counted as missed
+	pg.GateWaits, pg.GateWaitNs = 7, 3_000_000
+	ro, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	v := Take(ro).Tenants[0]
+	if !v.Pinned || v.SLOP99Ms != 5 || v.LatencyCount != 100 || v.LatencyP99Ms != 8.192 || v.SLOWithin != 90 ||
+		v.SLOAttainment != 0.9 || v.GateDepth != 4 || v.GateBudgetUs != 300 || v.GateWaits != 7 {
+		t.Fatalf("latency view %+v", v)
+	}
+}

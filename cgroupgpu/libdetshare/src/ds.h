@@ -331,6 +331,7 @@ struct ds_tenant {
     struct ds_doorbell *doorbell;         /* read-write, may be NULL */
     char mps_pipe_dir[256];
     char table_path[256];
+    char doorbell_path[256];
 };
 /* NULL when the process has no tenant (pure pass-through); set once in the constructor. */
 extern struct ds_tenant *ds_t;
@@ -349,6 +350,7 @@ enum { DS_REGION_TABLE, DS_REGION_PAGE, DS_REGION_DOORBELL, DS_NREGIONS };
 extern atomic_uint ds_lost_mask;
 void ds_guard_region(int kind, const void *base, size_t len);
 void ds_guard_snapshot(void); /* copy this tenant's table entries (slow path: start-up and every new grant) */
+void ds_guard_ring(void);     /* ring the doorbell, mapping it again first if it was lost and has been repaired */
 int ds_guard_install(void);
 
 /* Memory accounting (ds_mem.c). */
@@ -369,6 +371,7 @@ bool ds_launch_retry(CUresult r);
 void ds_launch_unconfinable(CUstream s, int per_thread);
 void ds_work_ran_on_app_stream(CUstream s, int per_thread);
 void ds_coro_child(void);
+void ds_coro_synced(bool whole_context); /* a synchronisation returned: a drained latency-critical tenant is idle */
 void ds_coro_force_strict(const char *why);
 extern atomic_int ds_capturing; /* stream captures in progress in this process */
 #define DS_CTX_PRIMARY 64        /* graph-copy index of the primary context (every SM); green contexts are 0..63 */

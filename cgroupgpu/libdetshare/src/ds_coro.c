@@ -996,6 +996,38 @@ static bool streams_drained(void) {
     return true;
 }
 
+/* busy -> idle for this process (its work has drained): demand down, doorbell when the tenant went idle. */
+static void go_idle(struct ds_proc *self, uint64_t now) {
+    __atomic_store_n(&self->queued, 0, __ATOMIC_RELAXED); /* everything submitted has drained */
+    if (__atomic_exchange_n(&self->busy, 0, __ATOMIC_ACQ_REL) == 0)
+        return;
+    uint64_t since = atomic_load(&g_busy_since);
+    if (since && now > since)
+        __atomic_fetch_add(&self->busy_ns, now - since, __ATOMIC_RELAXED);
+    struct ds_client_page *pg = ds_t->page;
+    uint32_t d = __atomic_load_n(&pg->demand, __ATOMIC_RELAXED);
+    while (d > 0 && !__atomic_compare_exchange_n(&pg->demand, &d, d - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    }
+    if (since && now > since)
+        __atomic_fetch_add(&pg->busy_ns, now - since, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&pg->demand_seq, 1, __ATOMIC_RELEASE);
+    if (d == 1)
+        ds_guard_ring();
+}
+
+/* A synchronisation returned (ds_stream.c). A latency-critical tenant whose work has all drained is idle at once:
+ * its request is over, and its neighbours get their groups back now rather than DETSHARE_IDLE_MS later. */
+void ds_coro_synced(bool whole_context) {
+    struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_acquire);
+    if (!self || !__atomic_load_n(&self->busy, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&ds_t->ctr->tier, __ATOMIC_RELAXED) != DS_TIER_LATENCY_CRITICAL ||
+        atomic_load(&ds_capturing))
+        return;
+    if (!whole_context && !streams_drained())
+        return;
+    go_idle(self, ds_now_ns());
+}
+
 static void *monitor(void *arg) {
     (void)arg;
     /* A latency-critical tenant's busy/idle follows its requests (2 ms): while it is idle its neighbours get the
@@ -1020,21 +1052,7 @@ static void *monitor(void *arg) {
         }
         if (!__atomic_load_n(&self->busy, __ATOMIC_RELAXED) || now - last_change < idle_ns || !streams_drained())
             continue;
-        __atomic_store_n(&self->queued, 0, __ATOMIC_RELAXED); /* everything submitted has drained */
-        if (__atomic_exchange_n(&self->busy, 0, __ATOMIC_ACQ_REL) == 0)
-            continue;
-        uint64_t since = atomic_load(&g_busy_since);
-        if (since && now > since)
-            __atomic_fetch_add(&self->busy_ns, now - since, __ATOMIC_RELAXED);
-        struct ds_client_page *pg = ds_t->page;
-        uint32_t d = __atomic_load_n(&pg->demand, __ATOMIC_RELAXED);
-        while (d > 0 && !__atomic_compare_exchange_n(&pg->demand, &d, d - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-        }
-        if (since && now > since)
-            __atomic_fetch_add(&pg->busy_ns, now - since, __ATOMIC_RELAXED);
-        __atomic_fetch_add(&pg->demand_seq, 1, __ATOMIC_RELEASE);
-        if (d == 1)
-            ds_doorbell_ring(ds_t->doorbell);
+        go_idle(self, now);
     }
     return NULL;
 }
@@ -1075,7 +1093,7 @@ static void set_busy(struct ds_proc *self) {
         __atomic_store_n(&pg->demand_since_ns, ds_now_ns(), __ATOMIC_RELAXED);
     __atomic_fetch_add(&pg->demand_seq, 1, __ATOMIC_RELEASE);
     if (old == 0)
-        ds_doorbell_ring(ds_t->doorbell);
+        ds_guard_ring();
     pthread_once(&g_mon_once, monitor_start);
 }
 

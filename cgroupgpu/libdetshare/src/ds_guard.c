@@ -11,16 +11,23 @@
  *     scheduler it can no longer see (fail-static);
  *   - the client page and the doorbell: zeroes; demand and memory counters of this process are no longer seen by
  *     the scheduler, which ignores a page it cannot map (the tenant keeps its guarantee).
- * Once lost, a mapping is never re-read from its file; the process stays on its last grant until it exits.
- * A fault outside these mappings goes to the handler that was installed before (or kills, as without DetShare).
- * Limitation: a program that installs its own SIGBUS handler after the library replaces this one.
+ * Once lost, the table and the client page are never re-read from their files; the process stays on its last grant
+ * until it exits. The doorbell is every tenant's: one tenant truncating it must not cost the others their wake-ups
+ * for good, so the next ring maps the file again once the scheduler has repaired it (ds_guard_ring).
+ * A fault outside these mappings goes to the program's own handler (or kills, as without DetShare). The handler
+ * stays in front: sigaction(SIGBUS, …) is interposed and records the program's handler for chaining instead of
+ * replacing this one (Python's faulthandler, which pytest enables, and JVMs install SIGBUS handlers).
+ * signal(2) and raw syscalls are not interposed.
  */
 #include "ds.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -106,13 +113,84 @@ void ds_guard_snapshot(void) {
     pthread_mutex_unlock(&g_snap_lock);
 }
 
+#if defined(__aarch64__)
+#define DS_GLIBC_BASE "GLIBC_2.17"
+#else
+#define DS_GLIBC_BASE "GLIBC_2.2.5"
+#endif
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+static _Atomic(sigaction_fn) g_real_sigaction;
+static atomic_int g_installed;
+
+static sigaction_fn real_sigaction(void) {
+    sigaction_fn f = atomic_load_explicit(&g_real_sigaction, memory_order_acquire);
+    if (!f) {
+        /* dlvsym is not interposed: the next sigaction after this library is glibc's */
+        f = (sigaction_fn)dlvsym(RTLD_NEXT, "sigaction", DS_GLIBC_BASE);
+        atomic_store_explicit(&g_real_sigaction, f, memory_order_release);
+    }
+    return f;
+}
+
 int ds_guard_install(void) {
+    sigaction_fn real = real_sigaction();
+    if (!real)
+        return -ENOSYS;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigbus;
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, &g_prev) != 0)
+    if (real(SIGBUS, &sa, &g_prev) != 0)
         return -errno;
+    atomic_store(&g_installed, 1);
     return 0;
+}
+
+/* sigaction as the program sees it: for SIGBUS, once the guard is installed, the program's handler is recorded
+ * (and reported back) for chaining while the guard stays installed. Lock-free: sigaction is async-signal-safe. */
+DS_EXPORT int ds_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    if (sig == SIGBUS && atomic_load(&g_installed)) {
+        struct sigaction prev = g_prev;
+        if (act)
+            g_prev = *act;
+        if (old)
+            *old = prev;
+        return 0;
+    }
+    sigaction_fn real = real_sigaction();
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real(sig, act, old);
+}
+__asm__(".symver ds_sigaction, sigaction@@" DS_GLIBC_BASE);
+
+/* Ring the doorbell (demand transitions only, never on the launch path). A doorbell lost to a truncation is mapped
+ * again from its file first, in place, when the scheduler has given it back its size and magic. */
+void ds_guard_ring(void) {
+    if (!ds_t || !ds_t->doorbell)
+        return;
+    if ((atomic_load(&ds_lost_mask) & (1u << DS_REGION_DOORBELL)) && ds_t->doorbell_path[0]) {
+        int fd = open(ds_t->doorbell_path, O_RDWR | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= sizeof(struct ds_doorbell)) {
+            void *p = mmap(ds_t->doorbell, sizeof(struct ds_doorbell), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                           fd, 0);
+            if (p == (void *)ds_t->doorbell) {
+                if (__atomic_load_n(&ds_t->doorbell->magic, __ATOMIC_ACQUIRE) == DS_DOORBELL_MAGIC) {
+                    atomic_fetch_and(&ds_lost_mask, ~(1u << DS_REGION_DOORBELL));
+                    DS_LOG(DS_LOG_INFO, "doorbell %s mapped again after its repair", ds_t->doorbell_path);
+                } else { /* not repaired yet: back to private memory, try at the next ring */
+                    (void)mmap(ds_t->doorbell, sizeof(struct ds_doorbell), PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+                }
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    ds_doorbell_ring(ds_t->doorbell);
 }

@@ -383,6 +383,7 @@ static void load_tenant(void) {
     t->doorbell = db;
     memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
     memcpy(t->table_path, q.table, sizeof t->table_path);
+    memcpy(t->doorbell_path, q.doorbell, sizeof t->doorbell_path);
     if (t->mps_pipe_dir[0]) {
         /* The driver finds the MPS server through CUDA_MPS_PIPE_DIRECTORY. Processes `exec`'d into a container
          * never see env edits made at create time, so the library exports the tenant's pipe directory itself

@@ -68,8 +68,10 @@ static CUresult around(void *const *realp, const char *name, int kind, int per_t
     ds_stream_before(&op, kind, s, per_thread);
     CUresult r = call(real, a);
     ds_stream_after(&op, kind, r);
-    if (r == CUDA_SUCCESS && (kind == DS_OP_ALL || kind == DS_OP_SYNC) && strstr(name, "Synchronize"))
+    if (r == CUDA_SUCCESS && (kind == DS_OP_ALL || kind == DS_OP_SYNC) && strstr(name, "Synchronize")) {
         ds_latency_sync_done(); /* a request completed (ds_gate.c) */
+        ds_coro_synced(kind == DS_OP_ALL);
+    }
     if (r == CUDA_SUCCESS) {
         if (kind == DS_OP_EXEC)
             ds_graph_exec_changed((CUgraphExec)a[0]);

@@ -25,12 +25,15 @@
  *        pooldestroy (destroys that pool) | graphmem:N (a new graph with one memory-allocation node of N bytes; graphnode:N adds it with the generic
  *        cuGraphAddNode) | graphinst (instantiates that graph once more) |
  *        rawalloc:N (a hostile tenant's bypass: cuMemAlloc_v2 resolved with glibc's own dlsym (dlvsym on libc's
- *        handle), straight from libcuda's symbol table, so the interception library never sees the call)
+ *        handle), straight from libcuda's symbol table, so the interception library never sees the call) |
+ *        sigbus-handler (installs the program's own SIGBUS handler, as Python's faulthandler does: it prints
+ *        "app-sigbus" and exits 7) | raise-sigbus (raises SIGBUS)
  */
 #include "drv.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -429,6 +432,14 @@ static void conform(void) {
     D.cuMemFree_v2(dev);
 }
 
+static void app_sigbus(int sig) {
+    (void)sig;
+    static const char m[] = "app-sigbus\n";
+    ssize_t w = write(1, m, sizeof m - 1);
+    (void)w;
+    _exit(7);
+}
+
 static int step(const char *s) {
     CUresult r = CUDA_SUCCESS;
     unsigned long long a = 0, b = 0, c = 0;
@@ -670,6 +681,17 @@ static int step(const char *s) {
         printf("%s rc=%d\n", s, r);
     } else if (!strcmp(s, "libkernels")) {
         g_libkernels = 1;
+        printf("%s rc=0\n", s);
+    } else if (!strcmp(s, "sigbus-handler")) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = app_sigbus;
+        sigemptyset(&sa.sa_mask);
+        int rc = sigaction(SIGBUS, &sa, NULL);
+        printf("%s rc=%d\n", s, rc);
+    } else if (!strcmp(s, "raise-sigbus")) {
+        fflush(stdout);
+        raise(SIGBUS);
         printf("%s rc=0\n", s);
     } else if (!strcmp(s, "pause")) {
         printf("paused\n");

@@ -1,0 +1,28 @@
+{{- define "detshare.labels" -}}
+app.kubernetes.io/name: detshare
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
+
+{{- define "detshare.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
+
+{{- define "detshare.env" -}}
+- name: DETSHARE_RUN_DIR
+  value: {{ .Values.runDir | quote }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "detshare.placement" -}}
+hostNetwork: {{ .Values.hostNetwork }}
+nodeSelector:
+{{ toYaml .Values.nodeSelector | indent 2 }}
+{{- with .Values.tolerations }}
+tolerations:
+{{ toYaml . | indent 2 }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,107 @@
+package gpu
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The co-location plan (issue 12): every LC workload beside every trainer in every configuration, each workload
+// alone once, DetShare-static pinned and DetShare-dynamic lending when asked; the dynamic policy needs the real
+// scheduler and says so.
+func TestColocPlan(t *testing.T) {
+	py := python(t)
+	ds := filepath.Join(buildDir(t), "bin", "detshare")
+	need(t, ds)
+	out := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run")
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "coloc/") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 35 {
+		t.Fatalf("%d cases, want 3 LC + 2 trainers alone and 3 x 2 x 5 shared = 35:\n%s", len(lines), out)
+	}
+	for _, want := range []string{"coloc/bert/alone", "coloc/llama-step/alone", "coloc/lin8192-fp32/alone",
+		"coloc/resnet50+lin8192-bf16/detshare-dynamic", "coloc/llama-step+lin8192-fp32/mps-pct", "(MPS 66%)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	cmd := exec.Command(py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--scheduler", "python", "--dry-run")
+	b, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "detshare-dynamic needs the real scheduler") {
+		t.Fatalf("coloc with the Python stand-in must be refused, naming why: %v\n%s", err, b)
+	}
+}
+
+// report.py's co-location tables on synthetic results with known answers: ratios to solo, BE normalised
+// throughput, the power log cut into the case's window, bit-equality, and the issue-12 targets.
+func TestColocReport(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw")
+	if err := os.MkdirAll(raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const t0 = 1000.0
+	lc := func(cfg, group string, svcMs float64, hash string) map[string]any {
+		var reqs [][3]float64
+		for i := 0; i < 100; i++ {
+			a := float64(i) * 0.05
+			reqs = append(reqs, [3]float64{a, a, a + svcMs/1e3})
+		}
+		return map[string]any{"role": "infer", "duration": 5.0, "t0": t0, "rate": 20.0, "offered": 100,
+			"requests": reqs, "output_hash": "h0", "output_hashes": map[string]int{hash: 100},
+			"calibration": map[string]any{"mean_s": 0.002}, "group": group, "config": cfg, "label": "lc"}
+	}
+	be := func(cfg, group string, steps int, hash string) map[string]any {
+		var ends []float64
+		for i := 0; i < steps; i++ {
+			ends = append(ends, 5.0*float64(i)/float64(steps))
+		}
+		return map[string]any{"role": "train", "duration": 5.0, "t0": t0, "step_ends": ends,
+			"loss_hash_first5": hash, "group": group, "config": cfg, "label": "be"}
+	}
+	p := "coloc:bert+lin8192-bf16"
+	for name, d := range map[string]map[string]any{
+		"a": lc("alone", "coloc:bert", 2, "h0"), "b": be("alone", "coloc:lin8192-bf16", 100, "l0"),
+		"c": lc("mps", p, 10, "h0"), "d": be("mps", p, 90, "l0"),
+		"e": lc("detshare-dynamic", p, 2.1, "h0"), "f": be("detshare-dynamic", p, 40, "l1"),
+	} {
+		b, _ := json.Marshal(d)
+		if err := os.WriteFile(filepath.Join(raw, name+".json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"load": 0.5, "duration": 5}`), 0o644)
+	pw := "time,power_w,power_limit_w,sm_clock_mhz\n"
+	for i := 0; i < 60; i++ {
+		w := "100"
+		if i >= 5 && i <= 50 { // the window: [t0 + 0.5, t0 + 5]
+			w = "600"
+		}
+		pw += strings.Join([]string{jsonNum(t0 + 0.1*float64(i)), w, "700", "1900"}, ",") + "\n"
+	}
+	os.WriteFile(filepath.Join(dir, "power.csv"), []byte(pw), 0o644)
+	md := run(t, nil, py, filepath.Join(here(t), "report.py"), dir)
+	for _, want := range []string{
+		"| lin8192-bf16 | mps | 10.000 / 10.000 | 5.00 | 10.00 | 5.00 | 18.00 | 0.90 | 600 / 600 | 1900 / 1900 | yes / yes |",
+		"| lin8192-bf16 | detshare-dynamic | 2.100 / 2.100 | 1.05 | 2.10 | 1.05 | 8.00 | 0.40 | 600 / 600 | 1900 / 1900 | yes / **NO** |",
+		"DetShare-dynamic: LC P99 service <= 1.10x solo | 1.0500 | <= 1.1 | yes |",
+		"DetShare-dynamic: BE >= 0.5 of solo throughput | 0.4000 | >= 0.5 | **no** (by 0.1) |",
+		"DetShare-dynamic: LC outputs and BE losses bit-identical to solo | 0.0000 | >= 1.0 | **no**",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }

@@ -1,0 +1,44 @@
+// Command detshare-device-plugin is DetShare's Kubernetes device plugin: it advertises detshare.io/gpu (SM groups)
+// and detshare.io/gpu-memory (GiB) per node and turns kubelet's allocations into DetShare quota annotations (see
+// package deviceplugin).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/detshare/detshare/k8s/deviceplugin"
+	"github.com/detshare/detshare/k8s/internal/nodecli"
+)
+
+func main() {
+	app := &cli.App{
+		Name:  "detshare-device-plugin",
+		Usage: "advertise DetShare GPU shares (detshare.io/gpu) and memory (detshare.io/gpu-memory) to kubelet",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "device-plugin-dir", Value: pluginapi.DevicePluginPath, EnvVars: []string{"DETSHARE_DEVICE_PLUGIN_DIR"},
+				Usage: "kubelet's device-plugin directory (holds kubelet.sock)"},
+		}, nodecli.Flags()...),
+		Action: run,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "detshare-device-plugin:", err)
+		os.Exit(1)
+	}
+}
+
+func run(c *cli.Context) error {
+	inv, err := nodecli.Inventory(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return deviceplugin.Run(ctx, c.String("device-plugin-dir"), inv)
+}

@@ -1,0 +1,86 @@
+// Command detshare-dra-plugin is DetShare's DRA kubelet plugin (package dra): it publishes the node's GPUs as
+// ResourceSlices of SM groups for the DeviceClass gpu.detshare.io and prepares claims into CDI specs carrying the
+// tenant's quota.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/detshare/detshare/k8s/dra"
+	"github.com/detshare/detshare/k8s/internal/nodecli"
+)
+
+func main() {
+	app := &cli.App{
+		Name:  "detshare-dra-plugin",
+		Usage: "DetShare's DRA kubelet plugin (driver " + dra.DriverName + ")",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "node-name", EnvVars: []string{"NODE_NAME"}, Usage: "this node's name (required)"},
+			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig (default: in-cluster)"},
+			&cli.StringFlag{Name: "kubelet-dir", Value: "/var/lib/kubelet", Usage: "kubelet's root directory (plugins_registry and plugins/ live there)"},
+			&cli.StringFlag{Name: "cdi-dir", Value: "/var/run/cdi", Usage: "where CDI specs go (the runtime's cdi_spec_dirs)"},
+		}, nodecli.Flags()...),
+		Action: run,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "detshare-dra-plugin:", err)
+		os.Exit(1)
+	}
+}
+
+func run(c *cli.Context) error {
+	node := c.String("node-name")
+	if node == "" {
+		return errors.New("--node-name (or NODE_NAME) is required")
+	}
+	cfg, err := rest.InClusterConfig()
+	if c.String("kubeconfig") != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", c.String("kubeconfig"))
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes client config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	inv, err := nodecli.Inventory(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	kubelet := c.String("kubelet-dir")
+	dataDir := filepath.Join(kubelet, "plugins", dra.DriverName)
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return fmt.Errorf("plugin directory: %w", err)
+	}
+	drv := &dra.Driver{Inventory: inv, CDIDir: c.String("cdi-dir")}
+	helper, err := kubeletplugin.Start(ctx, drv, kubeletplugin.KubeClient(client), kubeletplugin.NodeName(node),
+		kubeletplugin.DriverName(dra.DriverName),
+		kubeletplugin.RegistrarDirectoryPath(filepath.Join(kubelet, "plugins_registry")),
+		kubeletplugin.PluginDataDirectoryPath(dataDir))
+	if err != nil {
+		return fmt.Errorf("start kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+	if err := helper.PublishResources(ctx, dra.Slices(inv)); err != nil {
+		return fmt.Errorf("publish ResourceSlices: %w", err)
+	}
+	logrus.WithFields(logrus.Fields{"node": node, "gpus": len(inv.GPUs)}).Info("DRA plugin serving")
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,268 @@
+// Package dra is DetShare's DRA (dynamic resource allocation, resource.k8s.io/v1) kubelet plugin. It publishes one
+// ResourceSlice pool per GPU whose devices are the GPU's SM groups (capacity: their SMs; attributes: GPU index,
+// UUID, memory), so a ResourceClaim asking for k devices of the DeviceClass gpu.detshare.io gets k groups of one
+// GPU. An opaque configuration on the claim or the class, DetShareConfig{tier, sms, memory, sloP99}, refines the
+// quota. Preparing a claim writes a CDI spec whose container edits set the tenant's DETSHARE_* quota keys; the
+// runtime applies it (containerd enable_cdi) and DetShare's shim and hook turn those keys into the tenant's quota.
+package dra
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/k8s/deviceplugin"
+)
+
+// DriverName is the DRA driver's name and the DeviceClass users ask for.
+const DriverName = "gpu.detshare.io"
+
+// CDIKind is the CDI kind of the devices Prepare hands out: detshare.io/gpu=<claim UID>.
+const CDIKind = "detshare.io/gpu"
+
+// Config is the opaque configuration a claim (or its class) may carry, in parameters:
+//
+//	{"apiVersion": "detshare.io/v1alpha1", "kind": "DetShareConfig", "tier": "latency-critical", "sms": "50%",
+//	 "memory": "8Gi", "sloP99": "20ms"}
+//
+// Empty fields take their defaults: tier burstable, the SMs of the allocated groups, no memory limit.
+type Config struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Tier       string `json:"tier,omitempty"`
+	SMs        string `json:"sms,omitempty"`
+	Memory     string `json:"memory,omitempty"`
+	SLOP99     string `json:"sloP99,omitempty"`
+}
+
+// ConfigKind and ConfigAPIVersion identify Config.
+const (
+	ConfigKind       = "DetShareConfig"
+	ConfigAPIVersion = "detshare.io/v1alpha1"
+)
+
+// Slices describes the node's GPUs as one pool per GPU.
+func Slices(inv deviceplugin.Inventory) resourceslice.DriverResources {
+	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
+	for _, g := range inv.GPUs {
+		var devs []resourceapi.Device
+		for i, sms := range g.Groups {
+			idx, memBytes := int64(g.Index), int64(g.MemGiB)<<30
+			uuid := g.UUID
+			devs = append(devs, resourceapi.Device{
+				Name: fmt.Sprintf("gpu%d-sm-%d", g.Index, i),
+				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+					"gpu": {IntValue: &idx}, "uuid": {StringValue: &uuid}, "memory": {IntValue: &memBytes},
+				},
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+					"sms": {Value: *resource.NewQuantity(int64(sms), resource.DecimalSI)},
+				},
+			})
+		}
+		res.Pools[fmt.Sprintf("gpu%d", g.Index)] = resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: devs}}}
+	}
+	return res
+}
+
+// Driver prepares claims into CDI specs in CDIDir.
+type Driver struct {
+	Inventory deviceplugin.Inventory
+	CDIDir    string
+}
+
+// Env resolves claim's allocation into the tenant's quota keys (DETSHARE_<KEY>=value), validated by
+// cgroupgpu/quota, and the devices to report to kubelet.
+func (d *Driver) Env(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugin.Device, error) {
+	if claim.Status.Allocation == nil {
+		return nil, nil, errors.New("claim is not allocated")
+	}
+	gpu := -1
+	var sms uint32
+	var devs []kubeletplugin.Device
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != DriverName {
+			continue
+		}
+		var g, n int
+		if _, err := fmt.Sscanf(r.Device, "gpu%d-sm-%d", &g, &n); err != nil {
+			return nil, nil, fmt.Errorf("device %q: not one of %s's devices", r.Device, DriverName)
+		}
+		info, ok := d.gpu(g)
+		if !ok || n < 0 || n >= len(info.Groups) || r.Pool != fmt.Sprintf("gpu%d", g) {
+			return nil, nil, fmt.Errorf("device %s/%s: no such SM group on this node", r.Pool, r.Device)
+		}
+		if gpu >= 0 && g != gpu {
+			return nil, nil, fmt.Errorf("claim spans GPUs %d and %d; a tenant runs on one GPU (ask for at most one GPU's groups, or match on the gpu attribute)", gpu, g)
+		}
+		gpu = g
+		sms += info.Groups[n]
+		devs = append(devs, kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
+			CDIDeviceIDs: []string{CDIKind + "=" + string(claim.UID)}})
+	}
+	if gpu < 0 {
+		return nil, nil, fmt.Errorf("claim has no %s device", DriverName)
+	}
+	cfg, err := configOf(claim)
+	if err != nil {
+		return nil, nil, err
+	}
+	kv := map[quota.Field]string{quota.FieldGPU: strconv.Itoa(gpu), quota.FieldTier: string(quota.TierBurstable),
+		quota.FieldSMs: strconv.FormatUint(uint64(sms), 10)}
+	if cfg.Tier != "" {
+		kv[quota.FieldTier] = cfg.Tier
+	}
+	if cfg.SMs != "" {
+		kv[quota.FieldSMs] = cfg.SMs
+	}
+	if cfg.Memory != "" {
+		kv[quota.FieldMemory] = cfg.Memory
+	}
+	q := quota.Default()
+	var env []string
+	for _, f := range quota.Fields {
+		v, ok := kv[f]
+		if !ok {
+			continue
+		}
+		if err := q.Set(f, v, quota.SourceEnv); err != nil {
+			return nil, nil, fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+		env = append(env, f.EnvKey()+"="+v)
+	}
+	if cfg.SLOP99 != "" {
+		// Carried for the scheduler's latency policy (quota key slo-p99); validated where that key is parsed.
+		env = append(env, quota.EnvPrefix+"SLO_P99="+cfg.SLOP99)
+	}
+	return env, devs, nil
+}
+
+func (d *Driver) gpu(index int) (deviceplugin.GPU, bool) {
+	for _, g := range d.Inventory.GPUs {
+		if g.Index == index {
+			return g, true
+		}
+	}
+	return deviceplugin.GPU{}, false
+}
+
+// configOf merges the opaque DetShareConfigs of the allocation, class first then claim (the claim wins).
+func configOf(claim *resourceapi.ResourceClaim) (Config, error) {
+	var out Config
+	cfgs := append([]resourceapi.DeviceAllocationConfiguration(nil), claim.Status.Allocation.Devices.Config...)
+	sort.SliceStable(cfgs, func(i, j int) bool {
+		return cfgs[i].Source == resourceapi.AllocationConfigSourceClass && cfgs[j].Source != resourceapi.AllocationConfigSourceClass
+	})
+	for _, c := range cfgs {
+		if c.Opaque == nil || c.Opaque.Driver != DriverName {
+			continue
+		}
+		var cfg Config
+		dec := json.NewDecoder(strings.NewReader(string(c.Opaque.Parameters.Raw)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg); err != nil {
+			return Config{}, fmt.Errorf("opaque config for %s: %w (fields: apiVersion, kind, tier, sms, memory, sloP99)", DriverName, err)
+		}
+		if cfg.Kind != ConfigKind || cfg.APIVersion != ConfigAPIVersion {
+			return Config{}, fmt.Errorf("opaque config for %s: kind %q apiVersion %q, want %s %s", DriverName, cfg.Kind, cfg.APIVersion, ConfigKind, ConfigAPIVersion)
+		}
+		for _, f := range []struct {
+			dst *string
+			v   string
+		}{{&out.Tier, cfg.Tier}, {&out.SMs, cfg.SMs}, {&out.Memory, cfg.Memory}, {&out.SLOP99, cfg.SLOP99}} {
+			if f.v != "" {
+				*f.dst = f.v
+			}
+		}
+	}
+	return out, nil
+}
+
+// cdiSpec is the CDI spec (v0.6.0) of one claim: a device named by the claim UID whose edits set the quota env.
+type cdiSpec struct {
+	Version string      `json:"cdiVersion"`
+	Kind    string      `json:"kind"`
+	Devices []cdiDevice `json:"devices"`
+}
+
+type cdiDevice struct {
+	Name  string   `json:"name"`
+	Edits cdiEdits `json:"containerEdits"`
+}
+
+type cdiEdits struct {
+	Env []string `json:"env"`
+}
+
+func (d *Driver) specPath(uid types.UID) string {
+	return filepath.Join(d.CDIDir, "detshare.io-gpu_"+string(uid)+".json")
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := map[types.UID]kubeletplugin.PrepareResult{}
+	for _, c := range claims {
+		env, devs, err := d.Env(c)
+		if err == nil {
+			err = d.writeSpec(c.UID, env)
+		}
+		if err != nil {
+			logrus.WithError(err).WithField("claim", c.Namespace+"/"+c.Name).Warn("prepare refused")
+			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
+		logrus.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "env": env}).Info("prepared")
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs}
+	}
+	return out, nil
+}
+
+func (d *Driver) writeSpec(uid types.UID, env []string) error {
+	data, err := json.Marshal(cdiSpec{Version: "0.6.0", Kind: CDIKind, Devices: []cdiDevice{{Name: string(uid), Edits: cdiEdits{Env: env}}}})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(d.CDIDir, 0o755); err != nil {
+		return fmt.Errorf("CDI directory: %w", err)
+	}
+	tmp := d.specPath(uid) + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("write CDI spec: %w", err)
+	}
+	if err := os.Rename(tmp, d.specPath(uid)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write CDI spec: %w", err)
+	}
+	return nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin: the claim's CDI spec goes.
+func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := map[types.UID]error{}
+	for _, c := range claims {
+		if err := os.Remove(d.specPath(c.UID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			out[c.UID] = err
+			continue
+		}
+		out[c.UID] = nil
+	}
+	return out, nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin.
+func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	logrus.WithError(err).Warn(msg)
+}

@@ -1,0 +1,120 @@
+package dra
+
+import (
+	"context"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/detshare/detshare/k8s/deviceplugin"
+	"github.com/detshare/detshare/sched/table"
+)
+
+func testDriver(t *testing.T) *Driver {
+	inv := deviceplugin.FromInfo([]table.GPUInfo{{Index: 0, UUID: "SIM-0", SMCount: 132, MemTotal: 80 << 30},
+		{Index: 1, UUID: "SIM-1", SMCount: 132, MemTotal: 80 << 30}})
+	return &Driver{Inventory: inv, CDIDir: t.TempDir()}
+}
+
+func claimFor(devices []string, pool string, config string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}}}
+	for _, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+			resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: DriverName, Pool: pool, Device: d})
+	}
+	if config != "" {
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{Source: resourceapi.AllocationConfigSourceClaim,
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: DriverName,
+				Parameters: runtime.RawExtension{Raw: []byte(config)}}}}}
+	}
+	return c
+}
+
+func TestSlicesOnePoolPerGPU(t *testing.T) {
+	res := Slices(testDriver(t).Inventory)
+	if len(res.Pools) != 2 || len(res.Pools["gpu1"].Slices[0].Devices) != 15 {
+		t.Fatalf("pools: %+v", res.Pools)
+	}
+	d := res.Pools["gpu1"].Slices[0].Devices[3]
+	sms := d.Capacity["sms"].Value
+	if d.Name != "gpu1-sm-3" || *d.Attributes["uuid"].StringValue != "SIM-1" || sms.Value() != 8 {
+		t.Errorf("device: %+v", d)
+	}
+}
+
+func TestEnvFromAllocationAndConfig(t *testing.T) {
+	d := testDriver(t)
+	env, devs, err := d.Env(claimFor([]string{"gpu1-sm-0", "gpu1-sm-1"}, "gpu1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"DETSHARE_TIER=burstable", "DETSHARE_SMS=16", "DETSHARE_GPU=1"}; !reflect.DeepEqual(env, want) {
+		t.Errorf("env = %v, want %v", env, want)
+	}
+	if len(devs) != 2 || devs[0].CDIDeviceIDs[0] != "detshare.io/gpu=uid-1" {
+		t.Errorf("devices = %+v", devs)
+	}
+	env, _, err = d.Env(claimFor([]string{"gpu0-sm-0"}, "gpu0",
+		`{"apiVersion":"detshare.io/v1alpha1","kind":"DetShareConfig","tier":"latency-critical","sms":"25%","memory":"8Gi","sloP99":"20ms"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"DETSHARE_TIER=latency-critical", "DETSHARE_SMS=25%", "DETSHARE_MEMORY=8Gi", "DETSHARE_GPU=0", "DETSHARE_SLO_P99=20ms"}; !reflect.DeepEqual(env, want) {
+		t.Errorf("env = %v, want %v", env, want)
+	}
+}
+
+// Claims and their opaque parameters are written by users: anything malformed is refused with the reason and no
+// CDI spec is written.
+func TestBadClaimsRefused(t *testing.T) {
+	d := testDriver(t)
+	ok := `{"apiVersion":"detshare.io/v1alpha1","kind":"DetShareConfig"`
+	for _, c := range []struct {
+		devs   []string
+		pool   string
+		config string
+		want   string
+	}{
+		{[]string{"gpu0-sm-0", "gpu1-sm-0"}, "gpu0", "", "no such SM group"},
+		{[]string{"gpu0-sm-15"}, "gpu0", "", "no such SM group"},
+		{[]string{"../../x"}, "gpu0", "", "not one of"},
+		{nil, "gpu0", "", "no gpu.detshare.io device"},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"tier":"gold"}`, `DETSHARE_TIER="gold"`},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"memory":"lots"}`, "DETSHARE_MEMORY"},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"privileged":true}`, "unknown field"},
+		{[]string{"gpu0-sm-0"}, "gpu0", `{"apiVersion":"v1","kind":"Pod"}`, "want DetShareConfig"},
+	} {
+		claim := claimFor(c.devs, c.pool, c.config)
+		res, _ := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+		if err := res[claim.UID].Err; err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %s: err = %v, want %q", c.devs, c.config, err, c.want)
+		}
+	}
+	if ents, _ := os.ReadDir(d.CDIDir); len(ents) != 0 {
+		t.Errorf("CDI specs written for refused claims: %v", ents)
+	}
+}
+
+func TestPrepareWritesAndUnprepareRemovesSpec(t *testing.T) {
+	d := testDriver(t)
+	claim := claimFor([]string{"gpu0-sm-0"}, "gpu0", "")
+	res, _ := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+	if res[claim.UID].Err != nil {
+		t.Fatal(res[claim.UID].Err)
+	}
+	data, err := os.ReadFile(d.specPath(claim.UID))
+	if err != nil || !strings.Contains(string(data), `"DETSHARE_SMS=8"`) || !strings.Contains(string(data), `"kind":"detshare.io/gpu"`) {
+		t.Fatalf("CDI spec: %s (%v)", data, err)
+	}
+	d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: claim.UID}})
+	if _, err := os.Stat(d.specPath(claim.UID)); !os.IsNotExist(err) {
+		t.Errorf("CDI spec left after unprepare: %v", err)
+	}
+}

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/detshare/detshare/k8s/dra"
+)
+
+// A pod whose ResourceClaim asks the DRA driver for 4 SM groups with an opaque DetShareConfig (latency-critical,
+// 4 GiB) runs as a tenant with that quota, whatever DETSHARE_* environment the pod sets itself (CDI edits replace it);
+// the ResourceSlice describes the simulated GPU (a test double); deleting
+// the pod frees the tenant and the claim's CDI spec.
+func TestDRAClaimWithDetShareConfig(t *testing.T) {
+	c := need(t)
+	slices, err := c.client.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(slices.Items) != 1 || slices.Items[0].Spec.Driver != dra.DriverName || len(slices.Items[0].Spec.Devices) != 15 {
+		t.Fatalf("ResourceSlices: want one of driver %s with 15 SM-group devices, got %d: %+v", dra.DriverName, len(slices.Items), slices.Items)
+	}
+	if _, err := c.client.ResourceV1().DeviceClasses().Get(ctx(t), dra.DriverName, metav1.GetOptions{}); err != nil {
+		t.Fatalf("DeviceClass %s from the Helm chart: %v", dra.DriverName, err)
+	}
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "dra-claim", Namespace: "default"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: dra.DriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 4}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dra.DriverName, Parameters: runtime.RawExtension{
+					Raw: []byte(`{"apiVersion": "detshare.io/v1alpha1", "kind": "DetShareConfig", "tier": "latency-critical", "memory": "4Gi"}`)}}}}},
+		}},
+	}
+	if _, err := c.client.ResourceV1().ResourceClaims("default").Create(ctx(t), claim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("ResourceClaim: %v", err)
+	}
+	defer c.client.ResourceV1().ResourceClaims("default").Delete(ctx(t), "dra-claim", metav1.DeleteOptions{})
+	pod := sharePod("dra-tenant", 0, 0)
+	claimName := "dra-claim"
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claimName}}
+	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	// A hostile pod's own DETSHARE_* environment must not override what its claim was allocated.
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"}, {Name: "DETSHARE_TIER", Value: "best-effort"},
+		{Name: "DETSHARE_MEMORY", Value: "80Gi"}}
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	defer c.deletePod(t, "dra-tenant")
+	p := c.waitPod(t, "dra-tenant", 120*time.Second, "Running", running)
+	id := containerID(p)
+	tn, ok := tenantOf(c.status(t), id)
+	if !ok {
+		t.Fatalf("the DRA pod's container %s is not a tenant", id)
+	}
+	if tn.Tier != "latency-critical" || tn.GuaranteedSMs != 32 || tn.MemLimit != 4<<30 || tn.Pod != "dra-tenant" {
+		t.Errorf("DRA tenant: tier %s, %d guaranteed SMs, memory limit %d, pod %q; want latency-critical, 32, 4 GiB, dra-tenant",
+			tn.Tier, tn.GuaranteedSMs, tn.MemLimit, tn.Pod)
+	}
+	specs, _ := filepath.Glob(filepath.Join(c.cdiDir(), "*.json"))
+	if len(specs) != 1 {
+		t.Errorf("CDI specs while the claim is in use: %v, want one", specs)
+	}
+	c.deletePod(t, "dra-tenant")
+	if !c.tenantGone(t, id) {
+		t.Error("the DRA tenant is still registered 10 s after its pod was deleted")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(specs) > 0 && time.Now().Before(deadline) {
+		time.Sleep(300 * time.Millisecond)
+		specs, _ = filepath.Glob(filepath.Join(c.cdiDir(), "*.json"))
+	}
+	if len(specs) != 0 {
+		data, _ := os.ReadFile(specs[0])
+		t.Errorf("CDI spec left after the pod was deleted: %s", data)
+	}
+}

@@ -1,0 +1,44 @@
+// Package nodecli holds what DetShare's two kubelet plugins (device plugin, DRA plugin) share on their command line:
+// the run-dir and log-level flags and finding the node's GPUs.
+package nodecli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sirupsen/logrus"
+	"github.com/urfave/cli/v2"
+
+	"github.com/detshare/detshare/k8s/deviceplugin"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// Flags are --run-dir and --log-level.
+func Flags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "run-dir", Value: table.DefaultRunDir, EnvVars: []string{table.RunDirEnv},
+			Usage: "DetShare's run directory: the scheduler's table gives the GPUs' published SM split"},
+		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"DETSHARE_LOG_LEVEL"},
+			Usage: "panic, fatal, error, warning, info, debug or trace"},
+	}
+}
+
+// Inventory applies --log-level and finds the node's GPUs through --run-dir; no GPU is an error.
+func Inventory(c *cli.Context) (deviceplugin.Inventory, error) {
+	lvl, err := logrus.ParseLevel(c.String("log-level"))
+	if err != nil {
+		return deviceplugin.Inventory{}, fmt.Errorf("--log-level: %w", err)
+	}
+	logrus.SetLevel(lvl)
+	inv, err := deviceplugin.Discover(c.String("run-dir"))
+	if err != nil {
+		return inv, err
+	}
+	if len(inv.GPUs) == 0 {
+		return inv, errors.New("no GPU found: nothing to advertise")
+	}
+	for _, g := range inv.GPUs {
+		logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID, "smGroups": len(g.Groups), "memGiB": g.MemGiB}).Info("GPU")
+	}
+	return inv, nil
+}
