@@ -352,6 +352,8 @@ void ds_guard_region(int kind, const void *base, size_t len);
 void ds_guard_snapshot(void); /* copy this tenant's table entries (slow path: start-up and every new grant) */
 void ds_guard_ring(void);     /* ring the doorbell, mapping it again first if it was lost and has been repaired */
 int ds_guard_install(void);
+void ds_guard_fork_lock(void);
+void ds_guard_fork_unlock(void);
 
 /* Memory accounting (ds_mem.c). */
 uint64_t ds_mem_limit(void);
@@ -370,7 +372,9 @@ void ds_launch_done(CUresult r);
 bool ds_launch_retry(CUresult r);
 void ds_launch_unconfinable(CUstream s, int per_thread);
 void ds_work_ran_on_app_stream(CUstream s, int per_thread);
-void ds_coro_child(void);
+void ds_coro_fork_lock(void);   /* fork handler (ds_init.c, "Lock order") */
+void ds_coro_fork_unlock(void); /* in the parent */
+void ds_coro_child(void);       /* in the child */
 void ds_coro_synced(bool whole_context); /* a synchronisation returned: a drained latency-critical tenant is idle */
 void ds_coro_force_strict(const char *why);
 extern atomic_int ds_capturing; /* stream captures in progress in this process */
@@ -398,6 +402,8 @@ void ds_graph_exec_destroyed(CUgraphExec e);
 void ds_graph_exec_changed(CUgraphExec e);
 void ds_graph_exec_updated(CUgraphExec e, CUgraph g);
 CUgraphExec ds_graph_for(CUgraphExec e, CUcontext target, unsigned idx);
+void ds_graph_fork_lock(void);
+void ds_graph_fork_unlock(void);
 
 /* dlsym / cuGetProcAddress plumbing (ds_dlsym.c). */
 typedef void *(*ds_dlsym_fn)(void *, const char *);

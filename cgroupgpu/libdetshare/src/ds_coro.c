@@ -83,7 +83,10 @@ static bool scheduler_alive(void);
 static struct gctx g_ctxs[MAX_GCTX];
 static atomic_uint g_nctx;
 static CUdevResource g_groups[MAX_GROUPS];
-static unsigned g_ngroups;               /* 0 until the split is learnt */
+/* The split is learnt once (g_lock held): g_groups, g_dev and g_primary are written before g_ngroups is published
+ * with a release store and never change afterwards, so a reader that loads g_ngroups != 0 with acquire (split_groups)
+ * may read them without a lock (the launch path, the green-context thread). */
+static atomic_uint g_ngroups;            /* 0 until the split is learnt */
 static int g_split_failed;
 static int g_dev;
 static CUcontext g_primary;              /* the context current when the split was learnt */
@@ -158,8 +161,14 @@ static void relaxed_end(CUstreamCaptureMode m) {
  * ------------------------------------------------------------------------------------------------------------- */
 static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdevResource *rem);
 
+/* The number of groups of the split (0 until learnt); g_groups, g_dev and g_primary are readable once non-zero. */
+static inline unsigned split_groups(void) { return atomic_load_explicit(&g_ngroups, memory_order_acquire); }
+
+/* The primary context, or NULL before the split is learnt. */
+static inline CUcontext primary_ctx(void) { return split_groups() ? g_primary : NULL; }
+
 static bool learn_split_locked(void) {
-    if (g_ngroups)
+    if (split_groups())
         return true;
     if (g_split_failed)
         return false;
@@ -210,7 +219,7 @@ static bool learn_split_locked(void) {
     g_dev = dev;
     if (!ds_real.cuCtxGetCurrent || ds_real.cuCtxGetCurrent(&g_primary) != CUDA_SUCCESS)
         g_primary = NULL;
-    g_ngroups = nb;
+    atomic_store_explicit(&g_ngroups, nb, memory_order_release); /* publishes g_groups, g_dev, g_primary */
     g_split_failed = 0;
     DS_LOG(DS_LOG_INFO, "split: %u groups of %u SMs (%u SMs on the device)", nb, g_groups[0].sm.smCount,
            all.sm.smCount);
@@ -270,8 +279,8 @@ static struct gctx *largest_cached_subset_locked(uint64_t mask) {
  * not for other threads' launches. */
 static CUresult gctx_make(uint64_t mask, CUgreenCtx *g, CUcontext *cu) {
     CUdevResource res[MAX_GROUPS];
-    unsigned n = 0;
-    for (unsigned i = 0; i < g_ngroups; i++)
+    unsigned n = 0, ngroups = split_groups();
+    for (unsigned i = 0; i < ngroups; i++)
         if (mask & (1ull << i))
             res[n++] = g_groups[i];
     if (!n)
@@ -350,8 +359,9 @@ static void *maker(void *arg) {
     (void)arg;
     ds_depth++; /* the library's own driver calls */
     (void)relaxed_begin();
-    if (g_primary && ds_real.cuCtxSetCurrent)
-        ds_real.cuCtxSetCurrent(g_primary);
+    CUcontext primary = primary_ctx();
+    if (primary && ds_real.cuCtxSetCurrent)
+        ds_real.cuCtxSetCurrent(primary);
     for (;;) {
         pthread_mutex_lock(&g_mk_lock);
         while (!g_mk_n)
@@ -456,7 +466,8 @@ static void regrant(uint32_t ep) {
     ds_guard_snapshot();
     struct gctx *cur = NULL;
     if (gr.mode == DS_MODE_SPATIAL && learn_split_locked()) {
-        uint64_t every = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
+        unsigned ng = split_groups();
+        uint64_t every = ng >= 64 ? ~0ull : (1ull << ng) - 1;
         uint64_t mask = gr.groups & every;
         if (mask == every) {
             cur = NULL; /* every group: launches and captures stay on the application's streams, all SMs */
@@ -475,8 +486,9 @@ static void regrant(uint32_t ep) {
             cur = g_last_nonempty; /* no SMs granted: launches wait for a grant, see wait_for_sms */
         }
     }
-    uint64_t all = g_ngroups >= 64 ? ~0ull : (1ull << g_ngroups) - 1;
-    bool spatial = gr.mode == DS_MODE_SPATIAL && g_ngroups;
+    unsigned ngroups = split_groups();
+    uint64_t all = ngroups >= 64 ? ~0ull : (1ull << ngroups) - 1;
+    bool spatial = gr.mode == DS_MODE_SPATIAL && ngroups;
     /* A tenant the scheduler has not answered yet must not run on the whole GPU beside latency-critical
      * neighbours: while a live scheduler owes it its first grant, launches wait for it (bounded, see wait_for_sms).
      * Without a live scheduler there is nothing to wait for (fail-open). */
@@ -1070,17 +1082,60 @@ static void monitor_start(void) {
     pthread_attr_destroy(&at);
 }
 
-/* fork: the child has no monitor thread; its first busy transition starts one */
+/* fork (the lock order is in ds_init.c): every logical stream's lock and its gate's lock, then g_lock, then g_mk_lock.
+ * No stream lock may be taken with g_lock held (relearn nests ls->lock -> g_lock), so a logical stream registered
+ * while the stream locks are being taken (registration holds g_lock) is seen by the re-check under g_lock, which is
+ * then released while that stream's locks are taken. Two stream locks are never nested elsewhere, so holding some
+ * while taking more cannot deadlock. Streams beyond the N_LSLOTS that g_all lists have no lock taken. */
+static unsigned g_fork_nall; /* the streams whose locks the fork handler holds */
+
+void ds_coro_fork_lock(void) {
+    unsigned done = 0;
+    for (;;) {
+        unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
+        for (; done < n; done++) {
+            struct lstream *ls = atomic_load_explicit(&g_all[done], memory_order_acquire);
+            pthread_mutex_lock(&ls->lock);
+            pthread_mutex_lock(&ls->gate.lock);
+        }
+        pthread_mutex_lock(&g_lock);
+        if (atomic_load_explicit(&g_nall, memory_order_acquire) == done)
+            break;
+        pthread_mutex_unlock(&g_lock);
+    }
+    g_fork_nall = done;
+    pthread_mutex_lock(&g_mk_lock);
+}
+
+static void unlock_streams(void) {
+    for (unsigned i = g_fork_nall; i-- > 0;) {
+        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_relaxed);
+        pthread_mutex_unlock(&ls->gate.lock);
+        pthread_mutex_unlock(&ls->lock);
+    }
+}
+
+void ds_coro_fork_unlock(void) {
+    pthread_mutex_unlock(&g_mk_lock);
+    pthread_mutex_unlock(&g_lock);
+    unlock_streams();
+}
+
+/* fork, in the child (single-threaded): the locks ds_coro_fork_lock took are released; the child has no monitor
+ * thread (its first busy transition starts one) and no green-context thread. */
 void ds_coro_child(void) {
-    pthread_once_t fresh = PTHREAD_ONCE_INIT;
-    memcpy(&g_mon_once, &fresh, sizeof fresh);
-    atomic_store(&g_mon_running, 0);
-    t_pending = NULL;
-    /* the green-context thread is not in the child */
+    /* the green-context thread is not in the child: its lock and queue start afresh (its condition variable may
+     * have had that thread as a waiter) */
     pthread_mutex_init(&g_mk_lock, NULL);
     pthread_cond_init(&g_mk_cond, NULL);
     g_mk_n = 0;
     g_mk_started = 0;
+    pthread_mutex_unlock(&g_lock);
+    unlock_streams();
+    pthread_once_t fresh = PTHREAD_ONCE_INIT;
+    memcpy(&g_mon_once, &fresh, sizeof fresh);
+    atomic_store(&g_mon_running, 0);
+    t_pending = NULL;
 }
 
 static void set_busy(struct ds_proc *self) {
@@ -1246,17 +1301,18 @@ bool ds_coro_graph_target(CUcontext *ctx, unsigned *idx) {
         *idx = c->idx;
         return true;
     }
-    if (!g_ngroups || !g_primary || atomic_load_explicit(&g_mode, memory_order_relaxed) != DS_MODE_SPATIAL ||
+    CUcontext primary = primary_ctx();
+    if (!primary || atomic_load_explicit(&g_mode, memory_order_relaxed) != DS_MODE_SPATIAL ||
         atomic_load_explicit(&g_cur, memory_order_acquire) != NULL)
         return false;
-    *ctx = g_primary;
+    *ctx = primary;
     *idx = DS_CTX_PRIMARY;
     return true;
 }
 
 /* The index of the green context a graph kernel node names (DS_CTX_PRIMARY: the primary context, -1: another). */
 int ds_coro_ctx_index(CUcontext cu) {
-    if (cu == NULL || cu == g_primary)
+    if (cu == NULL || cu == primary_ctx())
         return DS_CTX_PRIMARY;
     unsigned n = atomic_load_explicit(&g_nctx, memory_order_acquire);
     for (unsigned i = 0; i < n; i++)

@@ -45,6 +45,10 @@ static pthread_mutex_t g_glock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(uintptr_t) g_gkeys[N_GSLOTS];
 static _Atomic(struct gtrack *) g_gvals[N_GSLOTS];
 
+/* fork (lock order in ds_init.c): g_glock is the first lock taken, the last released. */
+void ds_graph_fork_lock(void) { pthread_mutex_lock(&g_glock); }
+void ds_graph_fork_unlock(void) { pthread_mutex_unlock(&g_glock); }
+
 static unsigned gslot(uintptr_t k) { return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 52) & (N_GSLOTS - 1); }
 
 static struct gtrack *track_find(CUgraphExec e) {

@@ -98,6 +98,10 @@ void ds_guard_region(int kind, const void *base, size_t len) {
     atomic_store_explicit(&g_region[kind].base, (uintptr_t)base, memory_order_release);
 }
 
+/* fork (lock order in ds_init.c) */
+void ds_guard_fork_lock(void) { pthread_mutex_lock(&g_snap_lock); }
+void ds_guard_fork_unlock(void) { pthread_mutex_unlock(&g_snap_lock); }
+
 void ds_guard_snapshot(void) {
     if (!ds_t || (atomic_load(&ds_lost_mask) & (1u << DS_REGION_TABLE)))
         return;

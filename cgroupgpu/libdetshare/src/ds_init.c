@@ -462,22 +462,45 @@ void ds_detach(void) {
 /* ---------------------------------------------------------------------------------------------------------------
  * fork: the child starts with no process entry (it claims its own at its first driver use, with mem_used 0) and
  * with an empty allocation table (the parent's allocations are the parent's).
+ *
+ * Lock order. Before fork the one handler takes every lock of the library, so that no lock is copied into the child
+ * held by a thread that does not exist there and no state is copied half-changed. It takes them in the order in
+ * which the library nests them (outer first), so it cannot deadlock with a thread that holds some of them:
+ *   1. g_glock (ds_graph.c)           held while a graph copy is made, which may ask for a private stream (g_lock)
+ *   2. every logical stream's lock, then its gate's lock (ds_coro.c, in registration order; never nested with
+ *      each other, relearn takes g_lock under a stream's lock)
+ *   3. g_lock (ds_coro.c)             grants, green contexts, stream registration; takes 4 and 5 inside
+ *   4. g_mk_lock (ds_coro.c)          the green-context thread's queue
+ *   5. g_snap_lock (ds_guard.c)       the table snapshot
+ *   6. g_attach_lock (ds_init.c)      this process's ds_proc entry
+ *   7. the allocation-table locks (ds_mem.c), in index order; leaves
+ * The parent releases them in the reverse order; the child releases them too (it is single-threaded) and resets
+ * what belonged to threads it does not have. pthread_once guards (driver, NVML, monitor start) are not locks held
+ * across library code and are not taken here.
  * ------------------------------------------------------------------------------------------------------------- */
 static void atfork_prepare(void) {
+    ds_graph_fork_lock();
+    ds_coro_fork_lock();
+    ds_guard_fork_lock();
     pthread_mutex_lock(&g_attach_lock);
     ds_track_lock_all();
 }
 static void atfork_parent(void) {
     ds_track_unlock_all();
     pthread_mutex_unlock(&g_attach_lock);
+    ds_guard_fork_unlock();
+    ds_coro_fork_unlock();
+    ds_graph_fork_unlock();
 }
 static void atfork_child(void) {
     atomic_store(&ds_self, NULL);
     atomic_store(&ds_self_idx, -1);
     ds_track_unlock_all();
     ds_track_reset_child();
-    ds_coro_child();
     pthread_mutex_unlock(&g_attach_lock);
+    ds_guard_fork_unlock();
+    ds_coro_child();
+    ds_graph_fork_unlock();
 }
 
 static void on_exit_release(void) {
