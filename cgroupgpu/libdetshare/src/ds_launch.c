@@ -11,99 +11,65 @@
 #define REAL_OR_FAIL(name) DS_REAL_OR_FAIL(name)
 #define PASS_THROUGH() (!ds_t || ds_depth)
 
-#define LAUNCH_KERNEL(name, pt)                                                                                      \
-    DS_EXPORT CUresult name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,      \
-                            unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                  \
-                            unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {      \
+/* Every launch hook: count the launch and pick its stream (ds_launch_stream), launch there; if the physical stream
+ * refuses the kernel, launch it where the application asked (after what the physical stream holds) and leave that
+ * stream unconfined. params: the hook's parameter list; app_stream: the application's stream; usable: false passes
+ * the call through (an argument the driver must reject itself); prepare: statements run after the stream is chosen
+ * (s_ holds it); on_phys / on_app: the driver call on the chosen stream / as the application made it. */
+#define LAUNCH(name, pt, params, app_stream, usable, prepare, on_phys, on_app)                                       \
+    DS_EXPORT CUresult name params {                                                                                 \
         REAL_OR_FAIL(name);                                                                                          \
-        if (PASS_THROUGH())                                                                                          \
-            return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,   \
-                        kernelParams, extra);                                                                        \
+        if (PASS_THROUGH() || !(usable))                                                                             \
+            return on_app;                                                                                           \
         ds_depth++;                                                                                                  \
-        CUstream s = ds_launch_stream(hStream, pt);                                                                  \
-        CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, s,       \
-                          kernelParams, extra);                                                                      \
+        CUstream s_ = ds_launch_stream(app_stream, pt);                                                              \
+        prepare;                                                                                                     \
+        CUresult r = on_phys;                                                                                        \
         if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
-            r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,      \
-                     kernelParams, extra);                                                                           \
+            r = on_app;                                                                                              \
             if (r == CUDA_SUCCESS)                                                                                   \
-                ds_launch_unconfinable(hStream, pt);                                                                 \
+                ds_launch_unconfinable(app_stream, pt);                                                              \
         }                                                                                                            \
         ds_launch_done(r);                                                                                           \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
     }
+
+#define KERNEL_PARAMS                                                                                                \
+    (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,      \
+     unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,                  \
+     void **kernelParams, void **extra)
+#define KERNEL_ARGS(s) f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, s, kernelParams
+#define LAUNCH_KERNEL(name, pt)                                                                                      \
+    LAUNCH(name, pt, KERNEL_PARAMS, hStream, true, (void)0, real(KERNEL_ARGS(s_), extra),                          \
+           real(KERNEL_ARGS(hStream), extra))
 LAUNCH_KERNEL(cuLaunchKernel, 0)
 LAUNCH_KERNEL(cuLaunchKernel_ptsz, 1)
 
-#define LAUNCH_KERNEL_EX(name, pt)                                                                                   \
-    DS_EXPORT CUresult name(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {         \
-        REAL_OR_FAIL(name);                                                                                          \
-        if (PASS_THROUGH() || !config)                                                                               \
-            return real(config, f, kernelParams, extra);                                                             \
-        ds_depth++;                                                                                                  \
-        /* a copy with the stream replaced; attrs (clusters, priority, ...) are kept as they are */                  \
-        CUlaunchConfig c = *config;                                                                                  \
-        c.hStream = ds_launch_stream(config->hStream, pt);                                                           \
-        CUresult r = real(&c, f, kernelParams, extra);                                                               \
-        if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
-            r = real(config, f, kernelParams, extra);                                                                \
-            if (r == CUDA_SUCCESS)                                                                                   \
-                ds_launch_unconfinable(config->hStream, pt);                                                         \
-        }                                                                                                            \
-        ds_launch_done(r);                                                                                           \
-        ds_depth--;                                                                                                  \
-        return r;                                                                                                    \
-    }
-LAUNCH_KERNEL_EX(cuLaunchKernelEx, 0)
-LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, 1)
-
+#define COOP_PARAMS                                                                                                  \
+    (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,      \
+     unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,                  \
+     void **kernelParams)
 #define LAUNCH_COOP(name, pt)                                                                                        \
-    DS_EXPORT CUresult name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,      \
-                            unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                  \
-                            unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {                    \
-        REAL_OR_FAIL(name);                                                                                          \
-        if (PASS_THROUGH())                                                                                          \
-            return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,   \
-                        kernelParams);                                                                               \
-        ds_depth++;                                                                                                  \
-        CUstream s = ds_launch_stream(hStream, pt);                                                                  \
-        CUresult r =                                                                                                 \
-            real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, s, kernelParams); \
-        if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
-            r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,      \
-                     kernelParams);                                                                                  \
-            if (r == CUDA_SUCCESS)                                                                                   \
-                ds_launch_unconfinable(hStream, pt);                                                                 \
-        }                                                                                                            \
-        ds_launch_done(r);                                                                                           \
-        ds_depth--;                                                                                                  \
-        return r;                                                                                                    \
-    }
+    LAUNCH(name, pt, COOP_PARAMS, hStream, true, (void)0, real(KERNEL_ARGS(s_)), real(KERNEL_ARGS(hStream)))
 LAUNCH_COOP(cuLaunchCooperativeKernel, 0)
 LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz, 1)
 
+/* a copy of the configuration with the stream replaced; attrs (clusters, priority, ...) are kept as they are */
+#define LAUNCH_KERNEL_EX(name, pt)                                                                                   \
+    LAUNCH(name, pt, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),               \
+           config->hStream, config != NULL, CUlaunchConfig c_ = *config; c_.hStream = s_,                            \
+           real(&c_, f, kernelParams, extra), real(config, f, kernelParams, extra))
+LAUNCH_KERNEL_EX(cuLaunchKernelEx, 0)
+LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, 1)
+
+/* a graph is launched as the copy made for the grant the launch is bound to (ds_graph.c) */
 #define GRAPH_LAUNCH(name, pt)                                                                                       \
-    DS_EXPORT CUresult name(CUgraphExec hGraphExec, CUstream hStream) {                                              \
-        REAL_OR_FAIL(name);                                                                                          \
-        if (PASS_THROUGH())                                                                                          \
-            return real(hGraphExec, hStream);                                                                        \
-        ds_depth++;                                                                                                  \
-        CUstream s = ds_launch_stream(hStream, pt);                                                                  \
-        CUcontext target_ = NULL;                                                                                    \
-        unsigned tidx_ = 0;                                                                                          \
-        CUgraphExec e_ = ds_coro_graph_target(&target_, &tidx_) ? ds_graph_for(hGraphExec, target_, tidx_)          \
-                                                                : hGraphExec;                                        \
-        CUresult r = real(e_, s);                                                                                    \
-        if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
-            r = real(hGraphExec, hStream);                                                                           \
-            if (r == CUDA_SUCCESS)                                                                                   \
-                ds_launch_unconfinable(hStream, pt);                                                                 \
-        }                                                                                                            \
-        ds_launch_done(r);                                                                                           \
-        ds_depth--;                                                                                                  \
-        return r;                                                                                                    \
-    }
+    LAUNCH(name, pt, (CUgraphExec hGraphExec, CUstream hStream), hStream, true,                                     \
+           CUcontext target_ = NULL; unsigned tidx_ = 0;                                                             \
+           CUgraphExec e_ = ds_coro_graph_target(&target_, &tidx_) ? ds_graph_for(hGraphExec, target_, tidx_)       \
+                                                                   : hGraphExec,                                     \
+           real(e_, s_), real(hGraphExec, hStream))
 GRAPH_LAUNCH(cuGraphLaunch, 0)
 GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
 
