@@ -29,11 +29,10 @@
 
 /* ---- logging: quiet by default (DETSHARE_LOG=error|warn|info|debug, default warn) ---- */
 enum { DS_LOG_ERROR = 0, DS_LOG_WARN = 1, DS_LOG_INFO = 2, DS_LOG_DEBUG = 3 };
-extern int ds_log_level;
 void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define DS_LOG(lvl, ...)                                                                                              \
     do {                                                                                                             \
-        if (DS_UNLIKELY((lvl) <= ds_log_level))                                                                      \
+        if (DS_UNLIKELY((lvl) <= ds_process.settings.log_level))                                                     \
             ds_log((lvl), __VA_ARGS__);                                                                              \
     } while (0)
 
@@ -333,21 +332,40 @@ struct ds_tenant {
     char table_path[256];
     char doorbell_path[256];
 };
-/* NULL when the process has no tenant (pure pass-through); set once in the constructor. */
-extern struct ds_tenant *ds_t;
 
-/* This process's ds_proc entry and its index, or NULL / -1 before the first driver use and in a forked child until
- * its own first use. */
-extern _Atomic(struct ds_proc *) ds_self;
-extern atomic_int ds_self_idx;
+/* Settings, read once from the environment in the constructor (ds_init.c); never written afterwards. */
+struct ds_settings {
+    int log_level;                /* DETSHARE_LOG: error|warn|info|debug, default warn */
+    int strict_streams;           /* DETSHARE_STRICT_STREAMS=1: an edge pair around every kernel */
+    uint64_t sched_stale_ms;      /* DETSHARE_SCHED_STALE_MS (3000): heartbeat age after which the scheduler is gone */
+    uint64_t token_wait_ms;       /* DETSHARE_TOKEN_WAIT_MS (10000): longest wait for the GPU token */
+    uint64_t first_grant_wait_ms; /* DETSHARE_FIRST_GRANT_WAIT_MS (1000): longest wait for the first grant */
+    uint64_t grant_wait_ms;       /* DETSHARE_GRANT_WAIT_MS (10000): longest wait for SMs under an empty grant */
+    uint64_t idle_ms;             /* DETSHARE_IDLE_MS; 0: the tier's default (2 latency-critical, 20 otherwise) */
+    char real_libcuda[4096];      /* DETSHARE_REAL_LIBCUDA; default libcuda.so.1 */
+};
+
+/* The process-wide state every part of the library shares. Each part keeps what only it uses in its own file. */
+struct ds_process {
+    struct ds_tenant *tenant;           /* NULL: no tenant (pure pass-through); set once in the constructor */
+    /* This process's ds_proc entry and its index, or NULL / -1 before the first driver use and in a forked child
+     * until its own first use. */
+    _Atomic(struct ds_proc *) self;
+    atomic_int self_idx;
+    atomic_int exiting;                 /* set when the process released its entry at exit */
+    atomic_int capturing;               /* stream captures in progress in this process */
+    _Atomic uint64_t req_start;         /* first launch since the last completed synchronisation, 0 = none */
+    atomic_uint lost_mask;              /* DS_REGION_* bits of truncated mappings (ds_guard.c) */
+    struct ds_settings settings;
+};
+extern struct ds_process ds_process;
 struct ds_proc *ds_attach(void);
 void ds_detach(void);
-extern atomic_int ds_exiting; /* set when the process released its entry at exit */
 
 /* Truncated mappings (ds_guard.c): a SIGBUS in one of these regions replaces it with private memory (the table's
- * copy keeps this tenant's last-seen entries) and sets its bit in ds_lost_mask; the process stays fail-static. */
+ * copy keeps this tenant's last-seen entries) and sets its bit in ds_process.lost_mask; the process stays
+ * fail-static. */
 enum { DS_REGION_TABLE, DS_REGION_PAGE, DS_REGION_DOORBELL, DS_NREGIONS };
-extern atomic_uint ds_lost_mask;
 void ds_guard_region(int kind, const void *base, size_t len);
 void ds_guard_snapshot(void); /* copy this tenant's table entries (slow path: start-up and every new grant) */
 void ds_guard_ring(void);     /* ring the doorbell, mapping it again first if it was lost and has been repaired */
@@ -363,7 +381,7 @@ void ds_track_reset_child(void);
 void ds_track_lock_all(void);
 void ds_track_unlock_all(void);
 
-/* GPU coroutines (ds_coro.c). Called with ds_t != NULL. ds_launch_stream returns the stream to launch on;
+/* GPU coroutines (ds_coro.c). Called with a tenant. ds_launch_stream returns the stream to launch on;
  * ds_launch_done(result) completes the launch (or ds_launch_retry + the launch on the application stream +
  * ds_launch_unconfinable when the physical stream refused it). */
 CUstream ds_launch_stream(CUstream s, int per_thread);
@@ -377,7 +395,6 @@ void ds_coro_fork_unlock(void); /* in the parent */
 void ds_coro_child(void);       /* in the child */
 void ds_coro_synced(bool whole_context); /* a synchronisation returned: a drained latency-critical tenant is idle */
 void ds_coro_force_strict(const char *why);
-extern atomic_int ds_capturing; /* stream captures in progress in this process */
 #define DS_CTX_PRIMARY 64        /* graph-copy index of the primary context (every SM); green contexts are 0..63 */
 bool ds_coro_graph_target(CUcontext *ctx, unsigned *idx);
 int ds_coro_ctx_index(CUcontext cu);
@@ -430,8 +447,9 @@ unsigned ds_gate_cap(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns
 void ds_gate_wait(struct ds_gate *g, uint32_t depth); /* before a launch: waits while the stream is at its cap */
 void ds_gate_record(struct ds_gate *g, CUstream phys); /* after a launch: marks its completion */
 /* The gate's depth for this tenant: the only load the ungated launch path pays. */
-static inline uint32_t ds_gate_depth(void) { return __atomic_load_n(&ds_t->ctr->gate_depth, __ATOMIC_RELAXED); }
-extern _Atomic uint64_t ds_req_start; /* first launch since the last completed synchronisation, 0 = none */
+static inline uint32_t ds_gate_depth(void) {
+    return __atomic_load_n(&ds_process.tenant->ctr->gate_depth, __ATOMIC_RELAXED);
+}
 void ds_latency_start(void);
 void ds_latency_sync_done(void);
 

@@ -91,7 +91,6 @@ static int g_split_failed;
 static int g_dev;
 static CUcontext g_primary;              /* the context current when the split was learnt */
 static struct gctx *g_last_nonempty;
-atomic_int ds_capturing;
 
 /* lock-free lookup: keys are written once (under g_lock) and never removed */
 static _Atomic(uintptr_t) g_keys[N_LSLOTS];
@@ -104,42 +103,19 @@ static atomic_uint g_nblocking;
 static _Atomic(struct lstream *) g_legacy;
 static atomic_uint g_order_gen, g_legacy_gen, g_blocking_gen;
 static atomic_uint g_nbound; /* logical streams bound to a green context (launches under a full grant unbind them) */
-static atomic_int g_strict = -1;
+static atomic_int g_strict; /* forced on at run time */
 static __thread struct lstream *t_ptds; /* this thread's per-thread default stream */
 static __thread struct lstream *t_pending;
 static __thread CUstream t_pending_phys;
 static __thread int t_gated; /* this launch passed the dispatch gate: mark its completion */
 
-static uint64_t env_ms(const char *name, uint64_t def) {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (*end || x == 0 || x > 3600000) {
-        DS_LOG(DS_LOG_WARN, "%s=%s: allowed 1..3600000 (milliseconds); using %llu", name, v,
-               (unsigned long long)def);
-        return def;
-    }
-    return x;
-}
-
+/* DETSHARE_STRICT_STREAMS=1, or forced on at run time (ds_coro_force_strict) */
 static bool strict(void) {
-    int v = atomic_load_explicit(&g_strict, memory_order_relaxed);
-    if (DS_UNLIKELY(v < 0)) {
-        const char *e = getenv("DETSHARE_STRICT_STREAMS");
-        v = e && !strcmp(e, "1");
-        if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
-            DS_LOG(DS_LOG_WARN, "DETSHARE_STRICT_STREAMS=%s: allowed 0 or 1; using 0", e);
-        int expect = -1;
-        atomic_compare_exchange_strong(&g_strict, &expect, v);
-        v = atomic_load(&g_strict);
-    }
-    return v;
+    return ds_process.settings.strict_streams || atomic_load_explicit(&g_strict, memory_order_relaxed);
 }
 
 void ds_coro_force_strict(const char *why) {
-    if (atomic_exchange(&g_strict, 1) != 1)
+    if (!ds_process.settings.strict_streams && atomic_exchange(&g_strict, 1) != 1)
         DS_LOG(DS_LOG_WARN, "%s: every kernel now gets its own event edges (DETSHARE_STRICT_STREAMS behaviour)", why);
 }
 
@@ -189,7 +165,7 @@ static bool learn_split_locked(void) {
         DS_LOG(DS_LOG_WARN, "cuDeviceGetDevResource: %d; kernels run unconfined", r);
         return false;
     }
-    const struct ds_gpu *ge = ds_t->gpu_entry;
+    const struct ds_gpu *ge = ds_process.tenant->gpu_entry;
     unsigned min = 0;
     uint32_t split_state = __atomic_load_n(&ge->split_state, __ATOMIC_ACQUIRE);
     if (split_state == DS_SPLIT_PUBLISHED)
@@ -229,15 +205,15 @@ static bool learn_split_locked(void) {
 /* Host tenants (`detshare run`, root on the host) publish the split they learnt when nobody has (the same CAS
  * protocol as sched/table PublishSplit). Containers map the table read-only and leave it to the scheduler. */
 static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdevResource *rem) {
-    if (!(__atomic_load_n(&ds_t->ctr->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT))
+    if (!(__atomic_load_n(&ds_process.tenant->ctr->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT))
         return;
-    const char *path = ds_t->table_path;
+    const char *path = ds_process.tenant->table_path;
     void *m = NULL;
     if (ds_map_file(path, DS_TABLE_SIZE, 1, &m) != 0) {
         DS_LOG(DS_LOG_INFO, "table %s not writable here: the scheduler publishes the split", path);
         return;
     }
-    struct ds_gpu *g = (struct ds_gpu *)((char *)m + DS_GPUS_OFFSET) + ds_t->gpu;
+    struct ds_gpu *g = (struct ds_gpu *)((char *)m + DS_GPUS_OFFSET) + ds_process.tenant->gpu;
     uint32_t want = DS_SPLIT_UNKNOWN;
     if (__atomic_compare_exchange_n(&g->split_state, &want, DS_SPLIT_PUBLISHING, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED)) {
@@ -248,7 +224,7 @@ static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdev
             g->group_sms[i] = i < nb ? g_groups[i].sm.smCount : 0;
         __atomic_store_n(&g->n_groups, nb, __ATOMIC_RELAXED);
         __atomic_store_n(&g->split_state, DS_SPLIT_PUBLISHED, __ATOMIC_RELEASE);
-        DS_LOG(DS_LOG_INFO, "published the split of GPU %d: %u groups, %u SMs left over", ds_t->gpu, nb,
+        DS_LOG(DS_LOG_INFO, "published the split of GPU %d: %u groups, %u SMs left over", ds_process.tenant->gpu, nb,
                rem->sm.smCount);
     }
     munmap(m, DS_TABLE_SIZE);
@@ -440,23 +416,23 @@ static void regrant(uint32_t ep) {
         return;
     }
     struct ds_grant gr;
-    if (ds_grant_read(ds_t->ctr, &gr) != 0) {
+    if (ds_grant_read(ds_process.tenant->ctr, &gr) != 0) {
         /* a leader died mid-write: keep the previous grant (fail-static) and look again at the next launch */
         pthread_mutex_unlock(&g_lock);
         return;
     }
     /* Is the slot still ours? Registration bumps the generation before it resets the grant, so a grant read
      * before this load of the generation that belongs to a newcomer shows the newcomer's generation here. */
-    uint32_t gen = __atomic_load_n(&ds_t->ctr->gen, __ATOMIC_ACQUIRE);
-    uint32_t st = __atomic_load_n(&ds_t->ctr->state, __ATOMIC_ACQUIRE);
-    if (gen != ds_t->slot_gen || st == DS_SLOT_FREE || st == DS_SLOT_DRAINING) {
+    uint32_t gen = __atomic_load_n(&ds_process.tenant->ctr->gen, __ATOMIC_ACQUIRE);
+    uint32_t st = __atomic_load_n(&ds_process.tenant->ctr->state, __ATOMIC_ACQUIRE);
+    if (gen != ds_process.tenant->slot_gen || st == DS_SLOT_FREE || st == DS_SLOT_DRAINING) {
         /* An orphan (its tenant deregistered or reaped while it ran): the grant in this slot is not its own, and
          * running on any SMs would take them from tenants that own them. Its GPU work is held (launches, copies
          * and memsets wait) until it exits; see docs/threat-model.md "Orphans". */
         if (!atomic_exchange(&g_orphan, 1))
             DS_LOG(DS_LOG_ERROR, "tenant %s left slot %d (generation %u, state %u; ours was generation %u): this "
                                  "process belongs to no tenant any more, its GPU work is held until it exits",
-                   ds_t->id, ds_t->slot, gen, st, ds_t->slot_gen);
+                   ds_process.tenant->id, ds_process.tenant->slot, gen, st, ds_process.tenant->slot_gen);
         atomic_store(&g_empty, 1);
         atomic_store(&g_mode, DS_MODE_NONE);
         atomic_store_explicit(&g_epoch_seen, gr.epoch, memory_order_release);
@@ -695,7 +671,7 @@ void ds_join_all(void) {
             continue;
         if (!foreign_ptds(ls))
             join(ls);
-        else if (!atomic_load(&ds_capturing)) /* the legacy stream may not be touched while a capture runs */
+        else if (!atomic_load(&ds_process.capturing)) /* the legacy stream may not be touched while a capture runs */
             join_into(ls, CU_STREAM_LEGACY);
     }
 }
@@ -910,13 +886,13 @@ void ds_stream_after(struct ds_sop *op, int kind, CUresult r) {
  * Temporal mode and empty grants: bounded waits, fail-static
  * ------------------------------------------------------------------------------------------------------------- */
 static bool scheduler_alive(void) {
-    uint64_t hb = __atomic_load_n(&ds_t->table->sched_heartbeat_ns, __ATOMIC_RELAXED);
+    uint64_t hb = __atomic_load_n(&ds_process.tenant->table->sched_heartbeat_ns, __ATOMIC_RELAXED);
     uint64_t now = ds_now_ns();
-    return hb && now - hb < env_ms("DETSHARE_SCHED_STALE_MS", 3000) * 1000000ull;
+    return hb && now - hb < ds_process.settings.sched_stale_ms * 1000000ull;
 }
 
 static void account_wait(uint64_t ns) {
-    struct ds_client_page *pg = ds_t->page;
+    struct ds_client_page *pg = ds_process.tenant->page;
     __atomic_fetch_add(&pg->queue_delay_ns, ns, __ATOMIC_RELAXED);
     uint64_t m = __atomic_load_n(&pg->queue_delay_max_ns, __ATOMIC_RELAXED);
     while (ns > m && !__atomic_compare_exchange_n(&pg->queue_delay_max_ns, &m, ns, 0, __ATOMIC_RELAXED,
@@ -925,16 +901,16 @@ static void account_wait(uint64_t ns) {
 }
 
 static bool holds_token(void) {
-    const struct ds_gpu *g = ds_t->gpu_entry;
-    return __atomic_load_n(&g->token_holder, __ATOMIC_ACQUIRE) == (uint32_t)ds_t->slot + 1 &&
-           __atomic_load_n(&g->token_holder_gen, __ATOMIC_RELAXED) == ds_t->slot_gen;
+    const struct ds_gpu *g = ds_process.tenant->gpu_entry;
+    return __atomic_load_n(&g->token_holder, __ATOMIC_ACQUIRE) == (uint32_t)ds_process.tenant->slot + 1 &&
+           __atomic_load_n(&g->token_holder_gen, __ATOMIC_RELAXED) == ds_process.tenant->slot_gen;
 }
 
 static atomic_int g_unthrottled_warned;
 
 static void wait_for_token(void) {
-    const struct ds_gpu *g = ds_t->gpu_entry;
-    uint64_t t0 = 0, bound = env_ms("DETSHARE_TOKEN_WAIT_MS", 10000) * 1000000ull;
+    const struct ds_gpu *g = ds_process.tenant->gpu_entry;
+    uint64_t t0 = 0, bound = ds_process.settings.token_wait_ms * 1000000ull;
     for (;;) {
         uint32_t seq = __atomic_load_n(&g->token_seq, __ATOMIC_ACQUIRE);
         if (holds_token() || atomic_load(&g_mode) != DS_MODE_TEMPORAL)
@@ -949,7 +925,7 @@ static void wait_for_token(void) {
             break;
         }
         ds_futex_wait(&g->token_seq, seq, 50000000ull);
-        uint32_t ep = ds_grant_epoch(ds_t->ctr);
+        uint32_t ep = ds_grant_epoch(ds_process.tenant->ctr);
         if (ep != atomic_load_explicit(&g_epoch_seen, memory_order_acquire))
             regrant(ep);
     }
@@ -959,10 +935,10 @@ static void wait_for_token(void) {
 
 /* Spatial grant with no groups: wait (bounded) for SMs, then run on the last groups held (fail-static). */
 static void wait_for_sms(void) {
-    const struct ds_container *c = ds_t->ctr;
+    const struct ds_container *c = ds_process.tenant->ctr;
     uint64_t t0 = ds_now_ns(), bound = atomic_load(&g_ungranted)
-                                           ? env_ms("DETSHARE_FIRST_GRANT_WAIT_MS", 1000) * 1000000ull
-                                           : env_ms("DETSHARE_GRANT_WAIT_MS", 10000) * 1000000ull;
+                                           ? ds_process.settings.first_grant_wait_ms * 1000000ull
+                                           : ds_process.settings.grant_wait_ms * 1000000ull;
     for (;;) {
         uint32_t ep = ds_grant_epoch(c);
         if (ep != atomic_load_explicit(&g_epoch_seen, memory_order_acquire))
@@ -996,7 +972,7 @@ static atomic_int g_mon_running;
 static _Atomic uint64_t g_busy_since;
 
 static bool streams_drained(void) {
-    if (atomic_load(&ds_capturing))
+    if (atomic_load(&ds_process.capturing))
         return false; /* a physical stream may be capturing: querying it would break the capture */
     unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
     for (unsigned i = 0; i < n; i++) {
@@ -1016,7 +992,7 @@ static void go_idle(struct ds_proc *self, uint64_t now) {
     uint64_t since = atomic_load(&g_busy_since);
     if (since && now > since)
         __atomic_fetch_add(&self->busy_ns, now - since, __ATOMIC_RELAXED);
-    struct ds_client_page *pg = ds_t->page;
+    struct ds_client_page *pg = ds_process.tenant->page;
     uint32_t d = __atomic_load_n(&pg->demand, __ATOMIC_RELAXED);
     while (d > 0 && !__atomic_compare_exchange_n(&pg->demand, &d, d - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
     }
@@ -1030,10 +1006,10 @@ static void go_idle(struct ds_proc *self, uint64_t now) {
 /* A synchronisation returned (ds_stream.c). A latency-critical tenant whose work has all drained is idle at once:
  * its request is over, and its neighbours get their groups back now rather than DETSHARE_IDLE_MS later. */
 void ds_coro_synced(bool whole_context) {
-    struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_acquire);
+    struct ds_proc *self = atomic_load_explicit(&ds_process.self, memory_order_acquire);
     if (!self || !__atomic_load_n(&self->busy, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&ds_t->ctr->tier, __ATOMIC_RELAXED) != DS_TIER_LATENCY_CRITICAL ||
-        atomic_load(&ds_capturing))
+        __atomic_load_n(&ds_process.tenant->ctr->tier, __ATOMIC_RELAXED) != DS_TIER_LATENCY_CRITICAL ||
+        atomic_load(&ds_process.capturing))
         return;
     if (!whole_context && !streams_drained())
         return;
@@ -1044,8 +1020,9 @@ static void *monitor(void *arg) {
     (void)arg;
     /* A latency-critical tenant's busy/idle follows its requests (2 ms): while it is idle its neighbours get the
      * groups back, and each request's first launch wakes the scheduler (issue 12). */
-    bool lc = __atomic_load_n(&ds_t->ctr->tier, __ATOMIC_RELAXED) == DS_TIER_LATENCY_CRITICAL;
-    uint64_t idle_ns = env_ms("DETSHARE_IDLE_MS", lc ? 2 : 20) * 1000000ull;
+    bool lc = __atomic_load_n(&ds_process.tenant->ctr->tier, __ATOMIC_RELAXED) == DS_TIER_LATENCY_CRITICAL;
+    uint64_t idle_ms = ds_process.settings.idle_ms ? ds_process.settings.idle_ms : lc ? 2 : 20;
+    uint64_t idle_ns = idle_ms * 1000000ull;
     uint64_t poll_ns = idle_ns / 4 ? idle_ns / 4 : 1000000ull;
     uint64_t last = 0, last_change = ds_now_ns();
     ds_depth++; /* driver calls made here are the library's own */
@@ -1053,7 +1030,7 @@ static void *monitor(void *arg) {
     for (;;) {
         struct timespec ts = {(time_t)(poll_ns / 1000000000ull), (long)(poll_ns % 1000000000ull)};
         nanosleep(&ts, NULL);
-        struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_acquire);
+        struct ds_proc *self = atomic_load_explicit(&ds_process.self, memory_order_acquire);
         if (!self)
             continue;
         uint64_t n = __atomic_load_n(&self->launches, __ATOMIC_RELAXED), now = ds_now_ns();
@@ -1142,7 +1119,7 @@ static void set_busy(struct ds_proc *self) {
     if (__atomic_exchange_n(&self->busy, 1, __ATOMIC_ACQ_REL) != 0)
         return;
     atomic_store(&g_busy_since, ds_now_ns());
-    struct ds_client_page *pg = ds_t->page;
+    struct ds_client_page *pg = ds_process.tenant->page;
     uint32_t old = __atomic_fetch_add(&pg->demand, 1, __ATOMIC_ACQ_REL);
     if (old == 0)
         __atomic_store_n(&pg->demand_since_ns, ds_now_ns(), __ATOMIC_RELAXED);
@@ -1159,11 +1136,11 @@ static void set_busy(struct ds_proc *self) {
  * Kernels count as launches; copies and memsets only as queued work. */
 static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
     t_pending = NULL;
-    struct ds_proc *self = atomic_load_explicit(&ds_self, memory_order_relaxed);
+    struct ds_proc *self = atomic_load_explicit(&ds_process.self, memory_order_relaxed);
     if (DS_LIKELY(self != NULL)) {
         if (kernel) {
             __atomic_fetch_add(&self->launches, 1, __ATOMIC_RELAXED);
-            if (DS_UNLIKELY(!atomic_load_explicit(&ds_req_start, memory_order_relaxed)))
+            if (DS_UNLIKELY(!atomic_load_explicit(&ds_process.req_start, memory_order_relaxed)))
                 ds_latency_start();
         }
         __atomic_fetch_add(&self->queued, 1, __ATOMIC_RELAXED);
@@ -1171,7 +1148,7 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
             set_busy(self);
     }
 
-    uint32_t ep = ds_grant_epoch(ds_t->ctr);
+    uint32_t ep = ds_grant_epoch(ds_process.tenant->ctr);
     if (DS_UNLIKELY(ep != atomic_load_explicit(&g_epoch_seen, memory_order_acquire)))
         regrant(ep);
     unsigned mode = atomic_load_explicit(&g_mode, memory_order_relaxed);

@@ -29,11 +29,10 @@
 static atomic_int g_gate_warned;
 
 /* ---- latency ---- */
-_Atomic uint64_t ds_req_start;
 
 void ds_latency_start(void) {
     uint64_t zero = 0;
-    atomic_compare_exchange_strong(&ds_req_start, &zero, ds_now_ns());
+    atomic_compare_exchange_strong(&ds_process.req_start, &zero, ds_now_ns());
 }
 
 static unsigned bucket_of(uint64_t ns) {
@@ -47,13 +46,13 @@ static unsigned bucket_of(uint64_t ns) {
 }
 
 void ds_latency_sync_done(void) {
-    uint64_t st = atomic_exchange(&ds_req_start, 0);
-    if (!st || !ds_t || !ds_t->page)
+    uint64_t st = atomic_exchange(&ds_process.req_start, 0);
+    if (!st || !ds_process.tenant || !ds_process.tenant->page)
         return;
     uint64_t now = ds_now_ns();
     if (now <= st)
         return;
-    struct ds_client_page *pg = ds_t->page;
+    struct ds_client_page *pg = ds_process.tenant->page;
     __atomic_fetch_add(&pg->lat_hist[bucket_of(now - st)], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&pg->lat_sum_ns, now - st, __ATOMIC_RELAXED);
     __atomic_fetch_add(&pg->lat_count, 1, __ATOMIC_RELEASE);
@@ -89,9 +88,9 @@ unsigned ds_gate_cap(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns
 }
 
 void ds_gate_wait(struct ds_gate *g, uint32_t depth) {
-    if (atomic_load(&ds_capturing) || !ds_real.cuEventQuery)
+    if (atomic_load(&ds_process.capturing) || !ds_real.cuEventQuery)
         return; /* an event record would become a node of the application's graph */
-    uint64_t budget = (uint64_t)__atomic_load_n(&ds_t->ctr->gate_budget_us, __ATOMIC_RELAXED) * 1000;
+    uint64_t budget = (uint64_t)__atomic_load_n(&ds_process.tenant->ctr->gate_budget_us, __ATOMIC_RELAXED) * 1000;
     uint64_t t0 = 0, now = 0;
     pthread_mutex_lock(&g->lock);
     unsigned cap = ds_gate_cap(g, depth, budget);
@@ -125,14 +124,14 @@ void ds_gate_wait(struct ds_gate *g, uint32_t depth) {
         g->n--;
     }
     pthread_mutex_unlock(&g->lock);
-    if (t0 && ds_t->page) {
-        __atomic_fetch_add(&ds_t->page->gate_waits, 1, __ATOMIC_RELAXED);
-        __atomic_fetch_add(&ds_t->page->gate_wait_ns, now - t0, __ATOMIC_RELAXED);
+    if (t0 && ds_process.tenant->page) {
+        __atomic_fetch_add(&ds_process.tenant->page->gate_waits, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&ds_process.tenant->page->gate_wait_ns, now - t0, __ATOMIC_RELAXED);
     }
 }
 
 void ds_gate_record(struct ds_gate *g, CUstream phys) {
-    if (atomic_load(&ds_capturing))
+    if (atomic_load(&ds_process.capturing))
         return;
     pthread_mutex_lock(&g->lock);
     if (g->n < DS_GATE_MAX) {

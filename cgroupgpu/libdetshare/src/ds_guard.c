@@ -35,17 +35,17 @@ static struct {
     _Atomic(uintptr_t) base;
     size_t len;
 } g_region[DS_NREGIONS];
-atomic_uint ds_lost_mask;
 static struct sigaction g_prev;
 static pthread_mutex_t g_snap_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ds_container g_ctr_snap; /* this tenant's entry as last seen (ds_guard_snapshot) */
 static struct ds_gpu g_gpu_snap;
 
 static void fill_table(char *base) {
-    if (!ds_t)
+    const struct ds_tenant *t = ds_process.tenant;
+    if (!t)
         return;
-    memcpy(base + ((const char *)ds_t->ctr - (const char *)ds_t->table), &g_ctr_snap, sizeof g_ctr_snap);
-    memcpy(base + ((const char *)ds_t->gpu_entry - (const char *)ds_t->table), &g_gpu_snap, sizeof g_gpu_snap);
+    memcpy(base + ((const char *)t->ctr - (const char *)t->table), &g_ctr_snap, sizeof g_ctr_snap);
+    memcpy(base + ((const char *)t->gpu_entry - (const char *)t->table), &g_gpu_snap, sizeof g_gpu_snap);
 }
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc) {
@@ -61,7 +61,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
         if (p == (long)b) {
             if (i == DS_REGION_TABLE)
                 fill_table((char *)b);
-            atomic_fetch_or(&ds_lost_mask, 1u << i);
+            atomic_fetch_or(&ds_process.lost_mask, 1u << i);
             static const char *const what[DS_NREGIONS] = {"table", "client page", "doorbell"};
             static const char pre[] = "detshare: the ";
             static const char post[] = " was truncated under this process; it keeps its last grant (fail-static)\n";
@@ -103,13 +103,13 @@ void ds_guard_fork_lock(void) { pthread_mutex_lock(&g_snap_lock); }
 void ds_guard_fork_unlock(void) { pthread_mutex_unlock(&g_snap_lock); }
 
 void ds_guard_snapshot(void) {
-    if (!ds_t || (atomic_load(&ds_lost_mask) & (1u << DS_REGION_TABLE)))
+    if (!ds_process.tenant || (atomic_load(&ds_process.lost_mask) & (1u << DS_REGION_TABLE)))
         return;
     pthread_mutex_lock(&g_snap_lock);
     struct ds_container c;
     struct ds_gpu g;
-    memcpy(&c, ds_t->ctr, sizeof c);
-    memcpy(&g, ds_t->gpu_entry, sizeof g);
+    memcpy(&c, ds_process.tenant->ctr, sizeof c);
+    memcpy(&g, ds_process.tenant->gpu_entry, sizeof g);
     /* a lost table leaves no scheduler to wait for and nothing mid-write */
     c.grant_seq &= ~1u;
     g_ctr_snap = c;
@@ -175,20 +175,20 @@ __asm__(".symver ds_sigaction, sigaction@@" DS_GLIBC_BASE);
 /* Ring the doorbell (demand transitions only, never on the launch path). A doorbell lost to a truncation is mapped
  * again from its file first, in place, when the scheduler has given it back its size and magic. */
 void ds_guard_ring(void) {
-    if (!ds_t || !ds_t->doorbell)
+    if (!ds_process.tenant || !ds_process.tenant->doorbell)
         return;
-    if ((atomic_load(&ds_lost_mask) & (1u << DS_REGION_DOORBELL)) && ds_t->doorbell_path[0]) {
-        int fd = open(ds_t->doorbell_path, O_RDWR | O_CLOEXEC);
+    if ((atomic_load(&ds_process.lost_mask) & (1u << DS_REGION_DOORBELL)) && ds_process.tenant->doorbell_path[0]) {
+        int fd = open(ds_process.tenant->doorbell_path, O_RDWR | O_CLOEXEC);
         struct stat st;
         if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= sizeof(struct ds_doorbell)) {
-            void *p = mmap(ds_t->doorbell, sizeof(struct ds_doorbell), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                           fd, 0);
-            if (p == (void *)ds_t->doorbell) {
-                if (__atomic_load_n(&ds_t->doorbell->magic, __ATOMIC_ACQUIRE) == DS_DOORBELL_MAGIC) {
-                    atomic_fetch_and(&ds_lost_mask, ~(1u << DS_REGION_DOORBELL));
-                    DS_LOG(DS_LOG_INFO, "doorbell %s mapped again after its repair", ds_t->doorbell_path);
+            void *p = mmap(ds_process.tenant->doorbell, sizeof(struct ds_doorbell), PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_FIXED, fd, 0);
+            if (p == (void *)ds_process.tenant->doorbell) {
+                if (__atomic_load_n(&ds_process.tenant->doorbell->magic, __ATOMIC_ACQUIRE) == DS_DOORBELL_MAGIC) {
+                    atomic_fetch_and(&ds_process.lost_mask, ~(1u << DS_REGION_DOORBELL));
+                    DS_LOG(DS_LOG_INFO, "doorbell %s mapped again after its repair", ds_process.tenant->doorbell_path);
                 } else { /* not repaired yet: back to private memory, try at the next ring */
-                    (void)mmap(ds_t->doorbell, sizeof(struct ds_doorbell), PROT_READ | PROT_WRITE,
+                    (void)mmap(ds_process.tenant->doorbell, sizeof(struct ds_doorbell), PROT_READ | PROT_WRITE,
                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
                 }
             }
@@ -196,5 +196,5 @@ void ds_guard_ring(void) {
         if (fd >= 0)
             close(fd);
     }
-    ds_doorbell_ring(ds_t->doorbell);
+    ds_doorbell_ring(ds_process.tenant->doorbell);
 }

@@ -19,19 +19,16 @@
 #include <time.h>
 #include <unistd.h>
 
-int ds_log_level = DS_LOG_WARN;
+struct ds_process ds_process = {.self_idx = -1, .settings = {.log_level = DS_LOG_WARN}};
 struct ds_real ds_real;
 atomic_int ds_drv_ready;
 __thread int ds_depth __attribute__((tls_model("initial-exec")));
-struct ds_tenant *ds_t;
-_Atomic(struct ds_proc *) ds_self;
-atomic_int ds_self_idx = -1;
-atomic_int ds_exiting;
 
 static struct ds_tenant g_tenant;
 static void *g_libcuda;
 static pthread_once_t g_drv_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_attach_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_settings_once = PTHREAD_ONCE_INIT;
 
 void ds_log(int level, const char *fmt, ...) {
     static const char *names[] = {"error", "warn", "info", "debug"};
@@ -56,6 +53,64 @@ uint64_t ds_now_ns(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
+ * Settings: every DETSHARE_* variable is read here, once, before the library uses it (the constructor, or an
+ * earlier first driver use); nothing reads the environment later. A bad value is logged and the default used.
+ * ------------------------------------------------------------------------------------------------------------- */
+static uint64_t env_ms(const char *name, uint64_t def) {
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end || x == 0 || x > 3600000) {
+        if (def)
+            DS_LOG(DS_LOG_WARN, "%s=%s: allowed 1..3600000 (milliseconds); using %llu", name, v,
+                   (unsigned long long)def);
+        else
+            DS_LOG(DS_LOG_WARN, "%s=%s: allowed 1..3600000 (milliseconds); using the default", name, v);
+        return def;
+    }
+    return x;
+}
+
+static void settings_once(void) {
+    struct ds_settings *st = &ds_process.settings;
+    const char *lvl = getenv("DETSHARE_LOG");
+    if (lvl) {
+        if (!strcmp(lvl, "error"))
+            st->log_level = DS_LOG_ERROR;
+        else if (!strcmp(lvl, "warn"))
+            st->log_level = DS_LOG_WARN;
+        else if (!strcmp(lvl, "info"))
+            st->log_level = DS_LOG_INFO;
+        else if (!strcmp(lvl, "debug"))
+            st->log_level = DS_LOG_DEBUG;
+        else
+            ds_log(DS_LOG_WARN, "DETSHARE_LOG=%s: allowed error, warn, info, debug; using warn", lvl);
+    }
+    const char *e = getenv("DETSHARE_STRICT_STREAMS");
+    st->strict_streams = e && !strcmp(e, "1");
+    if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
+        DS_LOG(DS_LOG_WARN, "DETSHARE_STRICT_STREAMS=%s: allowed 0 or 1; using 0", e);
+    st->sched_stale_ms = env_ms("DETSHARE_SCHED_STALE_MS", 3000);
+    st->token_wait_ms = env_ms("DETSHARE_TOKEN_WAIT_MS", 10000);
+    st->first_grant_wait_ms = env_ms("DETSHARE_FIRST_GRANT_WAIT_MS", 1000);
+    st->grant_wait_ms = env_ms("DETSHARE_GRANT_WAIT_MS", 10000);
+    st->idle_ms = env_ms("DETSHARE_IDLE_MS", 0);
+    const char *lib = getenv("DETSHARE_REAL_LIBCUDA");
+    if (lib && *lib && strlen(lib) < sizeof st->real_libcuda)
+        memcpy(st->real_libcuda, lib, strlen(lib) + 1);
+    else {
+        if (lib && *lib)
+            DS_LOG(DS_LOG_WARN, "DETSHARE_REAL_LIBCUDA: longer than %zu bytes; using libcuda.so.1",
+                   sizeof st->real_libcuda - 1);
+        memcpy(st->real_libcuda, "libcuda.so.1", sizeof "libcuda.so.1");
+    }
+}
+
+static void settings_init(void) { pthread_once(&g_settings_once, settings_once); }
+
+/* ---------------------------------------------------------------------------------------------------------------
  * Real driver
  * ------------------------------------------------------------------------------------------------------------- */
 static void *drv_sym(const char *name) {
@@ -66,9 +121,8 @@ static void *drv_sym(const char *name) {
 
 static void driver_once(void) {
     ds_dlsym_init();
-    const char *path = getenv("DETSHARE_REAL_LIBCUDA");
-    if (!path || !*path)
-        path = "libcuda.so.1";
+    settings_init();
+    const char *path = ds_process.settings.real_libcuda;
     ds_depth++;
     g_libcuda = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     ds_depth--;
@@ -396,7 +450,7 @@ static void load_tenant(void) {
         set_mps_backstop(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED), host && !(cvd && *cvd) ? gpu : 0);
     }
     keep_page_for_exec(q.client_page);
-    ds_t = t;
+    ds_process.tenant = t;
     ds_guard_snapshot();
     ds_guard_region(DS_REGION_TABLE, h, DS_TABLE_SIZE);
     ds_guard_region(DS_REGION_PAGE, pg, sizeof *pg);
@@ -418,29 +472,29 @@ fail:
  * Process record
  * ------------------------------------------------------------------------------------------------------------- */
 struct ds_proc *ds_attach(void) {
-    struct ds_proc *p = atomic_load_explicit(&ds_self, memory_order_acquire);
-    if (p || !ds_t)
+    struct ds_proc *p = atomic_load_explicit(&ds_process.self, memory_order_acquire);
+    if (p || !ds_process.tenant)
         return p;
     pthread_mutex_lock(&g_attach_lock);
-    p = atomic_load_explicit(&ds_self, memory_order_acquire);
+    p = atomic_load_explicit(&ds_process.self, memory_order_acquire);
     if (!p) {
         uint32_t nspid = 0;
         uint64_t ino = 0, start = 0;
         int rc = ds_self_identity(&nspid, &ino, &start);
         if (rc != 0)
             DS_LOG(DS_LOG_WARN, "process identity: %s; the reaper cannot tell when this process dies", strerror(-rc));
-        bool host = (__atomic_load_n(&ds_t->ctr->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
-        int i = ds_proc_attach(ds_t->page, nspid, ino, start, host ? (uint64_t)getpid() : 0);
+        bool host = (__atomic_load_n(&ds_process.tenant->ctr->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
+        int i = ds_proc_attach(ds_process.tenant->page, nspid, ino, start, host ? (uint64_t)getpid() : 0);
         if (i >= 0) {
-            p = &ds_t->page->procs[i];
-            atomic_store_explicit(&ds_self_idx, i, memory_order_relaxed);
-            atomic_store_explicit(&ds_self, p, memory_order_release);
+            p = &ds_process.tenant->page->procs[i];
+            atomic_store_explicit(&ds_process.self_idx, i, memory_order_relaxed);
+            atomic_store_explicit(&ds_process.self, p, memory_order_release);
             DS_LOG(DS_LOG_DEBUG, "process entry %d claimed", i);
         } else {
             static atomic_int warned;
             if (!atomic_exchange(&warned, 1))
                 DS_LOG(DS_LOG_WARN, "all %u process entries of tenant %s are in use; this process is counted in the "
-                                    "tenant total only", DS_MAX_PROCS, ds_t->id);
+                                    "tenant total only", DS_MAX_PROCS, ds_process.tenant->id);
         }
     }
     pthread_mutex_unlock(&g_attach_lock);
@@ -449,14 +503,14 @@ struct ds_proc *ds_attach(void) {
 
 /* Release at a clean exit (ds_proc_detach: credit memory and demand, free the entry). */
 void ds_detach(void) {
-    if (!ds_t)
+    if (!ds_process.tenant)
         return;
     pthread_mutex_lock(&g_attach_lock);
-    struct ds_proc *p = atomic_exchange(&ds_self, NULL);
-    int i = atomic_exchange(&ds_self_idx, -1);
+    struct ds_proc *p = atomic_exchange(&ds_process.self, NULL);
+    int i = atomic_exchange(&ds_process.self_idx, -1);
     pthread_mutex_unlock(&g_attach_lock);
     if (p && i >= 0)
-        ds_proc_detach(ds_t->page, i);
+        ds_proc_detach(ds_process.tenant->page, i);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -493,8 +547,8 @@ static void atfork_parent(void) {
     ds_graph_fork_unlock();
 }
 static void atfork_child(void) {
-    atomic_store(&ds_self, NULL);
-    atomic_store(&ds_self_idx, -1);
+    atomic_store(&ds_process.self, NULL);
+    atomic_store(&ds_process.self_idx, -1);
     ds_track_unlock_all();
     ds_track_reset_child();
     pthread_mutex_unlock(&g_attach_lock);
@@ -504,27 +558,15 @@ static void atfork_child(void) {
 }
 
 static void on_exit_release(void) {
-    atomic_store(&ds_exiting, 1);
+    atomic_store(&ds_process.exiting, 1);
     ds_detach();
 }
 
 __attribute__((constructor(101))) static void ds_constructor(void) {
-    const char *lvl = getenv("DETSHARE_LOG");
-    if (lvl) {
-        if (!strcmp(lvl, "error"))
-            ds_log_level = DS_LOG_ERROR;
-        else if (!strcmp(lvl, "warn"))
-            ds_log_level = DS_LOG_WARN;
-        else if (!strcmp(lvl, "info"))
-            ds_log_level = DS_LOG_INFO;
-        else if (!strcmp(lvl, "debug"))
-            ds_log_level = DS_LOG_DEBUG;
-        else
-            ds_log(DS_LOG_WARN, "DETSHARE_LOG=%s: allowed error, warn, info, debug; using warn", lvl);
-    }
+    settings_init();
     ds_dlsym_init();
     load_tenant();
-    if (ds_t) {
+    if (ds_process.tenant) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
         atexit(on_exit_release);
     }

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #define REAL_OR_FAIL(name) DS_REAL_OR_FAIL(name)
-#define PASS_THROUGH() (!ds_t || ds_depth)
+#define PASS_THROUGH() (!ds_process.tenant || ds_depth)
 
 /* Every launch hook: count the launch and pick its stream (ds_launch_stream), launch there; if the physical stream
  * refuses the kernel, launch it where the application asked (after what the physical stream holds) and leave that
@@ -88,7 +88,7 @@ GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
         ds_stream_after(&op_, DS_OP_OP, r);                                                                          \
         ds_depth--;                                                                                                  \
         if (r == CUDA_SUCCESS)                                                                                       \
-            atomic_fetch_add(&ds_capturing, 1);                                                                      \
+            atomic_fetch_add(&ds_process.capturing, 1);                                                              \
         return r;                                                                                                    \
     }
 BEGIN_CAPTURE(cuStreamBeginCapture_v2, 0, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
@@ -115,8 +115,8 @@ BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, 1,
         ds_depth--;                                                                                                  \
         if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||                                       \
             r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) {                                                               \
-            int n = atomic_load(&ds_capturing);                                                                      \
-            while (n > 0 && !atomic_compare_exchange_weak(&ds_capturing, &n, n - 1)) {                               \
+            int n = atomic_load(&ds_process.capturing);                                                              \
+            while (n > 0 && !atomic_compare_exchange_weak(&ds_process.capturing, &n, n - 1)) {                       \
             }                                                                                                        \
         }                                                                                                            \
         return r;                                                                                                    \

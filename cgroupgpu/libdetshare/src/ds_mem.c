@@ -113,7 +113,9 @@ void ds_track_reset_child(void) {
 /* ---------------------------------------------------------------------------------------------------------------
  * Charging (same algorithm as sched/table Client.ChargeMemory, which the Go tests use as the reference).
  * ------------------------------------------------------------------------------------------------------------- */
-uint64_t ds_mem_limit(void) { return atomic_load_explicit(A64(&ds_t->ctr->mem_limit), memory_order_relaxed); }
+uint64_t ds_mem_limit(void) {
+    return atomic_load_explicit(A64(&ds_process.tenant->ctr->mem_limit), memory_order_relaxed);
+}
 
 static bool private_charge(uint64_t size, uint64_t limit) {
     uint64_t old = atomic_load_explicit(&g_private_used, memory_order_relaxed), n;
@@ -135,7 +137,7 @@ static void private_uncharge(uint64_t size) {
 }
 
 bool ds_charge(uint64_t size) {
-    struct ds_client_page *pg = ds_t->page;
+    struct ds_client_page *pg = ds_process.tenant->page;
     uint64_t limit = ds_mem_limit();
     int rc;
     if (!private_charge(size, limit)) {
@@ -146,7 +148,7 @@ bool ds_charge(uint64_t size) {
         return false;
     }
     if (DS_LIKELY(ds_attach() != NULL)) {
-        rc = ds_mem_charge(pg, atomic_load_explicit(&ds_self_idx, memory_order_relaxed), size, limit);
+        rc = ds_mem_charge(pg, atomic_load_explicit(&ds_process.self_idx, memory_order_relaxed), size, limit);
     } else {
         /* no process entry free: charge the tenant total only (a crash of this process is then not credited) */
         uint64_t old = __atomic_load_n(&pg->mem_used, __ATOMIC_RELAXED);
@@ -172,11 +174,11 @@ void ds_uncharge(uint64_t size) {
     if (!size)
         return;
     private_uncharge(size);
-    int i = atomic_load_explicit(&ds_self_idx, memory_order_relaxed);
+    int i = atomic_load_explicit(&ds_process.self_idx, memory_order_relaxed);
     if (i >= 0)
-        ds_mem_uncharge(ds_t->page, i, size);
+        ds_mem_uncharge(ds_process.tenant->page, i, size);
     else
-        ds_sub_saturating(&ds_t->page->mem_used, size);
+        ds_sub_saturating(&ds_process.tenant->page->mem_used, size);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -185,7 +187,8 @@ void ds_uncharge(uint64_t size) {
 
 #define REAL_OR_FAIL(name) DS_REAL_OR_FAIL(name)
 /* After the process released its entry at exit, late frees (runtime teardown) must not credit the tenant again. */
-#define PASS_THROUGH() (!ds_t || ds_depth || atomic_load_explicit(&ds_exiting, memory_order_relaxed))
+#define PASS_THROUGH()                                                                                               \
+    (!ds_process.tenant || ds_depth || atomic_load_explicit(&ds_process.exiting, memory_order_relaxed))
 
 DS_EXPORT CUresult cuInit(unsigned int Flags) {
     REAL_OR_FAIL(cuInit);
@@ -314,7 +317,7 @@ static bool captured(CUstream s, int pt) {
     }                                                                                                                \
     /* captured into a graph: a graph memory node, held like cuGraphAddMemAllocNode's (a captured free does not \
      * give it back to the device) */                                                                              \
-    if (atomic_load_explicit(&ds_capturing, memory_order_relaxed) && captured(hStream, pt))                         \
+    if (atomic_load_explicit(&ds_process.capturing, memory_order_relaxed) && captured(hStream, pt))                 \
         return r_;                                                                                                   \
     if (!track_add(K_PTR, (uint64_t)*dptr, sz_))                                                                     \
         DS_LOG(DS_LOG_WARN, "allocation record lost (out of host memory): its free will not be credited");          \
@@ -586,7 +589,7 @@ DS_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
     uint64_t limit = ds_mem_limit();
     if (limit) {
         uint64_t total = limit < rt ? limit : rt;
-        uint64_t used = atomic_load(A64(&ds_t->page->mem_used));
+        uint64_t used = atomic_load(A64(&ds_process.tenant->page->mem_used));
         uint64_t left = used >= total ? 0 : total - used;
         rt = (size_t)total;
         rf = (size_t)(left < rf ? left : rf);

@@ -45,7 +45,7 @@ static void tenant_view(unsigned long long *total, unsigned long long *free_b, u
     if (!limit)
         return;
     uint64_t t = limit < *total ? limit : *total;
-    uint64_t u = atomic_load((_Atomic uint64_t *)&ds_t->page->mem_used);
+    uint64_t u = atomic_load((_Atomic uint64_t *)&ds_process.tenant->page->mem_used);
     uint64_t left = u >= t ? 0 : t - u;
     *total = t;
     *free_b = left < *free_b ? left : *free_b;
@@ -57,7 +57,7 @@ DS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m
     if (!g_mem)
         return g_lib ? NVML_ERROR_FUNCTION_NOT_FOUND : NVML_ERROR_LIBRARY_NOT_FOUND;
     nvmlReturn_t r = g_mem(dev, m);
-    if (r == NVML_SUCCESS && m && ds_t)
+    if (r == NVML_SUCCESS && m && ds_process.tenant)
         tenant_view(&m->total, &m->free, &m->used);
     return r;
 }
@@ -67,7 +67,7 @@ DS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v
     if (!g_mem2)
         return g_lib ? NVML_ERROR_FUNCTION_NOT_FOUND : NVML_ERROR_LIBRARY_NOT_FOUND;
     nvmlReturn_t r = g_mem2(dev, m);
-    if (r == NVML_SUCCESS && m && ds_t) {
+    if (r == NVML_SUCCESS && m && ds_process.tenant) {
         tenant_view(&m->total, &m->free, &m->used);
         if (m->used >= m->reserved)
             m->used -= m->reserved;

@@ -55,7 +55,7 @@ static CUresult around(void *const *realp, const char *name, int kind, int per_t
     ds_generic_fn real = ds_driver_ready_or_init() ? (ds_generic_fn)*realp : (ds_generic_fn)ds_early_sym(name);
     if (DS_UNLIKELY(!real))
         return CUDA_ERROR_NOT_FOUND; /* the driver does not have it: neither would the application */
-    if (!ds_t || ds_depth)
+    if (!ds_process.tenant || ds_depth)
         return call(real, a);
     ds_depth++;
     if (kind == DS_OP_SMOP) {
