@@ -11,7 +11,12 @@
  * Only names we hook, defined by libcuda / libnvidia-ml, looked up by someone other than that library itself, are
  * redirected to our wrappers; everything else (cuGetExportTable included) is the real answer.
  */
-#include "ds.h"
+#include "ds_dlsym.h"
+
+#include "ds_driver.h"
+#include "ds_nvml.h"
+#include "ds_process.h"
+#include "ds_streams.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -190,7 +195,7 @@ void *ds_map_proc(const char *symbol, void *real, int version, cuuint64_t flags)
             !strncmp(best->name, "cuMemcpy", 8) || !strncmp(best->name, "cuMemset", 8) ||
             !strncmp(best->name, "cuEvent", 7) || !strncmp(best->name, "cuGraph", 7) ||
             !strncmp(best->name, "cuCtx", 5))
-            ds_coro_force_strict("an unknown variant of a stream operation was looked up");
+            ds_streams_force_strict("an unknown variant of a stream operation was looked up");
         return real;
     }
     return best->wrapper;

@@ -20,7 +20,10 @@
  * (log2 microsecond buckets) with counters only ever incremented, read by the scheduler (SLO sizing) and by
  * `detshare status`/`top`/metrics (attainment). Only the first launch of a request reads the clock.
  */
-#include "ds.h"
+#include "ds_gate.h"
+
+#include "ds_driver.h"
+#include "ds_process.h"
 
 #include <sched.h>
 #include <string.h>

@@ -20,7 +20,11 @@
  * (cuGraphExecUpdate: copies are re-made from the new graph). Lookups on the launch path are lock-free; the rest
  * takes g_glock.
  */
-#include "ds.h"
+#include "ds_graph.h"
+
+#include "ds_driver.h"
+#include "ds_pool.h"
+#include "ds_process.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -136,7 +140,7 @@ static CUresult scan_node(CUgraphNode n, CUgraphNodeType ty, void *arg) {
     CUresult r = kernel_params(n, &p);
     if (r != CUDA_SUCCESS)
         return r;
-    int c = ds_coro_ctx_index(p.ctx);
+    int c = ds_pool_ctx_index(p.ctx);
     if (sc->first) {
         sc->cap = c;
         sc->first = false;
@@ -349,7 +353,7 @@ static CUresult make_replayed(struct gtrack *t, unsigned idx, CUgraphExec *out) 
         free(nodes);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    CUstream st = ds_coro_private_stream(idx);
+    CUstream st = ds_pool_private_stream(idx);
     CUgraph g2 = NULL;
     if (!st)
         r = CUDA_ERROR_INVALID_HANDLE;

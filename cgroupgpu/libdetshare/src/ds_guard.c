@@ -19,7 +19,9 @@
  * replacing this one (Python's faulthandler, which pytest enables, and JVMs install SIGBUS handlers).
  * signal(2) and raw syscalls are not interposed.
  */
-#include "ds.h"
+#include "ds_guard.h"
+
+#include "ds_process.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -5,7 +5,16 @@
  * Fail-open: any problem with the tenant's files is logged once and the process runs as a pure pass-through; a
  * broken DetShare installation never stops a tenant's GPU work.
  */
-#include "ds.h"
+#include "ds_process.h"
+
+#include "ds_demand.h"
+#include "ds_dlsym.h"
+#include "ds_driver.h"
+#include "ds_graph.h"
+#include "ds_guard.h"
+#include "ds_mem.h"
+#include "ds_pool.h"
+#include "ds_streams.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -520,21 +529,23 @@ void ds_detach(void) {
  * Lock order. Before fork the one handler takes every lock of the library, so that no lock is copied into the child
  * held by a thread that does not exist there and no state is copied half-changed. It takes them in the order in
  * which the library nests them (outer first), so it cannot deadlock with a thread that holds some of them:
- *   1. g_glock (ds_graph.c)           held while a graph copy is made, which may ask for a private stream (g_lock)
- *   2. every logical stream's lock, then its gate's lock (ds_coro.c, in registration order; never nested with
- *      each other, relearn takes g_lock under a stream's lock)
- *   3. g_lock (ds_coro.c)             grants, green contexts, stream registration; takes 4 and 5 inside
- *   4. g_mk_lock (ds_coro.c)          the green-context thread's queue
- *   5. g_snap_lock (ds_guard.c)       the table snapshot
- *   6. g_attach_lock (ds_init.c)      this process's ds_proc entry
- *   7. the allocation-table locks (ds_mem.c), in index order; leaves
+ *   1. g_glock (ds_graph.c)       held while a graph copy is made, which may ask for a private stream (4)
+ *   2. every logical stream's lock, then its gate's lock (ds_streams.c, in registration order; never nested with
+ *      each other; relearn takes 3 under a stream's lock)
+ *   3. g_reg_lock (ds_streams.c)  registration of logical streams
+ *   4. g_pool_lock (ds_pool.c)    green contexts and the grant's choice of one (ds_grant.c); takes 5 and 6 inside
+ *   5. g_mk_lock (ds_pool.c)      the green-context thread's queue
+ *   6. g_snap_lock (ds_guard.c)   the table snapshot
+ *   7. g_attach_lock (ds_init.c)  this process's ds_proc entry
+ *   8. the allocation-table locks (ds_mem.c), in index order; leaves
  * The parent releases them in the reverse order; the child releases them too (it is single-threaded) and resets
  * what belonged to threads it does not have. pthread_once guards (driver, NVML, monitor start) are not locks held
  * across library code and are not taken here.
  * ------------------------------------------------------------------------------------------------------------- */
 static void atfork_prepare(void) {
     ds_graph_fork_lock();
-    ds_coro_fork_lock();
+    ds_streams_fork_lock();
+    ds_pool_fork_lock();
     ds_guard_fork_lock();
     pthread_mutex_lock(&g_attach_lock);
     ds_track_lock_all();
@@ -543,7 +554,8 @@ static void atfork_parent(void) {
     ds_track_unlock_all();
     pthread_mutex_unlock(&g_attach_lock);
     ds_guard_fork_unlock();
-    ds_coro_fork_unlock();
+    ds_pool_fork_unlock();
+    ds_streams_fork_unlock();
     ds_graph_fork_unlock();
 }
 static void atfork_child(void) {
@@ -553,7 +565,9 @@ static void atfork_child(void) {
     ds_track_reset_child();
     pthread_mutex_unlock(&g_attach_lock);
     ds_guard_fork_unlock();
-    ds_coro_child();
+    ds_pool_child();
+    ds_streams_child();
+    ds_demand_child();
     ds_graph_fork_unlock();
 }
 

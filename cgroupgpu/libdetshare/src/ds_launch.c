@@ -4,7 +4,11 @@
  * binding, ds_coro.c); a graph is launched as the copy made for the current grant (ds_graph.c). Kernels, their launch
  * configurations and arguments are never changed. No lock, no syscall on this path.
  */
-#include "ds.h"
+#include "ds_driver.h"
+#include "ds_graph.h"
+#include "ds_mem.h"
+#include "ds_process.h"
+#include "ds_streams.h"
 
 #include <string.h>
 
@@ -67,7 +71,7 @@ LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, 1)
 #define GRAPH_LAUNCH(name, pt)                                                                                       \
     LAUNCH(name, pt, (CUgraphExec hGraphExec, CUstream hStream), hStream, true,                                     \
            CUcontext target_ = NULL; unsigned tidx_ = 0;                                                             \
-           CUgraphExec e_ = ds_coro_graph_target(&target_, &tidx_) ? ds_graph_for(hGraphExec, target_, tidx_)       \
+           CUgraphExec e_ = ds_launch_graph_target(&target_, &tidx_) ? ds_graph_for(hGraphExec, target_, tidx_)       \
                                                                    : hGraphExec,                                     \
            real(e_, s_), real(hGraphExec, hStream))
 GRAPH_LAUNCH(cuGraphLaunch, 0)

@@ -17,7 +17,11 @@
  * tenant that zeroes its page cannot take more than the quota through the library in any one process; the backstop
  * against processes that bypass the library is the MPS server-side limit (docs/threat-model-quota.md).
  */
-#include "ds.h"
+#include "ds_mem.h"
+
+#include "ds_driver.h"
+#include "ds_process.h"
+#include "ds_streams.h"
 
 #include <errno.h>
 #include <stdlib.h>

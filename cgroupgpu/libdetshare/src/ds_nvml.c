@@ -3,7 +3,11 @@
  * quota as total and what is left of it as free, like cuMemGetInfo, so nvidia-smi and frameworks that size caches
  * from NVML (vLLM) agree with CUDA. Everything else in NVML is untouched. libnvidia-ml is found lazily with dlopen.
  */
-#include "ds.h"
+#include "ds_nvml.h"
+
+#include "ds_dlsym.h"
+#include "ds_mem.h"
+#include "ds_process.h"
 
 #include <dlfcn.h>
 #include <string.h>

@@ -1,40 +1,19 @@
 /*
- * ds.h — internals of libdetshare, the CUDA interception library every CUDA process of a DetShare tenant loads.
- *
- * The library exports the driver entry points it hooks (for code linked with -lcuda), interposes dlsym and
- * cuGetProcAddress{,_v2} (for cudart, Triton, cuda-python, NCCL), and finds the real driver with
- * dlopen("libcuda.so.1") at first use. Without a tenant (no quota file) every hook is a plain pass-through.
- *
- * Concurrency: process-wide state is either written once before it is published with a release store (ds_g,
- * the real-function table) or protected by a lock (allocation tracking, coroutine pools) or atomic (shared pages).
- * The launch fast path takes no lock and makes no syscall.
+ * ds_driver.h — the real driver: which entry points the library hooks (DS_HOOKS, DS_STREAM_HOOKS) and which it
+ * only calls (DS_NEEDED), the table of real functions resolved once at first use (ds_init.c), and the way a hook
+ * finds its real function. The library exports the hooked entry points (for code linked with -lcuda), interposes
+ * dlsym and cuGetProcAddress{,_v2} (ds_dlsym.c), and finds the real driver with dlopen at first use.
  */
-#ifndef DETSHARE_LIBDETSHARE_DS_H
-#define DETSHARE_LIBDETSHARE_DS_H
+#ifndef DETSHARE_LIBDETSHARE_DS_DRIVER_H
+#define DETSHARE_LIBDETSHARE_DS_DRIVER_H
 
 #define CUDA_ABI_PROTOTYPES
 #include "cgroupgpu/cuda/cuda_abi.h"
-#include "sched/table/detshare_table.h"
-#include "sched/table/detshare_table_client.h"
 
-#include <pthread.h>
+#include "ds_process.h"
+
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdint.h>
-
-#define DS_EXPORT __attribute__((visibility("default")))
-#define DS_HIDDEN __attribute__((visibility("hidden")))
-#define DS_LIKELY(x) __builtin_expect(!!(x), 1)
-#define DS_UNLIKELY(x) __builtin_expect(!!(x), 0)
-
-/* ---- logging: quiet by default (DETSHARE_LOG=error|warn|info|debug, default warn) ---- */
-enum { DS_LOG_ERROR = 0, DS_LOG_WARN = 1, DS_LOG_INFO = 2, DS_LOG_DEBUG = 3 };
-void ds_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define DS_LOG(lvl, ...)                                                                                              \
-    do {                                                                                                             \
-        if (DS_UNLIKELY((lvl) <= ds_process.settings.log_level))                                                     \
-            ds_log((lvl), __VA_ARGS__);                                                                              \
-    } while (0)
 
 /* ---- hooked entry points ----
  * HOOK(exported name, base name for cuGetProcAddress, first ABI version of that variant, per-thread variant)
@@ -301,7 +280,6 @@ void *ds_early_sym(const char *name);
 static inline bool ds_driver_ready_or_init(void) {
     if (DS_LIKELY(atomic_load_explicit(&ds_drv_ready, memory_order_acquire)))
         return true;
-    extern __thread int ds_depth __attribute__((tls_model("initial-exec")));
     if (ds_depth)
         return false;
     ds_driver_init();
@@ -312,148 +290,17 @@ static inline bool ds_driver_ready_or_init(void) {
     if (DS_UNLIKELY(!real))                                                                                          \
         return CUDA_ERROR_NOT_INITIALIZED;
 
-/* Re-entrancy depth: a hook entered from inside another hook on the same thread (a driver that calls its own
- * exported entry points, a callback) is a pure pass-through so that nothing is counted twice. */
-extern __thread int ds_depth __attribute__((tls_model("initial-exec")));
-
-/* ---- the tenant ---- */
-struct ds_tenant {
-    char id[DS_ID_LEN];
-    int slot;
-    uint32_t slot_gen;
-    int gpu;
-    uint64_t quota_memory;                /* informational (file) */
-    const struct ds_table_header *table;  /* read-only mapping */
-    const struct ds_container *ctr;       /* this tenant's entry in it */
-    const struct ds_gpu *gpu_entry;       /* its GPU */
-    struct ds_client_page *page;          /* read-write */
-    struct ds_doorbell *doorbell;         /* read-write, may be NULL */
-    char mps_pipe_dir[256];
-    char table_path[256];
-    char doorbell_path[256];
-};
-
-/* Settings, read once from the environment in the constructor (ds_init.c); never written afterwards. */
-struct ds_settings {
-    int log_level;                /* DETSHARE_LOG: error|warn|info|debug, default warn */
-    int strict_streams;           /* DETSHARE_STRICT_STREAMS=1: an edge pair around every kernel */
-    uint64_t sched_stale_ms;      /* DETSHARE_SCHED_STALE_MS (3000): heartbeat age after which the scheduler is gone */
-    uint64_t token_wait_ms;       /* DETSHARE_TOKEN_WAIT_MS (10000): longest wait for the GPU token */
-    uint64_t first_grant_wait_ms; /* DETSHARE_FIRST_GRANT_WAIT_MS (1000): longest wait for the first grant */
-    uint64_t grant_wait_ms;       /* DETSHARE_GRANT_WAIT_MS (10000): longest wait for SMs under an empty grant */
-    uint64_t idle_ms;             /* DETSHARE_IDLE_MS; 0: the tier's default (2 latency-critical, 20 otherwise) */
-    char real_libcuda[4096];      /* DETSHARE_REAL_LIBCUDA; default libcuda.so.1 */
-};
-
-/* The process-wide state every part of the library shares. Each part keeps what only it uses in its own file. */
-struct ds_process {
-    struct ds_tenant *tenant;           /* NULL: no tenant (pure pass-through); set once in the constructor */
-    /* This process's ds_proc entry and its index, or NULL / -1 before the first driver use and in a forked child
-     * until its own first use. */
-    _Atomic(struct ds_proc *) self;
-    atomic_int self_idx;
-    atomic_int exiting;                 /* set when the process released its entry at exit */
-    atomic_int capturing;               /* stream captures in progress in this process */
-    _Atomic uint64_t req_start;         /* first launch since the last completed synchronisation, 0 = none */
-    atomic_uint lost_mask;              /* DS_REGION_* bits of truncated mappings (ds_guard.c) */
-    struct ds_settings settings;
-};
-extern struct ds_process ds_process;
-struct ds_proc *ds_attach(void);
-void ds_detach(void);
-
-/* Truncated mappings (ds_guard.c): a SIGBUS in one of these regions replaces it with private memory (the table's
- * copy keeps this tenant's last-seen entries) and sets its bit in ds_process.lost_mask; the process stays
- * fail-static. */
-enum { DS_REGION_TABLE, DS_REGION_PAGE, DS_REGION_DOORBELL, DS_NREGIONS };
-void ds_guard_region(int kind, const void *base, size_t len);
-void ds_guard_snapshot(void); /* copy this tenant's table entries (slow path: start-up and every new grant) */
-void ds_guard_ring(void);     /* ring the doorbell, mapping it again first if it was lost and has been repaired */
-int ds_guard_install(void);
-void ds_guard_fork_lock(void);
-void ds_guard_fork_unlock(void);
-
-/* Memory accounting (ds_mem.c). */
-uint64_t ds_mem_limit(void);
-bool ds_charge(uint64_t size);
-void ds_uncharge(uint64_t size);
-void ds_track_reset_child(void);
-void ds_track_lock_all(void);
-void ds_track_unlock_all(void);
-
-/* GPU coroutines (ds_coro.c). Called with a tenant. ds_launch_stream returns the stream to launch on;
- * ds_launch_done(result) completes the launch (or ds_launch_retry + the launch on the application stream +
- * ds_launch_unconfinable when the physical stream refused it). */
-CUstream ds_launch_stream(CUstream s, int per_thread);
-CUstream ds_work_stream(CUstream s, int per_thread); /* ds_launch_stream for copies and memsets: no launch counted */
-void ds_launch_done(CUresult r);
-bool ds_launch_retry(CUresult r);
-void ds_launch_unconfinable(CUstream s, int per_thread);
-void ds_work_ran_on_app_stream(CUstream s, int per_thread);
-void ds_coro_fork_lock(void);   /* fork handler (ds_init.c, "Lock order") */
-void ds_coro_fork_unlock(void); /* in the parent */
-void ds_coro_child(void);       /* in the child */
-void ds_coro_synced(bool whole_context); /* a synchronisation returned: a drained latency-critical tenant is idle */
-void ds_coro_force_strict(const char *why);
-#define DS_CTX_PRIMARY 64        /* graph-copy index of the primary context (every SM); green contexts are 0..63 */
-bool ds_coro_graph_target(CUcontext *ctx, unsigned *idx);
-int ds_coro_ctx_index(CUcontext cu);
-CUstream ds_coro_private_stream(unsigned idx);
-
-/* Stream operations around the driver call (ds_stream.c wraps every DS_STREAM_HOOKS entry point with these). */
-struct ds_sop {
-    void *ls;  /* the logical stream of the operation's stream, if any */
-    int lkind; /* its legacy-stream kind */
-};
-void ds_stream_before(struct ds_sop *op, int kind, CUstream s, int per_thread);
-void ds_stream_after(struct ds_sop *op, int kind, CUresult r);
-void ds_join_all(void);
-
-/* Graph memory of a graph's second and later executables (ds_mem.c): charged before the instantiation; *charged
- * says how much (credit it back if the instantiation fails). false: it does not fit (CUDA_ERROR_OUT_OF_MEMORY). */
-bool ds_graph_mem_instantiate(CUgraph g, uint64_t *charged);
-
-/* Graphs (ds_graph.c). */
-void ds_graph_instantiated(CUgraphExec e, CUgraph g, unsigned long long flags);
-void ds_graph_exec_destroyed(CUgraphExec e);
-void ds_graph_exec_changed(CUgraphExec e);
-void ds_graph_exec_updated(CUgraphExec e, CUgraph g);
-CUgraphExec ds_graph_for(CUgraphExec e, CUcontext target, unsigned idx);
-void ds_graph_fork_lock(void);
-void ds_graph_fork_unlock(void);
-
-/* dlsym / cuGetProcAddress plumbing (ds_dlsym.c). */
-typedef void *(*ds_dlsym_fn)(void *, const char *);
-extern ds_dlsym_fn ds_real_dlsym;
-void ds_dlsym_init(void);
-void *ds_map_proc(const char *symbol, void *real, int version, cuuint64_t flags);
-
-/* NVML (ds_nvml.c). */
-void *ds_nvml_wrapper_for(const char *name);
-
-/* Dispatch gate and observed latency (ds_gate.c). */
-#define DS_GATE_MAX 64u
-struct ds_gate {                  /* per logical stream */
-    pthread_mutex_t lock;
-    CUevent ev[DS_GATE_MAX];      /* completion marks of launches in flight (ring) */
-    uint64_t sub_ns[DS_GATE_MAX]; /* when each was submitted */
-    unsigned head, n;
-    int head_busy;                /* the oldest mark was seen unfinished */
-    uint64_t est_ns;              /* learnt kernel duration on this stream */
-    uint64_t last_done_ns;
-};
-void ds_gate_init(struct ds_gate *g);
-unsigned ds_gate_cap(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns);
-void ds_gate_wait(struct ds_gate *g, uint32_t depth); /* before a launch: waits while the stream is at its cap */
-void ds_gate_record(struct ds_gate *g, CUstream phys); /* after a launch: marks its completion */
-/* The gate's depth for this tenant: the only load the ungated launch path pays. */
-static inline uint32_t ds_gate_depth(void) {
-    return __atomic_load_n(&ds_process.tenant->ctr->gate_depth, __ATOMIC_RELAXED);
+/* Calls the library makes on its own slow paths (green contexts, streams, events) must not count as "unsafe" calls
+ * in a global-mode capture the application runs on another thread. */
+static inline CUstreamCaptureMode ds_relaxed_begin(void) {
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (!ds_real.cuThreadExchangeStreamCaptureMode || ds_real.cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
+        m = (CUstreamCaptureMode)-1;
+    return m;
 }
-void ds_latency_start(void);
-void ds_latency_sync_done(void);
+static inline void ds_relaxed_end(CUstreamCaptureMode m) {
+    if ((int)m >= 0)
+        ds_real.cuThreadExchangeStreamCaptureMode(&m);
+}
 
-/* Misc. */
-uint64_t ds_now_ns(void);
-
-#endif /* DETSHARE_LIBDETSHARE_DS_H */
+#endif /* DETSHARE_LIBDETSHARE_DS_DRIVER_H */

@@ -1,6 +1,6 @@
 /*
- * ds_stream.c — the driver entry points that take a stream (or order work on the legacy stream implicitly), other
- * than kernel launches: one generic wrapper each, generated from DS_STREAM_HOOKS (ds.h).
+ * ds_stream_ops.c — the driver entry points that take a stream (or order work on the legacy stream implicitly), other
+ * than kernel launches: one generic wrapper each, generated from DS_STREAM_HOOKS (ds_driver.h).
  *
  * Why generic: there are about a hundred and fifty of these (copies, memsets, host functions, events, memory
  * operations, capture queries, synchronous copies and their _ptsz/_ptds twins, graph-executable setters), and what
@@ -13,7 +13,12 @@
  *
  * The exported CUDA name is an assembler alias of the wrapper, so this file needs no C prototype per entry point.
  */
-#include "ds.h"
+#include "ds_demand.h"
+#include "ds_driver.h"
+#include "ds_gate.h"
+#include "ds_graph.h"
+#include "ds_process.h"
+#include "ds_streams.h"
 
 #include <string.h>
 
@@ -70,7 +75,7 @@ static CUresult around(void *const *realp, const char *name, int kind, int per_t
     ds_stream_after(&op, kind, r);
     if (r == CUDA_SUCCESS && (kind == DS_OP_ALL || kind == DS_OP_SYNC) && strstr(name, "Synchronize")) {
         ds_latency_sync_done(); /* a request completed (ds_gate.c) */
-        ds_coro_synced(kind == DS_OP_ALL);
+        ds_demand_synced(kind == DS_OP_ALL);
     }
     if (r == CUDA_SUCCESS) {
         if (kind == DS_OP_EXEC)

@@ -1,0 +1,693 @@
+/*
+ * ds_streams.c — logical streams (GPU coroutines): every stream the application launches on is a logical stream; its kernels run on a
+ * physical stream of a green context built over the SM groups the scheduler granted to the tenant, and move to a
+ * new one at the next kernel boundary after the grant changes. Kernels, configurations and arguments are never
+ * changed.
+ *
+ * Lazy edges. A logical stream pairs the application's stream A with a physical stream P. Kernels go to P; every
+ * other operation stays on A (so the application keeps CUDA's semantics for copies, events, host functions,
+ * legacy/per-thread default streams and capture). The two are tied by event edges only where order can be
+ * observed:
+ *   - edge in  (record e_in on A, P waits): before a kernel, when A got work P has not waited for (need_in), when
+ *     the legacy stream and a blocking stream must see each other's work (the gens below), or after an operation
+ *     this library does not model stream by stream (g_order_gen);
+ *   - join     (record e_out on P, A waits): before anything observes A — an operation on it, an event record,
+ *     synchronize/query, capture end/info, destroy — and before context-wide synchronisation and frees.
+ * A run of kernels on one stream therefore costs what it costs natively; a captured graph holds no per-kernel
+ * edges (measured on the H100: per-kernel edges add ~2 µs per graph node, integration/gpu/probes/greenperf.cu).
+ * Rebinding to a new grant is a join followed by an edge in: the new P waits for A, which waited for the old P.
+ * DETSHARE_STRICT_STREAMS=1 restores an edge pair around every kernel (the library's earlier behaviour), which
+ * keeps every stream rule even for a driver entry point the library does not hook.
+ *
+ * Legacy stream rules (CUDA: the legacy stream waits for blocking streams and they for it): an operation or kernel
+ * on the legacy stream first joins every blocking stream with pending kernels, one on a blocking stream (per-thread
+ * default streams are blocking) joins the legacy stream; g_legacy_gen / g_blocking_gen make the other side's next
+ * kernel take an edge in. Non-blocking streams pay none of this.
+ *
+ * Fast path (a kernel on a stream already bound to the current grant, nothing new on A): one acquire load of
+ * grant_epoch, a lock-free hash probe for the logical stream, a few relaxed loads, the launch, one store. No lock,
+ * no syscall. Edges, rebinding and re-learning take the logical stream's lock, registering a new logical stream
+ * g_reg_lock. The grant (ds_grant.c) says which green context (ds_pool.c) launches bind to.
+ *
+ */
+#include "ds_streams.h"
+
+#include "ds_demand.h"
+#include "ds_driver.h"
+#include "ds_gate.h"
+#include "ds_grant.h"
+#include "ds_pool.h"
+#include "ds_process.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define N_LSLOTS 4096u
+
+enum { LS_NONBLOCKING = 0, LS_BLOCKING = 1, LS_LEGACY = 2 };
+
+struct lstream {
+    CUstream app;                 /* the application's handle (CU_STREAM_LEGACY / _PER_THREAD for the defaults) */
+    CUevent e_in, e_out;
+    pthread_mutex_t lock;         /* edges, rebinding, re-learning a reused handle */
+    _Atomic(struct ds_gctx *) bound; /* green context phys belongs to; NULL: kernels run on app */
+    _Atomic(CUstream) phys;
+    CUstream phys_by_ctx[DS_MAX_GCTX];
+    int kind;                     /* LS_*: which legacy-stream rules apply */
+    int prio;                     /* the application stream's priority, given to its physical streams */
+    atomic_int need_in;           /* app got work the physical stream has not waited for */
+    atomic_int pending;           /* the physical stream has kernels app has not waited for */
+    atomic_int unconfinable;
+    atomic_int stale;             /* the application destroyed the stream: learn the handle again at next use */
+    atomic_uint seen_order, seen_cross;
+    struct ds_gate gate;          /* dispatch gate (ds_gate.c) */
+};
+
+static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER; /* registers logical streams */
+/* lock-free lookup: keys are written once (under g_reg_lock) and never removed */
+static _Atomic(uintptr_t) g_keys[N_LSLOTS];
+static _Atomic(struct lstream *) g_vals[N_LSLOTS];
+/* every logical stream (per-thread default streams included), for joins over all of them; append-only */
+static _Atomic(struct lstream *) g_all[N_LSLOTS];
+static atomic_uint g_nall;
+static _Atomic(struct lstream *) g_blocking[N_LSLOTS];
+static atomic_uint g_nblocking;
+static _Atomic(struct lstream *) g_legacy;
+static atomic_uint g_order_gen, g_legacy_gen, g_blocking_gen;
+static atomic_uint g_nbound; /* logical streams bound to a green context (launches under a full grant unbind them) */
+static atomic_int g_strict; /* forced on at run time */
+static __thread struct lstream *t_ptds; /* this thread's per-thread default stream */
+static __thread struct lstream *t_pending;
+static __thread CUstream t_pending_phys;
+static __thread int t_gated; /* this launch passed the dispatch gate: mark its completion */
+
+/* DETSHARE_STRICT_STREAMS=1, or forced on at run time (ds_streams_force_strict) */
+static bool strict(void) {
+    return ds_process.settings.strict_streams || atomic_load_explicit(&g_strict, memory_order_relaxed);
+}
+
+void ds_streams_force_strict(const char *why) {
+    if (!ds_process.settings.strict_streams && atomic_exchange(&g_strict, 1) != 1)
+        DS_LOG(DS_LOG_WARN, "%s: every kernel now gets its own event edges (DETSHARE_STRICT_STREAMS behaviour)", why);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Logical streams
+ * ------------------------------------------------------------------------------------------------------------- */
+static unsigned slot_of(uintptr_t key) { return (unsigned)((key * 0x9E3779B97F4A7C15ull) >> 52) & (N_LSLOTS - 1); }
+
+static CUstream app_handle(CUstream s, int per_thread) {
+    if (s == NULL)
+        return per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    return s;
+}
+
+/* What the application's stream is: which legacy-stream rules apply, and the priority its physical streams get. */
+static void learn(struct lstream *ls) {
+    ls->prio = 0;
+    if (ls->app == CU_STREAM_LEGACY) {
+        ls->kind = LS_LEGACY;
+        return;
+    }
+    ls->kind = LS_BLOCKING; /* the per-thread default stream, and any stream whose flags cannot be read */
+    if (ls->app == CU_STREAM_PER_THREAD)
+        return;
+    unsigned flags = 0;
+    if (ds_real.cuStreamGetFlags && ds_real.cuStreamGetFlags(ls->app, &flags) == CUDA_SUCCESS &&
+        (flags & CU_STREAM_NON_BLOCKING))
+        ls->kind = LS_NONBLOCKING;
+    int p = 0;
+    if (ds_real.cuStreamGetPriority && ds_real.cuStreamGetPriority(ls->app, &p) == CUDA_SUCCESS)
+        ls->prio = p;
+}
+
+/* g_reg_lock held */
+static void register_locked(struct lstream *ls, bool all) {
+    if (all) {
+        unsigned n = atomic_load(&g_nall);
+        if (n < N_LSLOTS) {
+            atomic_store(&g_all[n], ls);
+            atomic_store_explicit(&g_nall, n + 1, memory_order_release);
+        }
+    }
+    if (ls->kind == LS_BLOCKING) {
+        unsigned n = atomic_load(&g_nblocking);
+        for (unsigned i = 0; i < n; i++)
+            if (atomic_load(&g_blocking[i]) == ls)
+                return;
+        if (n < N_LSLOTS) {
+            atomic_store(&g_blocking[n], ls);
+            atomic_store_explicit(&g_nblocking, n + 1, memory_order_release);
+        }
+    } else if (ls->kind == LS_LEGACY) {
+        atomic_store_explicit(&g_legacy, ls, memory_order_release);
+    }
+}
+
+static struct lstream *lstream_new(CUstream app) {
+    struct lstream *ls = calloc(1, sizeof *ls);
+    if (!ls)
+        return NULL;
+    ls->app = app;
+    CUstreamCaptureMode m = ds_relaxed_begin();
+    bool ok = ds_real.cuEventCreate(&ls->e_in, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
+              ds_real.cuEventCreate(&ls->e_out, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+    if (ok)
+        learn(ls);
+    ds_relaxed_end(m);
+    if (!ok) {
+        free(ls);
+        return NULL;
+    }
+    pthread_mutex_init(&ls->lock, NULL);
+    ds_gate_init(&ls->gate);
+    atomic_store(&ls->need_in, 1);
+    return ls;
+}
+
+static void table_full_warning(void) {
+    static atomic_int warned;
+    if (!atomic_exchange(&warned, 1))
+        DS_LOG(DS_LOG_WARN, "logical stream table full or out of memory: some kernels run unconfined");
+}
+
+/* The logical stream of an application stream handle (app_handle applied), or NULL if none was made yet. */
+static struct lstream *lstream_find(CUstream app) {
+    if (app == CU_STREAM_PER_THREAD)
+        return t_ptds;
+    uintptr_t key = (uintptr_t)app;
+    unsigned s = slot_of(key);
+    for (unsigned n = 0; n < N_LSLOTS; n++, s = (s + 1) & (N_LSLOTS - 1)) {
+        uintptr_t k = atomic_load_explicit(&g_keys[s], memory_order_acquire);
+        if (k == key)
+            return atomic_load_explicit(&g_vals[s], memory_order_acquire);
+        if (k == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+static void relearn(struct lstream *ls);
+
+static struct lstream *lstream_get(CUstream app) {
+    struct lstream *ls = lstream_find(app);
+    if (DS_LIKELY(ls != NULL)) {
+        if (DS_UNLIKELY(atomic_load_explicit(&ls->stale, memory_order_acquire)))
+            relearn(ls);
+        return ls;
+    }
+    if (app == CU_STREAM_PER_THREAD) {
+        ls = lstream_new(app);
+        if (!ls) {
+            table_full_warning();
+            return NULL;
+        }
+        pthread_mutex_lock(&g_reg_lock);
+        register_locked(ls, true);
+        pthread_mutex_unlock(&g_reg_lock);
+        t_ptds = ls;
+        return ls;
+    }
+    uintptr_t key = (uintptr_t)app;
+    pthread_mutex_lock(&g_reg_lock);
+    unsigned s = slot_of(key);
+    for (unsigned n = 0; n < N_LSLOTS; n++, s = (s + 1) & (N_LSLOTS - 1)) {
+        uintptr_t k = atomic_load_explicit(&g_keys[s], memory_order_acquire);
+        if (k == key) {
+            ls = atomic_load(&g_vals[s]);
+            break;
+        }
+        if (k == 0) {
+            ls = lstream_new(app);
+            if (ls) {
+                register_locked(ls, true);
+                atomic_store_explicit(&g_vals[s], ls, memory_order_release);
+                atomic_store_explicit(&g_keys[s], key, memory_order_release);
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_reg_lock);
+    if (!ls)
+        table_full_warning();
+    return ls;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Edges
+ * ------------------------------------------------------------------------------------------------------------- */
+static void tie(struct lstream *ls, CUstream from, CUstream into) {
+    if (DS_SOP_REAL(cuEventRecord)(ls->e_out, from) == CUDA_SUCCESS)
+        DS_SOP_REAL(cuStreamWaitEvent)(into, ls->e_out, 0);
+}
+
+/* ls->lock held: the application stream waits for the kernels on the physical stream. */
+static void join_locked(struct lstream *ls) {
+    if (!atomic_load_explicit(&ls->pending, memory_order_acquire))
+        return;
+    /* cleared first: a kernel launched concurrently sets it again and is joined next time */
+    atomic_store(&ls->pending, 0);
+    CUstream p = atomic_load(&ls->phys);
+    if (p)
+        tie(ls, p, ls->app);
+}
+
+static void join(struct lstream *ls) {
+    if (!atomic_load_explicit(&ls->pending, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&ls->lock);
+    join_locked(ls);
+    pthread_mutex_unlock(&ls->lock);
+}
+
+/* Another stream (observer) must see ls's kernels, without ls's own application stream being involved (it may be
+ * another thread's per-thread default stream, which only its thread can name). ls stays pending for its own
+ * observers. */
+static void join_into(struct lstream *ls, CUstream observer) {
+    if (!atomic_load_explicit(&ls->pending, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&ls->lock);
+    CUstream p = atomic_load(&ls->phys);
+    if (p && atomic_load(&ls->pending))
+        tie(ls, p, observer);
+    pthread_mutex_unlock(&ls->lock);
+}
+
+static bool foreign_ptds(const struct lstream *ls) { return ls->app == CU_STREAM_PER_THREAD && ls != t_ptds; }
+
+/* Before context-wide synchronisation, frees and operations not modelled stream by stream. */
+void ds_join_all(void) {
+    unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++) {
+        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_acquire);
+        if (!ls || !atomic_load_explicit(&ls->pending, memory_order_acquire))
+            continue;
+        if (!foreign_ptds(ls))
+            join(ls);
+        else if (!atomic_load(&ds_process.capturing)) /* the legacy stream may not be touched while a capture runs */
+            join_into(ls, CU_STREAM_LEGACY);
+    }
+}
+
+/* The legacy-stream rules, before work on a stream of kind k (handle app) is issued: the legacy stream sees every
+ * blocking stream's kernels, a blocking stream sees the legacy stream's. */
+static void cross_pre(int k, CUstream app) {
+    if (k == LS_LEGACY) {
+        unsigned n = atomic_load_explicit(&g_nblocking, memory_order_acquire);
+        for (unsigned i = 0; i < n; i++) {
+            struct lstream *b = atomic_load_explicit(&g_blocking[i], memory_order_acquire);
+            if (b && b->kind == LS_BLOCKING && atomic_load_explicit(&b->pending, memory_order_acquire))
+                join_into(b, CU_STREAM_LEGACY);
+        }
+    } else if (k == LS_BLOCKING) {
+        struct lstream *l = atomic_load_explicit(&g_legacy, memory_order_acquire);
+        if (l && atomic_load_explicit(&l->pending, memory_order_acquire))
+            join_into(l, app);
+    }
+}
+
+/* After work on a stream of kind k was issued: the other side's next kernel must take an edge in. */
+static void cross_post(int k) {
+    if (k == LS_LEGACY) {
+        if (atomic_load_explicit(&g_nblocking, memory_order_relaxed))
+            atomic_fetch_add_explicit(&g_legacy_gen, 1, memory_order_release);
+    } else if (k == LS_BLOCKING) {
+        if (atomic_load_explicit(&g_legacy, memory_order_relaxed))
+            atomic_fetch_add_explicit(&g_blocking_gen, 1, memory_order_release);
+    }
+}
+
+static unsigned cross_gen(int k) {
+    if (k == LS_LEGACY)
+        return atomic_load_explicit(&g_blocking_gen, memory_order_acquire);
+    if (k == LS_BLOCKING)
+        return atomic_load_explicit(&g_legacy_gen, memory_order_acquire);
+    return 0;
+}
+
+static bool needs_edge_in(struct lstream *ls) {
+    return atomic_load_explicit(&ls->need_in, memory_order_acquire) ||
+           atomic_load_explicit(&ls->seen_order, memory_order_relaxed) !=
+               atomic_load_explicit(&g_order_gen, memory_order_acquire) ||
+           (ls->kind != LS_NONBLOCKING && atomic_load_explicit(&ls->seen_cross, memory_order_relaxed) != cross_gen(ls->kind));
+}
+
+/* The physical stream waits for everything issued to the application stream so far. */
+static bool edge_in(struct lstream *ls, CUstream phys) {
+    pthread_mutex_lock(&ls->lock);
+    /* read what the edge covers before recording it, and clear need_in first: work issued meanwhile is either
+     * covered by the record or flags the next kernel again */
+    unsigned og = atomic_load(&g_order_gen), cg = cross_gen(ls->kind);
+    atomic_store(&ls->need_in, 0);
+    bool ok = DS_SOP_REAL(cuEventRecord)(ls->e_in, ls->app) == CUDA_SUCCESS &&
+              DS_SOP_REAL(cuStreamWaitEvent)(phys, ls->e_in, 0) == CUDA_SUCCESS;
+    if (ok) {
+        atomic_store(&ls->seen_order, og);
+        atomic_store(&ls->seen_cross, cg);
+    } else {
+        atomic_store(&ls->need_in, 1);
+    }
+    pthread_mutex_unlock(&ls->lock);
+    return ok;
+}
+
+/* Points ls at a physical stream of c (created once per (logical stream, green context) and kept). */
+static bool rebind(struct lstream *ls, struct ds_gctx *c) {
+    pthread_mutex_lock(&ls->lock);
+    bool ok = true;
+    if (atomic_load(&ls->bound) == c)
+        goto out;
+    if (!ls->phys_by_ctx[c->idx]) {
+        CUstream p = NULL;
+        CUstreamCaptureMode m = ds_relaxed_begin();
+        /* green streams must be non-blocking; the edges give the application stream's ordering */
+        CUresult r = ds_real.cuGreenCtxStreamCreate(&p, c->g, CU_STREAM_NON_BLOCKING, ls->prio);
+        ds_relaxed_end(m);
+        if (r != CUDA_SUCCESS) {
+            DS_LOG(DS_LOG_WARN, "green stream: %d; this stream runs unconfined", r);
+            ok = false;
+            goto out;
+        }
+        ls->phys_by_ctx[c->idx] = p;
+    }
+    join_locked(ls); /* the application stream waits for the old physical stream; the new one waits for it */
+    if (!atomic_load(&ls->bound))
+        atomic_fetch_add(&g_nbound, 1);
+    atomic_store_explicit(&ls->phys, ls->phys_by_ctx[c->idx], memory_order_release);
+    atomic_store_explicit(&ls->bound, c, memory_order_release);
+    atomic_store(&ls->need_in, 1);
+out:
+    pthread_mutex_unlock(&ls->lock);
+    return ok;
+}
+
+/* Kernels of ls run on its application stream from now on (full grant, failure): join what is on the physical one. */
+static void unbind(struct lstream *ls) {
+    pthread_mutex_lock(&ls->lock);
+    join_locked(ls);
+    if (atomic_exchange(&ls->bound, NULL))
+        atomic_fetch_sub(&g_nbound, 1);
+    atomic_store(&ls->phys, NULL);
+    atomic_store(&ls->need_in, 1);
+    pthread_mutex_unlock(&ls->lock);
+}
+
+/* The application destroyed the stream and its handle may come back as another stream: learn it again. Its
+ * physical streams were joined at the destroy; they are kept unless the priority differs. */
+static void relearn(struct lstream *ls) {
+    pthread_mutex_lock(&ls->lock);
+    if (atomic_load(&ls->stale)) {
+        int prio = ls->prio;
+        CUstreamCaptureMode m = ds_relaxed_begin();
+        learn(ls);
+        ds_relaxed_end(m);
+        if (ls->prio != prio) {
+            for (unsigned i = 0; i < DS_MAX_GCTX; i++)
+                if (ls->phys_by_ctx[i]) {
+                    DS_SOP_REAL(cuStreamDestroy_v2)(ls->phys_by_ctx[i]);
+                    ls->phys_by_ctx[i] = NULL;
+                }
+            if (atomic_exchange(&ls->bound, NULL))
+                atomic_fetch_sub(&g_nbound, 1);
+            atomic_store(&ls->phys, NULL);
+        }
+        atomic_store(&ls->pending, 0);
+        atomic_store(&ls->unconfinable, 0);
+        atomic_store(&ls->need_in, 1);
+        pthread_mutex_lock(&g_reg_lock);
+        register_locked(ls, false);
+        pthread_mutex_unlock(&g_reg_lock);
+        atomic_store_explicit(&ls->stale, 0, memory_order_release);
+    }
+    pthread_mutex_unlock(&ls->lock);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Stream operations (ds_stream_ops.c calls these around the driver's entry point)
+ * ------------------------------------------------------------------------------------------------------------- */
+/* The kind of the stream an operation names; ls gets its logical stream when one exists (made when the legacy
+ * rules need the kind of a stream not seen yet). */
+static int op_kind(CUstream app, struct lstream **out) {
+    struct lstream *ls = lstream_find(app);
+    if (ls && DS_UNLIKELY(atomic_load_explicit(&ls->stale, memory_order_acquire)))
+        relearn(ls);
+    *out = ls;
+    if (app == CU_STREAM_LEGACY)
+        return LS_LEGACY;
+    if (app == CU_STREAM_PER_THREAD)
+        return LS_BLOCKING;
+    if (ls)
+        return ls->kind;
+    /* unseen stream: its kind only matters when the legacy stream is in use */
+    if (!atomic_load_explicit(&g_legacy, memory_order_acquire))
+        return LS_NONBLOCKING;
+    ls = lstream_get(app);
+    *out = ls;
+    return ls ? ls->kind : LS_BLOCKING;
+}
+
+void ds_stream_before(struct ds_sop *op, int kind, CUstream s, int per_thread) {
+    op->ls = NULL;
+    op->lkind = LS_NONBLOCKING;
+    if (kind == DS_OP_ALL || kind == DS_OP_ORDER) {
+        ds_join_all();
+        return;
+    }
+    if (kind == DS_OP_EXEC || kind == DS_OP_UPDATE)
+        return;
+    CUstream app = app_handle(s, per_thread);
+    struct lstream *ls;
+    op->lkind = op_kind(app, &ls);
+    op->ls = ls;
+    if (kind == DS_OP_WAIT)
+        return;
+    cross_pre(op->lkind, app);
+    if (ls)
+        join(ls);
+}
+
+void ds_stream_after(struct ds_sop *op, int kind, CUresult r) {
+    struct lstream *ls = op->ls;
+    switch (kind) {
+    case DS_OP_ORDER:
+        atomic_fetch_add_explicit(&g_order_gen, 1, memory_order_release);
+        return;
+    case DS_OP_OP:
+    case DS_OP_WAIT:
+        if (ls)
+            atomic_store_explicit(&ls->need_in, 1, memory_order_release);
+        cross_post(op->lkind);
+        return;
+    case DS_OP_DESTROY:
+        if (ls && r == CUDA_SUCCESS && ls->app != CU_STREAM_LEGACY && ls->app != CU_STREAM_PER_THREAD) {
+            /* joined before the destroy: nothing is pending; unbound, so it no longer counts in g_nbound */
+            pthread_mutex_lock(&ls->lock);
+            if (atomic_exchange(&ls->bound, NULL))
+                atomic_fetch_sub(&g_nbound, 1);
+            atomic_store(&ls->phys, NULL);
+            atomic_store(&ls->pending, 0);
+            pthread_mutex_unlock(&ls->lock);
+            atomic_store_explicit(&ls->stale, 1, memory_order_release);
+        }
+        return;
+    default:
+        return;
+    }
+}
+
+/* Every physical stream has finished its work (the demand monitor; never while a capture runs). */
+bool ds_streams_drained(void) {
+    if (atomic_load(&ds_process.capturing))
+        return false; /* a physical stream may be capturing: querying it would break the capture */
+    unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++) {
+        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_acquire);
+        CUstream p = ls ? atomic_load(&ls->phys) : NULL;
+        if (p && DS_SOP_REAL(cuStreamQuery)(p) == CUDA_ERROR_NOT_READY)
+            return false;
+    }
+    return true;
+}
+
+/* fork (the lock order is in ds_init.c): every logical stream's lock and its gate's lock, then g_reg_lock. No
+ * stream lock may be taken with g_reg_lock held (relearn nests ls->lock -> g_reg_lock), so a logical stream
+ * registered while the stream locks are being taken (registration holds g_reg_lock) is seen by the re-check under
+ * g_reg_lock, which is then released while that stream's locks are taken. Two stream locks are never nested
+ * elsewhere, so holding some while taking more cannot deadlock. Streams beyond the N_LSLOTS that g_all lists have no lock taken. */
+static unsigned g_fork_nall; /* the streams whose locks the fork handler holds */
+
+void ds_streams_fork_lock(void) {
+    unsigned done = 0;
+    for (;;) {
+        unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
+        for (; done < n; done++) {
+            struct lstream *ls = atomic_load_explicit(&g_all[done], memory_order_acquire);
+            pthread_mutex_lock(&ls->lock);
+            pthread_mutex_lock(&ls->gate.lock);
+        }
+        pthread_mutex_lock(&g_reg_lock);
+        if (atomic_load_explicit(&g_nall, memory_order_acquire) == done)
+            break;
+        pthread_mutex_unlock(&g_reg_lock);
+    }
+    g_fork_nall = done;
+}
+
+static void unlock_streams(void) {
+    for (unsigned i = g_fork_nall; i-- > 0;) {
+        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_relaxed);
+        pthread_mutex_unlock(&ls->gate.lock);
+        pthread_mutex_unlock(&ls->lock);
+    }
+}
+
+void ds_streams_fork_unlock(void) {
+    pthread_mutex_unlock(&g_reg_lock);
+    unlock_streams();
+}
+
+/* fork, in the child (single-threaded): the locks ds_streams_fork_lock took are released. */
+void ds_streams_child(void) {
+    pthread_mutex_unlock(&g_reg_lock);
+    unlock_streams();
+    t_pending = NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The launch path
+ * ------------------------------------------------------------------------------------------------------------- */
+/* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s.
+ * Kernels count as launches; copies and memsets only as queued work. */
+static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
+    t_pending = NULL;
+    ds_demand_work(kernel);
+    struct ds_gctx *c = ds_grant_enter();
+    CUstream app = app_handle(s, per_thread);
+    if (DS_LIKELY(c == NULL)) {
+        /* every group (or no confinement): kernels run where the application put them, unless this stream still
+         * has kernels on a physical stream from an earlier partial grant */
+        if (DS_LIKELY(!atomic_load_explicit(&g_nbound, memory_order_relaxed)))
+            return s;
+        struct lstream *ls = lstream_get(app);
+        if (ls) {
+            cross_pre(ls->kind, app);
+            if (atomic_load(&ls->bound))
+                unbind(ls);
+            cross_post(ls->kind);
+        }
+        return s;
+    }
+    struct lstream *ls = lstream_get(app);
+    if (DS_UNLIKELY(!ls))
+        return s;
+    if (ls->kind != LS_NONBLOCKING)
+        cross_pre(ls->kind, app);
+    if (DS_UNLIKELY(atomic_load_explicit(&ls->unconfinable, memory_order_relaxed))) {
+        cross_post(ls->kind);
+        return s;
+    }
+    if (DS_UNLIKELY(atomic_load_explicit(&ls->bound, memory_order_acquire) != c) && !rebind(ls, c)) {
+        if (atomic_load(&ls->bound))
+            unbind(ls);
+        cross_post(ls->kind);
+        return s;
+    }
+    CUstream phys = atomic_load_explicit(&ls->phys, memory_order_acquire);
+    if ((DS_UNLIKELY(needs_edge_in(ls)) || DS_UNLIKELY(strict())) && !edge_in(ls, phys)) {
+        unbind(ls);
+        return s;
+    }
+    t_pending = ls;
+    t_pending_phys = phys;
+    uint32_t gd = ds_gate_depth();
+    if (DS_UNLIKELY(gd != 0) && kernel) {
+        ds_gate_wait(&ls->gate, gd);
+        t_gated = 1;
+    }
+    return phys;
+}
+
+CUstream ds_launch_stream(CUstream s, int per_thread) { return work_stream(s, per_thread, true); }
+CUstream ds_work_stream(CUstream s, int per_thread) { return work_stream(s, per_thread, false); }
+
+void ds_launch_done(CUresult r) {
+    struct lstream *ls = t_pending;
+    if (!ls)
+        return;
+    t_pending = NULL;
+    if (DS_UNLIKELY(t_gated)) {
+        t_gated = 0;
+        if (r == CUDA_SUCCESS)
+            ds_gate_record(&ls->gate, t_pending_phys);
+    }
+    if (r != CUDA_SUCCESS)
+        return;
+    if (!atomic_load_explicit(&ls->pending, memory_order_relaxed))
+        atomic_store_explicit(&ls->pending, 1, memory_order_release);
+    if (DS_UNLIKELY(atomic_load_explicit(&ls->phys, memory_order_acquire) != t_pending_phys)) {
+        /* rebound by another thread while this kernel was being launched on the old physical stream */
+        pthread_mutex_lock(&ls->lock);
+        tie(ls, t_pending_phys, ls->app);
+        pthread_mutex_unlock(&ls->lock);
+    }
+    if (ls->kind != LS_NONBLOCKING)
+        cross_post(ls->kind);
+    if (DS_UNLIKELY(strict()))
+        join(ls);
+}
+
+bool ds_launch_retry(CUresult r) {
+    struct lstream *ls = t_pending;
+    t_pending = NULL;
+    t_gated = 0;
+    /* the kernel did not go on the physical stream (e.g. a function of a context green contexts cannot use): the
+     * caller runs it where the application asked, after what the physical stream already holds */
+    if (ls == NULL || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_DEINITIALIZED)
+        return false;
+    join(ls);
+    return true;
+}
+
+void ds_launch_unconfinable(CUstream s, int per_thread) {
+    struct lstream *ls = lstream_get(app_handle(s, per_thread));
+    if (!ls)
+        return;
+    if (!atomic_exchange(&ls->unconfinable, 1))
+        DS_LOG(DS_LOG_WARN, "a kernel could not run on its green stream; stream %p runs unconfined", (void *)s);
+    unbind(ls);
+    if (ls->kind != LS_NONBLOCKING)
+        cross_post(ls->kind);
+}
+
+/* A copy or memset the physical stream refused ran on the application's stream instead (ds_launch_retry joined the
+ * physical stream first): the stream's next kernel must wait for it. Kernels of the stream stay confined. */
+void ds_work_ran_on_app_stream(CUstream s, int per_thread) {
+    struct lstream *ls = lstream_find(app_handle(s, per_thread));
+    if (!ls)
+        return;
+    atomic_store_explicit(&ls->need_in, 1, memory_order_release);
+    if (ls->kind != LS_NONBLOCKING)
+        cross_post(ls->kind);
+}
+
+/* Where a graph launched now must run: the green context the launch was bound to, or every SM (the primary
+ * context) under a full grant. False when graphs are left as they are (no split learnt, temporal mode, a stream
+ * that cannot be confined). */
+bool ds_launch_graph_target(CUcontext *ctx, unsigned *idx) {
+    struct lstream *ls = t_pending;
+    if (ls) {
+        struct ds_gctx *c = atomic_load_explicit(&ls->bound, memory_order_acquire);
+        if (!c)
+            return false;
+        *ctx = c->cu;
+        *idx = c->idx;
+        return true;
+    }
+    CUcontext primary = ds_pool_primary();
+    if (!primary || atomic_load_explicit(&ds_grant_view.mode, memory_order_relaxed) != DS_MODE_SPATIAL ||
+        atomic_load_explicit(&ds_grant_view.cur, memory_order_acquire) != NULL)
+        return false;
+    *ctx = primary;
+    *idx = DS_CTX_PRIMARY;
+    return true;
+}
