@@ -15,8 +15,9 @@
 /* ---------------------------------------------------------------------------------------------------------------
  * Demand: a process is busy from its first launch after idle (the doorbell rings only on the tenant's idle->busy
  * and busy->idle transitions, never per launch) until a monitor thread sees no launch for DETSHARE_IDLE_MS (default
- * 20 ms, 2 ms for a latency-critical tenant) and the work of its redirected streams complete. The monitor is started by the first idle->busy
- * transition (a slow path) and polls every few milliseconds; it never touches application streams.
+ * 20 ms, 2 ms for a latency-critical tenant) and the work of its redirected streams complete. The monitor is
+ * started by the first idle->busy transition (a slow path) and polls every few milliseconds; it never touches
+ * application streams.
  * ------------------------------------------------------------------------------------------------------------- */
 static pthread_once_t g_mon_once = PTHREAD_ONCE_INIT;
 static atomic_int g_mon_running;

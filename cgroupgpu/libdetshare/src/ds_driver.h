@@ -68,9 +68,9 @@
 
 /* ---- stream operations ----
  * Every other driver entry point that takes a stream, or orders work on the legacy stream implicitly, is hooked by
- * one generic wrapper each (ds_stream.c). The wrapper passes the caller's arguments to the driver unchanged (as
+ * one generic wrapper each (ds_stream_ops.c). The wrapper passes the caller's arguments to the driver unchanged (as
  * twelve integer registers/stack slots: every one of these takes only integers, pointers and small structs), so it
- * needs no prototype; what it does around the call depends on the operation's kind (ds_coro.c, "Lazy edges"):
+ * needs no prototype; what it does around the call depends on the operation's kind (ds_streams.c, "Lazy edges"):
  *   OP      an operation on the stream: joins its physical stream before, marks it for an edge in after
  *   SMOP    a copy or memset, which the GPU may run on SMs: sent to the bound physical stream as a kernel is (its
  *           stream argument replaced, nothing else), because on the application's stream a device-to-device copy
@@ -203,7 +203,7 @@
     SOP(name, base, ver, 0, kind, idx) SOP(name##_ptsz, base, 7000, 1, kind, idx)
 #define DS_SOP_PTDS(SOP, name, base, ver) SOP(name, base, ver, 0, ORDER, -1) SOP(name##_ptds, base, 7000, 1, ORDER, -1)
 
-/* The generic wrappers' parameter list (ds_stream.c) and their declarations, for the hook table. */
+/* The generic wrappers' parameter list (ds_stream_ops.c) and their declarations, for the hook table. */
 #define DS_GENERIC_ARGS                                                                                              \
     uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, uintptr_t a6, uintptr_t a7, \
         uintptr_t a8, uintptr_t a9, uintptr_t a10, uintptr_t a11

@@ -56,8 +56,8 @@ void ds_grant_reread(uint32_t ep) {
     uint64_t all = ngroups >= 64 ? ~0ull : (1ull << ngroups) - 1;
     bool spatial = gr.mode == DS_MODE_SPATIAL && ngroups;
     /* A tenant the scheduler has not answered yet must not run on the whole GPU beside latency-critical
-     * neighbours: while a live scheduler owes it its first grant, launches wait for it (bounded, see ds_grant_wait_sms).
-     * Without a live scheduler there is nothing to wait for (fail-open). */
+     * neighbours: while a live scheduler owes it its first grant, launches wait for it (bounded, see
+     * ds_grant_wait_sms). Without a live scheduler there is nothing to wait for (fail-open). */
     bool ungranted = gr.mode == DS_MODE_NONE && scheduler_alive();
     atomic_store(&ds_grant_view.ungranted, ungranted);
     atomic_store(&ds_grant_view.empty, (spatial && !(gr.groups & all)) || ungranted);

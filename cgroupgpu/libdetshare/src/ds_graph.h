@@ -1,6 +1,6 @@
 /*
- * ds_graph.h — CUDA graphs under GPU coroutines (ds_graph.c): executables are tracked and launched as a copy made for the
- * grant the launch is bound to.
+ * ds_graph.h — CUDA graphs under GPU coroutines (ds_graph.c): executables are tracked and launched as a copy made
+ * for the grant the launch is bound to.
  */
 #ifndef DETSHARE_LIBDETSHARE_DS_GRAPH_H
 #define DETSHARE_LIBDETSHARE_DS_GRAPH_H

@@ -1,8 +1,8 @@
 /*
  * ds_launch.c — the kernel-launch, graph-launch, capture and graph-instantiation hooks. Each launch is counted
  * (relaxed atomics in the process's own entry) and sent to the stream ds_launch_stream chooses (the GPU-coroutine
- * binding, ds_coro.c); a graph is launched as the copy made for the current grant (ds_graph.c). Kernels, their launch
- * configurations and arguments are never changed. No lock, no syscall on this path.
+ * binding, ds_streams.c); a graph is launched as the copy made for the current grant (ds_graph.c). Kernels, their
+ * launch configurations and arguments are never changed. No lock, no syscall on this path.
  */
 #include "ds_driver.h"
 #include "ds_graph.h"

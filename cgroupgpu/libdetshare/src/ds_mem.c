@@ -286,7 +286,7 @@ DS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 }
 
 /* Stream-ordered allocations: charged at the call, credited when the free is enqueued. Both are operations on their
- * stream (ds_coro.c): a free first joins the kernels of the stream's physical stream, which may still use the
+ * stream (ds_streams.c): a free first joins the kernels of the stream's physical stream, which may still use the
  * memory; kernels after an allocation wait for it. */
 static bool captured(CUstream s, int pt) {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;

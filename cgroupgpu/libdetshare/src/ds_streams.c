@@ -1,7 +1,7 @@
 /*
- * ds_streams.c — logical streams (GPU coroutines): every stream the application launches on is a logical stream; its kernels run on a
- * physical stream of a green context built over the SM groups the scheduler granted to the tenant, and move to a
- * new one at the next kernel boundary after the grant changes. Kernels, configurations and arguments are never
+ * ds_streams.c — logical streams (GPU coroutines): every stream the application launches on is a logical stream;
+ * its kernels run on a physical stream of a green context built over the SM groups the scheduler granted to the
+ * tenant, and move to a new one at the next kernel boundary after the grant changes. Kernels, configurations and arguments are never
  * changed.
  *
  * Lazy edges. A logical stream pairs the application's stream A with a physical stream P. Kernels go to P; every
@@ -329,7 +329,8 @@ static bool needs_edge_in(struct lstream *ls) {
     return atomic_load_explicit(&ls->need_in, memory_order_acquire) ||
            atomic_load_explicit(&ls->seen_order, memory_order_relaxed) !=
                atomic_load_explicit(&g_order_gen, memory_order_acquire) ||
-           (ls->kind != LS_NONBLOCKING && atomic_load_explicit(&ls->seen_cross, memory_order_relaxed) != cross_gen(ls->kind));
+           (ls->kind != LS_NONBLOCKING &&
+            atomic_load_explicit(&ls->seen_cross, memory_order_relaxed) != cross_gen(ls->kind));
 }
 
 /* The physical stream waits for everything issued to the application stream so far. */
@@ -513,7 +514,8 @@ bool ds_streams_drained(void) {
  * stream lock may be taken with g_reg_lock held (relearn nests ls->lock -> g_reg_lock), so a logical stream
  * registered while the stream locks are being taken (registration holds g_reg_lock) is seen by the re-check under
  * g_reg_lock, which is then released while that stream's locks are taken. Two stream locks are never nested
- * elsewhere, so holding some while taking more cannot deadlock. Streams beyond the N_LSLOTS that g_all lists have no lock taken. */
+ * elsewhere, so holding some while taking more cannot deadlock. Streams beyond the N_LSLOTS that g_all lists have
+ * no lock taken. */
 static unsigned g_fork_nall; /* the streams whose locks the fork handler holds */
 
 void ds_streams_fork_lock(void) {
