@@ -1,8 +1,8 @@
 /*
  * ds_streams.c — logical streams (GPU coroutines): every stream the application launches on is a logical stream;
  * its kernels run on a physical stream of a green context built over the SM groups the scheduler granted to the
- * tenant, and move to a new one at the next kernel boundary after the grant changes. Kernels, configurations and arguments are never
- * changed.
+ * tenant, and move to a new one at the next kernel boundary after the grant changes. Kernels, configurations and
+ * arguments are never changed.
  *
  * Lazy edges. A logical stream pairs the application's stream A with a physical stream P. Kernels go to P; every
  * other operation stays on A (so the application keeps CUDA's semantics for copies, events, host functions,
