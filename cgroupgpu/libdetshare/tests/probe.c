@@ -27,13 +27,16 @@
  *        rawalloc:N (a hostile tenant's bypass: cuMemAlloc_v2 resolved with glibc's own dlsym (dlvsym on libc's
  *        handle), straight from libcuda's symbol table, so the interception library never sees the call) |
  *        sigbus-handler (installs the program's own SIGBUS handler, as Python's faulthandler does: it prints
- *        "app-sigbus" and exits 7) | raise-sigbus (raises SIGBUS)
+ *        "app-sigbus" and exits 7) | raise-sigbus (raises SIGBUS) |
+ *        forkrace:N (N forks while two threads keep the library's locks busy; each child exits at once, without
+ *        CUDA; prints how many forks returned, children exited 0, children hung, threads stuck)
  */
 #include "drv.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -324,6 +327,137 @@ static void mt(unsigned n, unsigned k) {
     }
     printf("mthash rc=%d same=%u hash=%016llx\n", r, same, n ? (unsigned long long)args[0].hash : 0ull);
     print_sms("mt", r, all, n * 32);
+}
+
+/* forkrace: two threads keep launching kernels and a graph on streams of their own (a new one each round for the
+ * first RACE_STREAMS rounds: new logical streams) and on the legacy stream (cross-stream rules), synchronising a
+ * stream and the context (joins), while the main thread forks; under a partial grant that the test keeps changing
+ * they also rebind and have graph copies made. */
+#define RACE_STREAMS 64u
+struct race_arg {
+    CUcontext ctx;
+    CUfunction fn;
+    CUgraphExec exec;
+    atomic_int *stop;
+    unsigned long iters;
+    CUresult r;
+};
+static void *race_thread(void *p) {
+    struct race_arg *a = p;
+    CUstream streams[RACE_STREAMS] = {0};
+    a->r = D.cuCtxSetCurrent(a->ctx);
+    uint32_t us = 1;
+    void *args[] = {&us};
+    while (a->r == CUDA_SUCCESS && !atomic_load(a->stop)) {
+        CUstream *st = &streams[a->iters % RACE_STREAMS];
+        CUresult r = *st ? CUDA_SUCCESS : D.cuStreamCreate(st, 0);
+        if (r == CUDA_SUCCESS)
+            r = D.cuLaunchKernel(a->fn, 1, 1, 1, 1, 1, 1, 0, *st, args, NULL);
+        if (r == CUDA_SUCCESS)
+            r = D.cuGraphLaunch(a->exec, *st);
+        if (r == CUDA_SUCCESS)
+            r = D.cuLaunchKernel(a->fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+        if (r == CUDA_SUCCESS)
+            r = D.cuStreamSynchronize(*st);
+        if (r == CUDA_SUCCESS)
+            r = D.cuCtxSynchronize();
+        a->r = r;
+        a->iters++;
+    }
+    return NULL;
+}
+
+/* Waits up to ms for pid; true when it exited with status 0. *hung: it did not exit in time (then it is killed). */
+static bool reap(pid_t pid, int ms, bool *hung) {
+    int status = 0;
+    for (int waited = 0; waited <= ms; waited++) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (w < 0)
+            return false;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    *hung = true;
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return false;
+}
+
+static void forkrace(unsigned n) {
+    atomic_int stop = 0;
+    struct race_arg args[2];
+    pthread_t th[2];
+    unsigned started = 0;
+    CUcontext ctx;
+    CUfunction fn;
+    CUstream cap = NULL;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    uint32_t us = 1;
+    void *kargs[] = {&us};
+    CUresult r = D.cuDevicePrimaryCtxRetain(&ctx, g_dev);
+    if (r == CUDA_SUCCESS)
+        r = func("ds_spin", &fn);
+    if (r == CUDA_SUCCESS)
+        r = D.cuStreamCreate(&cap, 0);
+    if (r == CUDA_SUCCESS)
+        r = D.cuStreamBeginCapture_v2(cap, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    if (r == CUDA_SUCCESS) {
+        r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, cap, kargs, NULL);
+        CUresult r2 = D.cuStreamEndCapture(cap, &graph);
+        if (r == CUDA_SUCCESS)
+            r = r2;
+    }
+    if (r == CUDA_SUCCESS)
+        r = D.cuGraphInstantiateWithFlags(&exec, graph, 0);
+    for (unsigned i = 0; i < 2 && r == CUDA_SUCCESS; i++) {
+        args[i] = (struct race_arg){.ctx = ctx, .fn = fn, .exec = exec, .stop = &stop};
+        if (pthread_create(&th[i], NULL, race_thread, &args[i]) != 0)
+            r = CUDA_ERROR_OPERATING_SYSTEM;
+        else
+            started++;
+    }
+    unsigned forks = 0, ok = 0, hung = 0;
+    unsigned long during = 0; /* rounds the threads made while the forks went on */
+    fflush(stdout);
+    for (unsigned i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        pid_t pid = fork();
+        if (pid == 0)
+            exit(0); /* no CUDA in the child; the library's exit handler runs */
+        if (pid < 0) {
+            r = CUDA_ERROR_OPERATING_SYSTEM;
+            break;
+        }
+        forks++;
+        bool h = false;
+        if (reap(pid, 5000, &h))
+            ok++;
+        hung += h;
+    }
+    for (unsigned i = 0; i < started; i++)
+        during += args[i].iters;
+    /* the threads must still make progress after the forks: a lock left held in the parent would stop them */
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL);
+    atomic_store(&stop, 1);
+    unsigned stuck = 0;
+    unsigned long after = 0;
+    for (unsigned i = 0; i < started; i++) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 10;
+        if (pthread_timedjoin_np(th[i], NULL, &dl) != 0) {
+            stuck++;
+            continue;
+        }
+        after += args[i].iters;
+        if (r == CUDA_SUCCESS)
+            r = args[i].r;
+    }
+    printf("forkrace rc=%d forks=%u children_ok=%u hung=%u stuck=%u rounds_during=%lu rounds_after=%lu\n", r, forks,
+           ok, hung, stuck, during, after - during);
 }
 
 static double ms_since(struct timespec *t0) {
@@ -804,6 +938,8 @@ static int step(const char *s) {
         void *p = h ? dlsym(h, s + 6) : NULL;
         const char *name, *obj = obj_of(p, &name);
         printf("%s rc=%d sym=%s obj=%s\n", s, p ? 0 : 500, name, obj);
+    } else if (sscanf(s, "forkrace:%llu", &a) == 1) {
+        forkrace((unsigned)a);
     } else if (sscanf(s, "fork:%llu", &a) == 1) {
         fflush(stdout);
         pid_t pid = fork();
