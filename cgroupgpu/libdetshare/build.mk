@@ -8,6 +8,8 @@ TESTBIN       ?= $(BUILD)/tests
 CFLAGS_COMMON ?= -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -D_GNU_SOURCE -I$(CURDIR)
 
 DS_DIR     := cgroupgpu/libdetshare
+# Every src/*.c is one job of the library and every src/*.h its interface (file map: docs/libdetshare.md, "Source
+# files"); a new file is built and tracked as a dependency without an edit here.
 DS_SRCS    := $(wildcard $(DS_DIR)/src/*.c)
 DS_HDRS    := $(wildcard $(DS_DIR)/src/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h sched/table/detshare_table_client.h
 DS_LIB     := $(LIB)/libdetshare.so
