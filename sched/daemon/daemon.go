@@ -6,11 +6,16 @@
 // Fail-static: everything a client needs is in the table. When the scheduler dies, grants and tokens stay as they
 // were and tenants keep running on them; the next leader resumes from the table (the grants in it are its starting
 // point, so nothing is reshuffled by a takeover).
+//
+// One file per job, each job with the state it owns, so that what a goroutine may touch is visible in the types:
+// leader.go (the host lock and the table it leads, stepping down), loop.go (the decision loop: client pages,
+// registrations, reaping, spatial grants), temporal.go (the time token of GPUs without MPS), mpswatch.go (the MPS
+// control daemons and their clients), stats.go (counters for metrics), trust.go (what a tenant says is checked before
+// the policy sees it) and dynamic.go (SLO sizing, dispatch gate, board power). This file composes them.
 package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -48,51 +53,81 @@ type Options struct {
 
 // Scheduler is a running leader.
 type Scheduler struct {
-	opts    Options
-	t       *table.Table
-	lock    *os.File
-	mps     *mps.Manager
-	pages   map[int]*page        // slot -> mapped client page of the current generation
-	demand  map[int]*demandState // slot -> the library counters last seen (trust.go); loop only
-	mpsWake chan struct{}        // a registration changed: the MPS watcher re-applies the memory limits at once
-	// gpus is written by the loop (a GPU recorded later by a registration) and read by the MPS watcher.
-	gpusMu sync.Mutex
-	gpus   map[int]*gpuState
-
-	cfgMu sync.Mutex
-	cfg   config.Config
-	popt  atomic.Pointer[policy.Options]
-
-	lastReap time.Time
-	regs     []table.Registration // cached List(), valid while the table generation is regGen
-	regGen   uint64
-	regsOK   bool
-	tableIno uint64
-	lost     error // set when the table file was removed, replaced or truncated: the scheduler steps down
-	lostMu   sync.Mutex
-	stats    Stats
-	tenantMu sync.Mutex
-	tenants  map[string]*TenantStats
+	opts Options
+	// t is the table the leadership opened (and closes); every job reads and writes through it.
+	t     *table.Table
+	lead  *leadership
+	conf  settings
+	gpus  gpuSet
+	loop  loop
+	mpsw  mpsWatcher
+	stats ledger
 }
 
-type page struct {
-	gen uint32
-	cl  *table.Client
+// settings is the configuration in force: SIGHUP swaps it while the loop and the watchers read it.
+type settings struct {
+	mu  sync.Mutex
+	cfg config.Config
+	// popt is what the policy needs on every pass; atomic so that a pass never waits on a reload.
+	popt atomic.Pointer[policy.Options]
 }
 
+func (c *settings) get() config.Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg
+}
+
+func (c *settings) set(cfg config.Config) policy.Options {
+	c.mu.Lock()
+	c.cfg = cfg
+	c.mu.Unlock()
+	po := cfg.PolicyOptions()
+	c.popt.Store(&po)
+	return po
+}
+
+// gpuState is one GPU as the scheduler runs it; each part belongs to the job named beside it.
 type gpuState struct {
-	index   int
-	daemon  *mps.Daemon   // touched only by the MPS watcher goroutine after start
-	mode    atomic.Uint32 // table.ModeSpatial while MPS runs, else table.ModeTemporal
-	holder  int           // temporal: slot holding the token, -1 none
-	holdGen uint32
-	until   time.Time
-	orphans map[int]int // MPS client PID -> consecutive checks matching no tenant (MPS watcher only)
-	memCap  uint64      // server-side per-client memory limit applied (MPS watcher only; capUnset before)
-	memSet  bool
-	// board power (dynamic.go: powerLoop writes, the loop reads)
-	board     atomic.Pointer[gpuinfo.Board]
-	powerNear atomic.Bool
+	index int
+	// mode is table.ModeSpatial while the GPU's MPS control daemon runs, else table.ModeTemporal: set where the daemon
+	// is started (startGPU, the MPS watcher), read by the loop to choose between grants and the time token.
+	mode  atomic.Uint32
+	mps   mpsGPU     // mpswatch.go
+	token token      // temporal.go
+	board boardState // dynamic.go
+}
+
+// gpuSet is the GPUs the scheduler runs. The loop adds a GPU recorded after start; the MPS watcher and the power
+// loop walk the set from their own goroutines.
+type gpuSet struct {
+	mu sync.Mutex
+	m  map[int]*gpuState
+}
+
+func (s *gpuSet) get(index int) *gpuState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[index]
+}
+
+func (s *gpuSet) add(g *gpuState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[int]*gpuState{}
+	}
+	s.m[g.index] = g
+}
+
+func (s *gpuSet) list() []*gpuState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*gpuState, 0, len(s.m))
+	for _, g := range s.m {
+		out = append(out, g)
+	}
+	return out
 }
 
 // New becomes the leader of opts.RunDir: lock, open (or create) the table, record the GPUs and start MPS. A table of
@@ -102,100 +137,46 @@ func New(opts Options) (*Scheduler, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	lock, err := Acquire(opts.RunDir)
+	t, lead, err := takeLead(opts)
 	if err != nil {
 		return nil, err
 	}
-	s := &Scheduler{opts: opts, lock: lock, pages: map[int]*page{}, demand: map[int]*demandState{}, mpsWake: make(chan struct{}, 1), gpus: map[int]*gpuState{}, cfg: opts.Config,
-		tenants: map[string]*TenantStats{}}
-	po := opts.Config.PolicyOptions()
-	s.popt.Store(&po)
-	fail := func(err error) (*Scheduler, error) {
-		if s.t != nil {
-			s.t.Close()
-		}
-		lock.Close()
-		return nil, err
+	s := &Scheduler{opts: opts, t: t, lead: lead, loop: newLoop(), stats: ledger{tenants: map[string]*TenantStats{}}}
+	po := s.conf.set(opts.Config)
+	m := opts.MPS
+	if m == nil {
+		m = &mps.Manager{Paths: t.Paths(), Control: opts.Config.MPS.Control, Simulated: table.SimGPUSelected(os.Environ())}
 	}
-	t, err := table.Create(opts.RunDir)
-	if err != nil {
-		return fail(fmt.Errorf("scheduler: %w", err))
-	}
-	s.t = t
-	s.tableIno = inode(t.Paths().Table())
-	if _, err := t.Recover(); err != nil {
-		return fail(fmt.Errorf("scheduler: %w", err))
-	}
-	if opts.Discover != nil {
-		infos, err := opts.Discover()
-		switch {
-		case err != nil && len(t.GPUs()) == 0:
-			logrus.WithError(err).Warn("no GPUs discovered; tenants run fail-static until a GPU is found")
-		case err != nil:
-			logrus.WithError(err).Warn("GPU discovery failed; keeping the GPUs recorded in the table")
-		default:
-			if err := t.SetGPUs(infos); err != nil {
-				return fail(fmt.Errorf("scheduler: %w", err))
-			}
-		}
-	}
-	s.mps = opts.MPS
-	if s.mps == nil {
-		s.mps = &mps.Manager{Paths: t.Paths(), Control: opts.Config.MPS.Control, Simulated: table.SimGPUSelected(os.Environ())}
-	}
+	s.mpsw = newMPSWatcher(m, t, &s.stats.Stats, opts.MPSCheckEvery)
 	for _, g := range t.GPUs() {
-		s.gpus[g.Index] = s.startGPU(g)
+		s.gpus.add(s.startGPU(g))
 	}
 	// Recorded last, so that a leader seen in the table has its GPUs' modes set up.
 	t.SetPolicy(po.Kind.ID())
 	li, err := t.SetLeader(os.Getpid())
 	if err != nil {
-		return fail(fmt.Errorf("scheduler: %w", err))
+		lead.abandon(t)
+		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	logrus.WithFields(logrus.Fields{"run_dir": opts.RunDir, "epoch": li.Epoch, "gpus": len(s.gpus),
+	logrus.WithFields(logrus.Fields{"run_dir": opts.RunDir, "epoch": li.Epoch, "gpus": len(s.gpus.list()),
 		"policy": po.Kind}).Info("scheduler leads")
 	return s, nil
 }
 
 // startGPU brings up MPS for one GPU and records the mode; the temporal token state is resumed from the table.
 func (s *Scheduler) startGPU(g table.GPUState) *gpuState {
-	st := &gpuState{index: g.Index, holder: -1, orphans: map[int]int{}}
-	st.mode.Store(table.ModeTemporal)
-	if tok := s.t.ReadToken(g.Index); tok.Holder >= 0 {
-		st.holder, st.holdGen = tok.Holder, tok.HolderGen
-		st.until = time.Now().Add(time.Duration(int64(tok.DeadlineNs) - int64(table.MonotonicNs())))
-	}
-	if !s.cfg.MPS.Enable {
-		_ = s.t.SetMPS(g.Index, table.MPSAbsent, table.ModeTemporal, "")
-		return st
-	}
-	d, err := s.mps.Start(g.Index, g.UUID)
-	switch {
-	case err == nil:
-		st.daemon = d
-		st.mode.Store(table.ModeSpatial)
-		_ = s.t.SetMPS(g.Index, table.MPSRunning, table.ModeSpatial, d.PipeDir)
-		logrus.WithFields(logrus.Fields{"gpu": g.Index, "pipe": d.PipeDir, "adopted": d.Adopted,
-			"simulated": s.mps.Simulated}).Info("MPS control daemon running")
-	case errors.Is(err, mps.ErrAbsent):
-		_ = s.t.SetMPS(g.Index, table.MPSAbsent, table.ModeTemporal, "")
-		logrus.WithError(err).WithField("gpu", g.Index).Warn("MPS unavailable: temporal quanta")
-	default:
-		_ = s.t.SetMPS(g.Index, table.MPSFailed, table.ModeTemporal, "")
-		logrus.WithError(err).WithField("gpu", g.Index).Error("MPS failed to start: temporal quanta")
-	}
-	return st
+	gs := &gpuState{index: g.Index}
+	gs.mode.Store(table.ModeTemporal)
+	gs.token.resume(s.t.ReadToken(g.Index))
+	s.mpsw.start(gs, g.UUID, s.conf.get().MPS.Enable)
+	return gs
 }
 
 // Table returns the scheduler's table mapping.
 func (s *Scheduler) Table() *table.Table { return s.t }
 
 // Config returns the configuration in force.
-func (s *Scheduler) Config() config.Config {
-	s.cfgMu.Lock()
-	defer s.cfgMu.Unlock()
-	return s.cfg
-}
+func (s *Scheduler) Config() config.Config { return s.conf.get() }
 
 // Reload swaps in a new configuration (SIGHUP). A configuration that fails validation is refused and the old one
 // stays. Running tenants are not disturbed: the next pass decides with the new policy from their current grants.
@@ -203,11 +184,7 @@ func (s *Scheduler) Reload(c config.Config) error {
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("reload refused, previous configuration kept: %w", err)
 	}
-	s.cfgMu.Lock()
-	s.cfg = c
-	s.cfgMu.Unlock()
-	po := c.PolicyOptions()
-	s.popt.Store(&po)
+	po := s.conf.set(c)
 	s.t.SetPolicy(po.Kind.ID())
 	s.stats.Reloads.Add(1)
 	s.t.RingDoorbell()
@@ -249,7 +226,8 @@ func Main(ctx context.Context, opts Options, configPath string, hup <-chan os.Si
 	}()
 	err = s.Run(ctx)
 	if s.opts.StopMPSOnExit {
-		s.stopIdleMPS()
+		// Run has returned, so the MPS watcher no longer touches the daemons.
+		s.mpsw.stopIdle(s.t.List(), s.gpus.list())
 	}
 	return err
 }

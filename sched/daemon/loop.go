@@ -13,6 +13,27 @@ import (
 	"github.com/detshare/detshare/sched/table"
 )
 
+// loop is what the decision loop keeps between passes. Only the goroutine running Run (or a caller of Pass) touches
+// it, so none of it is locked.
+type loop struct {
+	pages    map[int]*page // slot -> mapped client page of the current generation
+	demand   demandBook    // trust.go
+	lastReap time.Time
+	// regs caches table.List() while the table generation stays regGen: a pass without a registration reads no slot.
+	regs   []table.Registration
+	regGen uint64
+	regsOK bool
+}
+
+type page struct {
+	gen uint32
+	cl  *table.Client
+}
+
+func newLoop() loop {
+	return loop{pages: map[int]*page{}, demand: demandBook{}}
+}
+
 // Run is the main loop until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
 	// Cancellation rings the doorbell to wake the loop; the ring must finish before Run returns (Close unmaps).
@@ -24,37 +45,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 	}()
 	// MPS checks run external commands; they live beside the loop so they never delay a reaction.
-	mpsCtx, mpsStop := context.WithCancel(ctx)
+	watchCtx, watchStop := context.WithCancel(ctx)
 	mpsDone := make(chan struct{})
-	go func() {
-		defer close(mpsDone)
-		every := s.opts.MPSCheckEvery
-		if every <= 0 {
-			every = time.Second
-		}
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		for {
-			select {
-			case <-mpsCtx.Done():
-				return
-			case <-tk.C:
-				if err := table.Guard("MPS check", func() { s.checkMPS(s.gpuList()) }); err != nil {
-					s.tableLost(err) // the loop steps down at its next pass
-					return
-				}
-			case <-s.mpsWake:
-				if err := table.Guard("MPS check", func() { s.checkMPS(s.gpuList()) }); err != nil {
-					s.tableLost(err)
-					return
-				}
-			}
-		}
-	}()
-	defer func() { mpsStop(); <-mpsDone }()
+	go func() { defer close(mpsDone); s.mpsw.run(watchCtx, &s.gpus, s.lead.truncated) }()
+	defer func() { watchStop(); <-mpsDone }()
 	powerDone := make(chan struct{})
-	go func() { defer close(powerDone); s.powerLoop(mpsCtx) }()
-	defer func() { mpsStop(); <-powerDone }()
+	go func() { defer close(powerDone); s.powerLoop(watchCtx) }()
+	defer func() { watchStop(); <-powerDone }()
 	seq := s.t.DoorbellSeq()
 	if err := s.guardedPass(); err != nil {
 		return err
@@ -79,27 +76,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
-func (s *Scheduler) gpuList() []*gpuState {
-	s.gpusMu.Lock()
-	defer s.gpusMu.Unlock()
-	out := make([]*gpuState, 0, len(s.gpus))
-	for _, g := range s.gpus {
-		out = append(out, g)
-	}
-	return out
-}
-
+// nextWait is how long the loop may sleep on the doorbell: until the next tick, reap or end of a quantum.
 func (s *Scheduler) nextWait() time.Duration {
 	c := s.Config()
 	w := c.Scheduler.Tick.Duration
-	if r := c.Scheduler.ReapEvery.Duration - time.Since(s.lastReap); r < w {
+	if r := c.Scheduler.ReapEvery.Duration - time.Since(s.loop.lastReap); r < w {
 		w = r
 	}
-	for _, g := range s.gpuList() {
-		if g.mode.Load() == table.ModeTemporal && g.holder >= 0 {
-			if r := time.Until(g.until); r < w {
-				w = r
-			}
+	for _, g := range s.gpus.list() {
+		if g.mode.Load() != table.ModeTemporal {
+			continue
+		}
+		if r, held := g.token.left(); held && r < w {
+			w = r
 		}
 	}
 	if w < 50*time.Microsecond {
@@ -113,7 +102,7 @@ func (s *Scheduler) Pass() {
 	start := time.Now()
 	s.t.Heartbeat()
 	c := s.Config()
-	if time.Since(s.lastReap) >= c.Scheduler.ReapEvery.Duration {
+	if time.Since(s.loop.lastReap) >= c.Scheduler.ReapEvery.Duration {
 		s.reap()
 	}
 	s.decide(start)
@@ -122,12 +111,8 @@ func (s *Scheduler) Pass() {
 }
 
 func (s *Scheduler) reap() {
-	s.lastReap = time.Now()
-	// A run directory that was removed (tests, uninstall) or a table replaced by an operator is no longer ours.
-	if ino := inode(s.t.Paths().Table()); ino == 0 || ino != s.tableIno {
-		s.lostMu.Lock()
-		s.lost = fmt.Errorf("scheduler: table %s was removed or replaced; stepping down", s.t.Paths().Table())
-		s.lostMu.Unlock()
+	s.loop.lastReap = time.Now()
+	if !s.lead.stillOurs() {
 		return
 	}
 	// Host PIDs of processes about to be reaped, for MPS terminate_client (a process may linger as an MPS client
@@ -154,13 +139,14 @@ type tenantRow struct {
 	lat    [policy.LatencyBuckets]uint64 // cumulative latency histogram of its client page
 }
 
-func (s *Scheduler) pageOf(reg table.Registration) *table.Client {
-	if p, ok := s.pages[reg.Slot]; ok {
+// pageOf maps reg's client page once per registration; a page that does not name reg's slot and generation is not
+// read (a reused slot's previous tenant cannot speak for the new one).
+func (l *loop) pageOf(reg table.Registration) *table.Client {
+	if p, ok := l.pages[reg.Slot]; ok {
 		if p.gen == reg.Gen {
 			return p.cl
 		}
-		p.cl.Close()
-		delete(s.pages, reg.Slot)
+		l.dropPage(reg.Slot)
 	}
 	cl, err := table.OpenClientPageReadOnly(reg.ClientPagePath)
 	if err != nil {
@@ -174,22 +160,43 @@ func (s *Scheduler) pageOf(reg table.Registration) *table.Client {
 		cl.Close()
 		return nil
 	}
-	s.pages[reg.Slot] = &page{gen: reg.Gen, cl: cl}
+	l.pages[reg.Slot] = &page{gen: reg.Gen, cl: cl}
 	return cl
+}
+
+func (l *loop) dropPage(slot int) {
+	if p, ok := l.pages[slot]; ok {
+		p.cl.Close()
+		delete(l.pages, slot)
+	}
+}
+
+// forget drops what the loop keeps of slots that are no longer registered.
+func (l *loop) forget(live map[int]bool) {
+	for slot := range l.pages {
+		if !live[slot] {
+			l.dropPage(slot)
+		}
+	}
+	l.demand.forget(live)
+}
+
+func (l *loop) closePages() {
+	for slot := range l.pages {
+		l.dropPage(slot)
+	}
 }
 
 // registrations returns the active registrations, re-reading the table only when its generation moved (registration
 // bumps it after the slot turns ACTIVE or FREE, so reading the generation first can only cause an extra re-read).
 func (s *Scheduler) registrations() []table.Registration {
+	l := &s.loop
 	gen := s.t.Generation()
-	if !s.regsOK || gen != s.regGen {
-		s.regs, s.regGen, s.regsOK = s.t.List(), gen, true
-		select {
-		case s.mpsWake <- struct{}{}:
-		default:
-		}
+	if !l.regsOK || gen != l.regGen {
+		l.regs, l.regGen, l.regsOK = s.t.List(), gen, true
+		s.mpsw.notify()
 	}
-	return s.regs
+	return l.regs
 }
 
 func (s *Scheduler) decide(now time.Time) {
@@ -199,11 +206,11 @@ func (s *Scheduler) decide(now time.Time) {
 	tcfg := s.Config().Tenants
 	for _, r := range regs {
 		live[r.Slot] = true
-		row := tenantRow{reg: s.ceilings(r, tcfg)}
-		if cl := s.pageOf(r); cl != nil {
+		row := tenantRow{reg: s.loop.demand.ceilings(r, tcfg)}
+		if cl := s.loop.pageOf(r); cl != nil {
 			pg := cl.Page()
 			if err := table.Guard("demand of "+r.ID, func() {
-				row.demand = s.observedDemand(r, pg, now, tcfg.DemandWindow.Duration)
+				row.demand = s.loop.demand.observed(r, pg, now, tcfg.DemandWindow.Duration)
 				row.seq = atomic.LoadUint32(&pg.DemandSeq)
 				row.since = atomic.LoadUint64(&pg.DemandSinceNs)
 				row.lat = readLatency(pg)
@@ -211,49 +218,34 @@ func (s *Scheduler) decide(now time.Time) {
 				// The tenant truncated its own page: it loses its demand hint (keeps its guarantee and current
 				// grant); the page is mapped again, size-checked, at the next pass.
 				logrus.WithError(err).WithField("id", r.ID).Warn("client page truncated by its tenant; demand ignored")
-				row = tenantRow{reg: s.ceilings(r, tcfg)}
-				cl.Close()
-				delete(s.pages, r.Slot)
+				row = tenantRow{reg: s.loop.demand.ceilings(r, tcfg)}
+				s.loop.dropPage(r.Slot)
 			}
 		}
 		row.grant, _ = s.t.ReadGrant(r.Slot)
 		byGPU[r.GPU] = append(byGPU[r.GPU], row)
 	}
-	for slot, p := range s.pages {
-		if !live[slot] {
-			p.cl.Close()
-			delete(s.pages, slot)
-		}
-	}
-	for slot := range s.demand {
-		if !live[slot] {
-			delete(s.demand, slot)
-		}
-	}
-	s.forgetGone(regs)
-	popt := *s.popt.Load()
+	s.loop.forget(live)
+	s.stats.forget(regs)
+	popt := *s.conf.popt.Load()
 	states := s.t.GPUs()
 	sort.Slice(states, func(i, j int) bool { return states[i].Index < states[j].Index })
 	for _, g := range states {
-		s.gpusMu.Lock()
-		gs := s.gpus[g.Index]
-		s.gpusMu.Unlock()
+		gs := s.gpus.get(g.Index)
 		if gs == nil {
 			// A GPU recorded after start (a registration discovered it): set it up once, then decide as usual.
 			gs = s.startGPU(g)
-			s.gpusMu.Lock()
-			s.gpus[g.Index] = gs
-			s.gpusMu.Unlock()
+			s.gpus.add(gs)
 		}
 		rows := byGPU[g.Index]
 		if len(rows) == 0 {
 			continue
 		}
 		if gs.mode.Load() == table.ModeSpatial {
-			popt.PowerNearLimit = gs.powerNear.Load()
+			popt.PowerNearLimit = gs.board.near.Load()
 			s.decideSpatial(g, rows, popt)
 		} else {
-			s.decideTemporal(g, gs, rows, popt, now)
+			s.decideTemporal(g, &gs.token, rows, popt, now)
 		}
 	}
 }
@@ -287,7 +279,7 @@ func (s *Scheduler) decideSpatial(g table.GPUState, rows []tenantRow, popt polic
 	now := time.Now()
 	for i, r := range rows {
 		ts[i] = toPolicy(r)
-		s.sizeSLO(r, &ts[i], len(g.Split.Groups), now)
+		s.stats.sizeSLO(r, &ts[i], len(g.Split.Groups), now)
 	}
 	d := policy.Decide(g.Split.Groups, ts, popt)
 	for i, r := range rows {
@@ -317,25 +309,12 @@ func (s *Scheduler) publish(r tenantRow, ng table.Grant, reason string) {
 		logrus.WithFields(logrus.Fields{"id": r.reg.ID, "groups": fmt.Sprintf("%#x", ng.Groups), "sms": ng.SMs,
 			"mode": ng.Mode, "reason": reason}).Debug("grant")
 	}
-	s.tenantMu.Lock()
-	st := s.tenants[r.reg.ID]
-	if st == nil {
-		st = &TenantStats{}
-		s.tenants[r.reg.ID] = st
-	}
-	if changed {
-		st.GrantChanges++
-	}
-	st.Reason = reason
 	// A busy latency-tier tenant that needed a new grant and got it later than the SLO after its demand rose is a
-	// violation (once per rise).
-	if r.demand > 0 && r.seq != st.lastSeq {
-		st.lastSeq = r.seq
-		if changed && r.reg.Tier != table.TierBestEffort && r.since != 0 {
-			if lat := table.MonotonicNs() - r.since; int64(lat) > int64(s.Config().Scheduler.LatencySLO.Duration) && int64(lat) < int64(time.Hour) {
-				st.SLOViolations++
-			}
-		}
+	// violation (counted once per rise, by the ledger).
+	late := false
+	if r.demand > 0 && changed && r.reg.Tier != table.TierBestEffort && r.since != 0 {
+		lat := table.MonotonicNs() - r.since
+		late = int64(lat) > int64(s.Config().Scheduler.LatencySLO.Duration) && int64(lat) < int64(time.Hour)
 	}
-	s.tenantMu.Unlock()
+	s.stats.answered(r, changed, reason, late)
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,38 +27,76 @@ type TenantStats struct {
 	SLOViolations uint64
 	Reason        string
 	lastSeq       uint32
-	answered      bool
 	ObservedP99   time.Duration // P99 of the last SLO window (tenants with slo-p99)
 	slo           sloState
 }
 
-// Stats returns the scheduler-wide counters.
-func (s *Scheduler) Stats() *Stats { return &s.stats }
+// ledger is the scheduler's accounting. The counters are atomic: the loop and the MPS watcher add to them while the
+// metrics endpoint reads. A tenant's entry is under mu because its fields change together (SLO sizing, answers).
+type ledger struct {
+	Stats
+	mu      sync.Mutex
+	tenants map[string]*TenantStats
+}
 
-// TenantStats returns a copy of the per-tenant counters.
-func (s *Scheduler) TenantStats() map[string]TenantStats {
-	s.tenantMu.Lock()
-	defer s.tenantMu.Unlock()
-	out := make(map[string]TenantStats, len(s.tenants))
-	for k, v := range s.tenants {
+// entryLocked returns id's entry, made on first use (mu held).
+func (l *ledger) entryLocked(id string) *TenantStats {
+	st := l.tenants[id]
+	if st == nil {
+		st = &TenantStats{}
+		l.tenants[id] = st
+	}
+	return st
+}
+
+// answered accounts a pass's answer to tenant r: whether its grant changed, why it is what it is, and whether the
+// change came later than the SLO after the demand rose (late). A violation counts once per rise of the demand.
+func (l *ledger) answered(r tenantRow, changed bool, reason string, late bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.entryLocked(r.reg.ID)
+	if changed {
+		st.GrantChanges++
+	}
+	st.Reason = reason
+	if r.demand > 0 && r.seq != st.lastSeq {
+		st.lastSeq = r.seq
+		if late {
+			st.SLOViolations++
+		}
+	}
+}
+
+// forget drops the entries of tenants no longer registered.
+func (l *ledger) forget(regs []table.Registration) {
+	ids := make(map[string]bool, len(regs))
+	for _, r := range regs {
+		ids[r.ID] = true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id := range l.tenants {
+		if !ids[id] {
+			delete(l.tenants, id)
+		}
+	}
+}
+
+func (l *ledger) snapshot() map[string]TenantStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]TenantStats, len(l.tenants))
+	for k, v := range l.tenants {
 		out[k] = *v
 	}
 	return out
 }
 
-func (s *Scheduler) forgetGone(regs []table.Registration) {
-	ids := make(map[string]bool, len(regs))
-	for _, r := range regs {
-		ids[r.ID] = true
-	}
-	s.tenantMu.Lock()
-	for id := range s.tenants {
-		if !ids[id] {
-			delete(s.tenants, id)
-		}
-	}
-	s.tenantMu.Unlock()
-}
+// Stats returns the scheduler-wide counters.
+func (s *Scheduler) Stats() *Stats { return &s.stats.Stats }
+
+// TenantStats returns a copy of the per-tenant counters.
+func (s *Scheduler) TenantStats() map[string]TenantStats { return s.stats.snapshot() }
 
 // MetricsSource returns what the metrics endpoint exports: a read-only snapshot plus the scheduler's own counters.
 func (s *Scheduler) MetricsSource() metrics.Source {
@@ -67,11 +106,12 @@ func (s *Scheduler) MetricsSource() metrics.Source {
 		if err == nil {
 			snap = view.Take(ro)
 		}
-		ex := metrics.Extra{Passes: s.stats.Passes.Load(), GrantChanges: s.stats.GrantChanges.Load(),
-			Reaped: s.stats.Reaped.Load(), TokenHandoffs: s.stats.TokenHandoffs.Load(), Reloads: s.stats.Reloads.Load(),
-			LastPassSeconds: float64(s.stats.LastPassNs.Load()) / 1e9, FailOpens: failopen.Count(s.opts.RunDir),
+		c := &s.stats.Stats
+		ex := metrics.Extra{Passes: c.Passes.Load(), GrantChanges: c.GrantChanges.Load(),
+			Reaped: c.Reaped.Load(), TokenHandoffs: c.TokenHandoffs.Load(), Reloads: c.Reloads.Load(),
+			LastPassSeconds: float64(c.LastPassNs.Load()) / 1e9, FailOpens: failopen.Count(s.opts.RunDir),
 			SLOViolations: map[string]uint64{}, Reasons: map[string]string{}}
-		for id, st := range s.TenantStats() {
+		for id, st := range s.stats.snapshot() {
 			ex.SLOViolations[id] = st.SLOViolations
 			ex.Reasons[id] = st.Reason
 		}
