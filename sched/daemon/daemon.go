@@ -130,6 +130,24 @@ func (s *gpuSet) list() []*gpuState {
 	return out
 }
 
+// ticking calls f every period, and at once whenever wake delivers (nil: never), until ctx ends or f returns false.
+// The watchers beside the loop run on it.
+func ticking(ctx context.Context, period time.Duration, wake <-chan struct{}, f func() bool) {
+	tk := time.NewTicker(period)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		case <-wake:
+		}
+		if !f() {
+			return
+		}
+	}
+}
+
 // New becomes the leader of opts.RunDir: lock, open (or create) the table, record the GPUs and start MPS. A table of
 // another ABI version or a corrupt one is refused (the error wraps table.ErrVersionMismatch or table.ErrCorrupt)
 // and left untouched.

@@ -115,14 +115,7 @@ func (s *Scheduler) powerLoop(ctx context.Context) {
 	if sample == nil {
 		return
 	}
-	tk := time.NewTicker(powerEvery)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		}
+	ticking(ctx, powerEvery, nil, func() bool {
 		frac := s.Config().Scheduler.PowerNearLimit
 		for _, gs := range s.gpus.list() {
 			b, err := sample(gs.index)
@@ -135,5 +128,6 @@ func (s *Scheduler) powerLoop(ctx context.Context) {
 				s.t.RingDoorbell()
 			}
 		}
-	}
+		return true
+	})
 }

@@ -80,20 +80,13 @@ func (w *mpsWatcher) notify() {
 // run checks every period and on notify until ctx ends. A table truncated under the mapping ends it: lost is told,
 // and the loop steps down at its next pass.
 func (w *mpsWatcher) run(ctx context.Context, gpus *gpuSet, lost func(error)) {
-	tk := time.NewTicker(w.every)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		case <-w.wake:
-		}
+	ticking(ctx, w.every, w.wake, func() bool {
 		if err := table.Guard("MPS check", func() { w.check(gpus.list()) }); err != nil {
 			lost(err)
-			return
+			return false
 		}
-	}
+		return true
+	})
 }
 
 // check restarts a dead control daemon (tenants on that GPU fall back to temporal meanwhile) and shuts down
