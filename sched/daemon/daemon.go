@@ -56,12 +56,12 @@ type Scheduler struct {
 	opts Options
 	// t is the table the leadership opened (and closes); every job reads and writes through it.
 	t     *table.Table
-	lead  *leadership
-	conf  settings
-	gpus  gpuSet
-	loop  loop
-	mpsw  mpsWatcher
-	stats ledger
+	lead  *leadership // leader.go
+	conf  settings    // read by every job, swapped by Reload
+	gpus  gpuSet      // each GPU's state, split by job
+	loop  loop        // loop.go: the Run goroutine only
+	mpsw  mpsWatcher  // mpswatch.go: its own goroutine
+	stats ledger      // stats.go: written by the jobs, read by the metrics endpoint
 }
 
 // settings is the configuration in force: SIGHUP swaps it while the loop and the watchers read it.
@@ -173,7 +173,7 @@ func New(opts Options) (*Scheduler, error) {
 	t.SetPolicy(po.Kind.ID())
 	li, err := t.SetLeader(os.Getpid())
 	if err != nil {
-		lead.abandon(t)
+		_ = lead.release(t)
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	logrus.WithFields(logrus.Fields{"run_dir": opts.RunDir, "epoch": li.Epoch, "gpus": len(s.gpus.list()),

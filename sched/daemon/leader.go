@@ -61,7 +61,7 @@ func takeLead(opts Options) (*table.Table, *leadership, error) {
 	}
 	l := &leadership{lock: lock, table: t.Paths().Table(), ino: inode(t.Paths().Table())}
 	if _, err := t.Recover(); err != nil {
-		l.abandon(t)
+		_ = l.release(t)
 		return nil, nil, fmt.Errorf("scheduler: %w", err)
 	}
 	if opts.Discover != nil {
@@ -73,7 +73,7 @@ func takeLead(opts Options) (*table.Table, *leadership, error) {
 			logrus.WithError(err).Warn("GPU discovery failed; keeping the GPUs recorded in the table")
 		default:
 			if err := t.SetGPUs(infos); err != nil {
-				l.abandon(t)
+				_ = l.release(t)
 				return nil, nil, fmt.Errorf("scheduler: %w", err)
 			}
 		}
@@ -81,19 +81,18 @@ func takeLead(opts Options) (*table.Table, *leadership, error) {
 	return t, l, nil
 }
 
-// abandon gives up a leadership that never started leading.
-func (l *leadership) abandon(t *table.Table) {
-	t.Close()
+// release unmaps the table and lets another scheduler lead.
+func (l *leadership) release(t *table.Table) error {
+	err := t.Close()
 	l.lock.Close()
+	return err
 }
 
 // Close releases the leadership; grants, tokens and MPS daemons stay (fail-static).
 func (s *Scheduler) Close() error {
 	_ = table.Guard("clear leader", func() { s.t.ClearLeader(os.Getpid()) }) // the table may have been truncated
 	s.loop.closePages()
-	err := s.t.Close()
-	s.lead.lock.Close()
-	return err
+	return s.lead.release(s.t)
 }
 
 // guardedPass runs Pass, and steps down (an error, never a SIGBUS) when the table was truncated under the mapping:

@@ -130,6 +130,7 @@ func (s *Scheduler) reap() {
 	}
 }
 
+// tenantRow is one registration as this pass sees it: checked (trust.go) and with its page read once.
 type tenantRow struct {
 	reg    table.Registration
 	demand uint32
