@@ -73,7 +73,7 @@ func BenchmarkPass(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			s.lastReap = time.Now().Add(time.Hour) // measure decisions, not /proc scans
+			s.loop.lastReap = time.Now().Add(time.Hour) // measure decisions, not /proc scans
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				s.decide(time.Now())

@@ -26,7 +26,7 @@ const (
 	powerHysteresis = 0.07
 )
 
-// sloState is a tenant's SLO sizing between passes (under tenantMu, in TenantStats).
+// sloState is a tenant's SLO sizing between passes (in its ledger entry, under the ledger's mu).
 type sloState struct {
 	shrink   int
 	miss     bool
@@ -43,14 +43,14 @@ func readLatency(pg *table.ClientPage) (h [policy.LatencyBuckets]uint64) {
 }
 
 // sizeSLO sets t.Shrink and t.SLOMiss for a latency-critical tenant with an SLO from the P99 of its last window.
-func (s *Scheduler) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, now time.Time) {
+func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, now time.Time) {
 	if t.Tier != policy.LatencyCritical || t.Pinned || r.reg.SLOP99Us == 0 {
 		return
 	}
 	slo := time.Duration(r.reg.SLOP99Us) * time.Microsecond
-	s.tenantMu.Lock()
-	defer s.tenantMu.Unlock()
-	st := s.statLocked(r.reg.ID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.entryLocked(r.reg.ID)
 	if st.slo.winStart.IsZero() {
 		st.slo.winStart, st.slo.lastHist = now, r.lat
 	}
@@ -65,16 +65,6 @@ func (s *Scheduler) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, now time
 	t.Shrink, t.SLOMiss = st.slo.shrink, st.slo.miss
 }
 
-// statLocked returns id's stats, made on first use (tenantMu held).
-func (s *Scheduler) statLocked(id string) *TenantStats {
-	st := s.tenants[id]
-	if st == nil {
-		st = &TenantStats{}
-		s.tenants[id] = st
-	}
-	return st
-}
-
 // setGate publishes a tenant's dispatch gate when it changed. It is written before the grant of the same
 // decision, so a tenant shrunk to its floor is gated by the time it rebinds.
 func (s *Scheduler) setGate(r tenantRow, g policy.Gate) {
@@ -87,23 +77,31 @@ func (s *Scheduler) setGate(r tenantRow, g policy.Gate) {
 	}
 }
 
-// powerNear tells whether GPU index's board was near its power limit at the last sample.
-func (s *Scheduler) powerNear(index int) bool {
-	s.gpusMu.Lock()
-	gs := s.gpus[index]
-	s.gpusMu.Unlock()
-	return gs != nil && gs.powerNear.Load()
+// boardState is a GPU's last power sample: the power loop writes it, the decision loop and BoardOf read it.
+type boardState struct {
+	last atomic.Pointer[gpuinfo.Board]
+	near atomic.Bool // near its power limit at the last sample: lower tiers are throttled
+}
+
+// record keeps sample b and tells whether the board crossed the threshold frac of its limit. Once near, it stays
+// near until it draws less than (frac - powerHysteresis), so that a board hovering at the limit does not flap.
+func (bs *boardState) record(b gpuinfo.Board, frac float64) (near, changed bool) {
+	bs.last.Store(&b)
+	was := bs.near.Load()
+	near = b.Near(frac) || (was && b.Near(frac-powerHysteresis))
+	if near != was {
+		bs.near.Store(near)
+	}
+	return near, near != was
 }
 
 // BoardOf returns the last power/clock sample of GPU index (false when none was taken).
 func (s *Scheduler) BoardOf(index int) (gpuinfo.Board, bool) {
-	s.gpusMu.Lock()
-	gs := s.gpus[index]
-	s.gpusMu.Unlock()
+	gs := s.gpus.get(index)
 	if gs == nil {
 		return gpuinfo.Board{}, false
 	}
-	b := gs.board.Load()
+	b := gs.board.last.Load()
 	if b == nil {
 		return gpuinfo.Board{}, false
 	}
@@ -117,29 +115,19 @@ func (s *Scheduler) powerLoop(ctx context.Context) {
 	if sample == nil {
 		return
 	}
-	tk := time.NewTicker(powerEvery)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		}
+	ticking(ctx, powerEvery, nil, func() bool {
 		frac := s.Config().Scheduler.PowerNearLimit
-		for _, gs := range s.gpuList() {
+		for _, gs := range s.gpus.list() {
 			b, err := sample(gs.index)
 			if err != nil {
 				continue
 			}
-			gs.board.Store(&b)
-			was := gs.powerNear.Load()
-			near := b.Near(frac) || (was && b.Near(frac-powerHysteresis))
-			if near != was {
-				gs.powerNear.Store(near)
+			if near, changed := gs.board.record(b, frac); changed {
 				logrus.WithFields(logrus.Fields{"gpu": gs.index, "power_w": b.PowerW, "limit_w": b.LimitW,
 					"sm_clock_mhz": b.SMClockMHz, "near_limit": near}).Info("board power")
 				s.t.RingDoorbell()
 			}
 		}
-	}
+		return true
+	})
 }

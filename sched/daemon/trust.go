@@ -24,11 +24,32 @@ type demandState struct {
 	warned bool
 }
 
-// observedDemand returns the demand the scheduler believes: the page's demand bounded by the number of live
+// demandBook is what the loop remembers of each slot's counters between passes (slot -> state).
+type demandBook map[int]*demandState
+
+// of returns reg's state, new when the slot changed hands: a new tenant inherits nothing of the previous one.
+func (b demandBook) of(reg table.Registration) *demandState {
+	st := b[reg.Slot]
+	if st == nil || st.gen != reg.Gen {
+		st = &demandState{gen: reg.Gen}
+		b[reg.Slot] = st
+	}
+	return st
+}
+
+func (b demandBook) forget(live map[int]bool) {
+	for slot := range b {
+		if !live[slot] {
+			delete(b, slot)
+		}
+	}
+}
+
+// observed returns the demand the scheduler believes: the page's demand bounded by the number of live
 // processes that say they are busy, and 0 unless the library's counters (launches, busy time, queued work of the
 // tenant's processes) moved within the demand window. An idle tenant writing demand=1000 into its page therefore
 // gets nothing; one that forges moving counters gets what a real busy tenant of its weight gets, no more.
-func (s *Scheduler) observedDemand(reg table.Registration, pg *table.ClientPage, now time.Time, window time.Duration) uint32 {
+func (b demandBook) observed(reg table.Registration, pg *table.ClientPage, now time.Time, window time.Duration) uint32 {
 	claimed := atomic.LoadUint32(&pg.Demand)
 	if claimed == 0 {
 		// idle: nothing to check. The counters seen last stay as they were, so the first pass that sees demand
@@ -47,11 +68,7 @@ func (s *Scheduler) observedDemand(reg table.Registration, pg *table.ClientPage,
 			busyProcs++
 		}
 	}
-	st := s.demand[reg.Slot]
-	if st == nil || st.gen != reg.Gen {
-		st = &demandState{gen: reg.Gen}
-		s.demand[reg.Slot] = st
-	}
+	st := b.of(reg)
 	if sig != st.sig {
 		st.sig, st.moved = sig, now
 	}
@@ -65,7 +82,7 @@ func (s *Scheduler) observedDemand(reg table.Registration, pg *table.ClientPage,
 }
 
 // ceilings applies the host's weight and tier ceilings to a registration unless the host trusts the tenant.
-func (s *Scheduler) ceilings(reg table.Registration, t config.Tenants) table.Registration {
+func (b demandBook) ceilings(reg table.Registration, t config.Tenants) table.Registration {
 	if t.Trusts(reg.ID) {
 		return reg
 	}
@@ -84,11 +101,7 @@ func (s *Scheduler) ceilings(reg table.Registration, t config.Tenants) table.Reg
 		}
 	}
 	if reg != orig {
-		st := s.demand[reg.Slot]
-		if st == nil || st.gen != reg.Gen {
-			st = &demandState{gen: reg.Gen}
-			s.demand[reg.Slot] = st
-		}
+		st := b.of(reg)
 		if !st.warned {
 			st.warned = true
 			logrus.WithFields(logrus.Fields{"id": reg.ID, "weight": orig.Weight, "tier": orig.Tier,
@@ -123,9 +136,9 @@ func tierOfRank(r int) uint32 {
 // it (none while any of them is unlimited). A client cannot raise a server-side limit, so a process that bypasses
 // the library still cannot take more than that; one limit per server is what MPS offers (every tenant shares the
 // GPU's server), so the per-tenant sum is the library's job (docs/threat-model-quota.md). MPS watcher only.
-func (s *Scheduler) applyMemCap(g *gpuState) {
+func (w *mpsWatcher) applyMemCap(g *gpuState) {
 	var limit uint64
-	for _, r := range s.t.List() {
+	for _, r := range w.t.List() {
 		if r.GPU != g.index {
 			continue
 		}
@@ -137,19 +150,19 @@ func (s *Scheduler) applyMemCap(g *gpuState) {
 			limit = r.MemLimit
 		}
 	}
-	if g.memSet && g.memCap == limit {
+	if g.mps.memSet && g.mps.memCap == limit {
 		return
 	}
 	var total uint64
-	for _, st := range s.t.GPUs() {
+	for _, st := range w.t.GPUs() {
 		if st.Index == g.index {
 			total = st.MemTotal
 		}
 	}
-	if err := s.mps.SetClientMemLimit(g.daemon, limit, total); err != nil {
+	if err := w.mgr.SetClientMemLimit(g.mps.daemon, limit, total); err != nil {
 		logrus.WithError(err).WithField("gpu", g.index).Warn("MPS server-side memory limit not set")
 		return
 	}
-	g.memCap, g.memSet = limit, true
+	g.mps.memCap, g.mps.memSet = limit, true
 	logrus.WithFields(logrus.Fields{"gpu": g.index, "bytes": limit}).Debug("MPS server-side per-client memory limit")
 }

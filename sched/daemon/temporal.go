@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/detshare/detshare/sched/policy"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// token is where a GPU without MPS stands in its time-token rotation. The table holds the same in clock-monotonic
+// terms for the tenants; this copy is what the loop (its only user) decides from.
+type token struct {
+	holder  int // slot holding the token, -1 none
+	holdGen uint32
+	until   time.Time
+}
+
+// resume starts from the token a previous leader published, so that a takeover does not cut a quantum short.
+func (tk *token) resume(tok table.Token) {
+	tk.holder = -1
+	if tok.Holder >= 0 {
+		tk.holder, tk.holdGen = tok.Holder, tok.HolderGen
+		tk.until = time.Now().Add(time.Duration(int64(tok.DeadlineNs) - int64(table.MonotonicNs())))
+	}
+}
+
+// left is the time until the holder's quantum ends; held is false when nobody holds the token.
+func (tk *token) left() (d time.Duration, held bool) {
+	if tk.holder < 0 {
+		return 0, false
+	}
+	return time.Until(tk.until), true
+}
+
+// decideTemporal hands the GPU's time token around the busy tenants. Every tenant's grant says temporal mode over
+// the whole split; the token says who may run now. A latency-critical tenant that becomes busy takes the token at
+// once from a lower tier (the holder finishes its in-flight kernel; nothing is preempted).
+func (s *Scheduler) decideTemporal(g table.GPUState, tk *token, rows []tenantRow, popt policy.Options, now time.Time) {
+	var all uint64
+	for i := range g.Split.Groups {
+		all |= 1 << i
+	}
+	ts := make([]policy.Tenant, len(rows))
+	for i, r := range rows {
+		ts[i] = toPolicy(r)
+		s.publish(r, table.Grant{Groups: all, SMs: g.Split.TotalSMs(), Mode: table.ModeTemporal}, "temporal: runs while holding the token")
+	}
+	turns := policy.Rotation(ts, popt)
+	tierOf := map[int]policy.Tier{}
+	genOf := map[int]uint32{}
+	for i, r := range rows {
+		tierOf[r.reg.Slot] = ts[i].Tier
+		genOf[r.reg.Slot] = r.reg.Gen
+	}
+	pos := -1
+	for i, tn := range turns {
+		if tn.Slot == tk.holder && genOf[tn.Slot] == tk.holdGen {
+			pos = i
+		}
+	}
+	next := -1
+	switch {
+	case len(turns) == 0:
+		next = -1
+	case pos < 0:
+		next = 0
+	case tierOf[turns[0].Slot] > tierOf[tk.holder]:
+		next = 0 // a higher tier became busy: it goes first
+	case !now.Before(tk.until):
+		next = (pos + 1) % len(turns)
+	default:
+		return // quantum not over
+	}
+	if next < 0 {
+		if tk.holder >= 0 {
+			tk.holder = -1
+			_ = s.t.PublishToken(g.Index, -1, 0)
+		}
+		return
+	}
+	tn := turns[next]
+	if tn.Slot == tk.holder && pos == next && genOf[tn.Slot] == tk.holdGen {
+		tk.until = now.Add(tn.Quantum) // alone: keep it, extend
+		_ = s.t.PublishToken(g.Index, tn.Slot, table.MonotonicNs()+uint64(tn.Quantum))
+		return
+	}
+	tk.holder, tk.holdGen, tk.until = tn.Slot, genOf[tn.Slot], now.Add(tn.Quantum)
+	if err := s.t.PublishToken(g.Index, tn.Slot, table.MonotonicNs()+uint64(tn.Quantum)); err != nil {
+		logrus.WithError(err).WithField("gpu", g.Index).Warn("publish token")
+		return
+	}
+	s.stats.TokenHandoffs.Add(1)
+}
