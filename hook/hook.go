@@ -58,13 +58,15 @@ type Config struct {
 	LibPath  string // host path of libdetshare.so
 	HookPath string // host path of detshare-hook (absolute)
 	FailOpen bool   // run containers unshared (loudly) when DetShare itself fails; default: refuse them
+	// Registrar registers containers with the dependencies the binary's main chose (cmd/internal/wiring).
+	Registrar tenant.Registrar
 }
 
 // ConfigFromEnv fills Config from the environment, the host configuration and the layout (internal/layout): the
-// library and the hook are found next to the running binary, installed or in build/.
-func ConfigFromEnv() Config {
+// library and the hook are found next to the running binary, installed or in build/. reg is the binary's Registrar.
+func ConfigFromEnv(reg tenant.Registrar) Config {
 	c := Config{RunDir: table.RunDir(""), LibPath: layout.LibPath(), HookPath: os.Getenv(EnvHook),
-		FailOpen: FailOpenPolicy()}
+		FailOpen: FailOpenPolicy(), Registrar: reg}
 	if c.HookPath == "" {
 		c.HookPath = layout.Sibling("detshare-hook")
 	}
@@ -156,7 +158,7 @@ func Prepare(ctx context.Context, cfg Config, req Request) (Prepared, error) {
 		return failOpen(cfg, req.ID, err)
 	}
 	treq := tenant.Request{ID: req.ID, Annotations: ann, Labels: req.Labels, Env: env}
-	res, err := tenant.Register(ctx, cfg.RunDir, treq)
+	res, err := cfg.Registrar.Register(ctx, cfg.RunDir, treq)
 	if errors.Is(err, table.ErrExists) {
 		// runc refuses to create two containers with one ID, so a registration under this ID belongs to an earlier
 		// container whose poststop never ran (engine crash): it is stale.
@@ -164,7 +166,7 @@ func Prepare(ctx context.Context, cfg Config, req Request) (Prepared, error) {
 		if derr := tenant.Deregister(cfg.RunDir, req.ID); derr != nil && !errors.Is(derr, table.ErrNotFound) {
 			return failOpen(cfg, req.ID, derr)
 		}
-		res, err = tenant.Register(ctx, cfg.RunDir, treq)
+		res, err = cfg.Registrar.Register(ctx, cfg.RunDir, treq)
 	}
 	if err != nil {
 		if IsQuotaError(err) || ctx.Err() != nil {

@@ -49,7 +49,7 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 	}
 	// The container's init process owns the registration: if runc fails after this hook (no poststop runs then)
 	// or the container dies without a delete, the table's reaper deregisters it once that process is gone.
-	res, err := tenant.Register(ctx, cfg.RunDir, tenant.Request{ID: st.ID, Annotations: ann, Env: spec.Env(),
+	res, err := cfg.Registrar.Register(ctx, cfg.RunDir, tenant.Request{ID: st.ID, Annotations: ann, Env: spec.Env(),
 		OwnerPID: containerInitPID()})
 	if err != nil {
 		if IsQuotaError(err) || errors.Is(err, table.ErrExists) {

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/hook/specmod"
 )
@@ -43,7 +44,9 @@ const EnvLabels = "DETSHARE_SHIM_LABELS"
 // SandboxTypeAnnotation is set by CRI on every container; "sandbox" marks the pod's pause container.
 const SandboxTypeAnnotation = "io.kubernetes.cri.container-type"
 
-func init() {
+// RegisterPlugin registers the DetShare task service as the shim's ttrpc "task" plugin, registering containers with
+// reg. The shim's main calls it once, before shim.RunManager (containerd's plugin registry is process-global).
+func RegisterPlugin(reg tenant.Registrar) {
 	plugin.Register(&plugin.Registration{
 		Type:     plugin.TTRPCPlugin,
 		ID:       "task",
@@ -66,7 +69,7 @@ func init() {
 			if os.Getenv(EnvLabels) != "0" {
 				labels = ContainerdLabels(ic.Address, ns)
 			}
-			return New(inner, hook.ConfigFromEnv(), labels), nil
+			return New(inner, hook.ConfigFromEnv(reg), labels), nil
 		},
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/hook"
 )
 
@@ -50,7 +51,7 @@ func newApp() *cli.App {
 			logrus.SetLevel(lvl)
 			logrus.SetOutput(os.Stderr)
 			exe, _ := os.Executable()
-			cfg = hook.ConfigFromEnv()
+			cfg = hook.ConfigFromEnv(wiring.Hook())
 			cfg.RunDir, cfg.HookPath = c.String("run-dir"), exe
 			if c.IsSet("lib") {
 				cfg.LibPath = c.String("lib")

@@ -11,19 +11,12 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/daemon"
-	_ "github.com/detshare/detshare/sched/ensure" // `detshare run` starts the scheduler on demand
 	"github.com/detshare/detshare/sched/gpuinfo"
 )
 
-func init() {
-	commands = append(commands, schedCommand())
-	// `detshare run` registers tenants in this process: let it discover real GPUs through NVML (the default knows
-	// only the simulated GPU).
-	tenant.DiscoverGPUs = gpuinfo.DiscoverHost
-}
+func init() { commands = append(commands, schedCommand()) }
 
 func schedCommand() *cli.Command {
 	return &cli.Command{
