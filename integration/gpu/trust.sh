@@ -79,6 +79,7 @@ w=0; [ -s "$out/held.json" ] && w=1
 echo "held-alive=$a held-json-written=$w" >"$out/held.state"
 kill -9 "$HELD" 2>/dev/null
 kill $SMI 2>/dev/null
+for f in status-after-kill status-both status-end; do echo "== $f"; cat "$out/$f.txt"; done
 
 python3 - "$out" <<'PY'
 import json, os, statistics, sys
@@ -95,16 +96,23 @@ for name, recs in (("alone", alone), ("newcomer_beside_orphan", nc), ("orphan", 
     p50, p99, n = lat(recs)
     res[name] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3), "kernels": n,
                  "sms": sorted({s for r in recs for s in r[3]})[:200]}
+for k in ("alone", "newcomer_beside_orphan", "orphan"):
+    sms = res[k].pop("sms")
+    res[k]["sm_range"] = [sms[0], sms[-1], len(sms)] if sms else []
 if nc and orph:
     t0, t1 = nc[0][0], nc[-1][2]
-    osms = {s for r in orph if t0 <= r[0] <= t1 for s in r[3]}
     nsms = {s for r in nc for s in r[3]}
-    res["overlap_sms_while_both_ran"] = sorted(osms & nsms)
-    res["orphan_kernels_while_newcomer_ran"] = sum(1 for r in orph if t0 <= r[0] <= t1)
+    during = [r for r in orph if t0 <= r[0] <= t1]
+    bad = [r for r in during if set(r[3]) & nsms]
+    res["orphan_kernels_while_newcomer_ran"] = len(during)
+    res["orphan_kernels_on_newcomer_sms"] = len(bad)
+    if bad:  # when: ms after the newcomer's first kernel, first and last
+        res["orphan_on_newcomer_sms_ms"] = [round((bad[0][0] - t0) / 1e6, 3), round((bad[-1][0] - t0) / 1e6, 3)]
+    res["newcomer_sm_set"] = sorted(nsms)
 held = open(os.path.join(out, "held.err")).read() if os.path.exists(os.path.join(out, "held.err")) else ""
 res["held_log"] = [l for l in held.splitlines() if "no tenant" in l][:2]
 res["held_state"] = open(os.path.join(out, "held.state")).read().strip() if os.path.exists(os.path.join(out, "held.state")) else ""
 res["ro_pipe"] = open(os.path.join(out, "ro.log")).read().strip().splitlines()[-4:]
-json.dump(res, open(os.path.join(out, "summary.json"), "w"), indent=1)
-print(json.dumps(res, indent=1))
+json.dump(res, open(os.path.join(out, "summary.json"), "w"))
+print(json.dumps(res))
 PY
