@@ -14,9 +14,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/detshare/detshare/cgroupgpu/placement"
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/internal/layout"
@@ -301,13 +301,8 @@ func registerHost(runDir, lib string, req tenant.Request) (tenant.Result, error)
 	return reg.Register(context.Background(), runDir, req)
 }
 
-// hostRegistrar is how `detshare run` registers in this process: it starts the scheduler on demand, discovers the
-// GPUs through NVML (or the simulated GPU, a test double, when the environment selects it: sched/gpuinfo) and
-// places gpu=auto by the neighbours' measured profile.
-func hostRegistrar() tenant.Registrar {
-	return tenant.Registrar{EnsureScheduler: ensure.EnsureScheduler, DiscoverGPUs: gpuinfo.DiscoverHost,
-		Placer: &placement.Placer{}}
-}
+// hostRegistrar is how `detshare run` registers in this process (cmd/internal/wiring.Host with NVML discovery).
+func hostRegistrar() tenant.Registrar { return wiring.Host(gpuinfo.Discover) }
 
 // tableHasGPUs tells whether runDir already holds a table that records GPUs (read-only look).
 func tableHasGPUs(runDir string) bool {

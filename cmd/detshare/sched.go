@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/daemon"
 	"github.com/detshare/detshare/sched/gpuinfo"
@@ -51,10 +52,12 @@ func schedCommand() *cli.Command {
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			runDir := c.String("run-dir")
-			err = daemon.Main(ctx, daemon.Options{RunDir: runDir, Config: cfg, Discover: gpuinfo.DiscoverHost,
-				Board:         gpuinfo.BoardSampler(os.Environ()),
-				StopMPSOnExit: c.Bool("stop-mps-on-exit")},
-				c.String("config"), hup)
+			opts := daemon.Options{RunDir: runDir, Config: cfg, Discover: wiring.GPUs(gpuinfo.Discover),
+				SimulatedGPU: wiring.SimulatedGPU(), StopMPSOnExit: c.Bool("stop-mps-on-exit")}
+			if !opts.SimulatedGPU {
+				opts.Board = gpuinfo.BoardSampler()
+			}
+			err = daemon.Main(ctx, opts, c.String("config"), hup)
 			if errors.Is(err, daemon.ErrNotLeader) {
 				logrus.WithField("run_dir", runDir).Info("another scheduler leads; exiting")
 				return nil

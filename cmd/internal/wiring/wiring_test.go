@@ -9,6 +9,7 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/sched/ensure"
+	"github.com/detshare/detshare/sched/table"
 )
 
 // TestContainerStartsSchedulerAndPlacesByProfile: the shim's and the wrapper's Registrar starts the scheduler
@@ -36,17 +37,37 @@ func TestHookStartsNoScheduler(t *testing.T) {
 }
 
 // TestDiscoveryIsTheTestDoubleOnlyWhenSelected: without DETSHARE_SIMGPU the NVML-free binaries discover nothing
-// (the scheduler records the real GPUs); with it they describe the simulated GPU.
+// (the scheduler records the real GPUs) and `detshare run` uses its NVML discovery; with it every binary describes
+// the simulated GPU and never calls NVML.
 func TestDiscoveryIsTheTestDoubleOnlyWhenSelected(t *testing.T) {
+	nvmlCalls := 0
+	nvml := func() ([]table.GPUInfo, error) { nvmlCalls++; return []table.GPUInfo{{UUID: "GPU-real"}}, nil }
 	for _, r := range []tenant.Registrar{Container(), Hook()} {
 		t.Setenv("DETSHARE_SIMGPU", "0")
+		if SimulatedGPU() {
+			t.Fatal("DETSHARE_SIMGPU=0 chose the simulated GPU")
+		}
 		if _, err := r.DiscoverGPUs(); !errors.Is(err, simgpu.ErrNotSelected) {
 			t.Fatalf("not selected: %v", err)
 		}
 		t.Setenv("DETSHARE_SIMGPU", "1")
+		if !SimulatedGPU() {
+			t.Fatal("DETSHARE_SIMGPU=1 did not choose the simulated GPU")
+		}
 		g, err := r.DiscoverGPUs()
 		if err != nil || len(g) != 1 || g[0].UUID[:4] != "SIM-" {
 			t.Fatalf("selected: %+v %v", g, err)
 		}
+	}
+	h := Host(nvml)
+	if g, err := h.DiscoverGPUs(); err != nil || g[0].UUID[:4] != "SIM-" || nvmlCalls != 0 {
+		t.Fatalf("host, simulated GPU selected: %+v %v (NVML called %d times)", g, err, nvmlCalls)
+	}
+	t.Setenv("DETSHARE_SIMGPU", "0")
+	if g, err := h.DiscoverGPUs(); err != nil || g[0].UUID != "GPU-real" || nvmlCalls != 1 {
+		t.Fatalf("host, not selected: %+v %v (NVML called %d times)", g, err, nvmlCalls)
+	}
+	if _, ok := h.Placer.(*placement.Placer); !ok || h.EnsureScheduler == nil {
+		t.Fatalf("host registrar %+v: want the scheduler started and the profile placer", h)
 	}
 }
