@@ -1,5 +1,5 @@
 // Command detshare is DetShare's command-line tool: host checks, tenants without containers, the scheduler,
-// installation and observability. Each subcommand lives in its own file and appends itself to commands.
+// installation and observability. Each subcommand lives in its own file; main lists them (commands).
 package main
 
 import (
@@ -13,8 +13,11 @@ import (
 	"github.com/detshare/detshare/cmd/detshare/version"
 )
 
-// commands is filled by the init functions of the subcommand files.
-var commands []*cli.Command
+// commands lists the subcommands, in the order help shows them.
+func commands() []*cli.Command {
+	return []*cli.Command{doctorCommand(), installCommand(), uninstallCommand(), runCommand(), schedCommand(),
+		statusCommand(), topCommand(), versionCommand()}
+}
 
 func newApp() *cli.App {
 	return &cli.App{
@@ -39,7 +42,7 @@ func newApp() *cli.App {
 			logrus.SetOutput(os.Stderr)
 			return nil
 		},
-		Commands: commands,
+		Commands: commands(),
 		// Without this urfave/cli answers an unknown command with "No help topic for …".
 		Action: func(c *cli.Context) error {
 			if !c.Args().Present() {

@@ -25,8 +25,6 @@ import (
 	"github.com/detshare/detshare/sched/table"
 )
 
-func init() { commands = append(commands, runCommand()) }
-
 // exitSetupFailed is the exit status when DetShare itself refuses or fails before CMD runs (as `docker run`).
 const exitSetupFailed = 125
 

@@ -17,8 +17,6 @@ import (
 	"github.com/detshare/detshare/sched/gpuinfo"
 )
 
-func init() { commands = append(commands, schedCommand()) }
-
 func schedCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "sched",
