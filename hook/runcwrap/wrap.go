@@ -15,6 +15,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
+	"github.com/detshare/detshare/internal/loglevel"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -116,12 +117,10 @@ func Main(args []string, reg tenant.Registrar) int {
 		return 2
 	}
 	if v, ok := inv.Own[FlagLogLevel]; ok {
-		lvl, err := logrus.ParseLevel(v)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "detshare-runtime: %s %q: allowed values are panic, fatal, error, warning, info, debug, trace\n", FlagLogLevel, v)
+		if err := loglevel.Set(FlagLogLevel, v); err != nil {
+			fmt.Fprintln(os.Stderr, "detshare-runtime:", err)
 			return 2
 		}
-		logrus.SetLevel(lvl)
 	}
 	cfg, err := ConfigFor(inv, reg)
 	if err != nil {
