@@ -58,13 +58,15 @@ type Config struct {
 	LibPath  string // host path of libdetshare.so
 	HookPath string // host path of detshare-hook (absolute)
 	FailOpen bool   // run containers unshared (loudly) when DetShare itself fails; default: refuse them
+	// Registrar registers containers with the dependencies the binary's main chose (cmd/internal/wiring).
+	Registrar tenant.Registrar
 }
 
 // ConfigFromEnv fills Config from the environment, the host configuration and the layout (internal/layout): the
-// library and the hook are found next to the running binary, installed or in build/.
-func ConfigFromEnv() Config {
+// library and the hook are found next to the running binary, installed or in build/. reg is the binary's Registrar.
+func ConfigFromEnv(reg tenant.Registrar) Config {
 	c := Config{RunDir: table.RunDir(""), LibPath: layout.LibPath(), HookPath: os.Getenv(EnvHook),
-		FailOpen: FailOpenPolicy()}
+		FailOpen: FailOpenPolicy(), Registrar: reg}
 	if c.HookPath == "" {
 		c.HookPath = layout.Sibling("detshare-hook")
 	}
@@ -127,6 +129,9 @@ type Request struct {
 	ID     string            // container ID; also the tenant ID
 	Bundle string            // bundle directory holding config.json
 	Labels map[string]string // engine labels (Docker labels, containerd container labels); may be nil
+	// Spec is the bundle's config.json when the caller has read it already (the shim reads it once per create);
+	// nil: Prepare reads it.
+	Spec *specmod.Spec
 	// NoPoststopHook leaves the poststop hook out of the spec, for callers that see every deletion themselves (the
 	// runc wrapper is run for every `runc delete`; the shim's Delete and its manager's Stop, which containerd runs
 	// to clean up after a dead shim); it saves a process start per container.
@@ -137,54 +142,79 @@ type Request struct {
 // config.json; a container without settings is left exactly as it is. On error nothing is left behind.
 func Prepare(ctx context.Context, cfg Config, req Request) (Prepared, error) {
 	specPath := filepath.Join(req.Bundle, "config.json")
-	spec, err := specmod.Load(specPath)
-	if err != nil {
-		// Whether it asked for DetShare cannot be told; runc reads the same spec and reports the problem.
-		logrus.WithError(err).WithField("id", req.ID).Warn("spec unreadable; container left to runc")
+	spec := req.Spec
+	if spec == nil {
+		var err error
+		if spec, err = specmod.Load(specPath); err != nil {
+			// Whether it asked for DetShare cannot be told; runc reads the same spec and reports the problem.
+			logrus.WithError(err).WithField("id", req.ID).Warn("spec unreadable; container left to runc")
+			return Prepared{}, nil
+		}
+	}
+	c := container{id: req.ID, spec: spec, labels: req.Labels}
+	if !req.NoPoststopHook {
+		c.hookPath, c.needHook = cfg.HookPath, true
+	}
+	return attach(ctx, cfg, c,
+		func(t specmod.Tenant) error { // the managed applier: runc performs the mounts the spec now lists
+			if err := specmod.ForTenant(t).Modify(spec); err != nil {
+				return err
+			}
+			return spec.WriteFile(specPath)
+		})
+}
+
+// container is what attach needs to know of one container.
+type container struct {
+	id       string
+	spec     *specmod.Spec     // its config.json, read once per create
+	labels   map[string]string // engine labels; may be nil
+	hookPath string            // the poststop hook put into the spec ("" for none)
+	needHook bool              // the spec gets cfg.HookPath: it must be an executable
+	ownerPID int               // host PID whose death deregisters it (0: deregistered by poststop/Delete)
+}
+
+// applier puts a registered tenant's files into its container: edit the spec (Prepare) or bind-mount them into the
+// rootfs (CreateContainer). On error it leaves nothing of its own behind.
+type applier func(specmod.Tenant) error
+
+// attach is the one container path behind Prepare and CreateContainer: decide from the settings whether the
+// container wants DetShare, check the host, register (replacing a stale registration of the same ID), apply, and on
+// failure roll back and apply the failure policy.
+func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepared, error) {
+	ann, env := c.spec.Annotations(), c.spec.Env()
+	if !quota.HasDetShareSettings(ann, c.labels, env) {
 		return Prepared{}, nil
 	}
-	ann, env := spec.Annotations(), spec.Env()
-	if !quota.HasDetShareSettings(ann, req.Labels, env) {
-		return Prepared{}, nil
-	}
-	log := logrus.WithField("id", req.ID)
-	if err := cfg.Validate(!req.NoPoststopHook); err != nil {
-		return failOpen(cfg, req.ID, err)
+	log := logrus.WithField("id", c.id)
+	if err := cfg.Validate(c.needHook); err != nil {
+		return failOpen(cfg, c.id, err)
 	}
 	preload, err := EnsurePreloadFile(cfg.RunDir)
 	if err != nil {
-		return failOpen(cfg, req.ID, err)
+		return failOpen(cfg, c.id, err)
 	}
-	treq := tenant.Request{ID: req.ID, Annotations: ann, Labels: req.Labels, Env: env}
-	res, err := tenant.Register(ctx, cfg.RunDir, treq)
+	treq := tenant.Request{ID: c.id, Annotations: ann, Labels: c.labels, Env: env, OwnerPID: c.ownerPID}
+	res, err := cfg.Registrar.Register(ctx, cfg.RunDir, treq)
 	if errors.Is(err, table.ErrExists) {
 		// runc refuses to create two containers with one ID, so a registration under this ID belongs to an earlier
 		// container whose poststop never ran (engine crash): it is stale.
 		log.Warn("stale registration under this container ID replaced")
-		if derr := tenant.Deregister(cfg.RunDir, req.ID); derr != nil && !errors.Is(derr, table.ErrNotFound) {
-			return failOpen(cfg, req.ID, derr)
+		if derr := tenant.Deregister(cfg.RunDir, c.id); derr != nil && !errors.Is(derr, table.ErrNotFound) {
+			return failOpen(cfg, c.id, derr)
 		}
-		res, err = tenant.Register(ctx, cfg.RunDir, treq)
+		res, err = cfg.Registrar.Register(ctx, cfg.RunDir, treq)
 	}
 	if err != nil {
 		if IsQuotaError(err) || ctx.Err() != nil {
 			return Prepared{}, fmt.Errorf("detshare: %w", err)
 		}
-		return failOpen(cfg, req.ID, err)
+		return failOpen(cfg, c.id, err)
 	}
-	hookPath := cfg.HookPath
-	if req.NoPoststopHook {
-		hookPath = ""
-	}
-	mod := specmod.ForTenant(specmod.Tenant{ID: req.ID, RunDir: cfg.RunDir, LibPath: cfg.LibPath,
-		PreloadFile: preload, QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir,
-		HookPath: hookPath})
-	if err := mod.Modify(spec); err == nil {
-		err = spec.WriteFile(specPath)
-	}
-	if err != nil {
-		Rollback(cfg, req.ID)
-		return failOpen(cfg, req.ID, err)
+	if err := apply(specmod.Tenant{ID: c.id, RunDir: cfg.RunDir, LibPath: cfg.LibPath, PreloadFile: preload,
+		QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir, HookPath: c.hookPath}); err != nil {
+		Rollback(cfg, c.id)
+		return failOpen(cfg, c.id, err)
 	}
 	log.WithFields(logrus.Fields{"slot": res.Registration.Slot, "gpu": res.Registration.GPU,
 		"tier": res.Quota.Tier}).Info("container registered with DetShare")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
+	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/sched/table"
 )
@@ -20,7 +21,8 @@ func testConfig(t testing.TB) Config {
 	os.WriteFile(lib, []byte("x"), 0o644)
 	h := filepath.Join(d, "detshare-hook")
 	os.WriteFile(h, []byte("#!/bin/sh\n"), 0o755)
-	return Config{RunDir: filepath.Join(d, "run"), LibPath: lib, HookPath: h}
+	return Config{RunDir: filepath.Join(d, "run"), LibPath: lib, HookPath: h,
+		Registrar: tenant.Registrar{DiscoverGPUs: simgpu.Discover}}
 }
 
 func writeBundle(t testing.TB, spec string) string {
@@ -100,7 +102,7 @@ func TestPrepareTableFullRefuses(t *testing.T) {
 	t.Setenv("DETSHARE_SIMGPU", "1")
 	cfg := testConfig(t)
 	for i := 0; i < table.MaxContainers; i++ {
-		if _, err := tenant.Register(context.Background(), cfg.RunDir, tenant.Request{ID: fmt.Sprintf("t%d", i),
+		if _, err := cfg.Registrar.Register(context.Background(), cfg.RunDir, tenant.Request{ID: fmt.Sprintf("t%d", i),
 			Env: []string{"DETSHARE_TIER=best-effort"}}); err != nil {
 			t.Fatalf("filling slot %d: %v", i, err)
 		}

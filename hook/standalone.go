@@ -2,7 +2,6 @@ package hook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,10 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/detshare/detshare/cgroupgpu/quota"
-	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // CreateContainer is the standalone hook (hooks.d, stage createContainer). The runtime runs it in the container's
@@ -29,36 +25,26 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 		logrus.WithError(err).WithField("id", st.ID).Warn("spec unreadable; container left alone")
 		return nil
 	}
-	ann := spec.Annotations()
-	if _, managed := ann[specmod.TenantIDAnnotation]; managed {
-		return nil
-	}
-	if !quota.HasDetShareSettings(ann, nil, spec.Env()) {
+	if _, managed := spec.Annotations()[specmod.TenantIDAnnotation]; managed {
 		return nil
 	}
 	rootfs := spec.RootPath()
 	if !filepath.IsAbs(rootfs) {
 		rootfs = filepath.Join(st.Bundle, rootfs)
 	}
-	if err := cfg.Validate(false); err != nil {
-		return failOpenStandalone(cfg, st.ID, err)
-	}
-	preload, err := EnsurePreloadFile(cfg.RunDir)
-	if err != nil {
-		return failOpenStandalone(cfg, st.ID, err)
-	}
 	// The container's init process owns the registration: if runc fails after this hook (no poststop runs then)
 	// or the container dies without a delete, the table's reaper deregisters it once that process is gone.
-	res, err := tenant.Register(ctx, cfg.RunDir, tenant.Request{ID: st.ID, Annotations: ann, Env: spec.Env(),
-		OwnerPID: containerInitPID()})
-	if err != nil {
-		if IsQuotaError(err) || errors.Is(err, table.ErrExists) {
-			return fmt.Errorf("detshare: %w", err)
-		}
-		return failOpenStandalone(cfg, st.ID, err)
+	p, err := attach(ctx, cfg, container{id: st.ID, spec: spec, ownerPID: containerInitPID()},
+		func(t specmod.Tenant) error { return bindAll(rootfs, specmod.TenantMounts(t)) })
+	if err != nil || p.FailedOpen == nil {
+		return err
 	}
-	mounts := specmod.TenantMounts(specmod.Tenant{ID: st.ID, RunDir: cfg.RunDir, LibPath: cfg.LibPath,
-		PreloadFile: preload, QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir})
+	noticeToInit(p.FailedOpen)
+	return nil
+}
+
+// bindAll is the standalone applier: it bind-mounts every mount under rootfs, or none (undoing what it did).
+func bindAll(rootfs string, mounts []specmod.Mount) error {
 	var done []string
 	for _, m := range mounts {
 		target, err := bindInto(rootfs, m)
@@ -66,29 +52,22 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 			for i := len(done) - 1; i >= 0; i-- {
 				unix.Unmount(done[i], unix.MNT_DETACH)
 			}
-			Rollback(cfg, st.ID)
-			return failOpenStandalone(cfg, st.ID, err)
+			return err
 		}
 		done = append(done, target)
 	}
-	logrus.WithFields(logrus.Fields{"id": st.ID, "slot": res.Registration.Slot}).Info("container registered (standalone hook)")
 	return nil
 }
 
-// failOpenStandalone applies the failure policy; under fail-open it writes Notice on the container's stderr, which
-// is the stderr of the container's init process, this hook's parent.
-func failOpenStandalone(cfg Config, id string, err error) error {
-	p, err := failOpen(cfg, id, err)
-	if err != nil || p.FailedOpen == nil {
-		return err
-	}
+// noticeToInit writes Notice on the container's stderr under fail-open: that is the stderr of the container's init
+// process, this hook's parent.
+func noticeToInit(err error) {
 	if pid := containerInitPID(); pid > 0 {
 		if f, ferr := os.OpenFile(fmt.Sprintf("/proc/%d/fd/2", pid), os.O_WRONLY|os.O_APPEND, 0); ferr == nil {
-			_, _ = f.WriteString(Notice(p.FailedOpen))
+			_, _ = f.WriteString(Notice(err))
 			f.Close()
 		}
 	}
-	return nil
 }
 
 // containerInitPID returns the host PID of the process that runs this hook — the runtime's container init, which

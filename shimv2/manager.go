@@ -7,6 +7,7 @@ import (
 	"github.com/containerd/containerd/runtime/v2/shim"
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 )
 
@@ -21,7 +22,8 @@ type Manager struct {
 
 // NewManager returns the manager for RuntimeName.
 func NewManager() *Manager {
-	return &Manager{Manager: manager.NewShimManager(RuntimeName), cfg: hook.ConfigFromEnv()}
+	// Stop only deregisters: no Registrar is needed.
+	return &Manager{Manager: manager.NewShimManager(RuntimeName), cfg: hook.ConfigFromEnv(tenant.Registrar{})}
 }
 
 // Stop delegates, then deregisters id (a no-op for containers that were never registered).

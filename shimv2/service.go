@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/hook/specmod"
 )
@@ -43,7 +44,9 @@ const EnvLabels = "DETSHARE_SHIM_LABELS"
 // SandboxTypeAnnotation is set by CRI on every container; "sandbox" marks the pod's pause container.
 const SandboxTypeAnnotation = "io.kubernetes.cri.container-type"
 
-func init() {
+// RegisterPlugin registers the DetShare task service as the shim's ttrpc "task" plugin, registering containers with
+// reg. The shim's main calls it once, before shim.RunManager (containerd's plugin registry is process-global).
+func RegisterPlugin(reg tenant.Registrar) {
 	plugin.Register(&plugin.Registration{
 		Type:     plugin.TTRPCPlugin,
 		ID:       "task",
@@ -66,7 +69,7 @@ func init() {
 			if os.Getenv(EnvLabels) != "0" {
 				labels = ContainerdLabels(ic.Address, ns)
 			}
-			return New(inner, hook.ConfigFromEnv(), labels), nil
+			return New(inner, hook.ConfigFromEnv(reg), labels), nil
 		},
 	})
 }
@@ -98,13 +101,19 @@ func (s *Service) RegisterTTRPC(server *ttrpc.Server) error {
 // Create registers the container, edits its spec and delegates to runc; on any later failure the registration is
 // rolled back.
 func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
-	opts, err := NormalizeOptions(r.Options, cgroupsPathOf(r.Bundle))
+	// config.json is read once per create: for the cgroup driver here and for registration (hook.Prepare).
+	spec, specErr := specmod.Load(filepath.Join(r.Bundle, "config.json"))
+	cgroupsPath := ""
+	if specErr == nil {
+		cgroupsPath = spec.CgroupsPath()
+	}
+	opts, err := NormalizeOptions(r.Options, cgroupsPath)
 	if err != nil {
 		return nil, invalidArgument(fmt.Errorf("detshare shim: %w", err))
 	}
 	r.Options = opts
 	t0 := time.Now()
-	prep, err := s.prepare(ctx, r)
+	prep, err := s.prepare(ctx, r, spec)
 	logrus.WithFields(logrus.Fields{"id": r.ID, "registered": prep.Registered,
 		"prepare_ms": float64(time.Since(t0).Microseconds()) / 1000}).Debug("detshare prepare done")
 	if err != nil {
@@ -153,15 +162,6 @@ func writeNotice(r *taskAPI.CreateTaskRequest, msg string) {
 	_, _ = f.WriteString(msg)
 }
 
-// cgroupsPathOf reads linux.cgroupsPath of the bundle's spec ("" when unreadable).
-func cgroupsPathOf(bundle string) string {
-	spec, err := specmod.Load(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return ""
-	}
-	return spec.CgroupsPath()
-}
-
 // invalidArgument is err as an InvalidArgument status. Quota messages contain '%' ("sms=200%"), and containerd
 // before 1.7 passes the message through errdefs.ToGRPC, which uses it as a format string, once on the ctr path and
 // twice on the CRI path, so no escaping survives both. For those daemons (they set no MAX_SHIM_VERSION for their
@@ -177,9 +177,9 @@ func invalidArgument(err error) error {
 // FullwidthPercent stands for '%' in refusals sent to containerd < 1.7.
 const FullwidthPercent = "\uff05"
 
-func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest) (hook.Prepared, error) {
-	spec, err := specmod.Load(filepath.Join(r.Bundle, "config.json"))
-	if err != nil {
+// prepare registers the container; spec is its config.json (nil when unreadable).
+func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specmod.Spec) (hook.Prepared, error) {
+	if spec == nil {
 		// hook.Prepare reports it (fail-open); an unreadable spec is not the user's quota.
 		return hook.Prepare(ctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle})
 	}
@@ -187,6 +187,7 @@ func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest) (ho
 		return hook.Prepared{}, nil // the pause container carries the pod's annotations but runs no GPU work
 	}
 	var labels map[string]string
+	var err error
 	_, cri := spec.Annotations()[SandboxTypeAnnotation]
 	// Kubernetes reaches DetShare through pod annotations (pod_annotations); CRI containers skip the label
 	// round trip to containerd (~10 ms of start latency).
@@ -201,7 +202,8 @@ func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest) (ho
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	// Delete and Manager.Stop deregister; no poststop hook needed.
-	return hook.Prepare(pctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle, Labels: labels, NoPoststopHook: true})
+	return hook.Prepare(pctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle, Spec: spec, Labels: labels,
+		NoPoststopHook: true})
 }
 
 func (s *Service) forget(id string) {

@@ -18,6 +18,7 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/hook/specmod"
+	"github.com/detshare/detshare/integration/simgpu"
 )
 
 func anyOf(t *testing.T, v interface{}) *anypb.Any {
@@ -135,7 +136,8 @@ func testCfg(t *testing.T) hook.Config {
 	os.WriteFile(lib, []byte("x"), 0o644)
 	h := filepath.Join(d, "detshare-hook")
 	os.WriteFile(h, []byte("#!/bin/sh\n"), 0o755)
-	return hook.Config{RunDir: filepath.Join(d, "run"), LibPath: lib, HookPath: h}
+	return hook.Config{RunDir: filepath.Join(d, "run"), LibPath: lib, HookPath: h,
+		Registrar: tenant.Registrar{DiscoverGPUs: simgpu.Discover}}
 }
 
 func bundle(t *testing.T, spec string) string {

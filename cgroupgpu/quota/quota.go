@@ -72,15 +72,10 @@ const (
 	TierBestEffort      Tier = "best-effort"
 )
 
-// TableValue is the ds_container.tier value.
+// TableValue is the ds_container.tier value (the names are sched/table's; an unknown tier is best-effort).
 func (t Tier) TableValue() uint32 {
-	switch t {
-	case TierLatencyCritical:
-		return table.TierLatencyCritical
-	case TierBurstable:
-		return table.TierBurstable
-	}
-	return table.TierBestEffort
+	v, _ := table.ParseTier(string(t))
+	return v
 }
 
 // Guaranteed tells whether the tier reserves SM groups (counted by admission).
@@ -96,15 +91,10 @@ const (
 	RoleDecode  Role = "decode"
 )
 
-// TableValue is the ds_container.role value.
+// TableValue is the ds_container.role value (the names are sched/table's; an unknown role is none).
 func (r Role) TableValue() uint32 {
-	switch r {
-	case RolePrefill:
-		return table.RolePrefill
-	case RoleDecode:
-		return table.RoleDecode
-	}
-	return table.RoleNone
+	v, _ := table.ParseRole(string(r))
+	return v
 }
 
 // SMs is an SM request: a count, a percent of the GPU, or nothing (both zero).
@@ -238,20 +228,21 @@ const (
 
 // ParseTier parses a tier.
 func ParseTier(s string) (Tier, error) {
-	switch t := Tier(strings.ToLower(strings.TrimSpace(s))); t {
-	case TierLatencyCritical, TierBurstable, TierBestEffort:
-		return t, nil
+	t := strings.ToLower(strings.TrimSpace(s))
+	if _, ok := table.ParseTier(t); ok {
+		return Tier(t), nil
 	}
 	return "", errors.New(allowedTier)
 }
 
 // ParseRole parses a role.
 func ParseRole(s string) (Role, error) {
-	switch r := Role(strings.ToLower(strings.TrimSpace(s))); r {
-	case RoleNone, RolePrefill, RoleDecode:
-		return r, nil
-	case "":
+	r := strings.ToLower(strings.TrimSpace(s))
+	if r == "" {
 		return RoleNone, nil
+	}
+	if _, ok := table.ParseRole(r); ok {
+		return Role(r), nil
 	}
 	return "", errors.New(allowedRole)
 }

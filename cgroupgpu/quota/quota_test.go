@@ -331,3 +331,30 @@ func TestPinnedAndSLOKeys(t *testing.T) {
 		t.Fatalf("env key %s", FieldSLOP99.EnvKey())
 	}
 }
+
+// TestTierAndRoleNamesAreTheTables: the Go constants spell the names sched/table defines for the C enum values, so
+// ParseTier/ParseRole and TableValue agree with `detshare status`, the config and the scheduler's logs.
+func TestTierAndRoleNamesAreTheTables(t *testing.T) {
+	for _, tier := range []Tier{TierBestEffort, TierBurstable, TierLatencyCritical} {
+		if table.TierName(tier.TableValue()) != string(tier) {
+			t.Errorf("tier %q has table value %d named %q", tier, tier.TableValue(), table.TierName(tier.TableValue()))
+		}
+		if got, err := ParseTier(" " + strings.ToUpper(string(tier))); err != nil || got != tier {
+			t.Errorf("ParseTier(%q) = %q, %v", tier, got, err)
+		}
+	}
+	if TierLatencyCritical.TableValue() != table.TierLatencyCritical || RoleDecode.TableValue() != table.RoleDecode {
+		t.Error("table values")
+	}
+	for _, role := range []Role{RoleNone, RolePrefill, RoleDecode} {
+		if table.RoleName(role.TableValue()) != string(role) {
+			t.Errorf("role %q has table value %d named %q", role, role.TableValue(), table.RoleName(role.TableValue()))
+		}
+	}
+	if _, err := ParseTier("gold"); err == nil || !strings.Contains(err.Error(), "latency-critical") {
+		t.Errorf("unknown tier: %v", err)
+	}
+	if r, err := ParseRole(""); err != nil || r != RoleNone {
+		t.Errorf("empty role: %q %v", r, err)
+	}
+}

@@ -1,10 +1,13 @@
 package tenant
 
 import (
+	"context"
 	"os"
 	"testing"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/detshare/detshare/integration/simgpu"
 )
 
 func TestMain(m *testing.M) {
@@ -15,4 +18,10 @@ func TestMain(m *testing.M) {
 	}
 	logrus.SetLevel(lvl)
 	os.Exit(m.Run())
+}
+
+// Register registers as the NVML-free binaries do when their environment selects the simulated GPU (the test double
+// discovers the GPUs; no scheduler is started; gpu=auto is placed first-fit).
+func Register(ctx context.Context, runDir string, req Request) (Result, error) {
+	return (&Registrar{DiscoverGPUs: simgpu.Discover}).Register(ctx, runDir, req)
 }

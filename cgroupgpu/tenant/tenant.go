@@ -6,9 +6,10 @@
 // Register is all-or-nothing: on any error nothing is left behind (no slot, no client page, no quota files), and a
 // registrar killed midway is rolled back by the next registration (sched/table's recovery).
 //
-// Extension points the scheduler sets at start-up: EnsureScheduler (start the scheduler on demand), DiscoverGPUs
-// (NVML discovery; the default knows only the simulated GPU, a test double) and DefaultPlacer (placement of `auto`
-// GPUs; the default takes the first GPU where the guarantee fits).
+// Registration needs three things only a binary can choose, so each main builds a Registrar with them: how to start
+// the scheduler on demand (sched/ensure), where GPUs come from when the table lists none (NVML through
+// sched/gpuinfo, or nothing for the NVML-free hook, shim and wrapper) and how `gpu=auto` is placed
+// (cgroupgpu/placement). This package chooses none of them and knows no GPU backend.
 package tenant
 
 import (
@@ -27,22 +28,23 @@ import (
 	"github.com/detshare/detshare/sched/workload"
 )
 
-// EnsureScheduler makes sure the host scheduler is running for runDir. The scheduler package replaces it; the
-// default does nothing. An error is logged and registration goes on: without a scheduler tenants run fail-static
-// (memory quotas are enforced by the library, SMs are not partitioned).
-var EnsureScheduler = func(runDir string) error { return nil }
-
-// DiscoverGPUs lists the host's GPUs when the table does not know any yet. The scheduler package replaces it with
-// NVML discovery (falling back to this default); the default describes the simulated GPU (a test double) when the
-// environment selects it and fails otherwise.
-var DiscoverGPUs = func() ([]table.GPUInfo, error) {
-	env := os.Environ()
-	if table.SimGPUSelected(env) {
-		return table.DiscoverSimGPUs(env)
-	}
-	return nil, errors.New("no GPUs are recorded in the table and none can be discovered here: " +
-		"start the scheduler (`detshare sched`) or select the simulated GPU (DETSHARE_SIMGPU=1, a test double)")
+// Registrar registers tenants with the dependencies its binary chose. The zero Registrar starts no scheduler, takes
+// GPUs only from the table and places gpu=auto first-fit.
+type Registrar struct {
+	// EnsureScheduler makes sure the host scheduler runs for runDir (nil: not started on demand). An error is logged
+	// and registration goes on: without a scheduler tenants run fail-static (memory quotas are enforced by the
+	// library, SMs are not partitioned).
+	EnsureScheduler func(runDir string) error
+	// DiscoverGPUs lists the host's GPUs when the table does not know any yet (nil: registration fails until the
+	// scheduler records them).
+	DiscoverGPUs func() ([]table.GPUInfo, error)
+	// Placer places gpu=auto tenants when a Request names none (nil: FirstFit).
+	Placer Placer
 }
+
+// ErrNoGPUs is returned when the table lists no GPUs and the Registrar cannot discover any.
+var ErrNoGPUs = errors.New("no GPUs are recorded in the table and this program cannot discover any: " +
+	"start the scheduler (`detshare sched`)")
 
 // Placer picks the GPU for a tenant whose quota says gpu=auto. It is called under the registration lock with every
 // GPU and every active tenant; it returns the index of a GPU from gpus or an error explaining why none fits. It
@@ -74,9 +76,6 @@ func (FirstFit) Place(id string, q quota.Quota, gpus []table.GPUState, active []
 	return -1, fmt.Errorf("no GPU can take %s (gpu=auto): %w", quote.Q(id), errors.Join(errs...))
 }
 
-// DefaultPlacer is the Placer used when a Request names none.
-var DefaultPlacer Placer = FirstFit{}
-
 // Request is one tenant registration.
 type Request struct {
 	ID          string
@@ -86,7 +85,7 @@ type Request struct {
 	Flags       map[quota.Field]string // `detshare run` flags, highest precedence
 	Defaults    *quota.Quota           // nil: quota.Default()
 	OwnerPID    int                    // host tenant owner (`detshare run`); 0 for containers
-	Placer      Placer                 // nil: DefaultPlacer
+	Placer      Placer                 // nil: the Registrar's
 }
 
 // Result is a successful registration.
@@ -102,7 +101,7 @@ type Result struct {
 // Register resolves, admits and registers one tenant. Validation and admission errors name the field, value, source
 // and what is allowed or in use. An already registered ID returns the existing registration with an error wrapping
 // table.ErrExists.
-func Register(ctx context.Context, runDir string, req Request) (Result, error) {
+func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -117,8 +116,10 @@ func Register(ctx context.Context, runDir string, req Request) (Result, error) {
 	for _, k := range quota.UnknownKeys(req.Annotations, req.Labels) {
 		logrus.WithFields(logrus.Fields{"id": quote.Bounded(req.ID), "key": quote.Bounded(k)}).Warn("unknown detshare.io/ key ignored")
 	}
-	if err := EnsureScheduler(runDir); err != nil {
-		logrus.WithError(err).WithField("run_dir", runDir).Warn("scheduler not running; tenant registered fail-static")
+	if r.EnsureScheduler != nil {
+		if err := r.EnsureScheduler(runDir); err != nil {
+			logrus.WithError(err).WithField("run_dir", runDir).Warn("scheduler not running; tenant registered fail-static")
+		}
 	}
 	t, err := table.Create(runDir)
 	if err != nil {
@@ -126,7 +127,10 @@ func Register(ctx context.Context, runDir string, req Request) (Result, error) {
 	}
 	defer t.Close()
 	if len(t.GPUs()) == 0 {
-		infos, err := DiscoverGPUs()
+		if r.DiscoverGPUs == nil {
+			return Result{}, fmt.Errorf("register %s: %w", req.ID, ErrNoGPUs)
+		}
+		infos, err := r.DiscoverGPUs()
 		if err != nil {
 			return Result{}, fmt.Errorf("register %s: %w", req.ID, err)
 		}
@@ -136,7 +140,10 @@ func Register(ctx context.Context, runDir string, req Request) (Result, error) {
 	}
 	placer := req.Placer
 	if placer == nil {
-		placer = DefaultPlacer
+		placer = r.Placer
+	}
+	if placer == nil {
+		placer = FirstFit{}
 	}
 	res := Result{Quota: q}
 	paths := t.Paths()

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -41,9 +42,9 @@ func tree(t *testing.T, dir string) []string {
 func TestRegisterEndToEnd(t *testing.T) {
 	dir := simRunDir(t, 1)
 	called := ""
-	EnsureScheduler = func(d string) error { called = d; return errors.New("no scheduler in this test") }
-	defer func() { EnsureScheduler = func(string) error { return nil } }()
-	res, err := Register(context.Background(), dir, Request{ID: "ctr1",
+	reg := &Registrar{DiscoverGPUs: simgpu.Discover,
+		EnsureScheduler: func(d string) error { called = d; return errors.New("no scheduler in this test") }}
+	res, err := reg.Register(context.Background(), dir, Request{ID: "ctr1",
 		Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "25%"},
 		Labels:      map[string]string{"detshare.io/memory": "8Gi", "detshare.io/role": "decode"},
 		Env:         []string{"DETSHARE_WEIGHT=3"}})

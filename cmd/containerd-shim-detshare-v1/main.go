@@ -8,11 +8,12 @@ import (
 	_ "github.com/containerd/containerd/runtime/v2/runc/pause"
 	"github.com/containerd/containerd/runtime/v2/shim"
 
+	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/shimv2"
-	// Starts the host scheduler on demand when a tenant registers (tenant.EnsureScheduler); free of NVML.
-	_ "github.com/detshare/detshare/sched/ensure"
 )
 
 func main() {
+	// Registration starts the host scheduler on demand (sched/ensure) and stays free of NVML (cmd/internal/wiring).
+	shimv2.RegisterPlugin(wiring.Container())
 	shim.RunManager(context.Background(), shimv2.NewManager())
 }

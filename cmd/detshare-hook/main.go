@@ -12,10 +12,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/hook"
+	"github.com/detshare/detshare/internal/loglevel"
 )
 
 func main() {
@@ -40,17 +41,14 @@ func newApp() *cli.App {
 			&cli.BoolFlag{Name: "fail-closed", EnvVars: []string{hook.EnvFailClosed},
 				Usage: "refuse the container when DetShare itself fails even if [tenants] fail_open is set (the default refuses)"},
 			&cli.StringFlag{Name: "log-level", Value: "warning", EnvVars: []string{"DETSHARE_LOG_LEVEL"},
-				Usage: "panic, fatal, error, warning, info, debug, trace"},
+				Usage: loglevel.Allowed},
 		},
 		Before: func(c *cli.Context) error {
-			lvl, err := logrus.ParseLevel(c.String("log-level"))
-			if err != nil {
-				return fmt.Errorf("--log-level %q: allowed values are panic, fatal, error, warning, info, debug, trace", c.String("log-level"))
+			if err := loglevel.Set("--log-level", c.String("log-level")); err != nil {
+				return err
 			}
-			logrus.SetLevel(lvl)
-			logrus.SetOutput(os.Stderr)
 			exe, _ := os.Executable()
-			cfg = hook.ConfigFromEnv()
+			cfg = hook.ConfigFromEnv(wiring.Hook())
 			cfg.RunDir, cfg.HookPath = c.String("run-dir"), exe
 			if c.IsSet("lib") {
 				cfg.LibPath = c.String("lib")

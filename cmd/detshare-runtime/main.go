@@ -5,9 +5,9 @@ package main
 import (
 	"os"
 
+	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/hook/runcwrap"
-	// Starts the host scheduler on demand when a tenant registers (tenant.EnsureScheduler); free of NVML.
-	_ "github.com/detshare/detshare/sched/ensure"
 )
 
-func main() { os.Exit(runcwrap.Main(os.Args[1:])) }
+// Registration starts the host scheduler on demand (sched/ensure) and stays free of NVML (cmd/internal/wiring).
+func main() { os.Exit(runcwrap.Main(os.Args[1:], wiring.Container())) }

@@ -8,8 +8,6 @@ import (
 	"github.com/detshare/detshare/sched/table"
 )
 
-func init() { commands = append(commands, doctorCommand()) }
-
 func doctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",

@@ -22,8 +22,6 @@ import (
 	"github.com/detshare/detshare/internal/layout"
 )
 
-func init() { commands = append(commands, installCommand(), uninstallCommand()) }
-
 // Paths and names the installers register.
 const (
 	installRuntimeName = "detshare"

@@ -1,5 +1,5 @@
 // Command detshare is DetShare's command-line tool: host checks, tenants without containers, the scheduler,
-// installation and observability. Each subcommand lives in its own file and appends itself to commands.
+// installation and observability. Each subcommand lives in its own file; main lists them (commands).
 package main
 
 import (
@@ -7,14 +7,17 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
 	"github.com/detshare/detshare/cmd/detshare/version"
+	"github.com/detshare/detshare/internal/loglevel"
 )
 
-// commands is filled by the init functions of the subcommand files.
-var commands []*cli.Command
+// commands lists the subcommands, in the order help shows them.
+func commands() []*cli.Command {
+	return []*cli.Command{doctorCommand(), installCommand(), uninstallCommand(), runCommand(), schedCommand(),
+		statusCommand(), topCommand(), versionCommand()}
+}
 
 func newApp() *cli.App {
 	return &cli.App{
@@ -26,20 +29,14 @@ func newApp() *cli.App {
 		Version: version.Version,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "warning", EnvVars: []string{"DETSHARE_LOG_LEVEL"},
-				Usage: "log verbosity: panic, fatal, error, warning, info, debug, trace"},
+				Usage: "log verbosity: " + loglevel.Allowed},
 			&cli.StringFlag{Name: "run-dir", Value: "/run/detshare", EnvVars: []string{"DETSHARE_RUN_DIR"},
 				Usage: "directory holding the shared table, client pages and MPS directories"},
 		},
 		Before: func(c *cli.Context) error {
-			lvl, err := logrus.ParseLevel(c.String("log-level"))
-			if err != nil {
-				return fmt.Errorf("--log-level %q: allowed values are panic, fatal, error, warning, info, debug, trace", c.String("log-level"))
-			}
-			logrus.SetLevel(lvl)
-			logrus.SetOutput(os.Stderr)
-			return nil
+			return loglevel.Set("--log-level", c.String("log-level"))
 		},
-		Commands: commands,
+		Commands: commands(),
 		// Without this urfave/cli answers an unknown command with "No help topic for …".
 		Action: func(c *cli.Context) error {
 			if !c.Args().Present() {

@@ -16,14 +16,14 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/internal/layout"
 	"github.com/detshare/detshare/sched/ensure"
+	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/table"
 )
-
-func init() { commands = append(commands, runCommand()) }
 
 // exitSetupFailed is the exit status when DetShare itself refuses or fails before CMD runs (as `docker run`).
 const exitSetupFailed = 125
@@ -285,18 +285,22 @@ func libPath(flag string) string {
 // the host: a library CMD can preload and, when no scheduler runs yet, a GPU. Without those nothing is started and
 // no run directory is created (a root `detshare sched` and /run/detshare would outlive the refusal).
 func registerHost(runDir, lib string, req tenant.Request) (tenant.Result, error) {
+	reg := hostRegistrar()
 	if f, err := os.Open(lib); err != nil {
 		return tenant.Result{}, fmt.Errorf("libdetshare.so not readable (install it with `make install` or the .deb, or pass --lib): %w", err)
 	} else {
 		f.Close()
 	}
 	if !ensure.LeaderRunning(runDir) && !tableHasGPUs(runDir) {
-		if _, err := tenant.DiscoverGPUs(); err != nil {
+		if _, err := reg.DiscoverGPUs(); err != nil {
 			return tenant.Result{}, fmt.Errorf("no GPU to share on this host (the scheduler was not started): %w", err)
 		}
 	}
-	return tenant.Register(context.Background(), runDir, req)
+	return reg.Register(context.Background(), runDir, req)
 }
+
+// hostRegistrar is how `detshare run` registers in this process (cmd/internal/wiring.Host with NVML discovery).
+func hostRegistrar() tenant.Registrar { return wiring.Host(gpuinfo.Discover) }
 
 // tableHasGPUs tells whether runDir already holds a table that records GPUs (read-only look).
 func tableHasGPUs(runDir string) bool {

@@ -11,19 +11,11 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
-	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/daemon"
-	_ "github.com/detshare/detshare/sched/ensure" // `detshare run` starts the scheduler on demand
 	"github.com/detshare/detshare/sched/gpuinfo"
 )
-
-func init() {
-	commands = append(commands, schedCommand())
-	// `detshare run` registers tenants in this process: let it discover real GPUs through NVML (the default knows
-	// only the simulated GPU).
-	tenant.DiscoverGPUs = gpuinfo.DiscoverHost
-}
 
 func schedCommand() *cli.Command {
 	return &cli.Command{
@@ -58,10 +50,12 @@ func schedCommand() *cli.Command {
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			runDir := c.String("run-dir")
-			err = daemon.Main(ctx, daemon.Options{RunDir: runDir, Config: cfg, Discover: gpuinfo.DiscoverHost,
-				Board:         gpuinfo.BoardSampler(os.Environ()),
-				StopMPSOnExit: c.Bool("stop-mps-on-exit")},
-				c.String("config"), hup)
+			opts := daemon.Options{RunDir: runDir, Config: cfg, Discover: wiring.GPUs(gpuinfo.Discover),
+				SimulatedGPU: wiring.SimulatedGPU(), StopMPSOnExit: c.Bool("stop-mps-on-exit")}
+			if !opts.SimulatedGPU {
+				opts.Board = gpuinfo.BoardSampler()
+			}
+			err = daemon.Main(ctx, opts, c.String("config"), hup)
 			if errors.Is(err, daemon.ErrNotLeader) {
 				logrus.WithField("run_dir", runDir).Info("another scheduler leads; exiting")
 				return nil

@@ -14,8 +14,6 @@ import (
 	"github.com/detshare/detshare/sched/view"
 )
 
-func init() { commands = append(commands, statusCommand()) }
-
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",

@@ -16,8 +16,6 @@ import (
 	"github.com/detshare/detshare/sched/view"
 )
 
-func init() { commands = append(commands, topCommand()) }
-
 // topWidth is the width top is laid out for when the terminal does not say its own.
 const topWidth = 80
 

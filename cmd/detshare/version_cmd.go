@@ -10,8 +10,6 @@ import (
 	"github.com/detshare/detshare/sched/table"
 )
 
-func init() { commands = append(commands, versionCommand()) }
-
 func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",

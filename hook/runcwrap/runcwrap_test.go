@@ -11,11 +11,12 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
+	"github.com/detshare/detshare/integration/simgpu"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv("RUNCWRAP_TEST_MAIN") == "1" { // the test binary doubles as detshare-runtime
-		os.Exit(Main(os.Args[1:]))
+		os.Exit(Main(os.Args[1:], tenant.Registrar{DiscoverGPUs: simgpu.Discover}))
 	}
 	os.Exit(m.Run())
 }

@@ -13,7 +13,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
+	"github.com/detshare/detshare/internal/loglevel"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -30,9 +32,9 @@ type Config struct {
 	DockerRoot string
 }
 
-// ConfigFor merges inv's own flags over the environment.
-func ConfigFor(inv Invocation) (Config, error) {
-	c := Config{Hook: hook.ConfigFromEnv(), Runc: os.Getenv(EnvRunc), DockerRoot: DefaultDockerRoot}
+// ConfigFor merges inv's own flags over the environment; reg is the binary's Registrar.
+func ConfigFor(inv Invocation, reg tenant.Registrar) (Config, error) {
+	c := Config{Hook: hook.ConfigFromEnv(reg), Runc: os.Getenv(EnvRunc), DockerRoot: DefaultDockerRoot}
 	if v, ok := inv.Own[FlagRunDir]; ok {
 		c.Hook.RunDir = v
 	}
@@ -106,7 +108,7 @@ func DockerLabels(dockerRoot, id string) (map[string]string, error) {
 
 // Main runs the wrapper and returns the exit status. Only create and delete return here; other verbs replace the
 // process with runc.
-func Main(args []string) int {
+func Main(args []string, reg tenant.Registrar) int {
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)
 	inv, err := Parse(args)
@@ -115,14 +117,12 @@ func Main(args []string) int {
 		return 2
 	}
 	if v, ok := inv.Own[FlagLogLevel]; ok {
-		lvl, err := logrus.ParseLevel(v)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "detshare-runtime: %s %q: allowed values are panic, fatal, error, warning, info, debug, trace\n", FlagLogLevel, v)
+		if err := loglevel.Set(FlagLogLevel, v); err != nil {
+			fmt.Fprintln(os.Stderr, "detshare-runtime:", err)
 			return 2
 		}
-		logrus.SetLevel(lvl)
 	}
-	cfg, err := ConfigFor(inv)
+	cfg, err := ConfigFor(inv, reg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "detshare-runtime:", err)
 		return 1

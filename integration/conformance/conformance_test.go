@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/sched/table"
 	"github.com/sirupsen/logrus"
 )
@@ -182,7 +183,7 @@ func setupTenant(t *testing.T, runDir, id string) (*tenantEnv, error) {
 // addTenant registers a best-effort tenant through cgroupgpu/tenant (the one registration path) and grants it the
 // given SM groups.
 func addTenant(t *testing.T, tb *table.Table, runDir, id string, groups uint64, sms uint32) (*tenantEnv, error) {
-	res, err := tenant.Register(context.Background(), runDir, tenant.Request{ID: id,
+	res, err := (&tenant.Registrar{DiscoverGPUs: simgpu.Discover}).Register(context.Background(), runDir, tenant.Request{ID: id,
 		Env: []string{"DETSHARE_TIER=best-effort"}})
 	if err != nil {
 		return nil, fmt.Errorf("register tenant %s: %w", id, err)

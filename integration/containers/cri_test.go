@@ -168,7 +168,7 @@ func TestCRIBadQuotaFailsStartAndNothingLeaks(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if c.blocker {
 				t.Setenv("DETSHARE_SIMGPU", "1")
-				if _, err := tenant.Register(context.Background(), e.runDir, tenant.Request{ID: "blocker",
+				if _, err := registrar.Register(context.Background(), e.runDir, tenant.Request{ID: "blocker",
 					Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}); err != nil {
 					t.Fatalf("register blocker: %v", err)
 				}

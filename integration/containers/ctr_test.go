@@ -253,7 +253,7 @@ func TestCtrBadQuotaRefusedAndNothingLeaks(t *testing.T) {
 	t.Run("admission refused", func(t *testing.T) {
 		t.Setenv("DETSHARE_SIMGPU", "1")
 		ctx := context.Background()
-		if _, err := tenant.Register(ctx, e.runDir, tenant.Request{ID: "blocker",
+		if _, err := registrar.Register(ctx, e.runDir, tenant.Request{ID: "blocker",
 			Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}); err != nil {
 			t.Fatalf("register blocker: %v", err)
 		}

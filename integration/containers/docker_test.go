@@ -153,7 +153,7 @@ func TestDockerBadQuotaRefusedAndNothingLeaks(t *testing.T) {
 	}
 	t.Run("admission refused", func(t *testing.T) {
 		t.Setenv("DETSHARE_SIMGPU", "1")
-		if _, err := tenant.Register(context.Background(), e.runDir, tenant.Request{ID: "blocker",
+		if _, err := registrar.Register(context.Background(), e.runDir, tenant.Request{ID: "blocker",
 			Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}); err != nil {
 			t.Fatalf("register blocker: %v", err)
 		}

@@ -30,7 +30,7 @@ func TestTableFullRefusedOrFailOpenLoudly(t *testing.T) {
 	}()
 	for i := 0; ; i++ {
 		id := fmt.Sprintf("filler-%d", i)
-		_, err := tenant.Register(context.Background(), e.runDir, tenant.Request{ID: id, Env: []string{"DETSHARE_TIER=best-effort"}})
+		_, err := registrar.Register(context.Background(), e.runDir, tenant.Request{ID: id, Env: []string{"DETSHARE_TIER=best-effort"}})
 		if err != nil {
 			if !strings.Contains(err.Error(), "table full") {
 				t.Fatalf("filling the table: %v", err)

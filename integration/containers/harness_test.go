@@ -15,10 +15,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/cgroupgpu/placement"
+	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/hostleft"
+	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/integration/testenv"
+	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/table"
 )
+
+// registrar registers the tests' own tenants (blockers) in this process, wired like the shim (cmd/internal/wiring).
+var registrar = tenant.Registrar{EnsureScheduler: ensure.EnsureScheduler, DiscoverGPUs: simgpu.Discover,
+	Placer: &placement.Placer{}}
 
 const (
 	imageRef = "docker.io/library/detshare-e2e:test" // the simulated-GPU (test double) workload image

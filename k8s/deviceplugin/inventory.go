@@ -15,13 +15,11 @@ package deviceplugin
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
-	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -69,17 +67,17 @@ func FromInfo(infos []table.GPUInfo) Inventory {
 }
 
 // Discover prefers the scheduler's table in runDir (the split the driver published); without one it discovers the
-// GPUs (NVML, or the simulated GPU when DETSHARE_SIMGPU* selects it) and estimates the split as the scheduler would.
-func Discover(runDir string) (Inventory, error) {
+// GPUs with discover (the backend the plugin's main chose) and estimates the split as the scheduler would.
+func Discover(runDir string, discover func() ([]table.GPUInfo, error)) (Inventory, error) {
 	if tb, err := table.OpenReadOnly(runDir); err == nil {
 		defer tb.Close()
 		if gpus := tb.GPUs(); len(gpus) > 0 {
 			return NewInventory(gpus), nil
 		}
 	}
-	infos, src, err := gpuinfo.Discover(os.Environ())
+	infos, err := discover()
 	if err != nil {
-		return Inventory{}, fmt.Errorf("discover GPUs (%s): %w", src, err)
+		return Inventory{}, fmt.Errorf("discover GPUs: %w", err)
 	}
 	return FromInfo(infos), nil
 }

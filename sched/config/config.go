@@ -14,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/detshare/detshare/sched/policy"
+	"github.com/detshare/detshare/sched/table"
 )
 
 // DefaultPath is where `detshare sched` reads its configuration unless --config says otherwise.
@@ -58,13 +59,8 @@ type Tenants struct {
 
 // TierRank orders the tier names of tenants.max_tier: best-effort 0, burstable 1, latency-critical 2.
 func TierRank(tier string) (int, error) {
-	switch tier {
-	case "best-effort":
-		return 0, nil
-	case "burstable":
-		return 1, nil
-	case "latency-critical":
-		return 2, nil
+	if v, ok := table.ParseTier(tier); ok {
+		return int(v), nil
 	}
 	return 0, fmt.Errorf("%q: allowed values are best-effort, burstable, latency-critical", tier)
 }

@@ -36,10 +36,13 @@ import (
 type Options struct {
 	RunDir string
 	Config config.Config
-	// Discover lists the host's GPUs (sched/gpuinfo.DiscoverHost in production). Nil: keep what the table knows.
+	// Discover lists the host's GPUs (the backend cmd chose: NVML, or the simulated GPU, a test double). Nil: keep
+	// what the table knows.
 	Discover func() ([]table.GPUInfo, error)
-	// MPS manages the control daemons; nil builds one from Config.MPS (simulated when the simulated GPU is selected).
+	// MPS manages the control daemons; nil builds one from Config.MPS (simulated when SimulatedGPU is set).
 	MPS *mps.Manager
+	// SimulatedGPU says cmd chose the simulated GPU (a test double) as the GPU backend: the MPS daemons are its.
+	SimulatedGPU bool
 	// Ready, if set, is closed once the scheduler leads and has published its first decision.
 	Ready chan<- struct{}
 	// StopMPSOnExit quits, at a clean exit, the MPS control daemons of GPUs that have no tenant left (scripts and
@@ -163,7 +166,7 @@ func New(opts Options) (*Scheduler, error) {
 	po := s.conf.set(opts.Config)
 	m := opts.MPS
 	if m == nil {
-		m = &mps.Manager{Paths: t.Paths(), Control: opts.Config.MPS.Control, Simulated: table.SimGPUSelected(os.Environ())}
+		m = &mps.Manager{Paths: t.Paths(), Control: opts.Config.MPS.Control, Simulated: opts.SimulatedGPU}
 	}
 	s.mpsw = newMPSWatcher(m, t, &s.stats.Stats, opts.MPSCheckEvery)
 	for _, g := range t.GPUs() {

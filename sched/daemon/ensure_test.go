@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/table"
 )
@@ -25,10 +26,12 @@ func TestEnsureSchedulerOnRegistration(t *testing.T) {
 	t.Setenv(ensure.BinEnv, bin)
 	t.Setenv("DETSHARE_SIMGPU", "1")
 	t.Setenv("DETSHARE_SIMGPU_SMS", "64")
+	// Wired as the shim and the runc wrapper are (cmd/internal/wiring).
+	reg := tenant.Registrar{EnsureScheduler: ensure.EnsureScheduler, DiscoverGPUs: simgpu.Discover}
 	if ensure.LeaderRunning(dir) {
 		t.Fatal("leader before start")
 	}
-	res, err := tenant.Register(context.Background(), dir, tenant.Request{ID: "first", Env: []string{"DETSHARE_TIER=best-effort"}})
+	res, err := reg.Register(context.Background(), dir, tenant.Request{ID: "first", Env: []string{"DETSHARE_TIER=best-effort"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +48,7 @@ func TestEnsureSchedulerOnRegistration(t *testing.T) {
 	pid := tb.Leader().PID
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGTERM) })
 	// Already running: a second registration starts nothing new.
-	if _, err := tenant.Register(context.Background(), dir, tenant.Request{ID: "second", Env: []string{"DETSHARE_TIER=best-effort"}}); err != nil {
+	if _, err := reg.Register(context.Background(), dir, tenant.Request{ID: "second", Env: []string{"DETSHARE_TIER=best-effort"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ensure.EnsureScheduler(dir); err != nil {

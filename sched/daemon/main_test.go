@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/mps"
 	"github.com/detshare/detshare/sched/table"
@@ -54,7 +55,9 @@ func helperSched() int {
 	defer cancel()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	err := Main(ctx, Options{RunDir: runDir, Config: cfg, StopMPSOnExit: os.Getenv("TEST_STOP_MPS") == "1"}, os.Getenv("TEST_CONFIG"), hup)
+	// Wired as `detshare sched` is (cmd/detshare/sched.go), minus discovery: the tests record the GPUs.
+	err := Main(ctx, Options{RunDir: runDir, Config: cfg, StopMPSOnExit: os.Getenv("TEST_STOP_MPS") == "1",
+		SimulatedGPU: simgpu.Selected(os.Environ())}, os.Getenv("TEST_CONFIG"), hup)
 	if err == ErrNotLeader {
 		return 0
 	}

@@ -1,8 +1,7 @@
-// Package ensure starts the host scheduler on demand: the shim, the runc wrapper, the hook and `detshare run`
-// register tenants through cgroupgpu/tenant, which calls tenant.EnsureScheduler; importing this package plugs
-// EnsureScheduler in, so a host needs no extra service. It is kept free of NVML (go-nvml) so that the hook, the
-// wrapper and the shim stay small and start on hosts without a driver. It also plugs in the profile-aware placer
-// for gpu=auto (sched/placement).
+// Package ensure starts the host scheduler on demand: the shim, the runc wrapper and `detshare run` register tenants
+// through a cgroupgpu/tenant.Registrar whose EnsureScheduler their main sets to this package's, so a host needs no
+// extra service. It is kept free of NVML (go-nvml) so that the wrapper and the shim stay small and start on hosts
+// without a driver.
 package ensure
 
 import (
@@ -17,8 +16,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/detshare/detshare/cgroupgpu/tenant"
-	"github.com/detshare/detshare/sched/placement"
 	"github.com/detshare/detshare/sched/table"
 )
 
@@ -30,11 +27,6 @@ const LogFile = "sched.log"
 
 // StartWait bounds how long EnsureScheduler waits for the new scheduler to take the lock.
 var StartWait = 2 * time.Second
-
-func init() {
-	tenant.EnsureScheduler = EnsureScheduler
-	tenant.DefaultPlacer = &placement.Placer{}
-}
 
 // LeaderRunning tells whether some process holds runDir's scheduler lock (sched.lock).
 func LeaderRunning(runDir string) bool {

@@ -6,22 +6,19 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/detshare/detshare/cgroupgpu/tenant"
-	"github.com/detshare/detshare/sched/placement"
 	"github.com/detshare/detshare/sched/table"
 )
 
 // The end-to-end start-on-registration test is sched/daemon's TestEnsureSchedulerOnRegistration (its test binary
 // can act as the scheduler); these check the pieces.
 
-func TestPlugged(t *testing.T) {
-	if _, ok := tenant.DefaultPlacer.(*placement.Placer); !ok {
-		t.Fatalf("importing sched/ensure must plug the profile placer, got %T", tenant.DefaultPlacer)
-	}
+// The wiring into the binaries' registrars is checked in cmd/internal/wiring.
+
+func TestMissingBinaryReported(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	t.Setenv(BinEnv, "/nonexistent/detshare")
-	if err := tenant.EnsureScheduler(dir); err == nil {
-		t.Fatal("tenant.EnsureScheduler is not ours: a missing binary must be reported")
+	if err := EnsureScheduler(dir); err == nil {
+		t.Fatal("a missing binary must be reported")
 	}
 }
 

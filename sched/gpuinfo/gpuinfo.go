@@ -1,6 +1,7 @@
-// Package gpuinfo discovers the host's GPUs for the scheduler: through NVML when the NVIDIA driver is there, or the
-// simulated GPU (a test double) when DETSHARE_SIMGPU* selects it. Without either it says so instead of failing
-// hard: the scheduler then runs with no GPU and tenants run fail-static.
+// Package gpuinfo discovers the host's GPUs through NVML and samples their power and clocks, for the scheduler and
+// the Kubernetes plugins. It knows only real GPUs: each binary's main chooses between it and the simulated GPU
+// (a test double; cmd/internal/wiring). Without a driver it says so instead of failing hard: the scheduler then
+// runs with no GPU and tenants run fail-static.
 //
 // Binaries importing this package link go-nvml and must be linked lazily (-extldflags -Wl,-z,lazy, see the Makefile)
 // so that they start on hosts without the driver.
@@ -9,43 +10,17 @@ package gpuinfo
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/detshare/detshare/sched/table"
 )
 
-// ErrNoDriver is returned (wrapped) when there is no NVIDIA driver and the simulated GPU is not selected.
+// ErrNoDriver is returned (wrapped) when there is no NVIDIA driver.
 var ErrNoDriver = errors.New("no NVIDIA driver (libnvidia-ml.so.1 not found)")
 
-// Source says where a discovery came from.
-type Source string
-
-// Sources.
-const (
-	SourceNVML      Source = "nvml"
-	SourceSimulated Source = "simulated GPU (test double)"
-)
-
-// Discover lists the GPUs. env is os.Environ() in production.
-func Discover(env []string) ([]table.GPUInfo, Source, error) {
-	if table.SimGPUSelected(env) {
-		g, err := table.DiscoverSimGPUs(env)
-		if err != nil {
-			return nil, SourceSimulated, fmt.Errorf("simulated GPU: %w", err)
-		}
-		return g, SourceSimulated, nil
-	}
-	g, err := discoverNVML()
-	return g, SourceNVML, err
-}
-
-// DiscoverHost is Discover(os.Environ()) shaped for cgroupgpu/tenant.DiscoverGPUs.
-func DiscoverHost() ([]table.GPUInfo, error) {
-	g, _, err := Discover(os.Environ())
-	return g, err
-}
+// Discover lists the host's GPUs through NVML.
+func Discover() ([]table.GPUInfo, error) { return discoverNVML() }
 
 func discoverNVML() (out []table.GPUInfo, err error) {
 	defer func() {

@@ -5,8 +5,6 @@ import (
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
-	"github.com/detshare/detshare/sched/table"
 )
 
 // Board is one read-only sample of a GPU's power draw, its enforced power limit and its SM clock.
@@ -20,12 +18,8 @@ type Board struct {
 func (b Board) Near(frac float64) bool { return frac > 0 && b.LimitW > 0 && b.PowerW >= frac*b.LimitW }
 
 // BoardSampler returns a function reading GPU index's Board through NVML (queries only: DetShare never changes
-// card settings), or nil when the simulated GPU is selected or NVML cannot be initialised. NVML stays initialised
-// for the process's life.
-func BoardSampler(env []string) func(index int) (Board, error) {
-	if table.SimGPUSelected(env) {
-		return nil
-	}
+// card settings), or nil when NVML cannot be initialised. NVML stays initialised for the process's life.
+func BoardSampler() func(index int) (Board, error) {
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
 		return nil
 	}

@@ -1,5 +1,5 @@
 // Package policy decides who gets which SM groups (or time tokens) of one GPU. It is pure: no I/O, no clocks, no
-// table access, so every rule is table-tested. The daemon (sched/daemon) feeds it a snapshot of the tenants of a GPU
+// table access (only the names of its enums), so every rule is table-tested. The daemon (sched/daemon) feeds it a snapshot of the tenants of a GPU
 // and publishes what it returns.
 //
 // Rules (DESIGN.md §4):
@@ -37,6 +37,8 @@ import (
 	"math/bits"
 	"sort"
 	"time"
+
+	"github.com/detshare/detshare/sched/table"
 )
 
 // Tier is a tenant's SLO tier.
@@ -49,17 +51,7 @@ const (
 	LatencyCritical
 )
 
-func (t Tier) String() string {
-	switch t {
-	case BestEffort:
-		return "best-effort"
-	case Burstable:
-		return "burstable"
-	case LatencyCritical:
-		return "latency-critical"
-	}
-	return fmt.Sprintf("tier(%d)", int(t))
-}
+func (t Tier) String() string { return table.TierName(uint32(t)) }
 
 // Role is a tenant's LLM-serving phase (TPOT-First).
 type Role int
@@ -71,17 +63,7 @@ const (
 	RoleDecode
 )
 
-func (r Role) String() string {
-	switch r {
-	case RoleNone:
-		return "none"
-	case RolePrefill:
-		return "prefill"
-	case RoleDecode:
-		return "decode"
-	}
-	return fmt.Sprintf("role(%d)", int(r))
-}
+func (r Role) String() string { return table.RoleName(uint32(r)) }
 
 // Kind selects how the shared part is split.
 type Kind string

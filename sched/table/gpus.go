@@ -2,14 +2,10 @@ package table
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
-
-	"github.com/detshare/detshare/internal/quote"
 )
 
-// GPUInfo is what discovery (NVML in sched/gpuinfo, or the simulated GPU) knows about one GPU.
+// GPUInfo is what discovery (NVML in sched/gpuinfo, or the simulated GPU, a test double) knows about one GPU.
 type GPUInfo struct {
 	Index    int
 	UUID     string
@@ -198,75 +194,4 @@ func (t *Table) SetMPS(gpu int, mpsState, mode uint32, pipeDir string) error {
 	atomic.StoreUint32(&e.Mode, mode)
 	atomic.StoreUint32(&e.MPSState, mpsState)
 	return nil
-}
-
-// Simulated GPU configuration (docs/internals.md "Simulated GPU selection").
-const (
-	SimGPUEnv       = "DETSHARE_SIMGPU"
-	SimulatedGPUEnv = "DETSHARE_SIMULATED_GPU" // the name `detshare doctor --simulated-gpu` reads
-	SimGPUSMsEnv    = "DETSHARE_SIMGPU_SMS"
-	SimGPUMemEnv    = "DETSHARE_SIMGPU_MEM"
-	SimGPUCountEnv  = "DETSHARE_SIMGPU_COUNT"
-)
-
-// SimGPUSelected tells whether env (KEY=VALUE list, e.g. os.Environ()) selects the simulated GPU (a test double):
-// DETSHARE_SIMGPU=1 (or DETSHARE_SIMULATED_GPU=1), or any of DETSHARE_SIMGPU_SMS / _MEM / _COUNT set.
-func SimGPUSelected(env []string) bool {
-	m := envMap(env)
-	for _, k := range []string{SimGPUEnv, SimulatedGPUEnv} {
-		if v, ok := m[k]; ok {
-			return v == "1" || v == "true"
-		}
-	}
-	for _, k := range []string{SimGPUSMsEnv, SimGPUMemEnv, SimGPUCountEnv} {
-		if _, ok := m[k]; ok {
-			return true
-		}
-	}
-	return false
-}
-
-// DiscoverSimGPUs describes the simulated GPUs (test doubles) configured by env with the simulated GPU's defaults:
-// 1 GPU, 132 SMs, 80 GiB. Their UUIDs start with "SIM-" and their name says they are simulated.
-func DiscoverSimGPUs(env []string) ([]GPUInfo, error) {
-	m := envMap(env)
-	num := func(key string, def uint64, lo, hi uint64) (uint64, error) {
-		v, ok := m[key]
-		if !ok || v == "" {
-			return def, nil
-		}
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || n < lo || n > hi {
-			return 0, fmt.Errorf("%s=%s: must be an integer in %d..%d", key, quote.Q(v), lo, hi)
-		}
-		return n, nil
-	}
-	count, err := num(SimGPUCountEnv, 1, 1, MaxGPUs)
-	if err != nil {
-		return nil, err
-	}
-	sms, err := num(SimGPUSMsEnv, 132, 1, 1<<16)
-	if err != nil {
-		return nil, err
-	}
-	mem, err := num(SimGPUMemEnv, 80<<30, 1, 1<<50)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]GPUInfo, count)
-	for i := range out {
-		out[i] = GPUInfo{Index: i, UUID: fmt.Sprintf("SIM-00000000-0000-0000-0000-%012d", i),
-			Name: "DetShare simulated GPU (test double)", SMCount: uint32(sms), MemTotal: mem}
-	}
-	return out, nil
-}
-
-func envMap(env []string) map[string]string {
-	m := make(map[string]string, len(env))
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			m[k] = v
-		}
-	}
-	return m
 }

@@ -372,24 +372,6 @@ func TestEstimateSplit(t *testing.T) {
 	}
 }
 
-func TestDiscoverSimGPUs(t *testing.T) {
-	if SimGPUSelected([]string{"PATH=/bin"}) {
-		t.Error("selected without env")
-	}
-	env := []string{"DETSHARE_SIMGPU_COUNT=2", "DETSHARE_SIMGPU_SMS=64"}
-	if !SimGPUSelected(env) {
-		t.Fatal("not selected")
-	}
-	g, err := DiscoverSimGPUs(env)
-	if err != nil || len(g) != 2 || g[1].SMCount != 64 || g[1].MemTotal != 80<<30 || !strings.HasPrefix(g[1].UUID, "SIM-") ||
-		!strings.Contains(g[0].Name, "simulated") {
-		t.Fatalf("%+v %v", g, err)
-	}
-	if _, err := DiscoverSimGPUs([]string{"DETSHARE_SIMGPU_COUNT=99"}); err == nil || !strings.Contains(err.Error(), "DETSHARE_SIMGPU_COUNT") {
-		t.Errorf("bad count: %v", err)
-	}
-}
-
 func TestLeader(t *testing.T) {
 	tb := newTable(t)
 	if tb.LeaderAlive(time.Second) {

@@ -96,43 +96,6 @@ type Tenant struct {
 	LaunchesSec float64 `json:"launches_per_second"`
 }
 
-// TierName and friends turn table enums into the words users write.
-func TierName(t uint32) string {
-	switch t {
-	case table.TierLatencyCritical:
-		return "latency-critical"
-	case table.TierBurstable:
-		return "burstable"
-	case table.TierBestEffort:
-		return "best-effort"
-	}
-	return fmt.Sprintf("tier(%d)", t)
-}
-
-// RoleName names a role.
-func RoleName(r uint32) string {
-	switch r {
-	case table.RolePrefill:
-		return "prefill"
-	case table.RoleDecode:
-		return "decode"
-	}
-	return "none"
-}
-
-// ModeName names a mode.
-func ModeName(m uint32) string {
-	switch m {
-	case table.ModeSpatial:
-		return "spatial"
-	case table.ModeTemporal:
-		return "temporal"
-	case table.ModeUnrestricted:
-		return "unrestricted"
-	}
-	return "none"
-}
-
 // MPSName names an MPS state.
 func MPSName(m uint32) string {
 	switch m {
@@ -183,7 +146,7 @@ func Take(t *table.Table) Snapshot {
 	for _, g := range t.GPUs() {
 		e := t.GPU(g.Index)
 		v := GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, SMs: g.SMCount, MemTotal: g.MemTotal, Groups: g.Split.Groups,
-			SplitKnown: g.Split.Published, MPS: MPSName(g.MPSState), Mode: ModeName(g.Mode),
+			SplitKnown: g.Split.Published, MPS: MPSName(g.MPSState), Mode: table.ModeName(g.Mode),
 			GrantChanges: atomic.LoadUint64(&e.GrantChanges), Simulated: len(g.UUID) > 4 && g.UUID[:4] == "SIM-"}
 		if tok := t.ReadToken(g.Index); tok.Holder >= 0 {
 			v.TokenHolder = slotID[tok.Holder]
@@ -191,12 +154,12 @@ func Take(t *table.Table) Snapshot {
 		s.GPUs = append(s.GPUs, v)
 	}
 	for _, r := range regs {
-		v := Tenant{ID: r.ID, Slot: r.Slot, GPU: r.GPU, Tier: TierName(r.Tier), Role: RoleName(r.Role), Weight: r.Weight,
+		v := Tenant{ID: r.ID, Slot: r.Slot, GPU: r.GPU, Tier: table.TierName(r.Tier), Role: table.RoleName(r.Role), Weight: r.Weight,
 			Lend: r.Flags&table.FlagLend != 0, HostTenant: r.HostTenant(), GuaranteedSMs: r.SMs, MemLimit: r.MemLimit}
 		id := workload.Read(t.Paths(), r.ID)
 		v.Pod, v.Namespace, v.Container = id.Pod, id.Namespace, id.Container
 		if g, err := t.ReadGrant(r.Slot); err == nil {
-			v.GrantedSMs, v.GrantGroups, v.GrantMode, v.GrantEpoch = g.SMs, g.Groups, ModeName(g.Mode), g.Epoch
+			v.GrantedSMs, v.GrantGroups, v.GrantMode, v.GrantEpoch = g.SMs, g.Groups, table.ModeName(g.Mode), g.Epoch
 		}
 		v.Pinned = r.Flags&table.FlagPinned != 0
 		v.SLOP99Ms = float64(r.SLOP99Us) / 1000

@@ -252,32 +252,28 @@ func checkEngines(env Env) []Check {
 	}
 	registered := 0
 	var chain []Check
-	if hasCtrd {
-		c := Check{Name: "containerd", Found: "containerd " + ctrdV}
-		if shim, ok := containerdShim(env); ok {
+	// engine reports one installed engine: whether its configuration registers DetShare's runtime (bin) and, if so,
+	// the chain from the engine to the library.
+	engine := func(name, found string, runtime func(Env) (string, bool), configPath, restart string) {
+		c := Check{Name: name, Found: found}
+		if bin, ok := runtime(env); ok {
 			registered++
 			c.Status, c.Found = OK, c.Found+", detshare runtime registered"
-			chain = append(chain, checkChain("containerd", shim)...)
+			chain = append(chain, checkChain(name, bin)...)
 		} else {
-			c.Status, c.Found = Warn, c.Found+", detshare runtime not registered in "+env.ContainerdConfig
-			c.Fix = "detshare install containerd (then restart containerd)"
+			c.Status, c.Found = Warn, c.Found+", detshare runtime not registered in "+configPath
+			c.Fix = "detshare install " + name + " (then restart " + restart + ")"
 		}
 		out = append(out, c)
+	}
+	if hasCtrd {
+		engine("containerd", "containerd "+ctrdV, containerdShim, env.ContainerdConfig, "containerd")
 	} else {
 		out = append(out, Check{Name: "containerd", Status: Info, Found: "not found (needed for ctr, Kubernetes and Docker)",
 			Fix: "apt-get install containerd"})
 	}
 	if hasDock {
-		c := Check{Name: "docker", Found: "dockerd " + dockV}
-		if bin, ok := dockerRuntime(env); ok {
-			registered++
-			c.Status, c.Found = OK, c.Found+", detshare runtime registered"
-			chain = append(chain, checkChain("docker", bin)...)
-		} else {
-			c.Status, c.Found = Warn, c.Found+", detshare runtime not registered in "+env.DockerConfig
-			c.Fix = "detshare install docker (then restart dockerd)"
-		}
-		out = append(out, c)
+		engine("docker", "dockerd "+dockV, dockerRuntime, env.DockerConfig, "dockerd")
 	} else {
 		out = append(out, Check{Name: "docker", Status: Info, Found: "not found"})
 	}

@@ -13,8 +13,10 @@ import (
 	"github.com/urfave/cli/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/k8s/deviceplugin"
 	"github.com/detshare/detshare/k8s/internal/nodecli"
+	"github.com/detshare/detshare/sched/gpuinfo"
 )
 
 func main() {
@@ -34,7 +36,8 @@ func main() {
 }
 
 func run(c *cli.Context) error {
-	inv, err := nodecli.Inventory(c)
+	// The GPU backend: NVML, or the simulated GPU (a test double) when the environment selects it.
+	inv, err := nodecli.Inventory(c, simgpu.OrReal(gpuinfo.Discover))
 	if err != nil {
 		return err
 	}

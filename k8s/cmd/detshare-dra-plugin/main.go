@@ -19,8 +19,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/k8s/dra"
 	"github.com/detshare/detshare/k8s/internal/nodecli"
+	"github.com/detshare/detshare/sched/gpuinfo"
 )
 
 func main() {
@@ -57,7 +59,8 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	inv, err := nodecli.Inventory(c)
+	// The GPU backend: NVML, or the simulated GPU (a test double) when the environment selects it.
+	inv, err := nodecli.Inventory(c, simgpu.OrReal(gpuinfo.Discover))
 	if err != nil {
 		return err
 	}

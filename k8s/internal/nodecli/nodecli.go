@@ -23,14 +23,15 @@ func Flags() []cli.Flag {
 	}
 }
 
-// Inventory applies --log-level and finds the node's GPUs through --run-dir; no GPU is an error.
-func Inventory(c *cli.Context) (deviceplugin.Inventory, error) {
+// Inventory applies --log-level and finds the node's GPUs through --run-dir, or else with discover (the GPU backend
+// the plugin's main chose); no GPU is an error.
+func Inventory(c *cli.Context, discover func() ([]table.GPUInfo, error)) (deviceplugin.Inventory, error) {
 	lvl, err := logrus.ParseLevel(c.String("log-level"))
 	if err != nil {
 		return deviceplugin.Inventory{}, fmt.Errorf("--log-level: %w", err)
 	}
 	logrus.SetLevel(lvl)
-	inv, err := deviceplugin.Discover(c.String("run-dir"))
+	inv, err := deviceplugin.Discover(c.String("run-dir"), discover)
 	if err != nil {
 		return inv, err
 	}

@@ -1,0 +1,49 @@
+// Package wiring builds, once per binary, what tenant registration depends on (cgroupgpu/tenant.Registrar) and is
+// where DetShare's binaries choose their GPU backend: NVML (sched/gpuinfo) or the simulated GPU (a test double,
+// integration/simgpu), the latter only when the environment selects it. The hook, the shim and the runc wrapper
+// never probe NVML (they must stay small and start on hosts without a driver): the scheduler records the real GPUs
+// in the table, and before it has they can only describe the simulated GPU. This package links no NVML; `detshare`
+// passes its NVML discovery in (cmd/detshare).
+package wiring
+
+import (
+	"os"
+
+	"github.com/detshare/detshare/cgroupgpu/placement"
+	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/sched/ensure"
+	"github.com/detshare/detshare/sched/table"
+)
+
+// GPUs is the GPU discovery of a binary whose real discovery is nvml (nil: none, the NVML-free binaries): the
+// simulated GPU when the environment selects it, nvml otherwise.
+func GPUs(nvml func() ([]table.GPUInfo, error)) func() ([]table.GPUInfo, error) {
+	return simgpu.OrReal(nvml)
+}
+
+// SimulatedGPU tells whether this process's environment chose the simulated GPU (a test double): the scheduler then
+// runs the simulated MPS daemons and samples no board power.
+func SimulatedGPU() bool { return simgpu.Selected(os.Environ()) }
+
+// Container is the Registrar of the shim and the runc wrapper: they start the scheduler on demand and place
+// gpu=auto by the neighbours' measured profile.
+func Container() tenant.Registrar {
+	return tenant.Registrar{EnsureScheduler: ensure.EnsureScheduler, DiscoverGPUs: GPUs(nil),
+		Placer: &placement.Placer{}}
+}
+
+// Hook is the Registrar of detshare-hook. At createContainer it runs inside the container's PID namespace, where a
+// scheduler it started would neither see host PIDs nor outlive the container, so it starts none; it places gpu=auto
+// first-fit.
+func Hook() tenant.Registrar {
+	return tenant.Registrar{DiscoverGPUs: GPUs(nil)}
+}
+
+// Host is the Registrar of `detshare run`, which registers host processes in its own process: it starts the
+// scheduler on demand, discovers GPUs through nvml (sched/gpuinfo.Discover) unless the simulated GPU is selected,
+// and places gpu=auto by the neighbours' measured profile.
+func Host(nvml func() ([]table.GPUInfo, error)) tenant.Registrar {
+	return tenant.Registrar{EnsureScheduler: ensure.EnsureScheduler, DiscoverGPUs: GPUs(nvml),
+		Placer: &placement.Placer{}}
+}

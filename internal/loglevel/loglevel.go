@@ -1,0 +1,24 @@
+// Package loglevel applies the log level every DetShare binary takes on its command line (--log-level or
+// DETSHARE_LOG_LEVEL), with one message naming the allowed values.
+package loglevel
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Allowed lists the levels, for flag usage and errors.
+const Allowed = "panic, fatal, error, warning, info, debug, trace"
+
+// Set makes level logrus's level, logging to stderr; flag names the setting in the error.
+func Set(flag, level string) error {
+	lvl, err := logrus.ParseLevel(level)
+	if err != nil {
+		return fmt.Errorf("%s %q: allowed values are %s", flag, level, Allowed)
+	}
+	logrus.SetLevel(lvl)
+	logrus.SetOutput(os.Stderr)
+	return nil
+}
