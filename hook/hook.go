@@ -35,8 +35,8 @@ import (
 	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/internal/layout"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/config"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // Environment variables that configure the container components (the shim and the wrapper inherit them from

@@ -12,7 +12,7 @@ import (
 	"github.com/detshare/detshare/hook/specmod"
 	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/internal/failopen"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 func testConfig(t testing.TB) Config {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // BenchmarkLaunchAddedCost measures what libdetshare adds to one kernel launch (target: <= 100 ns median). It runs

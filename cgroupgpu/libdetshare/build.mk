@@ -11,7 +11,7 @@ DS_DIR     := cgroupgpu/libdetshare
 # Every src/*.c is one job of the library and every src/*.h its interface (file map: docs/libdetshare.md, "Source
 # files"); a new file is built and tracked as a dependency without an edit here.
 DS_SRCS    := $(wildcard $(DS_DIR)/src/*.c)
-DS_HDRS    := $(wildcard $(DS_DIR)/src/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h sched/table/detshare_table_client.h
+DS_HDRS    := $(wildcard $(DS_DIR)/src/*.h) cgroupgpu/cuda/cuda_abi.h internal/table/detshare_table.h internal/table/detshare_table_client.h
 DS_LIB     := $(LIB)/libdetshare.so
 # -fvisibility=hidden: only the hooked cu*/nvml* entry points and dlsym are exported (libdetshare.map).
 DS_CFLAGS  := $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -fvisibility=hidden -ftls-model=initial-exec -pthread
@@ -23,7 +23,7 @@ $(DS_LIB): $(DS_SRCS) $(DS_HDRS) $(DS_DIR)/src/libdetshare.map $(DS_DIR)/build.m
 
 # Test programs (tests/), all test doubles or clients; none links libcuda at build time except ds_probe_lcuda,
 # which is linked with -lcuda against the simulated GPU (a test double) when that is part of the build.
-DS_TDEPS := $(wildcard $(DS_DIR)/tests/*.h) cgroupgpu/cuda/cuda_abi.h sched/table/detshare_table.h $(DS_DIR)/build.mk
+DS_TDEPS := $(wildcard $(DS_DIR)/tests/*.h) cgroupgpu/cuda/cuda_abi.h internal/table/detshare_table.h $(DS_DIR)/build.mk
 DS_TESTS := $(TESTBIN)/ds_probe_rt $(TESTBIN)/ds_bench_launch $(TESTBIN)/ds_dlsym_old $(TESTBIN)/ds_procmap \
             $(TESTBIN)/nulldrv/libcuda.so.1 $(TESTBIN)/libds_nextlib.so
 DS_SIMGPU_LIBDIR := $(LIB)/simgpu

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // h100Split is the split the scheduler publishes for the simulated GPU: 15 groups of 8 SMs and 12 left over, as

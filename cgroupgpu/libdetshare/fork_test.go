@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // The fork handler takes every lock of the library in one order (src/ds_init.c, "Lock order") and releases them in

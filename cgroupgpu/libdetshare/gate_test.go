@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/policy"
-	"github.com/detshare/detshare/sched/table"
 )
 
 func ms(t *testing.T, r result, step, key string) float64 {

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // buildDir is $DETSHARE_BUILD_DIR or the repository's build/.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 const MiB = 1 << 20
@@ -228,7 +228,7 @@ func TestProcessesOfOneTenantShareTheQuota(t *testing.T) {
 	}
 }
 
-// A process killed with SIGKILL cannot release anything; the reaper (sched/table) credits its memory back.
+// A process killed with SIGKILL cannot release anything; the reaper (internal/table) credits its memory back.
 func TestSIGKILLedProcessCreditedByReaper(t *testing.T) {
 	e := newEnv(t, true).withTenant(64*MiB, "")
 	a := e.startHolder("ds_probe_rt", "init", "alloc:41943040", "vmm:2097152")

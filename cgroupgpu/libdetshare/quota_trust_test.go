@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/mps"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // In a container the hook mounts the quota file read-only at /run/detshare/quota. A tenant setting

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // TestTruncatedFilesKeepTheLastGrant is issue 13 item 1 on the tenant side: the table (host root), the client page

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // RoundSMs rounds a request of wanted SMs up to whole groups of split (groups are taken in array order, as the

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/detshare/detshare/internal/quote"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // TestErrorsEchoAttackerInputBounded is issue 13 item 7 (error echo): every quota key set to 1 MiB of garbage, from

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/internal/quote"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // Field is a quota key (the <field> of detshare.io/<field> and DETSHARE_<FIELD>).
@@ -72,7 +72,7 @@ const (
 	TierBestEffort      Tier = "best-effort"
 )
 
-// TableValue is the ds_container.tier value (the names are sched/table's; an unknown tier is best-effort).
+// TableValue is the ds_container.tier value (the names are internal/table's; an unknown tier is best-effort).
 func (t Tier) TableValue() uint32 {
 	v, _ := table.ParseTier(string(t))
 	return v
@@ -91,7 +91,7 @@ const (
 	RoleDecode  Role = "decode"
 )
 
-// TableValue is the ds_container.role value (the names are sched/table's; an unknown role is none).
+// TableValue is the ds_container.role value (the names are internal/table's; an unknown role is none).
 func (r Role) TableValue() uint32 {
 	v, _ := table.ParseRole(string(r))
 	return v

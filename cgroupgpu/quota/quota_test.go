@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 func TestParseMemory(t *testing.T) {
@@ -332,7 +332,7 @@ func TestPinnedAndSLOKeys(t *testing.T) {
 	}
 }
 
-// TestTierAndRoleNamesAreTheTables: the Go constants spell the names sched/table defines for the C enum values, so
+// TestTierAndRoleNamesAreTheTables: the Go constants spell the names internal/table defines for the C enum values, so
 // ParseTier/ParseRole and TableValue agree with `detshare status`, the config and the scheduler's logs.
 func TestTierAndRoleNamesAreTheTables(t *testing.T) {
 	for _, tier := range []Tier{TierBestEffort, TierBurstable, TierLatencyCritical} {

@@ -1,10 +1,10 @@
 // Package tenant registers and deregisters a DetShare tenant end to end: resolve its quota (cgroupgpu/quota), make
-// sure the scheduler runs, pick a GPU, admit, take a table slot with its client page (sched/table), and write its
+// sure the scheduler runs, pick a GPU, admit, take a table slot with its client page (internal/table), and write its
 // quota files. The OCI hook, the shim, the runc wrapper and `detshare run` all register through this package; none
 // re-implements a step.
 //
 // Register is all-or-nothing: on any error nothing is left behind (no slot, no client page, no quota files), and a
-// registrar killed midway is rolled back by the next registration (sched/table's recovery).
+// registrar killed midway is rolled back by the next registration (internal/table's recovery).
 //
 // Registration needs three things only a binary can choose, so each main builds a Registrar with them: how to start
 // the scheduler on demand (sched/ensure), where GPUs come from when the table lists none (NVML through
@@ -24,7 +24,7 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/detshare/detshare/internal/quote"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/workload"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/integration/simgpu"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 func simRunDir(t *testing.T, gpus int) string {

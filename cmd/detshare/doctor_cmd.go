@@ -5,7 +5,7 @@ import (
 
 	"github.com/detshare/detshare/cmd/detshare/doctor"
 	"github.com/detshare/detshare/internal/layout"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 func doctorCommand() *cli.Command {

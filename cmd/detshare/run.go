@@ -20,9 +20,9 @@ import (
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/internal/layout"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/gpuinfo"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // exitSetupFailed is the exit status when DetShare itself refuses or fails before CMD runs (as `docker run`).

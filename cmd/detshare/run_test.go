@@ -18,7 +18,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // TestMain lets the tests run this test binary as the detshare command (DETSHARE_TEST_MAIN=1), so `detshare run`

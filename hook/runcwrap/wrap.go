@@ -16,7 +16,7 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/internal/loglevel"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // EnvRunc names the real runc when no --detshare-runc is given.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // A spec with fields no runtime-spec version knows, at the top level and nested, and a number that float64 rounds.

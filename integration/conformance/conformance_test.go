@@ -26,7 +26,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/simgpu"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/sirupsen/logrus"
 )
 

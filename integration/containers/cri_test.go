@@ -14,7 +14,7 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/shimv2"
 )
 

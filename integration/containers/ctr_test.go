@@ -11,8 +11,8 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/testenv"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
-	"github.com/detshare/detshare/sched/table"
 	"github.com/detshare/detshare/shimv2"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 const dockerImage = "detshare-e2e:test"

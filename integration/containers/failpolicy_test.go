@@ -10,7 +10,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/internal/failopen"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // Issue 13 item 6: with the table full, a container that asked for latency-critical with 8 SMs is refused with a

@@ -20,8 +20,8 @@ import (
 	"github.com/detshare/detshare/integration/hostleft"
 	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/integration/testenv"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // registrar registers the tests' own tenants (blockers) in this process, wired like the shim (cmd/internal/wiring).

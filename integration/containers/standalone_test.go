@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/integration/testenv"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // extractRootfs unpacks the workload image's layer into dir.

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
 	"github.com/detshare/detshare/sched/mps"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // TestContainerAttacksOnSharedFiles plays issue 13 items 1 and 7 from inside a plain runc container (standalone

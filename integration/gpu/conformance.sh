@@ -48,7 +48,7 @@ log "building (gcc) into build/, log in $out/build.log"
 import json, os, re, subprocess, sys, time
 repo, out = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(repo, "integration", "gpu"))
-import dstable  # noqa: E402  (the Python table writer: layout parsed from sched/table/detshare_table.h)
+import dstable  # noqa: E402  (the Python table writer: layout parsed from internal/table/detshare_table.h)
 
 binDir = os.path.join(repo, "build", "tests", "conformance")
 expDir = os.path.join(repo, "integration", "conformance", "testdata", "expected")

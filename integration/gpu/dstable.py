@@ -3,7 +3,7 @@
 
 It plays the parts that `detshare run` and `detshare sched` play on a full install: it creates the table, the
 doorbell, client pages and quota files in a run directory (docs/internals.md "Run directory"), registers tenants
-and publishes grants with the seqlock protocol of sched/table/detshare_table.h. The layout is NOT copied here:
+and publishes grants with the seqlock protocol of internal/table/detshare_table.h. The layout is NOT copied here:
 it is computed by parsing that header (field types, array lengths, #define constants) and checked against the
 offset comments and the _Static_assert sizes in it, so a layout change there either flows through or fails loudly.
 
@@ -24,7 +24,7 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_HEADER = os.path.normpath(os.path.join(HERE, "..", "..", "sched", "table", "detshare_table.h"))
+DEFAULT_HEADER = os.path.normpath(os.path.join(HERE, "..", "..", "internal", "table", "detshare_table.h"))
 
 # C scalar types the header uses: (struct code, size). Native byte order: the table is little-endian and we
 # refuse to run elsewhere (see _check_host).
@@ -446,7 +446,7 @@ class Table:
 
     # --- scheduling (what the scheduler leader does) ----------------------------------------------------------
     def publish_grant(self, slot, groups, mode="spatial"):
-        """Seqlock write of one grant, then the epoch bump and a futex wake (sched/table/grant.go's protocol).
+        """Seqlock write of one grant, then the epoch bump and a futex wake (internal/table/grant.go's protocol).
         Python has no CAS on shared memory, so this writer assumes it is the only grant writer of its run
         directory (true for the private run directories of these scripts; never point it at a live scheduler's)."""
         if mode not in MODES:
@@ -561,7 +561,7 @@ def _parse_mask(s, n):
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Write a DetShare table/quota files from Python (stand-in for detshare run + detshare sched "
-                    "on a GPU box without Go). Layout parsed from sched/table/detshare_table.h.")
+                    "on a GPU box without Go). Layout parsed from internal/table/detshare_table.h.")
     ap.add_argument("--header", default=DEFAULT_HEADER, help="path of detshare_table.h")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("layout", help="print the parsed layout (sizes and offsets) as JSON")

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 func here(t *testing.T) string {
@@ -95,7 +95,7 @@ func TestScriptsHelpWithoutTorch(t *testing.T) {
 	}
 }
 
-// The Python writer's table is what the Go mirror (sched/table) reads: header, GPU split, tenants, grants and
+// The Python writer's table is what the Go mirror (internal/table) reads: header, GPU split, tenants, grants and
 // client pages, and a grant published from Go is read back by Python.
 func TestPythonTableMatchesGoMirror(t *testing.T) {
 	py := python(t)

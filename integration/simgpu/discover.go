@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/detshare/detshare/internal/quote"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // Variables that select the simulated GPU in DetShare's own binaries (docs/internals.md "Simulated GPU selection").

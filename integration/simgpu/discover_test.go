@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
-// Moved from sched/table (TestDiscoverSimGPUs) with the simulated GPU's discovery.
+// Moved from internal/table (TestDiscoverSimGPUs) with the simulated GPU's discovery.
 func TestDiscoverSimGPUs(t *testing.T) {
 	if Selected([]string{"PATH=/bin"}) {
 		t.Error("selected without env")

@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "sched/table/detshare_table_client.h"
+#include "internal/table/detshare_table_client.h"
 
 static struct ds_container *wc; /* the writer's (read-write) view of the benchmarked slot */
 static int stop_writer;          /* atomic */

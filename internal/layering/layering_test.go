@@ -42,14 +42,14 @@ func TestImportsPointDown(t *testing.T) {
 func TestCheckFindsUpwardImports(t *testing.T) {
 	m := func(p string) string { return Module + "/" + p }
 	bad := Check([]Package{
-		{m("sched/ensure"), []string{m("sched/table"), m("cgroupgpu/tenant"), "os"}},
-		{m("sched/table"), []string{m("internal/quote"), m("sched/policy")}},
+		{m("sched/ensure"), []string{m("internal/table"), m("cgroupgpu/tenant"), "os"}},
+		{m("internal/table"), []string{m("internal/quote"), m("sched/policy")}},
 		{m("hook"), []string{m("cgroupgpu/tenant"), m("hook/specmod"), m("shimv2")}},
 		{m("cmd/detshare"), []string{m("integration/simgpu"), m("hook"), m("cmd/internal/wiring")}},
 		{m("newfolder/x"), nil},
 	})
 	want := []string{"newfolder/x: ", "hook (hook, floor 4) imports shimv2", "sched/ensure (sched, floor 2) imports cgroupgpu/tenant",
-		"sched/table (sched/table, floor 1) imports sched/policy"}
+		"internal/table (internal/table, floor 1) imports sched/policy"}
 	if len(bad) != len(want) {
 		t.Fatalf("got %d findings, want %d:\n%s", len(bad), len(want), strings.Join(bad, "\n"))
 	}

@@ -20,7 +20,7 @@ import (
 	"strings"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // The extended resources.

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/k8s/deviceplugin"
-	"github.com/detshare/detshare/sched/table"
 )
 
 func testDriver(t *testing.T) *Driver {

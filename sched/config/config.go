@@ -13,8 +13,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/policy"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // DefaultPath is where `detshare sched` reads its configuration unless --config says otherwise.

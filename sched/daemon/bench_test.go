@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // BenchmarkReaction measures the time from a tenant's doorbell ring to the grant that answers it being published

@@ -24,12 +24,12 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/metrics"
 	"github.com/detshare/detshare/sched/mps"
 	"github.com/detshare/detshare/sched/policy"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // Options configure a scheduler.

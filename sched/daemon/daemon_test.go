@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/mps"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // simGPU is the simulated GPU (a test double) the tests record in their tables: 64 SMs = 8 groups of 8.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/policy"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // What the scheduler adds for performance determinism (issue 12): SLO sizing of a latency-critical tenant's

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/gpuinfo"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // A board near its power limit (a fake NVML sample) throttles best-effort beside an idle latency-critical tenant;

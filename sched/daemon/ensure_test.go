@@ -10,8 +10,8 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // TestEnsureSchedulerOnRegistration: registering a tenant through cgroupgpu/tenant (as the hook, the shim and

@@ -9,8 +9,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/policy"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // loop is what the decision loop keeps between passes. Only the goroutine running Run (or a caller of Pass) touches

@@ -13,9 +13,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/mps"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // The test binary doubles as the helper processes of the multi-process tests:

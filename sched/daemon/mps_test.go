@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/mps"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // fakeMPSControl stands in for nvidia-cuda-mps-control (a test double), as in sched/mps's tests.

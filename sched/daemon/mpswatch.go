@@ -9,8 +9,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/mps"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // orphanChecks is how many consecutive MPS checks a client must match no live tenant process before it is

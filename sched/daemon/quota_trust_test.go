@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/mps"
-	"github.com/detshare/detshare/sched/table"
 )
 
 func registerWeighted(t *testing.T, tb *table.Table, id string, tier, weight, groups uint32, lend bool) table.Registration {

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/internal/failopen"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/metrics"
-	"github.com/detshare/detshare/sched/table"
 	"github.com/detshare/detshare/sched/view"
 )
 

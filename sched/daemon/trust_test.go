@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // TestTenantTruncatingItsFilesCannotKillTheScheduler is the attack of issue 13 item 1: a tenant truncates the

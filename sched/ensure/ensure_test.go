@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // The end-to-end start-on-registration test is sched/daemon's TestEnsureSchedulerOnRegistration (its test binary

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // fakeControl is a stand-in for nvidia-cuda-mps-control (a test double): `-d` starts a background "daemon" that

@@ -38,7 +38,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // Tier is a tenant's SLO tier.

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/policy"
-	"github.com/detshare/detshare/sched/table"
 	"github.com/detshare/detshare/sched/workload"
 )
 

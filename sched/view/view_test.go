@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // newTable creates a table on one simulated GPU (a test double) with one tenant registered as req.

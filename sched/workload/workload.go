@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/detshare/detshare/internal/atomicfile"
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // Identity is the pod and container a tenant runs as; empty fields are unknown.

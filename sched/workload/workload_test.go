@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/detshare/detshare/sched/table"
+	"github.com/detshare/detshare/internal/table"
 )
 
 func TestFromAnnotations(t *testing.T) {

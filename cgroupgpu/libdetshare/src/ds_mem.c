@@ -115,7 +115,7 @@ void ds_track_reset_child(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Charging (same algorithm as sched/table Client.ChargeMemory, which the Go tests use as the reference).
+ * Charging (same algorithm as internal/table Client.ChargeMemory, which the Go tests use as the reference).
  * ------------------------------------------------------------------------------------------------------------- */
 uint64_t ds_mem_limit(void) {
     return atomic_load_explicit(A64(&ds_process.tenant->ctr->mem_limit), memory_order_relaxed);

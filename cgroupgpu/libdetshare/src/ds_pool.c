@@ -106,7 +106,7 @@ static bool learn_split_locked(void) {
 }
 
 /* Host tenants (`detshare run`, root on the host) publish the split they learnt when nobody has (the same CAS
- * protocol as sched/table PublishSplit). Containers map the table read-only and leave it to the scheduler. */
+ * protocol as internal/table PublishSplit). Containers map the table read-only and leave it to the scheduler. */
 static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdevResource *rem) {
     if (!(__atomic_load_n(&ds_process.tenant->ctr->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT))
         return;

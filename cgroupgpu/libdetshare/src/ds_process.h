@@ -11,8 +11,8 @@
 #ifndef DETSHARE_LIBDETSHARE_DS_PROCESS_H
 #define DETSHARE_LIBDETSHARE_DS_PROCESS_H
 
-#include "sched/table/detshare_table.h"
-#include "sched/table/detshare_table_client.h"
+#include "internal/table/detshare_table.h"
+#include "internal/table/detshare_table_client.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

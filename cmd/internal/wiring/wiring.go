@@ -12,8 +12,8 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/placement"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // GPUs is the GPU discovery of a binary whose real discovery is nvml (nil: none, the NVML-free binaries): the

@@ -8,8 +8,8 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/placement"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
-	"github.com/detshare/detshare/sched/table"
 )
 
 // TestContainerStartsSchedulerAndPlacesByProfile: the shim's and the wrapper's Registrar starts the scheduler

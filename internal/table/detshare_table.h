@@ -2,7 +2,7 @@
  * detshare_table.h — the binary layout of DetShare's host-wide shared-memory table.
  *
  * This header is the single source of truth for the layout. libdetshare includes it; the Go package
- * github.com/detshare/detshare/sched/table mirrors it and its tests compile a C program against this header
+ * github.com/detshare/detshare/internal/table mirrors it and its tests compile a C program against this header
  * and fail when any size or offset differs. Change a layout here, bump DS_TABLE_ABI_VERSION, then the mirror.
  *
  * Files under the run directory (default /run/detshare, see docs/table.md):

@@ -1,7 +1,7 @@
 /*
  * detshare_table_client.h — the client side of DetShare's shared-memory table, header-only (static inline), for
- * libdetshare and C tests. Layout: detshare_table.h. Protocols: sched/table (Go) package documentation and
- * docs/internals.md; the Go side (github.com/detshare/detshare/sched/table) implements the same protocols and is
+ * libdetshare and C tests. Layout: detshare_table.h. Protocols: internal/table (Go) package documentation and
+ * docs/internals.md; the Go side (github.com/detshare/detshare/internal/table) implements the same protocols and is
  * tested against this header.
  *
  * Rules kept here:
