@@ -9,6 +9,7 @@
 #      orphan; its launches must be held (its log says so) instead of running on a reused slot's SMs.
 #   3. the MPS pipe directory bound read-only (as into containers): a plain CUDA client in a mount namespace where
 #      the pipe directory is read-only must still reach the MPS server (control log counts its connection).
+#   1d. control: the same pair with the burstable owner alive (tells an orphan problem from a partition one).
 #   bash integration/gpu/trust.sh /tmp/trust   (repository root; build/ built on a Go machine and carried)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,7 +39,7 @@ T="timeout -k 5 60"
 log "1a. newcomer alone"
 $T $DS run --tier latency-critical --sm 32 --name alone -- $SL "$out/alone.json" 5 >>"$out/runs.log" 2>&1
 log "1b. orphan: detshare run killed with SIGKILL, its command keeps running"
-$DS run --tier burstable --sm 32 --name orphan -- sh -c "$SL $out/orphan.json 14 & echo \$! >$out/orphan.pid; wait" \
+DETSHARE_LOG=debug $DS run --tier burstable --sm 32 --name orphan -- sh -c "$SL $out/orphan.json 14 & echo \$! >$out/orphan.pid; wait" \
   >>"$out/runs.log" 2>"$out/orphan.err" &
 OWNER=$!
 sleep 4
@@ -47,7 +48,7 @@ kill -9 $OWNER
 sleep 1
 timeout 10 $DS status >"$out/status-after-kill.txt" 2>&1
 log "1c. newcomer beside the orphan (pid $ORPH)"
-$T $DS run --tier latency-critical --sm 32 --name newcomer -- $SL "$out/newcomer.json" 5 >>"$out/runs.log" 2>&1 &
+DETSHARE_LOG=debug $T $DS run --tier latency-critical --sm 32 --name newcomer -- $SL "$out/newcomer.json" 5 >>"$out/runs.log" 2>"$out/newcomer.err" &
 NC=$!
 sleep 2
 timeout 10 $DS status >"$out/status-both.txt" 2>&1
@@ -56,6 +57,16 @@ while kill -0 "$ORPH" 2>/dev/null; do sleep 0.2; done # not our child: reparente
 ORPH=
 sleep 1
 timeout 10 $DS status >"$out/status-end.txt" 2>&1
+
+log "1d. control: the same pair, the burstable tenant's owner alive"
+DETSHARE_LOG=debug $T $DS run --tier burstable --sm 32 --name ctlb -- $SL "$out/control_b.json" 12 >>"$out/runs.log" 2>"$out/control_b.err" &
+CB=$!
+sleep 4
+DETSHARE_LOG=debug $T $DS run --tier latency-critical --sm 32 --name ctlnc -- $SL "$out/control_nc.json" 5 >>"$out/runs.log" 2>"$out/control_nc.err" &
+CN=$!
+sleep 2
+timeout 10 $DS status >"$out/status-control.txt" 2>&1
+wait $CN $CB
 
 log "2. command exits while its child keeps using the GPU"
 # The child loops for 5 s of launches; held, it never gets there (no held.json) and is still alive at the end.
@@ -67,9 +78,9 @@ $T $DS run --tier latency-critical --sm 32 --name reuser -- $SL "$out/reuser.jso
 log "3. MPS client through a read-only pipe directory"
 PIPE=$RUN/mps/gpu0/pipe
 before=$(grep -ci "new client" "$RUN"/mps/gpu0/log/control.log 2>/dev/null)
-CUDA_MPS_PIPE_DIRECTORY=$PIPE unshare -m sh -c "mount --bind -o ro $PIPE $PIPE && mount -o remount,bind,ro $PIPE && \
+CUDA_MPS_PIPE_DIRECTORY=$PIPE timeout -k 5 40 unshare -m sh -c "mount --bind -o ro $PIPE $PIPE && mount -o remount,bind,ro $PIPE && \
   (touch $PIPE/x 2>/dev/null && echo writable || echo read-only) && $SL $out/ro.json 1" >"$out/ro.log" 2>&1
-echo "rc=$?" >>"$out/ro.log"
+echo "rc=$? (124: the client did not finish in 40 s)" >>"$out/ro.log"
 after=$(grep -ci "new client" "$RUN"/mps/gpu0/log/control.log 2>/dev/null)
 echo "control-log-new-clients before=$before after=$after" >>"$out/ro.log"
 cp "$RUN"/mps/gpu0/log/control.log "$out/" 2>/dev/null
@@ -79,7 +90,7 @@ w=0; [ -s "$out/held.json" ] && w=1
 echo "held-alive=$a held-json-written=$w" >"$out/held.state"
 kill -9 "$HELD" 2>/dev/null
 kill $SMI 2>/dev/null
-for f in status-after-kill status-both status-end; do echo "== $f"; cat "$out/$f.txt"; done
+for f in status-after-kill status-both status-end status-control; do echo "== $f"; cat "$out/$f.txt"; done
 
 python3 - "$out" <<'PY'
 import json, os, statistics, sys
@@ -92,6 +103,20 @@ def lat(recs):
     return (v[len(v) // 2], v[int(len(v) * 0.99)], len(v)) if v else (0, 0, 0)
 alone, nc, orph = load("alone.json"), load("newcomer.json"), load("orphan.json")
 res = {}
+def overlap(key, lc, other):
+    """Kernels of other that ran while lc ran, and those of them on lc's SMs (ms after lc's first kernel)."""
+    if not lc or not other:
+        return
+    t0, t1 = lc[0][0], lc[-1][2]
+    lsms = {s for r in lc for s in r[3]}
+    during = [r for r in other if t0 <= r[0] <= t1]
+    bad = [r for r in during if set(r[3]) & lsms]
+    res[key] = {"kernels_while_lc_ran": len(during), "kernels_on_lc_sms": len(bad),
+                "lc_sms": [min(lsms), max(lsms), len(lsms)],
+                "other_sms": sorted({s for r in during for s in r[3]})[:1] + [len({s for r in during for s in r[3]})]}
+    if bad:
+        res[key]["on_lc_sms_ms"] = [round((bad[0][0] - t0) / 1e6, 3), round((bad[-1][0] - t0) / 1e6, 3)]
+overlap("control_owner_alive", load("control_nc.json"), load("control_b.json"))
 for name, recs in (("alone", alone), ("newcomer_beside_orphan", nc), ("orphan", orph)):
     p50, p99, n = lat(recs)
     res[name] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3), "kernels": n,
@@ -109,6 +134,18 @@ if nc and orph:
     if bad:  # when: ms after the newcomer's first kernel, first and last
         res["orphan_on_newcomer_sms_ms"] = [round((bad[0][0] - t0) / 1e6, 3), round((bad[-1][0] - t0) / 1e6, 3)]
     res["newcomer_sm_set"] = sorted(nsms)
+# %smid is virtual under MPS (0..n-1 of the client's SMs), so the SM sets above show sizes, not placement. Where a
+# process ran is in its library's debug log: the SM-group masks of the grants it took, in order (first, then counts).
+import re
+for n in ("orphan", "newcomer", "control_b", "control_nc"):
+    p = os.path.join(out, n + ".err")
+    if os.path.exists(p):
+        masks = re.findall(r"grant epoch \d+: mode \d+ groups (0x[0-9a-f]+)", open(p, errors="replace").read())
+        cnt = {}
+        for m in masks:
+            cnt[m] = cnt.get(m, 0) + 1
+        res["grants_" + n] = {"first": masks[:3], "changes": len(masks),
+                              "by_count": sorted(cnt.items(), key=lambda kv: -kv[1])[:6]}
 held = open(os.path.join(out, "held.err")).read() if os.path.exists(os.path.join(out, "held.err")) else ""
 res["held_log"] = [l for l in held.splitlines() if "no tenant" in l][:2]
 res["held_state"] = open(os.path.join(out, "held.state")).read().strip() if os.path.exists(os.path.join(out, "held.state")) else ""

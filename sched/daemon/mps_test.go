@@ -35,7 +35,8 @@ exit 0
 
 // TestMPSRealDaemonLifecycle: with a (fake) control executable the scheduler starts the daemon in its own
 // directories, records spatial mode, terminates MPS clients that belong to no live tenant (never a tenant's own
-// process), and restarts the daemon when it dies.
+// process) once only, even when the client stays listed (on the H100 a second terminate_client for a client whose
+// launches libdetshare holds wedged the control daemon), and restarts the daemon when it dies.
 func TestMPSRealDaemonLifecycle(t *testing.T) {
 	dir, tb := newRunDir(t)
 	exe := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
@@ -95,6 +96,12 @@ func TestMPSRealDaemonLifecycle(t *testing.T) {
 			t.Fatalf("orphan MPS client not terminated; commands:\n%s", b)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The fake still lists the orphan: 20 more checks (30 ms apart) must not send it terminate_client again.
+	time.Sleep(20 * 30 * time.Millisecond)
+	if b, _ := os.ReadFile(cmds); strings.Count(string(b), want+"\n") != 1 {
+		t.Fatalf("terminate_client sent %d times to a client that stays listed, want 1; commands:\n%s",
+			strings.Count(string(b), want+"\n"), b)
 	}
 	// The control daemon dies: the scheduler starts a new one.
 	syscall.Kill(pid1, syscall.SIGKILL)

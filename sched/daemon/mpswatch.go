@@ -33,8 +33,13 @@ type mpsWatcher struct {
 type mpsGPU struct {
 	daemon  *mps.Daemon
 	orphans map[int]int // MPS client PID -> consecutive checks matching no tenant
-	memCap  uint64      // server-side per-client memory limit applied
-	memSet  bool        // memCap is in force (a restarted daemon starts without one)
+	// ended: clients already sent terminate_client (by process identity, so a reused PID is a new client). A client
+	// is never sent it twice: a process that does not take the termination (one whose launches libdetshare holds)
+	// stays listed, and on the H100 a second terminate_client for it wedged the control daemon, so that no new
+	// client of the GPU could connect (integration/gpu/trust.sh, BENCHMARKS.md issue 13).
+	ended  map[table.ProcIdentity]int // -> the client's PID
+	memCap uint64                     // server-side per-client memory limit applied
+	memSet bool                       // memCap is in force (a restarted daemon starts without one)
 }
 
 func newMPSWatcher(m *mps.Manager, t *table.Table, stats *Stats, every time.Duration) mpsWatcher {
@@ -48,6 +53,7 @@ func newMPSWatcher(m *mps.Manager, t *table.Table, stats *Stats, every time.Dura
 // runs temporal quanta.
 func (w *mpsWatcher) start(g *gpuState, uuid string, enabled bool) {
 	g.mps.orphans = map[int]int{}
+	g.mps.ended = map[table.ProcIdentity]int{}
 	if !enabled {
 		_ = w.t.SetMPS(g.index, table.MPSAbsent, table.ModeTemporal, "")
 		return
@@ -166,22 +172,33 @@ func (w *mpsWatcher) terminateOrphans(g *gpuState) {
 				delete(orphans, pid)
 				continue
 			}
+			if _, done := g.mps.ended[id]; done {
+				continue
+			}
 			orphans[pid]++
 			if orphans[pid] < orphanChecks {
 				continue
 			}
+			// Sent once whatever the answer: a command that timed out may still be running in the control daemon.
+			g.mps.ended[id] = pid
+			delete(orphans, pid)
 			if _, err := w.mgr.Command(g.mps.daemon, fmt.Sprintf("terminate_client %d %d", srv, pid)); err != nil {
-				logrus.WithError(err).WithFields(logrus.Fields{"gpu": g.index, "pid": pid}).Warn("terminate_client failed")
+				logrus.WithError(err).WithFields(logrus.Fields{"gpu": g.index, "pid": pid}).Warn(
+					"terminate_client failed; not sent again for this client")
 				continue
 			}
 			w.stats.Reaped.Add(1)
-			delete(orphans, pid)
 			logrus.WithFields(logrus.Fields{"gpu": g.index, "server": srv, "pid": pid}).Warn("MPS client of no live tenant terminated")
 		}
 	}
 	for pid := range orphans {
 		if !seen[pid] {
 			delete(orphans, pid)
+		}
+	}
+	for id, pid := range g.mps.ended {
+		if !seen[pid] {
+			delete(g.mps.ended, id)
 		}
 	}
 }
