@@ -26,7 +26,7 @@ import (
 const (
 	installRuntimeName = "detshare"
 	installShimType    = "io.containerd.detshare.v1"
-	installPodAnnot    = "detshare.io/*"
+	installAnnotations = "detshare.io/*"
 	defaultDaemonJSON  = "/etc/docker/daemon.json"
 	defaultCtrdConfig  = "/etc/containerd/config.toml"
 	defaultCtrdDropIn  = "/etc/containerd/conf.d/detshare.toml"
@@ -51,7 +51,8 @@ changed. The containerd CRI handler names the shim by absolute path (runtime_pat
   docker:     daemon.json "runtimes": {"detshare": …}. Docker < 24 gets the runc wrapper (a "path" runtime; Docker
               20.10 cannot name a shim); Docker ≥ 24 the containerd shim through "runtimeType".
   containerd: the CRI runtime handler "detshare" (runtime_type io.containerd.detshare.v1) with
-              pod_annotations = ["detshare.io/*"]. The existing config's version decides (containerd --version
+              pod_annotations and container_annotations = ["detshare.io/*"] (pods' tier annotations; the device
+              plugin's quota, set as container annotations). The existing config's version decides (containerd --version
               when there is none): version 2 (containerd 1.x): a marked section in config.toml (1.x imports would
               replace the whole CRI section), plugin "io.containerd.grpc.v1.cri"; version 3 (containerd 2.x): a
               drop-in and an imports entry, plugin "io.containerd.cri.v1.runtime".`,
@@ -477,8 +478,8 @@ func runtimeBlockWith(version int, defaultRuntime, shim string) string {
 		sec := strings.TrimSuffix(criSection(version), installRuntimeName) + defaultRuntime
 		extra = fmt.Sprintf("[%s]\n  runtime_type = \"io.containerd.runc.v2\"\n", sec)
 	}
-	return fmt.Sprintf("%s\n%s[%s]\n  runtime_type = %q\n  runtime_path = %q\n  pod_annotations = [%q]\n%s\n",
-		beginMarker, extra, criSection(version), installShimType, shim, installPodAnnot, endMarker)
+	return fmt.Sprintf("%s\n%s[%s]\n  runtime_type = %q\n  runtime_path = %q\n  pod_annotations = [%q]\n  container_annotations = [%q]\n%s\n",
+		beginMarker, extra, criSection(version), installShimType, shim, installAnnotations, installAnnotations, endMarker)
 }
 
 // missingDefaultRuntime returns the CRI default runtime's name when the config does not define it (so adding a
@@ -533,8 +534,8 @@ func ctrdV2Install(old []byte, shim string) ([]byte, error) {
 		return nil, fmt.Errorf("config version %d: containerd 1.x needs version = 2 (version 1 names the CRI plugin \"cri\"); migrate the file first", v)
 	}
 	if _, ok := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", installRuntimeName); ok {
-		return nil, fmt.Errorf("[%s] already exists and was not written by detshare install: set runtime_type = %q and pod_annotations = [%q] in it by hand, or remove it",
-			criSection(2), installShimType, installPodAnnot)
+		return nil, fmt.Errorf("[%s] already exists and was not written by detshare install: set runtime_type = %q, pod_annotations = [%q] and container_annotations = [%q] in it by hand, or remove it",
+			criSection(2), installShimType, installAnnotations, installAnnotations)
 	}
 	out := append([]byte{}, base...)
 	if len(out) > 0 && !bytes.HasSuffix(out, []byte("\n")) {

@@ -179,8 +179,11 @@ func TestInstallContainerd16KeepsTheFileAndUninstallRestoresIt(t *testing.T) {
 	}
 	rt, _ := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "detshare")
 	rtm, _ := rt.(map[string]any)
-	if rtm["runtime_type"] != installShimType || len(rtm["pod_annotations"].([]any)) != 1 || rtm["pod_annotations"].([]any)[0] != "detshare.io/*" {
-		t.Errorf("runtime section %v", rt)
+	for _, k := range []string{"pod_annotations", "container_annotations"} {
+		// container annotations carry the device plugin's quota (k8s/deviceplugin), pod annotations a pod's tier
+		if a, _ := rtm[k].([]any); rtm["runtime_type"] != installShimType || len(a) != 1 || a[0] != "detshare.io/*" {
+			t.Errorf("runtime section %v: want %s = [\"detshare.io/*\"]", rt, k)
+		}
 	}
 	if sc, _ := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options", "SystemdCgroup"); sc != true {
 		t.Error("existing runc options lost")
