@@ -34,6 +34,11 @@ def main():
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", required=True)
     ap.add_argument("--dump", default="", help="write the captured graph (DOT, node types) here")
+    ap.add_argument("--sync", default="context", choices=["context", "stream"],
+                    help="how a request ends: torch.cuda.synchronize() (context) or the current stream's synchronize()")
+    ap.add_argument("--no-events", action="store_true",
+                    help="replay then synchronise with no event recorded in between (as worker.py's requests do); "
+                         "the event columns are then not measured")
     a = ap.parse_args()
 
     import torch
@@ -80,12 +85,17 @@ def main():
             time.sleep(a.gap / 1000.0)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             st = time.perf_counter()
-            e0.record()
+            if not a.no_events:
+                e0.record()
             graph.replay()
-            e1.record()
-            torch.cuda.synchronize()
+            if not a.no_events:
+                e1.record()
+            if a.sync == "stream":
+                torch.cuda.current_stream().synchronize()
+            else:
+                torch.cuda.synchronize()
             svc = time.perf_counter() - st
-            ev_done = e1.query()
+            ev_done = True if a.no_events else e1.query()
             with torch.cuda.stream(side):
                 early = torch.isnan(static_y.float()).any().item()
             t1 = time.perf_counter()
@@ -94,7 +104,7 @@ def main():
             time.sleep(0.02)
             torch.cuda.synchronize()
             late = torch.isnan(static_y.float()).any().item()
-            rows.append({"svc_ms": svc * 1e3, "gpu_ms": e0.elapsed_time(e1), "event_done": bool(ev_done),
+            rows.append({"svc_ms": svc * 1e3, "gpu_ms": 0.0 if a.no_events else e0.elapsed_time(e1), "event_done": bool(ev_done),
                          "nan_after_sync": bool(early), "nan_late": bool(late), "extra_sync_ms": extra * 1e3})
 
     def q(v, p):
@@ -103,7 +113,7 @@ def main():
 
     svc = [r["svc_ms"] for r in rows]
     gpu = [r["gpu_ms"] for r in rows]
-    res = {"tag": a.tag, "model": a.model, "n": len(rows), "gap_ms": a.gap,
+    res = {"tag": a.tag, "model": a.model, "n": len(rows), "gap_ms": a.gap, "events": not a.no_events, "sync": a.sync,
            "preload": os.environ.get("LD_PRELOAD", ""),
            "svc_ms_p50": q(svc, 0.5), "svc_ms_p99": q(svc, 0.99), "svc_ms_min": min(svc),
            "gpu_ms_p50": q(gpu, 0.5),

@@ -7,7 +7,7 @@
 # ./cmd/detshare); its library is built here with make. Logs and JSON results go to OUT. Example (repository root):
 #   bash integration/gpu/graphsync.sh OUT .:--pinned;--lend old:
 # GRAPHSYNC_BE=MODEL (e.g. lin8192-bf16) runs a best-effort worker.py trainer beside the LC in each case; GRAPHSYNC_N
-# sets the number of requests (default 80).
+# sets the number of requests (default 80); GRAPHSYNC_ARGS adds graphsync.py options (e.g. --no-events).
 set -u -o pipefail
 OUT=$1
 shift
@@ -21,7 +21,7 @@ trap 'kill $PW 2>/dev/null' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 
 echo "== native"
-PYTHONUNBUFFERED=1 timeout 120 $PY "$HERE/graphsync.py" --n "$N" --tag native --out "$OUT/native.json" \
+PYTHONUNBUFFERED=1 timeout 120 $PY "$HERE/graphsync.py" --n "$N" ${GRAPHSYNC_ARGS:-} --tag native --out "$OUT/native.json" \
     --dump "$OUT/graph.dot" >"$OUT/native.log" 2>&1
 grep GRAPHSYNC "$OUT/native.log" || tail -20 "$OUT/native.log"
 if [ -f "$OUT/graph.dot" ]; then
@@ -67,7 +67,7 @@ for spec in "$@"; do
         CUDA_MPS_PIPE_DIRECTORY="$rd/mps/gpu0/pipe" DETSHARE_RUN_DIR="$rd" DETSHARE_LOG=debug PYTHONUNBUFFERED=1 \
             timeout 100 "$tree/dsbin/detshare" --run-dir "$rd" run --name lc --lib "$tree/build/lib/libdetshare.so" \
             --strict --tier latency-critical --sm 32 $fl -- \
-            $PY "$HERE/graphsync.py" --n "$N" --tag "$tag" --out "$OUT/run-$i.json" >"$OUT/run-$i.log" 2>&1
+            $PY "$HERE/graphsync.py" --n "$N" ${GRAPHSYNC_ARGS:-} --tag "$tag" --out "$OUT/run-$i.json" >"$OUT/run-$i.log" 2>&1
         echo "rc=$?"
         grep GRAPHSYNC "$OUT/run-$i.log" || tail -20 "$OUT/run-$i.log"
         grep -c "grant epoch" "$OUT/run-$i.log" | sed 's/^/grant epochs seen: /'

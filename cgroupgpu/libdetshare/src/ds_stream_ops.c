@@ -74,6 +74,8 @@ static CUresult around(void *const *realp, const char *name, int kind, int per_t
     CUresult r = call(real, a);
     ds_stream_after(&op, kind, r);
     if (r == CUDA_SUCCESS && (kind == DS_OP_ALL || kind == DS_OP_SYNC) && strstr(name, "Synchronize")) {
+        if (kind == DS_OP_ALL)
+            ds_streams_after_context_sync();
         ds_latency_sync_done(); /* a request completed (ds_gate.c) */
         ds_demand_synced(kind == DS_OP_ALL);
     }

@@ -510,6 +510,29 @@ bool ds_streams_drained(void) {
     return true;
 }
 
+/* A context-wide synchronisation returned: every physical stream must have finished too. The join before it tied
+ * them into their application streams, which a stream synchronisation honours, but on the H100 under MPS a
+ * primary-context cuCtxSynchronize returned while a CUDA-graph replay on a green context's physical stream was still
+ * running (torch.cuda.synchronize() after graph.replay(): 40 of 40 requests early, BENCHMARKS.md, reproduced by
+ * integration/gpu/graphsync.py --no-events). So each physical stream still busy is waited for here, and said once.
+ * This is the synchronisation path, not the launch path: one cuStreamQuery per physical stream. */
+void ds_streams_after_context_sync(void) {
+    if (atomic_load(&ds_process.capturing))
+        return;
+    unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++) {
+        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_acquire);
+        CUstream p = ls ? atomic_load(&ls->phys) : NULL;
+        if (!p || DS_SOP_REAL(cuStreamQuery)(p) != CUDA_ERROR_NOT_READY)
+            continue;
+        static atomic_int said;
+        if (!atomic_exchange(&said, 1))
+            DS_LOG(DS_LOG_WARN, "a context synchronisation returned while physical stream %p still had work: "
+                                "waiting for it (further cases are not logged)", (void *)p);
+        DS_SOP_REAL(cuStreamSynchronize)(p);
+    }
+}
+
 /* fork (the lock order is in ds_init.c): every logical stream's lock and its gate's lock, then g_reg_lock. No
  * stream lock may be taken with g_reg_lock held (relearn nests ls->lock -> g_reg_lock), so a logical stream
  * registered while the stream locks are being taken (registration holds g_reg_lock) is seen by the re-check under

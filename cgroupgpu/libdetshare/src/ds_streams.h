@@ -35,6 +35,7 @@ void ds_stream_after(struct ds_sop *op, int kind, CUresult r);
 void ds_join_all(void);
 
 bool ds_streams_drained(void); /* every physical stream has finished (demand monitor) */
+void ds_streams_after_context_sync(void); /* a context-wide synchronisation returned: wait for physical streams */
 void ds_streams_force_strict(const char *why); /* an edge pair around every kernel from now on */
 
 void ds_streams_fork_lock(void);   /* fork handler (ds_init.c, "Lock order") */
