@@ -805,3 +805,37 @@ func TestCapturedGraphFollowsTheGrant(t *testing.T) {
 		}
 	}
 }
+
+// A context-wide synchronisation waits for kernels the library sent to a green context's physical stream. On the
+// H100 under MPS a primary-context cuCtxSynchronize did not (torch.cuda.synchronize() returned before a CUDA-graph
+// replay ran, BENCHMARKS.md "the early context synchronisation"), though the library had tied the physical stream
+// into the application's with an event; the simulated GPU models that driver behaviour with
+// DETSHARE_SIMGPU_CTX_SYNC=own-context (a context's synchronisation waits for its own streams, and not for a wait
+// on another context's event that ends one). Natively the model changes nothing: the kernel is the context's own.
+func TestContextSyncWaitsForPhysicalStreams(t *testing.T) {
+	const kernelMs = 300
+	steps := []string{"init", "spinlaunch:" + strconv.Itoa(kernelMs), "ctxsync", "smid:16"}
+	for _, confined := range []bool{false, true} {
+		e := newEnv(t, confined)
+		if confined {
+			e = e.withTenant(0, "")
+			e.playScheduler()
+			e.grant(table.ModeSpatial, 0b11)
+		}
+		e.vars = append(e.vars, "DETSHARE_SIMGPU_CTX_SYNC=own-context")
+		r := e.run("ds_probe_rt", steps...)
+		if confined {
+			if g := groupsOf(t, r, "smid"); !within(g, 0b11) {
+				t.Fatalf("kernels ran on groups %v, granted {0,1}: this test needs them on a physical stream", g)
+			}
+		}
+		ms, err := strconv.ParseFloat(r.get(t, "ctxsync", "waited_ms"), 64)
+		if err != nil || r.get(t, "ctxsync", "rc") != "0" {
+			t.Fatalf("confined=%v: ctxsync: %v\n%s", confined, err, strings.Join(r.lines, "\n"))
+		}
+		if ms < kernelMs*8/10 {
+			t.Errorf("confined=%v: cuCtxSynchronize returned after %.1f ms, before the %d ms kernel ended", confined,
+				ms, kernelMs)
+		}
+	}
+}

@@ -7,7 +7,7 @@
  *        array:WxH | array3d:WxHxD | mipmap:WxH:L | free-last | free-all | launch:N | hold | env:NAME |
  *        procaddr:SYMBOL:VERSION:FLAGS | dlsym:NAME | fork:N (child allocates N bytes, reports, exits) |
  *        stream (later kernels go to a new blocking stream; default: the legacy NULL stream) |
- *        spinlaunch:MS (one MS-millisecond kernel; prints how long the launch call took) | sleep:MS |
+ *        spinlaunch:MS (one MS-millisecond kernel; prints how long the launch call took) | ctxsync (cuCtxSynchronize; prints how long it waited) | sleep:MS |
  *        libkernels (later kernels come from cuLibraryLoadData + cuLibraryGetKernel + cuKernelGetFunction, as
  *        cudart 12+ loads them; default: cuModuleLoadData + cuModuleGetFunction) | pause (waits for a
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
@@ -751,6 +751,12 @@ static int step(const char *s) {
         if (r == CUDA_SUCCESS)
             r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
         printf("spinlaunch rc=%d call_ms=%.3f\n", r, ms_since(&t0));
+    } else if (!strcmp(s, "ctxsync")) {
+        /* a context-wide synchronisation; prints how long it waited (after spinlaunch: the kernel's remainder) */
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        r = D.cuCtxSynchronize();
+        printf("ctxsync rc=%d waited_ms=%.3f\n", r, ms_since(&t0));
     } else if (sscanf(s, "burst:%llux%llu", &a, &b) == 2) {
         /* a spin kernels of b us each on the current stream without waiting, then a stream synchronize: tail_ms is
          * how long the work still queued after the last launch returned took to drain (what a reclaim of the SMs

@@ -97,6 +97,8 @@ struct CUstream_st {
     uint64_t id;
     struct CUctx_st *ctx;    /* NULL for legacy/per-thread streams: they use the current context */
     uint64_t tail_ns;        /* simulated completion time of the last operation */
+    uint64_t xwait_tail_ns;  /* tail_ns set by a wait on another context's event (DETSHARE_SIMGPU_CTX_SYNC model) */
+    uint64_t xwait_before_ns; /* tail_ns before that wait */
     unsigned pending_hostfn; /* host functions queued and not yet run */
     struct CUgraph_st *capture;
     uint64_t capture_id;
@@ -109,6 +111,7 @@ struct CUevent_st {
     unsigned flags;
     bool recorded;
     uint64_t time_ns;
+    struct CUctx_st *ctx;       /* the context of the stream it was recorded on */
     struct CUgraph_st *capture; /* recorded while capturing into this graph */
 };
 
@@ -258,6 +261,10 @@ struct sim_global {
     struct sim_device dev[SIM_MAX_DEVICES];
     struct CUstream_st *streams;
     bool verbose;
+    /* DETSHARE_SIMGPU_CTX_SYNC=own-context: cuCtxSynchronize waits only for the streams of that context, and not
+     * for a wait on another context's event that ends a stream (what the H100 under MPS did to a primary-context
+     * synchronisation after work on a green context's stream, BENCHMARKS.md). Default: every stream of the device. */
+    bool ctx_sync_own;
     /* driver calls counted for tests (DETSHARE_SIMGPU_CALLS=1 prints them at exit) */
     atomic_ulong calls_event_record, calls_stream_wait_event, calls_launch, calls_device_op;
     sim_mask device_op_sms; /* every SM a device-side copy or memset ran on (under lock) */

@@ -124,6 +124,7 @@ static CUresult sim_parse_config(void) {
     const char *v;
     uint64_t n;
     g_sim.verbose = (v = getenv("DETSHARE_SIMGPU_VERBOSE")) && *v && strcmp(v, "0");
+    g_sim.ctx_sync_own = (v = getenv("DETSHARE_SIMGPU_CTX_SYNC")) && !strcmp(v, "own-context");
     g_sim.ndev = 1;
     if ((v = getenv("DETSHARE_SIMGPU_COUNT")) && *v) {
         if (!parse_u64(v, &n) || n < 1 || n > SIM_MAX_DEVICES) {

@@ -615,9 +615,17 @@ CUresult cuStreamSynchronize_ptsz(CUstream hStream) { return stream_sync(hStream
 static CUresult ctx_sync(struct CUctx_st *c) {
     uint64_t t = 0;
     pthread_mutex_lock(&g_sim.lock);
-    for (struct CUstream_st *x = g_sim.streams; x; x = x->next)
-        if (x->device == c->device)
+    for (struct CUstream_st *x = g_sim.streams; x; x = x->next) {
+        if (x->device != c->device)
+            continue;
+        if (!g_sim.ctx_sync_own) {
             t = max64(t, x->tail_ns);
+            continue;
+        }
+        if (x->ctx && x->ctx != c)
+            continue; /* another context's stream (legacy and per-thread streams belong to the current one) */
+        t = max64(t, x->xwait_tail_ns && x->tail_ns == x->xwait_tail_ns ? x->xwait_before_ns : x->tail_ns);
+    }
     pthread_mutex_unlock(&g_sim.lock);
     sim_sleep_until(t);
     wait_hostfns(NULL);
@@ -658,7 +666,12 @@ static CUresult stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool p
             s->capture_origin = false;
         }
     } else if (ev->recorded && !s->capture) {
+        uint64_t before = s->tail_ns;
         s->tail_ns = max64(s->tail_ns, ev->time_ns);
+        if (ev->ctx && ev->ctx != ctx) {
+            s->xwait_before_ns = before;
+            s->xwait_tail_ns = s->tail_ns;
+        }
     }
     pthread_mutex_unlock(&g_sim.lock);
     return CUDA_SUCCESS;
@@ -829,6 +842,7 @@ static CUresult event_record(CUevent ev, CUstream h, unsigned flags, bool ptd) {
     } else {
         ev->capture = NULL;
         ev->time_ns = sim_stream_ready(s, ctx);
+        ev->ctx = ctx;
         ev->recorded = true;
     }
     pthread_mutex_unlock(&g_sim.lock);
