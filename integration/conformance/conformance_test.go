@@ -293,37 +293,49 @@ func runMode(t *testing.T, m mode, simDir, lib string, names []string, progs map
 		defer stopNeighbour()
 	}
 	for _, n := range names {
-		var stop chan struct{}
-		var wg sync.WaitGroup
-		changes := 0
-		if m.rebind || m.temporal || m.starve {
-			stop = make(chan struct{})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				changes = drive(t, m, te.tbl, te.slot, stop)
-			}()
-		}
-		var before uint64
-		if te != nil {
-			before = atomic.LoadUint64(&te.client.Page().Launches)
-		}
-		r := runCase(t, m, progs[n], env)
-		if te != nil {
-			// the library counted this program's launches in the tenant's page: it ran with the tenant
-			if after := atomic.LoadUint64(&te.client.Page().Launches); after <= before {
-				t.Errorf("%s [%s]: tenant launch counter %d -> %d: libdetshare did not see the launches",
-					n, m.name, before, after)
+		// A case that ends before the grant moved three times has not been exercised under rebinding: it runs again
+		// (a loaded machine can delay the mover's first changes past a short case), up to five times.
+		var r runResult
+		for attempt := 1; ; attempt++ {
+			var stop chan struct{}
+			var wg sync.WaitGroup
+			changes := 0
+			if m.rebind || m.temporal || m.starve {
+				stop = make(chan struct{})
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					changes = drive(t, m, te.tbl, te.slot, stop)
+				}()
 			}
-		}
-		if stop != nil {
+			var before uint64
+			if te != nil {
+				before = atomic.LoadUint64(&te.client.Page().Launches)
+			}
+			r = runCase(t, m, progs[n], env)
+			checkRun(t, m, n, want[n], r) // every run must be right, exercised or not
+			if te != nil {
+				// the library counted this program's launches in the tenant's page: it ran with the tenant
+				if after := atomic.LoadUint64(&te.client.Page().Launches); after <= before {
+					t.Errorf("%s [%s]: tenant launch counter %d -> %d: libdetshare did not see the launches",
+						n, m.name, before, after)
+				}
+			}
+			if stop == nil {
+				break
+			}
 			close(stop)
 			wg.Wait()
-			if changes < 3 {
-				t.Errorf("%s [%s]: only %d grant/token changes while it ran: not exercised", n, m.name, changes)
+			if changes >= 3 {
+				break
 			}
+			if attempt == 5 {
+				t.Errorf("%s [%s]: only %d grant/token changes while it ran, in each of 5 runs: not exercised",
+					n, m.name, changes)
+				break
+			}
+			t.Logf("%s [%s]: only %d grant/token changes while it ran: running it again", n, m.name, changes)
 		}
-		checkRun(t, m, n, want[n], r)
 		results[n] = r
 	}
 	if m.temporal || m.starve {
