@@ -131,6 +131,9 @@ func (d *Driver) Env(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugi
 	if cfg.Memory != "" {
 		kv[quota.FieldMemory] = cfg.Memory
 	}
+	if cfg.SLOP99 != "" {
+		kv[quota.FieldSLOP99] = cfg.SLOP99
+	}
 	q := quota.Default()
 	var env []string
 	for _, f := range quota.Fields {
@@ -142,10 +145,6 @@ func (d *Driver) Env(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugi
 			return nil, nil, fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, err)
 		}
 		env = append(env, f.EnvKey()+"="+v)
-	}
-	if cfg.SLOP99 != "" {
-		// Carried for the scheduler's latency policy (quota key slo-p99); validated where that key is parsed.
-		env = append(env, quota.EnvPrefix+"SLO_P99="+cfg.SLOP99)
 	}
 	return env, devs, nil
 }

@@ -78,7 +78,9 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	ggr := nf("detshare_gpu_sm_groups", "gauge", "SM groups of the GPU's split")
 	gmode := nf("detshare_gpu_spatial", "gauge", "1 when the GPU is partitioned spatially (MPS), 0 when temporal")
 	gch := nf("detshare_gpu_grant_changes_total", "counter", "grants published on the GPU")
+	uuid := map[int]string{} // tenants carry their GPU's UUID (DCGM's label)
 	for _, g := range snap.GPUs {
+		uuid[g.Index] = g.UUID
 		l := []string{"gpu", strconv.Itoa(g.Index), "uuid", g.UUID, "simulated", strconv.FormatBool(g.Simulated)}
 		gsm.add(float64(g.SMs), l...)
 		ggr.add(float64(len(g.Groups)), l...)
@@ -95,10 +97,6 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	tgc := nf("detshare_tenant_grant_changes_total", "counter", "grant changes of the tenant's slot")
 	tslo := nf("detshare_tenant_slo_violations_total", "counter", "latency-tier demand answered later than scheduler.latency_slo")
 	tdem := nf("detshare_tenant_demand", "gauge", "processes of the tenant with queued work")
-	uuid := map[int]string{}
-	for _, g := range snap.GPUs {
-		uuid[g.Index] = g.UUID
-	}
 	tlc := nf("detshare_tenant_latency_completions_total", "counter", "completions observed by the library (synchronisations that waited for work)")
 	tlp := nf("detshare_tenant_latency_p99_seconds", "gauge", "P99 of the observed completion latency since registration (histogram bucket upper edge)")
 	tst := nf("detshare_tenant_slo_p99_seconds", "gauge", "the tenant's latency target (slo-p99), 0 = none")
