@@ -275,3 +275,33 @@ func TestBypassCaughtByMPSServerLimit(t *testing.T) {
 		t.Fatalf("page mem_used = %d: the library saw a call it was not supposed to see", used)
 	}
 }
+
+// The MPS client priority follows the tier the host registered, not the tenant's environment: every lower tier is
+// below normal, so that SMs a latency-critical tenant's grant shares with it go to the latency-critical blocks
+// first (issue 12); a value the tenant set is replaced before the driver initialises.
+func TestMPSClientPriorityFollowsTier(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		tier      uint32
+		tenantVar string
+		want      string
+	}{
+		{"best-effort", table.TierBestEffort, "", "1"},
+		{"best-effort asks for normal", table.TierBestEffort, "CUDA_MPS_CLIENT_PRIORITY=0", "1"},
+		{"burstable", table.TierBurstable, "", "1"},
+		{"latency-critical", table.TierLatencyCritical, "CUDA_MPS_CLIENT_PRIORITY=1", "0"},
+		{"switched off", table.TierBestEffort, "DETSHARE_MPS_PRIORITY=off", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(0, t.TempDir())
+			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, c.tier)
+			if c.tenantVar != "" {
+				e.vars = append(e.vars, c.tenantVar)
+			}
+			r := e.run("ds_probe_rt", "env:CUDA_MPS_CLIENT_PRIORITY")
+			if v := r.get(t, "env:CUDA_MPS_CLIENT_PRIORITY", "value"); v != c.want {
+				t.Fatalf("CUDA_MPS_CLIENT_PRIORITY = %q, want %q", v, c.want)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ Configurations, for each pair of a latency-critical (LC) and a best-effort (BE) 
   timeslice   both at once, no MPS: the driver time-slices the two processes
   mps         both at once under one MPS server (private pipe directory), no limits
   mps-pct     MPS, BE with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = its share of SMs (LC's groups left out)
+  mps-prio    MPS, BE with CUDA_MPS_CLIENT_PRIORITY=1 (below normal), LC at normal priority (coloc suite only)
   detshare    MPS + libdetshare; the Python scheduler (dstable.py) grants LC --lc-groups groups, BE the rest
 LLM pair (a Llama-like prefill process with Poisson prompts + a decode process, both best-effort roles):
   alone, timeslice, mps, detshare-to (throughput-oriented: equal split of groups while both are busy, all groups
@@ -19,7 +20,9 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   to its power limit, and in fp32 `lin8192-fp32`): alone (each workload once), timeslice, mps, mps-pct,
   detshare-static (the real scheduler, LC pinned to its --lc-groups guarantee: the policy before issue 12) and
   detshare-dynamic (LC expands over the trainer while busy, trainer throttled to its floor behind the dispatch
-  gate; --lc-slo-ms sets the LC's slo-p99). Needs --scheduler detshare.
+  gate; --lc-slo-ms sets the LC's slo-p99). mps-prio and detshare-dynamic-noprio (detshare-dynamic with
+  DETSHARE_MPS_PRIORITY=off: every tenant at normal MPS priority) isolate what the MPS client priority the library
+  sets from the tier contributes. Needs --scheduler detshare.
 Board power, power limit and SM clock are logged every 100 ms for the whole run (OUTDIR/power.csv, nvidia-smi
 queries only) and summarised per case by report.py.
 
@@ -50,7 +53,8 @@ INFER_PAIRS = {"quick": [("resnet50", "resnet50")],
 PAIR_CONFIGS = ["alone", "alone-lib", "timeslice", "alone-grant", "mps", "mps-pct", "detshare"]
 LLM_CONFIGS = ["alone", "timeslice", "mps", "detshare-to", "detshare-tpot"]
 TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
-COLOC_CONFIGS = ["alone", "timeslice", "mps", "mps-pct", "detshare-static", "detshare-dynamic"]
+COLOC_CONFIGS = ["alone", "timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
+                 "detshare-dynamic-noprio"]
 COLOC_LC = ["bert", "resnet50", "llama-step"]
 COLOC_BE = ["lin8192-bf16", "lin8192-fp32"]
 SUITES = ["infer", "llm", "train", "coloc"]
@@ -120,7 +124,7 @@ def parse(argv=None):
     for x in a.coloc_bes:
         if x not in COLOC_BE:
             ap.error("--coloc-be: %r is not one of %s" % (x, ", ".join(COLOC_BE)))
-    if "coloc" in a.suites and a.scheduler != "detshare" and (not a.only or "detshare-dynamic" in a.only):
+    if "coloc" in a.suites and a.scheduler != "detshare" and (not a.only or any(c.startswith("detshare-dynamic") for c in a.only)):
         ap.error("--suite coloc: detshare-dynamic needs the real scheduler (--scheduler detshare, `make build`)")
     if not 0 < a.load < 1:
         ap.error("--load=%s: must be between 0 and 1 (fraction of solo capacity)" % a.load)
@@ -303,7 +307,8 @@ class Runner:
         if a.dry_run:
             for c in plan:
                 print("%-32s %-14s %s" % (c.name, c.config, " | ".join(
-                    "%s: %s%s" % (w.label, " ".join(w.args), " (MPS %s%%)" % w.mps_pct if w.mps_pct else "")
+                    "%s: %s%s%s" % (w.label, " ".join(w.args), " (MPS %s%%)" % w.mps_pct if w.mps_pct else "",
+                                    "".join(" (%s=%s)" % kv for kv in sorted(w.env.items())))
                     for w in c.workers)))
             return 0
         with open(os.path.join(self.out, "meta.json"), "w") as f:
@@ -417,7 +422,12 @@ class Runner:
             if cfg == "mps-pct" and label == "be":
                 groups = self.groups()
                 pct = max(1, int(100 * sum(groups[self.a.lc_groups:]) / self.gpu["sms"]))
-            ws.append(Worker(label, list(args), tenant=tenant, mps_pct=pct))
+            env = {}
+            if cfg == "mps-prio" and label == "be":
+                env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the LC stays at normal (0)
+            if cfg.endswith("-noprio"):
+                env["DETSHARE_MPS_PRIORITY"] = "off"  # the library leaves every tenant at normal priority
+            ws.append(Worker(label, list(args), env=env, tenant=tenant, mps_pct=pct))
             ws[-1].group = group
         return Case(name, cfg, ws, needs_mps=cfg.startswith("mps") or cfg.startswith("detshare") or
                     cfg == "alone-grant")
@@ -463,6 +473,8 @@ class Runner:
                 env.pop("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", None)
                 if w.mps_pct:
                     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(w.mps_pct)
+                env.pop("CUDA_MPS_CLIENT_PRIORITY", None)
+                env.update(w.env)
                 if real:
                     env.pop("LD_PRELOAD", None)
                     env.pop("DETSHARE_QUOTA_FILE", None)
@@ -590,7 +602,7 @@ class Runner:
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sms)]
                 if c.config == "detshare-static":
                     flags[w.tenant].append("--pinned")  # the policy before issue 12: exactly the guarantee
-                elif c.config == "detshare-dynamic":
+                elif c.config in ("detshare-dynamic", "detshare-dynamic-noprio"):
                     if a.lc_slo_ms:
                         flags[w.tenant] += ["--slo-p99", "%gms" % a.lc_slo_ms]
                     if a.lc_lend:

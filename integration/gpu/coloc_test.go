@@ -24,13 +24,28 @@ func TestColocPlan(t *testing.T) {
 			lines = append(lines, l)
 		}
 	}
-	if len(lines) != 35 {
-		t.Fatalf("%d cases, want 3 LC + 2 trainers alone and 3 x 2 x 5 shared = 35:\n%s", len(lines), out)
+	if len(lines) != 47 {
+		t.Fatalf("%d cases, want 3 LC + 2 trainers alone and 3 x 2 x 7 shared = 47:\n%s", len(lines), out)
 	}
 	for _, want := range []string{"coloc/bert/alone", "coloc/llama-step/alone", "coloc/lin8192-fp32/alone",
-		"coloc/resnet50+lin8192-bf16/detshare-dynamic", "coloc/llama-step+lin8192-fp32/mps-pct", "(MPS 66%)"} {
+		"coloc/resnet50+lin8192-bf16/detshare-dynamic", "coloc/llama-step+lin8192-fp32/mps-pct", "(MPS 66%)",
+		"coloc/bert+lin8192-bf16/detshare-dynamic-noprio"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	// only the trainer is lowered under plain MPS; with the library the tier decides, unless switched off
+	for _, l := range lines {
+		f := strings.Fields(l)
+		lcPart, bePart, _ := strings.Cut(l, " | be: ")
+		switch {
+		case f[1] == "mps-prio" && (strings.Contains(lcPart, "CUDA_MPS_CLIENT_PRIORITY") ||
+			!strings.Contains(bePart, "(CUDA_MPS_CLIENT_PRIORITY=1)")):
+			t.Errorf("mps-prio must lower the trainer alone: %s", l)
+		case f[1] == "detshare-dynamic-noprio" && strings.Count(l, "(DETSHARE_MPS_PRIORITY=off)") != 2:
+			t.Errorf("detshare-dynamic-noprio must switch the tier priority off for both: %s", l)
+		case f[1] != "mps-prio" && f[1] != "detshare-dynamic-noprio" && strings.Contains(l, "PRIORITY"):
+			t.Errorf("%s must leave priorities alone: %s", f[1], l)
 		}
 	}
 	cmd := exec.Command(py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",

@@ -289,7 +289,8 @@ def build(outdir, skip, slo_ms):
 
 
 COLOC_TARGET = {"lc_p99_ratio": 1.10, "lc_p99_goal": 1.05}
-COLOC_SHARED = ("timeslice", "mps", "mps-pct", "detshare-static", "detshare-dynamic")
+COLOC_SHARED = ("timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
+                "detshare-dynamic-noprio")
 
 
 def read_power(outdir):

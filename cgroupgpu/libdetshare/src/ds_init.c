@@ -106,6 +106,10 @@ static void settings_once(void) {
     st->first_grant_wait_ms = env_ms("DETSHARE_FIRST_GRANT_WAIT_MS", 1000);
     st->grant_wait_ms = env_ms("DETSHARE_GRANT_WAIT_MS", 10000);
     st->idle_ms = env_ms("DETSHARE_IDLE_MS", 0);
+    const char *pr = getenv("DETSHARE_MPS_PRIORITY");
+    st->mps_priority = !(pr && !strcmp(pr, "off"));
+    if (pr && *pr && strcmp(pr, "tier") && strcmp(pr, "off"))
+        DS_LOG(DS_LOG_WARN, "DETSHARE_MPS_PRIORITY=%s: allowed tier or off; using tier", pr);
     const char *lib = getenv("DETSHARE_REAL_LIBCUDA");
     if (lib && *lib && strlen(lib) < sizeof st->real_libcuda)
         memcpy(st->real_libcuda, lib, strlen(lib) + 1);
@@ -294,6 +298,22 @@ static void set_mps_backstop(uint64_t limit, int ordinal) {
     DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s", v);
 }
 
+/* MPS client priority (issue 12). Green contexts decide which SMs a client may use; where a latency-critical
+ * tenant's grant overlaps groups a lower tier still runs on (the wide offer of an idle LC, a lent guarantee), the
+ * hardware dispatches the waiting thread blocks of both. Below-normal priority for every lower tier makes the SMs
+ * that free up go to the latency-critical tenant's blocks first. The driver reads the variable when the client
+ * connects to the MPS server, so it is set before the driver initialises. It is a hint, never a partition: a tenant
+ * that raises its own priority competes on equal terms, on the SMs it was granted (docs/threat-model.md). */
+static void set_mps_priority(uint32_t tier) {
+    if (!ds_process.settings.mps_priority)
+        return;
+    const char *want = tier == DS_TIER_LATENCY_CRITICAL ? "0" : "1";
+    const char *cur = getenv("CUDA_MPS_CLIENT_PRIORITY");
+    if (cur && *cur && strcmp(cur, want))
+        DS_LOG(DS_LOG_INFO, "CUDA_MPS_CLIENT_PRIORITY=%s set by the tenant is replaced by its tier's %s", cur, want);
+    setenv("CUDA_MPS_CLIENT_PRIORITY", want, 1);
+}
+
 /* ---------------------------------------------------------------------------------------------------------------
  * Privilege drops (issue 13 item 7). The client page is writable by root only (0644 on the host, and bound as is
  * into the container), so a process that drops to another user before it execs its program (setpriv, su, gosu,
@@ -458,6 +478,7 @@ static void load_tenant(void) {
         const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
         set_mps_backstop(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED), host && !(cvd && *cvd) ? gpu : 0);
     }
+    set_mps_priority(__atomic_load_n(&c->tier, __ATOMIC_RELAXED));
     keep_page_for_exec(q.client_page);
     ds_process.tenant = t;
     ds_guard_snapshot();

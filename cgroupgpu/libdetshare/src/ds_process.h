@@ -63,6 +63,7 @@ struct ds_settings {
     uint64_t first_grant_wait_ms; /* DETSHARE_FIRST_GRANT_WAIT_MS (1000): longest wait for the first grant */
     uint64_t grant_wait_ms;       /* DETSHARE_GRANT_WAIT_MS (10000): longest wait for SMs under an empty grant */
     uint64_t idle_ms;             /* DETSHARE_IDLE_MS; 0: the tier's default (2 latency-critical, 20 otherwise) */
+    int mps_priority;             /* DETSHARE_MPS_PRIORITY=tier (default): CUDA_MPS_CLIENT_PRIORITY from the tier */
     char real_libcuda[4096];      /* DETSHARE_REAL_LIBCUDA; default libcuda.so.1 */
 };
 
