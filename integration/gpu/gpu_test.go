@@ -77,7 +77,7 @@ func need(t *testing.T, paths ...string) {
 func TestScriptsHelpWithoutTorch(t *testing.T) {
 	py := python(t)
 	for _, s := range []string{"bench.py", "worker.py", "report.py", "determinism.py", "memquota.py", "dstable.py",
-		"gpuinfo.py", "rebind.py", "isolation.py", "graphsync.py"} {
+		"gpuinfo.py", "rebind.py", "isolation.py", "graphsync.py", "kernelgrid.py"} {
 		cmd := exec.Command(py, filepath.Join(here(t), s), "--help")
 		cmd.Env = append(os.Environ(), "PYTHONPATH=/nonexistent") // no site torch either way
 		out, err := cmd.CombinedOutput()

@@ -20,5 +20,10 @@ func Set(flag, level string) error {
 	}
 	logrus.SetLevel(lvl)
 	logrus.SetOutput(os.Stderr)
+	if lvl >= logrus.DebugLevel {
+		// Debug lines (grant decisions, gate changes) are microseconds apart; second stamps cannot be lined up with
+		// a tenant's request times.
+		logrus.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "2006-01-02T15:04:05.000000Z07:00"})
+	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package loglevel
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,5 +20,21 @@ func TestSet(t *testing.T) {
 	}
 	if logrus.GetLevel() != logrus.DebugLevel {
 		t.Fatal("a bad level changed the level")
+	}
+}
+
+// At debug level every line carries microseconds, so grant decisions can be lined up with request times.
+func TestDebugStampsMicroseconds(t *testing.T) {
+	defer logrus.SetLevel(logrus.GetLevel())
+	defer logrus.SetFormatter(logrus.StandardLogger().Formatter)
+	if err := Set("--log-level", "debug"); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	logrus.SetOutput(&b)
+	defer logrus.SetOutput(os.Stderr)
+	logrus.Debug("grant")
+	if !regexp.MustCompile(`time="\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}`).MatchString(b.String()) {
+		t.Fatalf("debug line without microseconds: %s", b.String())
 	}
 }
