@@ -123,3 +123,103 @@ func TestLatencyCriticalIdleAtSynchronisation(t *testing.T) {
 		p.finish()
 	}
 }
+
+// A tenant holding every group launches on its own stream, not a green context's: the gate bounds what it queues
+// there too. On the H100 an ungated trainer on the whole GPU had a whole step (~13 ms) queued when the
+// latency-critical tenant woke. Simulated GPU (a test double), as TestDispatchGateBoundsReclaim.
+func TestDispatchGateBoundsEveryGroupGrant(t *testing.T) {
+	const kernelMs, n = 2.0, 40
+	burst := "burst:" + strconv.Itoa(n) + "x2000"
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0x7fff) // all 15 groups: launches stay on the application's stream
+	if err := e.tbl.SetGate(e.reg.Slot, 4, 1000000); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run("ds_probe_rt", "init", "stream", burst)
+	if tail := ms(t, r, "burst", "tail_ms"); tail > 4*kernelMs*1.5+1 {
+		t.Fatalf("every group, gate depth 4: %.1f ms queued after the last launch, bound %.0f ms", tail, 4*kernelMs)
+	}
+	if total := ms(t, r, "burst", "total_ms"); total < 0.9*n*kernelMs {
+		t.Fatalf("gated burst took %.1f ms, less than its %.0f ms of kernels: work was lost", total, n*kernelMs)
+	}
+	if atomic.LoadUint64(&e.client.Page().GateWaits) == 0 {
+		t.Fatal("no gate wait on the every-group path")
+	}
+}
+
+// The budget counts each kernel's own learnt duration, not one average per stream: a trainer's long GEMMs next to
+// many short optimizer kernels must not queue two GEMMs because the average kernel is short. Rounds of 8 x 0.2 ms
+// kernels of one function and 2 x 8 ms of another, budget 4 ms: an 8 ms kernel waits until the stream drained, so
+// after the last launch one long kernel (8 ms) is left, not two (16 ms).
+func TestDispatchGateBudgetPerKernel(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0x00f0)
+	if err := e.tbl.SetGate(e.reg.Slot, 64, 4000); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run("ds_probe_rt", "init", "stream", "mixburst:4x8000x200")
+	if r.get(t, "mixburst", "distinct") != "1" {
+		t.Fatal("the probe launched one function for both kinds: the test would prove nothing")
+	}
+	if tail := ms(t, r, "mixburst", "tail_ms"); tail > 12 {
+		t.Fatalf("%.1f ms queued after the last launch: two 8 ms kernels went under a 4 ms budget", tail)
+	}
+	if total := ms(t, r, "mixburst", "total_ms"); total < 0.9*4*(2*8+8*0.2) {
+		t.Fatalf("the burst took %.1f ms, less than its kernels: work was lost", total)
+	}
+}
+
+// A launch after a grant change waits until the launches in flight on the old grant finished: queued behind them
+// in stream order it would start only when they end, on SMs the scheduler may have given back to a
+// latency-critical tenant by then (a kernel launched wide behind kernels that run long on a one-group floor).
+func TestDispatchGateDrainsOnGrantChange(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0x0010) // the floor
+	if err := e.tbl.SetGate(e.reg.Slot, 8, 1000000); err != nil {
+		t.Fatal(err)
+	}
+	p := e.start("ds_probe_rt", "init", "stream", "spins:4x50000", "pause", "spinlaunch:1")
+	p.until()
+	e.grant(table.ModeSpatial, 0x7fff) // the latency-critical tenant went idle: every group
+	p.resume()
+	r := p.finish()
+	// 200 ms of kernels were queued on the floor; the launch on the new grant waits for most of them
+	if call := ms(t, r, "spinlaunch", "call_ms"); call < 100 {
+		t.Fatalf("the first launch on the new grant returned after %.1f ms with 200 ms of the old grant's kernels "+
+			"queued: it was queued behind them", call)
+	}
+}
+
+// A copy does not make a process busy: copies run on copy engines, not on granted SMs. A latency-critical server
+// that reads its result back after each request was busy again right after its request ended (H100, issue 12),
+// which throttled its neighbours a second time per request, for nothing.
+func TestCopyAloneDoesNotMakeBusy(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0x000f)
+	atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, table.TierLatencyCritical)
+	e.vars = append(e.vars, "DETSHARE_IDLE_MS=5000")
+	p := e.start("ds_probe_rt", "init", "stream", "burst:3x1000", "pause", "readback:4096", "pause", "burst:1x1000",
+		"pause")
+	p.until()
+	pg := e.client.Page()
+	seq := atomic.LoadUint32(&pg.DemandSeq)
+	p.resume()
+	if r := p.until(); r.get(t, "readback", "rc") != "0" {
+		t.Fatal("readback failed")
+	}
+	if s := atomic.LoadUint32(&pg.DemandSeq); s != seq || atomic.LoadUint32(&pg.Demand) != 0 {
+		t.Fatalf("a read-back copy after the request changed demand %d times (demand now %d): a copy alone is "+
+			"not SM work", s-seq, atomic.LoadUint32(&pg.Demand))
+	}
+	p.resume()
+	p.until()
+	if atomic.LoadUint32(&pg.DemandSeq) == seq {
+		t.Fatal("the next kernel did not make the tenant busy again")
+	}
+	p.resume()
+	p.finish()
+}

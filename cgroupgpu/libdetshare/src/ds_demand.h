@@ -15,7 +15,9 @@ void ds_demand_synced(bool whole_context);  /* a synchronisation returned: a dra
 void ds_demand_child(void);                 /* fork, in the child */
 
 /* Work is being issued (a kernel, or a copy or memset): counted in this process's entry (relaxed atomics); the
- * first work after idle makes the process busy. */
+ * first kernel after idle makes the process busy. Copies alone do not: they run on copy engines, not on the SMs the
+ * scheduler grants, and a latency-critical server that reads its result back after each request would otherwise
+ * wake the scheduler twice per request and throttle its neighbours for a copy (seen on the H100, issue 12). */
 static inline void ds_demand_work(bool kernel) {
     struct ds_proc *self = atomic_load_explicit(&ds_process.self, memory_order_relaxed);
     if (DS_LIKELY(self != NULL)) {
@@ -25,7 +27,7 @@ static inline void ds_demand_work(bool kernel) {
                 ds_latency_start();
         }
         __atomic_fetch_add(&self->queued, 1, __ATOMIC_RELAXED);
-        if (DS_UNLIKELY(!__atomic_load_n(&self->busy, __ATOMIC_RELAXED)))
+        if (kernel && DS_UNLIKELY(!__atomic_load_n(&self->busy, __ATOMIC_RELAXED)))
             ds_demand_busy(self);
     }
 }

@@ -2,15 +2,24 @@
  * ds_gate.c — the dispatch gate and the latency the library observes (issue 12).
  *
  * Dispatch gate. Beside a latency-critical tenant that may take SM groups back at any moment, the scheduler gives a
- * best-effort or burstable tenant a gate (ds_container.gate_depth, gate_budget_us): each of its streams may have at
- * most min(depth, budget / learnt kernel duration) kernels in flight (at least one). Kernels already queued on a
- * green context keep running on its SMs until they finish (they are never preempted or cut), so this bound is what
- * makes a reclaim end within about the budget (or one kernel, if a single kernel is longer). The gate marks each
- * launch's completion with an event on the physical stream; a launch at the cap waits for the oldest one. The
- * duration of a kernel is learnt per stream from completions the gate saw happen (the oldest mark was seen
- * unfinished at an earlier launch or wait): time since the previous completion or since submission, whichever is
- * later, as an exponential average. Completions seen late make the estimate longer and the cap smaller: it errs
- * on the side of a faster reclaim.
+ * best-effort or burstable tenant a gate (ds_container.gate_depth, gate_budget_us). Kernels already queued keep
+ * running on the SMs they were launched for until they finish (they are never preempted or cut), so what a tenant
+ * has queued is what a reclaim waits for; the gate bounds it:
+ *   - Work, not count: each stream may have at most depth launches in flight and, beyond the first, only as many
+ *     as fit the budget by their predicted durations. A duration is learnt per kernel (CUfunction, or CUgraphExec)
+ *     as work = nanoseconds x SM groups of the grant it ran on, so a GEMM learnt on the whole GPU is predicted 15
+ *     times longer on one group. On the H100 a bf16 trainer's GEMMs are persistent kernels (one block per SM held
+ *     for the whole ~0.35 ms kernel, integration/gpu/kernelgrid.py) next to 35 us optimizer kernels: one average per
+ *     stream let five GEMMs queue under a 500 us budget.
+ *   - Every grant, the whole GPU included: a tenant holding every group launches on the application's own stream,
+ *     and was ungated there, so a whole training step (~13 ms) could be queued when the latency-critical tenant woke.
+ *   - No launch behind another grant's: a launch to another stream than the launches in flight (the grant changed)
+ *     waits until they have finished. Otherwise a kernel launched wide, queued in stream order behind kernels that
+ *     run long on a one-group floor, would start only much later, when the latency-critical tenant may be running.
+ * The gate marks each launch's completion with an event on the stream it went to; a launch that does not fit waits
+ * for the oldest one. A completion is timed from when it was seen (the oldest mark was seen unfinished at an earlier
+ * launch or wait): time since the previous completion or since submission, whichever is later. Completions seen
+ * late make the estimate longer: it errs on the side of a faster reclaim.
  * Cost: without a gate the launch path pays one relaxed load of gate_depth. With one, locks, event records and
  * queries are taken on purpose: they are the throttle. The gate is cooperative (the tenant's own process runs it):
  * a tenant that bypasses it only slows its own reclaim; SM confinement never depends on it.
@@ -76,34 +85,68 @@ static void pause_a_little(uint64_t waited_ns) {
     nanosleep(&ts, NULL);
 }
 
-unsigned ds_gate_cap(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns) {
-    unsigned cap = depth > DS_GATE_MAX ? DS_GATE_MAX : depth;
-    if (!g->est_ns && cap > 2)
-        cap = 2; /* nothing learnt yet: two kernels until the stream's durations are known */
-    if (g->est_ns && budget_ns) {
-        uint64_t k = budget_ns / g->est_ns;
-        if (k < 1)
-            k = 1;
-        if (k < cap)
-            cap = (unsigned)k;
-    }
-    return cap ? cap : 1;
+static unsigned cost_slot(const void *key) {
+    uintptr_t k = (uintptr_t)key;
+    return (unsigned)((k >> 4) ^ (k >> 12) ^ (k >> 20)) % DS_GATE_KEYS;
 }
 
-void ds_gate_wait(struct ds_gate *g, uint32_t depth) {
+uint64_t ds_gate_predict(const struct ds_gate *g, const void *key, unsigned width) {
+    if (!width)
+        width = 1;
+    const struct ds_gate_cost *c = &g->cost[cost_slot(key)];
+    if (key && c->key == key && c->work)
+        return c->work / width;
+    return g->work / width;
+}
+
+int ds_gate_admits(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns, uint64_t est, uint64_t now) {
+    unsigned cap = depth > DS_GATE_MAX ? DS_GATE_MAX : depth;
+    if (g->n == 0)
+        return 1; /* one launch always goes: the gate throttles, it never stops a tenant */
+    if (g->n >= cap)
+        return 0;
+    if (!budget_ns)
+        return 1;
+    if (!est && !g->est_sum)
+        return g->n < 2; /* nothing learnt yet: two launches until the durations are known */
+    /* what is left of the work in flight: the oldest launch has been running since the previous completion (or its
+     * submission), so the next one may queue as it nears its end and the stream does not idle between them */
+    unsigned h = g->head;
+    uint64_t start = g->last_done_ns > g->sub_ns[h] ? g->last_done_ns : g->sub_ns[h];
+    uint64_t ran = now > start ? now - start : 0;
+    uint64_t left = g->est_sum - (ran < g->est_in[h] ? ran : g->est_in[h]);
+    return left + est <= budget_ns;
+}
+
+static void learn(struct ds_gate *g, unsigned h, uint64_t dur) {
+    uint64_t w = dur * (g->width_in[h] ? g->width_in[h] : 1);
+    g->work = g->work ? (g->work * 7 + w) / 8 : w;
+    const void *key = g->key_in[h];
+    if (!key)
+        return;
+    struct ds_gate_cost *c = &g->cost[cost_slot(key)];
+    if (c->key != key) {
+        c->key = key;
+        c->work = w;
+    } else {
+        c->work = (c->work * 3 + w) / 4;
+    }
+}
+
+void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void *key, unsigned width) {
     if (atomic_load(&ds_process.capturing) || !ds_real.cuEventQuery)
         return; /* an event record would become a node of the application's graph */
     uint64_t budget = (uint64_t)__atomic_load_n(&ds_process.tenant->ctr->gate_budget_us, __ATOMIC_RELAXED) * 1000;
     uint64_t t0 = 0, now = 0;
     pthread_mutex_lock(&g->lock);
-    unsigned cap = ds_gate_cap(g, depth, budget);
     while (g->n > 0) {
         unsigned h = g->head;
         CUresult r = ds_real.cuEventQuery(g->ev[h]);
         now = ds_now_ns();
         if (r == CUDA_ERROR_NOT_READY) {
             g->head_busy = 1; /* seen unfinished: its completion time will be observed */
-            if (g->n < cap)
+            /* the grant changed: nothing may queue behind the old grant's launches */
+            if (g->where == where && ds_gate_admits(g, depth, budget, ds_gate_predict(g, key, width), now))
                 break;
             if (!t0)
                 t0 = now;
@@ -117,12 +160,11 @@ void ds_gate_wait(struct ds_gate *g, uint32_t depth) {
         }
         if (g->head_busy && r == CUDA_SUCCESS) {
             uint64_t start = g->last_done_ns > g->sub_ns[h] ? g->last_done_ns : g->sub_ns[h];
-            uint64_t dur = now > start ? now - start : 0;
-            g->est_ns = g->est_ns ? (g->est_ns * 7 + dur) / 8 : dur;
-            cap = ds_gate_cap(g, depth, budget);
+            learn(g, h, now > start ? now - start : 0);
         }
         g->head_busy = 0;
         g->last_done_ns = now;
+        g->est_sum -= g->est_in[h] < g->est_sum ? g->est_in[h] : g->est_sum;
         g->head = (h + 1) % DS_GATE_MAX;
         g->n--;
     }
@@ -133,7 +175,7 @@ void ds_gate_wait(struct ds_gate *g, uint32_t depth) {
     }
 }
 
-void ds_gate_record(struct ds_gate *g, CUstream phys) {
+void ds_gate_record(struct ds_gate *g, CUstream where, const void *key, unsigned width) {
     if (atomic_load(&ds_process.capturing))
         return;
     pthread_mutex_lock(&g->lock);
@@ -141,8 +183,14 @@ void ds_gate_record(struct ds_gate *g, CUstream phys) {
         unsigned i = (g->head + g->n) % DS_GATE_MAX;
         if (!g->ev[i] && ds_real.cuEventCreate(&g->ev[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
             g->ev[i] = NULL;
-        if (g->ev[i] && DS_SOP_REAL(cuEventRecord)(g->ev[i], phys) == CUDA_SUCCESS) {
+        if (g->ev[i] && DS_SOP_REAL(cuEventRecord)(g->ev[i], where) == CUDA_SUCCESS) {
+            if (g->n == 0)
+                g->where = where;
             g->sub_ns[i] = ds_now_ns();
+            g->key_in[i] = key;
+            g->width_in[i] = width;
+            g->est_in[i] = ds_gate_predict(g, key, width);
+            g->est_sum += g->est_in[i];
             g->n++;
         }
     }

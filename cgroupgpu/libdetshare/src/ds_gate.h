@@ -13,19 +13,37 @@
 #include <stdint.h>
 
 #define DS_GATE_MAX 64u
+#define DS_GATE_KEYS 64u
+struct ds_gate_cost {             /* what one kernel (or graph) costs, learnt from completions */
+    const void *key;              /* its CUfunction or CUgraphExec */
+    uint64_t work;                /* nanoseconds x SM groups it ran on (exponential average) */
+};
 struct ds_gate {                  /* per logical stream */
     pthread_mutex_t lock;
     CUevent ev[DS_GATE_MAX];      /* completion marks of launches in flight (ring) */
     uint64_t sub_ns[DS_GATE_MAX]; /* when each was submitted */
+    uint64_t est_in[DS_GATE_MAX]; /* its predicted duration when it was admitted (0: unknown) */
+    const void *key_in[DS_GATE_MAX];
+    unsigned width_in[DS_GATE_MAX]; /* SM groups of the grant it was launched on */
+    uint64_t est_sum;             /* sum of est_in over the launches in flight */
+    CUstream where;               /* the stream the launches in flight went to */
     unsigned head, n;
     int head_busy;                /* the oldest mark was seen unfinished */
-    uint64_t est_ns;              /* learnt kernel duration on this stream */
+    uint64_t work;                /* learnt work of any kernel on this stream (fallback for an unknown key) */
     uint64_t last_done_ns;
+    struct ds_gate_cost cost[DS_GATE_KEYS]; /* direct-mapped by key; a collision replaces */
 };
 void ds_gate_init(struct ds_gate *g);
-unsigned ds_gate_cap(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns);
-void ds_gate_wait(struct ds_gate *g, uint32_t depth); /* before a launch: waits while the stream is at its cap */
-void ds_gate_record(struct ds_gate *g, CUstream phys); /* after a launch: marks its completion */
+/* The predicted duration of a launch of key on width groups, 0 when nothing is learnt (lock held or not: a hint). */
+uint64_t ds_gate_predict(const struct ds_gate *g, const void *key, unsigned width);
+/* Whether one more launch (predicted est ns) may go at time now: depth and budget from the table, against what is
+ * left of the launches in flight. */
+int ds_gate_admits(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns, uint64_t est, uint64_t now);
+/* Before a launch of key to stream where, on a grant of width groups: waits while the stream is at its cap, and
+ * until every launch in flight finished if they went to another stream (another grant). */
+void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void *key, unsigned width);
+/* After that launch: marks its completion. */
+void ds_gate_record(struct ds_gate *g, CUstream where, const void *key, unsigned width);
 /* The gate's depth for this tenant: the only load the ungated launch path pays. */
 static inline uint32_t ds_gate_depth(void) {
     return __atomic_load_n(&ds_process.tenant->ctr->gate_depth, __ATOMIC_RELAXED);

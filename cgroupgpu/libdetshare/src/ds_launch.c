@@ -17,16 +17,17 @@
 
 /* Every launch hook: count the launch and pick its stream (ds_launch_stream), launch there; if the physical stream
  * refuses the kernel, launch it where the application asked (after what the physical stream holds) and leave that
- * stream unconfined. params: the hook's parameter list; app_stream: the application's stream; usable: false passes
+ * stream unconfined. params: the hook's parameter list; app_stream: the application's stream; key: what is launched
+ * (CUfunction, CUgraphExec: the dispatch gate learns its duration, ds_gate.c); usable: false passes
  * the call through (an argument the driver must reject itself); prepare: statements run after the stream is chosen
  * (s_ holds it); on_phys / on_app: the driver call on the chosen stream / as the application made it. */
-#define LAUNCH(name, pt, params, app_stream, usable, prepare, on_phys, on_app)                                       \
+#define LAUNCH(name, pt, params, app_stream, key, usable, prepare, on_phys, on_app)                                  \
     DS_EXPORT CUresult name params {                                                                                 \
         REAL_OR_FAIL(name);                                                                                          \
         if (PASS_THROUGH() || !(usable))                                                                             \
             return on_app;                                                                                           \
         ds_depth++;                                                                                                  \
-        CUstream s_ = ds_launch_stream(app_stream, pt);                                                              \
+        CUstream s_ = ds_launch_stream(app_stream, pt, (const void *)(key));                                         \
         prepare;                                                                                                     \
         CUresult r = on_phys;                                                                                        \
         if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
@@ -45,7 +46,7 @@
      void **kernelParams, void **extra)
 #define KERNEL_ARGS(s) f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, s, kernelParams
 #define LAUNCH_KERNEL(name, pt)                                                                                      \
-    LAUNCH(name, pt, KERNEL_PARAMS, hStream, true, (void)0, real(KERNEL_ARGS(s_), extra),                          \
+    LAUNCH(name, pt, KERNEL_PARAMS, hStream, f, true, (void)0, real(KERNEL_ARGS(s_), extra),                         \
            real(KERNEL_ARGS(hStream), extra))
 LAUNCH_KERNEL(cuLaunchKernel, 0)
 LAUNCH_KERNEL(cuLaunchKernel_ptsz, 1)
@@ -55,21 +56,21 @@ LAUNCH_KERNEL(cuLaunchKernel_ptsz, 1)
      unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,                  \
      void **kernelParams)
 #define LAUNCH_COOP(name, pt)                                                                                        \
-    LAUNCH(name, pt, COOP_PARAMS, hStream, true, (void)0, real(KERNEL_ARGS(s_)), real(KERNEL_ARGS(hStream)))
+    LAUNCH(name, pt, COOP_PARAMS, hStream, f, true, (void)0, real(KERNEL_ARGS(s_)), real(KERNEL_ARGS(hStream)))
 LAUNCH_COOP(cuLaunchCooperativeKernel, 0)
 LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz, 1)
 
 /* a copy of the configuration with the stream replaced; attrs (clusters, priority, ...) are kept as they are */
 #define LAUNCH_KERNEL_EX(name, pt)                                                                                   \
-    LAUNCH(name, pt, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),               \
-           config->hStream, config != NULL, CUlaunchConfig c_ = *config; c_.hStream = s_,                            \
+    LAUNCH(name, pt, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),                \
+           config->hStream, f, config != NULL, CUlaunchConfig c_ = *config; c_.hStream = s_,                         \
            real(&c_, f, kernelParams, extra), real(config, f, kernelParams, extra))
 LAUNCH_KERNEL_EX(cuLaunchKernelEx, 0)
 LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, 1)
 
 /* a graph is launched as the copy made for the grant the launch is bound to (ds_graph.c) */
 #define GRAPH_LAUNCH(name, pt)                                                                                       \
-    LAUNCH(name, pt, (CUgraphExec hGraphExec, CUstream hStream), hStream, true,                                     \
+    LAUNCH(name, pt, (CUgraphExec hGraphExec, CUstream hStream), hStream, hGraphExec, true,                         \
            CUcontext target_ = NULL; unsigned tidx_ = 0;                                                             \
            CUgraphExec e_ = ds_launch_graph_target(&target_, &tidx_) ? ds_graph_for(hGraphExec, target_, tidx_)       \
                                                                    : hGraphExec,                                     \

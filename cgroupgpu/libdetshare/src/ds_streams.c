@@ -79,7 +79,11 @@ static atomic_int g_strict; /* forced on at run time */
 static __thread struct lstream *t_ptds; /* this thread's per-thread default stream */
 static __thread struct lstream *t_pending;
 static __thread CUstream t_pending_phys;
-static __thread int t_gated; /* this launch passed the dispatch gate: mark its completion */
+/* this launch passed the dispatch gate: mark its completion (the logical stream, where it went, what it is) */
+static __thread struct lstream *t_gated;
+static __thread CUstream t_gated_where;
+static __thread const void *t_gated_key;
+static __thread unsigned t_gated_width;
 
 /* DETSHARE_STRICT_STREAMS=1, or forced on at run time (ds_streams_force_strict) */
 static bool strict(void) {
@@ -576,23 +580,42 @@ void ds_streams_child(void) {
     pthread_mutex_unlock(&g_reg_lock);
     unlock_streams();
     t_pending = NULL;
+    t_gated = NULL;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
  * The launch path
  * ------------------------------------------------------------------------------------------------------------- */
+/* A gated tenant holding every group launches on the application's stream: the gate applies there too (a whole
+ * training step queued on the whole GPU is what a waking latency-critical tenant would wait for). */
+static void gate_unconfined(CUstream app, const void *key) {
+    struct lstream *ls = lstream_get(app);
+    if (!ls)
+        return;
+    unsigned width = ds_pool_groups();
+    ds_gate_wait(&ls->gate, ds_gate_depth(), app, key, width);
+    t_gated = ls;
+    t_gated_where = app;
+    t_gated_key = key;
+    t_gated_width = width;
+}
+
 /* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s.
  * Kernels count as launches; copies and memsets only as queued work. */
-static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
+static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, const void *key) {
     t_pending = NULL;
+    t_gated = NULL;
     ds_demand_work(kernel);
     struct ds_gctx *c = ds_grant_enter();
     CUstream app = app_handle(s, per_thread);
     if (DS_LIKELY(c == NULL)) {
         /* every group (or no confinement): kernels run where the application put them, unless this stream still
          * has kernels on a physical stream from an earlier partial grant */
-        if (DS_LIKELY(!atomic_load_explicit(&g_nbound, memory_order_relaxed)))
+        if (DS_LIKELY(!atomic_load_explicit(&g_nbound, memory_order_relaxed))) {
+            if (DS_UNLIKELY(kernel) && DS_UNLIKELY(ds_gate_depth() != 0))
+                gate_unconfined(app, key);
             return s;
+        }
         struct lstream *ls = lstream_get(app);
         if (ls) {
             cross_pre(ls->kind, app);
@@ -600,6 +623,8 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
                 unbind(ls);
             cross_post(ls->kind);
         }
+        if (kernel && DS_UNLIKELY(ds_gate_depth() != 0))
+            gate_unconfined(app, key);
         return s;
     }
     struct lstream *ls = lstream_get(app);
@@ -626,25 +651,29 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel) {
     t_pending_phys = phys;
     uint32_t gd = ds_gate_depth();
     if (DS_UNLIKELY(gd != 0) && kernel) {
-        ds_gate_wait(&ls->gate, gd);
-        t_gated = 1;
+        unsigned width = (unsigned)__builtin_popcountll(c->mask);
+        ds_gate_wait(&ls->gate, gd, phys, key, width);
+        t_gated = ls;
+        t_gated_where = phys;
+        t_gated_key = key;
+        t_gated_width = width;
     }
     return phys;
 }
 
-CUstream ds_launch_stream(CUstream s, int per_thread) { return work_stream(s, per_thread, true); }
-CUstream ds_work_stream(CUstream s, int per_thread) { return work_stream(s, per_thread, false); }
+CUstream ds_launch_stream(CUstream s, int per_thread, const void *key) { return work_stream(s, per_thread, true, key); }
+CUstream ds_work_stream(CUstream s, int per_thread) { return work_stream(s, per_thread, false, NULL); }
 
 void ds_launch_done(CUresult r) {
+    if (DS_UNLIKELY(t_gated != NULL)) {
+        if (r == CUDA_SUCCESS)
+            ds_gate_record(&t_gated->gate, t_gated_where, t_gated_key, t_gated_width);
+        t_gated = NULL;
+    }
     struct lstream *ls = t_pending;
     if (!ls)
         return;
     t_pending = NULL;
-    if (DS_UNLIKELY(t_gated)) {
-        t_gated = 0;
-        if (r == CUDA_SUCCESS)
-            ds_gate_record(&ls->gate, t_pending_phys);
-    }
     if (r != CUDA_SUCCESS)
         return;
     if (!atomic_load_explicit(&ls->pending, memory_order_relaxed))
@@ -664,7 +693,7 @@ void ds_launch_done(CUresult r) {
 bool ds_launch_retry(CUresult r) {
     struct lstream *ls = t_pending;
     t_pending = NULL;
-    t_gated = 0;
+    t_gated = NULL;
     /* the kernel did not go on the physical stream (e.g. a function of a context green contexts cannot use): the
      * caller runs it where the application asked, after what the physical stream already holds */
     if (ls == NULL || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_DEINITIALIZED)

@@ -15,7 +15,7 @@
  * thread: ds_launch_stream returns the stream to launch on; ds_launch_done(result) completes the launch (or
  * ds_launch_retry + the launch on the application stream + ds_launch_unconfinable when the physical stream
  * refused it). No lock, no syscall when the stream is bound to the current grant and nothing new happened. */
-CUstream ds_launch_stream(CUstream s, int per_thread);
+CUstream ds_launch_stream(CUstream s, int per_thread, const void *key); /* key: the CUfunction or CUgraphExec */
 CUstream ds_work_stream(CUstream s, int per_thread); /* ds_launch_stream for copies and memsets: no launch counted */
 void ds_launch_done(CUresult r);
 bool ds_launch_retry(CUresult r);

@@ -51,6 +51,7 @@
     X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0)                                                     \
     X(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, 0)                                                                        \
     X(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, 0)                                                                        \
+    X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, 0)                                                              \
     X(cuMemsetD32_v2, cuMemsetD32, 3020, 0)                                                                          \
     X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                                                   \
     X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0)                                                              \

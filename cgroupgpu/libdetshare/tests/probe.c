@@ -7,7 +7,11 @@
  *        array:WxH | array3d:WxHxD | mipmap:WxH:L | free-last | free-all | launch:N | hold | env:NAME |
  *        procaddr:SYMBOL:VERSION:FLAGS | dlsym:NAME | fork:N (child allocates N bytes, reports, exits) |
  *        stream (later kernels go to a new blocking stream; default: the legacy NULL stream) |
- *        spinlaunch:MS (one MS-millisecond kernel; prints how long the launch call took) | ctxsync (cuCtxSynchronize; prints how long it waited) | sleep:MS |
+ *        spinlaunch:MS (one MS-millisecond kernel; prints how long the launch call took) | spins:NxUS (N kernels of
+ *        US microseconds, no synchronisation) | readback:N (a device-to-host copy of N bytes on the current stream and
+ *        a synchronisation of it, as a server reading its result back) | mixburst:RxLONGxSHORT (R rounds of 8 SHORT-us kernels of one
+ *        function and 2 LONG-us kernels of another, as a trainer's optimizer and GEMMs, then a synchronisation;
+ *        tail_ms as burst:) | ctxsync (cuCtxSynchronize; prints how long it waited) | sleep:MS |
  *        libkernels (later kernels come from cuLibraryLoadData + cuLibraryGetKernel + cuKernelGetFunction, as
  *        cudart 12+ loads them; default: cuModuleLoadData + cuModuleGetFunction) | pause (waits for a
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
@@ -773,6 +777,50 @@ static int step(const char *s) {
         if (r == CUDA_SUCCESS)
             r = D.cuStreamSynchronize(g_stream);
         printf("burst rc=%d tail_ms=%.3f total_ms=%.3f\n", r, ms_since(&t1), ms_since(&t0));
+    } else if (sscanf(s, "readback:%llu", &a) == 1) {
+        static CUdeviceptr dev;
+        static char host[1 << 16];
+        if (a > sizeof host)
+            a = sizeof host;
+        r = dev ? CUDA_SUCCESS : D.cuMemAlloc_v2(&dev, sizeof host);
+        if (r == CUDA_SUCCESS)
+            r = D.cuMemcpyDtoHAsync_v2(host, dev, (size_t)a, g_stream);
+        if (r == CUDA_SUCCESS)
+            r = D.cuStreamSynchronize(g_stream);
+        printf("readback rc=%d n=%llu\n", r, a);
+    } else if (sscanf(s, "spins:%llux%llu", &a, &b) == 2) {
+        CUfunction fn;
+        r = func("ds_spin", &fn);
+        uint32_t us = (uint32_t)b;
+        void *args[] = {&us};
+        for (unsigned long long i = 0; i < a && r == CUDA_SUCCESS; i++)
+            r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
+        printf("spins rc=%d n=%llu\n", r, a);
+    } else if (sscanf(s, "mixburst:%llux%llux%llu", &a, &b, &c) == 3) {
+        /* the short kernels come from a module of their own: another CUfunction than the long ones */
+        static CUmodule other;
+        static char image[] = "simgpu-module";
+        CUfunction lng, shrt = NULL;
+        r = func("ds_spin", &lng);
+        if (r == CUDA_SUCCESS && !other)
+            r = D.cuModuleLoadData(&other, image);
+        if (r == CUDA_SUCCESS)
+            r = D.cuModuleGetFunction(&shrt, other, "ds_spin");
+        uint32_t lus = (uint32_t)b, sus = (uint32_t)c;
+        void *largs[] = {&lus}, *sargs[] = {&sus};
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (unsigned long long i = 0; i < a && r == CUDA_SUCCESS; i++) {
+            for (int k = 0; k < 8 && r == CUDA_SUCCESS; k++)
+                r = D.cuLaunchKernel(shrt, 1, 1, 1, 1, 1, 1, 0, g_stream, sargs, NULL);
+            for (int k = 0; k < 2 && r == CUDA_SUCCESS; k++)
+                r = D.cuLaunchKernel(lng, 1, 1, 1, 1, 1, 1, 0, g_stream, largs, NULL);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (r == CUDA_SUCCESS)
+            r = D.cuStreamSynchronize(g_stream);
+        printf("mixburst rc=%d tail_ms=%.3f total_ms=%.3f distinct=%d\n", r, ms_since(&t1), ms_since(&t0),
+               shrt != lng);
     } else if (sscanf(s, "launch:%llu", &a) == 1) {
         int lr = launch_fill((unsigned)a);
         if (lr >= 0)
