@@ -17,7 +17,8 @@ Training pair (--suite train): two trainings, alone / timeslice / mps / detshare
 Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 transformer encoder `bert`,
   `resnet50`, an LLM decode step `llama-step`, all CUDA-graph replays at Poisson load --load of their solo
   capacity) beside each trainer of --coloc-be (6 x Linear(8192) AdamW in bf16 `lin8192-bf16`, which drives an H100
-  to its power limit, and in fp32 `lin8192-fp32`): alone (each workload once), timeslice, mps, mps-pct,
+  to its power limit, and in fp32 `lin8192-fp32`): alone (each workload once), alone-mps (each LC alone under plain
+  MPS: what MPS itself costs it), timeslice, mps, mps-pct,
   detshare-static (the real scheduler, LC pinned to its --lc-groups guarantee: the policy before issue 12) and
   detshare-dynamic (LC expands over the trainer while busy, trainer throttled to its floor behind the dispatch
   gate; --lc-slo-ms sets the LC's slo-p99). mps-prio and detshare-dynamic-noprio (detshare-dynamic with
@@ -53,7 +54,7 @@ INFER_PAIRS = {"quick": [("resnet50", "resnet50")],
 PAIR_CONFIGS = ["alone", "alone-lib", "timeslice", "alone-grant", "mps", "mps-pct", "detshare"]
 LLM_CONFIGS = ["alone", "timeslice", "mps", "detshare-to", "detshare-tpot"]
 TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
-COLOC_CONFIGS = ["alone", "timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
+COLOC_CONFIGS = ["alone", "alone-mps", "timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
                  "detshare-dynamic-noprio"]
 COLOC_LC = ["bert", "resnet50", "llama-step"]
 COLOC_BE = ["lin8192-bf16", "lin8192-fp32"]
@@ -79,6 +80,9 @@ def parse(argv=None):
                     % ", ".join(COLOC_LC))
     ap.add_argument("--coloc-be", default=",".join(COLOC_BE), help="coloc suite: trainers (comma list of %s)"
                     % ", ".join(COLOC_BE))
+    ap.add_argument("--be-floor", type=int, default=0,
+                    help="coloc suite, the real scheduler: scheduler.be_floor, the SM groups a throttled trainer keeps "
+                         "(0: the scheduler's default)")
     ap.add_argument("--lc-lend", action="store_true",
                     help="detshare-dynamic: the LC lends its idle guarantee too (the trainer gets every group while "
                          "the LC is idle)")
@@ -299,7 +303,7 @@ class Runner:
         meta = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv, "gpu": self.gpu,
                 "duration": a.duration, "load": a.load, "lc_groups": a.lc_groups, "tpot_slo_ms": a.tpot_slo_ms,
                 "device": a.device, "driver": _nvidia_smi_field("driver_version"), "lc_slo_ms": a.lc_slo_ms,
-                "lc_lend": a.lc_lend,
+                "lc_lend": a.lc_lend, "be_floor": a.be_floor,
                 "cases": [{"name": c.name, "config": c.config, "workers": [w.label for w in c.workers]}
                           for c in plan]}
         est = len(plan) * (a.duration + (4 if a.device == "cpu" else 15))
@@ -382,12 +386,17 @@ class Runner:
                 if want("alone"):
                     cases.append(self.case("coloc/%s/alone" % lc, "alone",
                                            [("lc", self.coloc_lc_args(lc, tiny, dev), "lc", "coloc:" + lc)]))
+            for lc in a.coloc_lcs:
+                if want("alone-mps"):
+                    cases.append(self.case("coloc/%s/alone-mps" % lc, "alone-mps",
+                                           [("lc", self.coloc_lc_args(lc, tiny, dev), "lc", "coloc:" + lc)]))
+                    cases[-1].workers[0].rate_key = ("coloc:" + lc, "lc")
             for be in a.coloc_bes:
                 if want("alone"):
                     cases.append(self.case("coloc/%s/alone" % be, "alone",
                                            [("be", ["--role", "train", "--model", be + tiny] + dev, "be",
                                              "coloc:" + be)]))
-            for cfg in COLOC_CONFIGS[1:]:
+            for cfg in COLOC_CONFIGS[2:]:
                 if not want(cfg):
                     continue
                 for be in a.coloc_bes:
@@ -430,7 +439,7 @@ class Runner:
             ws.append(Worker(label, list(args), env=env, tenant=tenant, mps_pct=pct))
             ws[-1].group = group
         return Case(name, cfg, ws, needs_mps=cfg.startswith("mps") or cfg.startswith("detshare") or
-                    cfg == "alone-grant")
+                    cfg in ("alone-grant", "alone-mps"))
 
     # ----------------------------------------------------------------------------------------- one case -------
     def run_case(self, c):
@@ -574,8 +583,9 @@ class Runner:
         policy = "tpot-first" if c.config == "detshare-tpot" else "throughput-oriented"
         cfg = os.path.join(run_dir, "config.toml")
         with open(cfg, "w") as f:
-            f.write('[scheduler]\npolicy = "%s"\n[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
-                    % (policy, "false" if a.device == "cpu" else "true", a.mps_control))
+            f.write('[scheduler]\npolicy = "%s"\n%s[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
+                    % (policy, "be_floor = %d\n" % a.be_floor if a.be_floor else "",
+                       "false" if a.device == "cpu" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":
             env["DETSHARE_SIMGPU"] = "1"  # harness check: the scheduler describes the simulated GPU (test double)

@@ -24,12 +24,13 @@ func TestColocPlan(t *testing.T) {
 			lines = append(lines, l)
 		}
 	}
-	if len(lines) != 47 {
-		t.Fatalf("%d cases, want 3 LC + 2 trainers alone and 3 x 2 x 7 shared = 47:\n%s", len(lines), out)
+	if len(lines) != 50 {
+		t.Fatalf("%d cases, want 3 LC + 2 trainers alone, 3 LC alone under MPS and 3 x 2 x 7 shared = 50:\n%s",
+			len(lines), out)
 	}
 	for _, want := range []string{"coloc/bert/alone", "coloc/llama-step/alone", "coloc/lin8192-fp32/alone",
 		"coloc/resnet50+lin8192-bf16/detshare-dynamic", "coloc/llama-step+lin8192-fp32/mps-pct", "(MPS 66%)",
-		"coloc/bert+lin8192-bf16/detshare-dynamic-noprio"} {
+		"coloc/bert+lin8192-bf16/detshare-dynamic-noprio", "coloc/llama-step/alone-mps"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}
@@ -87,7 +88,7 @@ func TestColocReport(t *testing.T) {
 	p := "coloc:bert+lin8192-bf16"
 	for name, d := range map[string]map[string]any{
 		"a": lc("alone", "coloc:bert", 2, "h0"), "b": be("alone", "coloc:lin8192-bf16", 100, "l0"),
-		"c": lc("mps", p, 10, "h0"), "d": be("mps", p, 90, "l0"),
+		"c": lc("mps", p, 10, "h0"), "d": be("mps", p, 90, "l0"), "g": lc("alone-mps", "coloc:bert", 2.5, "h0"),
 		"e": lc("detshare-dynamic", p, 2.1, "h0"), "f": be("detshare-dynamic", p, 40, "l1"),
 	} {
 		b, _ := json.Marshal(d)
@@ -107,8 +108,9 @@ func TestColocReport(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "power.csv"), []byte(pw), 0o644)
 	md := run(t, nil, py, filepath.Join(here(t), "report.py"), dir)
 	for _, want := range []string{
-		"| lin8192-bf16 | mps | 10.000 / 10.000 | 5.00 | 10.00 | 5.00 | 18.00 | 0.90 | 600 / 600 | 1900 / 1900 | yes / yes |",
-		"| lin8192-bf16 | detshare-dynamic | 2.100 / 2.100 | 1.05 | 2.10 | 1.05 | 8.00 | 0.40 | 600 / 600 | 1900 / 1900 | yes / **NO** |",
+		"Alone under plain MPS (what MPS itself costs it): service P50 2.500 / P99 2.500 ms (P99 1.25 of alone).",
+		"| lin8192-bf16 | mps | 10.000 / 10.000 | 5.00 | 4.00 | 10.00 | 5.00 | 18.00 | 0.90 | 600 / 600 | 1900 / 1900 | yes / yes |",
+		"| lin8192-bf16 | detshare-dynamic | 2.100 / 2.100 | 1.05 | 0.84 | 2.10 | 1.05 | 8.00 | 0.40 | 600 / 600 | 1900 / 1900 | yes / **NO** |",
 		"DetShare-dynamic: LC P99 service <= 1.10x solo | 1.0500 | <= 1.1 | yes |",
 		"DetShare-dynamic: BE >= 0.5 of solo throughput | 0.4000 | >= 0.5 | **no** (by 0.1) |",
 		"DetShare-dynamic: LC outputs and BE losses bit-identical to solo | 0.0000 | >= 1.0 | **no**",

@@ -331,6 +331,8 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
     for lc in lcs:
         base = raw.get("coloc:" + lc, {}).get("alone", {}).get("lc")
         blc = lc_stats(base, skip) if base else None
+        bm = raw.get("coloc:" + lc, {}).get("alone-mps", {}).get("lc")
+        bmps = lc_stats(bm, skip) if bm else None
         md.append("### Co-location: %s (batch 1, CUDA graph, Poisson load %s of solo capacity) beside training" % (
             lc, meta.get("load", "?")))
         md.append("")
@@ -341,15 +343,24 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                                                          fmt(blc["a2c_p99_ms"], 3), fmt(blc["rate"], 1),
                                                          fmt(pw.get("power_w_mean"), 0), fmt(pw.get("sm_mhz_mean"), 0)))
             md.append("")
-        md.append("| trainer | config | LC svc P50 / P99 ms | svc P99 / solo | LC a2c P99 ms | a2c P99 / solo "
-                  "| BE steps/s | BE norm | board W (mean / max) | SM MHz (mean / min) | LC / BE bit-identical |")
-        md.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        if bmps:
+            md.append("Alone under plain MPS (what MPS itself costs it): service P50 %s / P99 %s ms (P99 %s of alone)."
+                      % (fmt(bmps["svc_p50_ms"], 3), fmt(bmps["svc_p99_ms"], 3),
+                         fmt(ratio(bmps["svc_p99_ms"], blc and blc["svc_p99_ms"]))))
+            md.append("")
+            out.setdefault("coloc:" + lc, {})["alone-mps"] = {
+                "lc": {k: v for k, v in bmps.items() if k != "a2c_ms"},
+                "lc_svc_p99_ratio": ratio(bmps["svc_p99_ms"], blc and blc["svc_p99_ms"])}
+        md.append("| trainer | config | LC svc P50 / P99 ms | svc P99 / solo | svc P99 / MPS alone | LC a2c P99 ms "
+                  "| a2c P99 / solo | BE steps/s | BE norm | board W (mean / max) | SM MHz (mean / min) "
+                  "| LC / BE bit-identical |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for be in bes:
             bb = raw.get("coloc:" + be, {}).get("alone", {}).get("be")
             bbe = train_stats(bb, skip) if bb else None
             if bb:
                 pw = power_in(power, *window(bb))
-                md.append("| %s | alone | — | — | — | — | %s | 1.00 | %s / %s | %s / %s | — / yes |" % (
+                md.append("| %s | alone | — | — | — | — | — | %s | 1.00 | %s / %s | %s / %s | — / yes |" % (
                     be, fmt(bbe["steps_per_s"]), fmt(pw.get("power_w_mean"), 0), fmt(pw.get("power_w_max"), 0),
                     fmt(pw.get("sm_mhz_mean"), 0), fmt(pw.get("sm_mhz_min"), 0)))
             pair = "coloc:%s+%s" % (lc, be)
@@ -362,6 +373,7 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                 r = {"lc": {k: v for k, v in (l or {}).items() if k != "a2c_ms"}, "be": b}
                 r["lc_svc_p99_ratio"] = ratio(l and l["svc_p99_ms"], blc and blc["svc_p99_ms"])
                 r["lc_a2c_p99_ratio"] = ratio(l and l["a2c_p99_ms"], blc and blc["a2c_p99_ms"])
+                r["lc_svc_p99_vs_mps_alone"] = ratio(l and l["svc_p99_ms"], bmps and bmps["svc_p99_ms"])
                 r["be_norm"] = ratio(b and b["steps_per_s"], bbe and bbe["steps_per_s"])
                 r["lc_bit_identical"] = (l["output_hash"] == blc["output_hash"] and l["distinct_hashes"] == 1) \
                     if l and blc else None
@@ -371,9 +383,9 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                 if l:
                     cdf_rows.append((pair, cfg, l["a2c_ms"]))
                 yn = {True: "yes", False: "**NO**", None: "—"}
-                md.append("| %s | %s | %s / %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
+                md.append("| %s | %s | %s / %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
                     be, cfg, fmt(l and l["svc_p50_ms"], 3), fmt(l and l["svc_p99_ms"], 3),
-                    fmt(r["lc_svc_p99_ratio"]), fmt(l and l["a2c_p99_ms"], 2), fmt(r["lc_a2c_p99_ratio"]),
+                    fmt(r["lc_svc_p99_ratio"]), fmt(r["lc_svc_p99_vs_mps_alone"]), fmt(l and l["a2c_p99_ms"], 2), fmt(r["lc_a2c_p99_ratio"]),
                     fmt(b and b["steps_per_s"]), fmt(r["be_norm"]), fmt(r["power"].get("power_w_mean"), 0),
                     fmt(r["power"].get("power_w_max"), 0), fmt(r["power"].get("sm_mhz_mean"), 0),
                     fmt(r["power"].get("sm_mhz_min"), 0), yn[r["lc_bit_identical"]], yn[r["be_bit_identical"]]))
