@@ -83,6 +83,8 @@ def parse(argv=None):
     ap.add_argument("--be-floor", type=int, default=0,
                     help="coloc suite, the real scheduler: scheduler.be_floor, the SM groups a throttled trainer keeps "
                          "(0: the scheduler's default)")
+    ap.add_argument("--gate-budget-us", type=int, default=0,
+                    help="coloc suite, the real scheduler: scheduler.gate_budget in microseconds (0: the default)")
     ap.add_argument("--lc-lend", action="store_true",
                     help="detshare-dynamic: the LC lends its idle guarantee too (the trainer gets every group while "
                          "the LC is idle)")
@@ -303,7 +305,7 @@ class Runner:
         meta = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv, "gpu": self.gpu,
                 "duration": a.duration, "load": a.load, "lc_groups": a.lc_groups, "tpot_slo_ms": a.tpot_slo_ms,
                 "device": a.device, "driver": _nvidia_smi_field("driver_version"), "lc_slo_ms": a.lc_slo_ms,
-                "lc_lend": a.lc_lend, "be_floor": a.be_floor,
+                "lc_lend": a.lc_lend, "be_floor": a.be_floor, "gate_budget_us": a.gate_budget_us,
                 "cases": [{"name": c.name, "config": c.config, "workers": [w.label for w in c.workers]}
                           for c in plan]}
         est = len(plan) * (a.duration + (4 if a.device == "cpu" else 15))
@@ -584,7 +586,8 @@ class Runner:
         cfg = os.path.join(run_dir, "config.toml")
         with open(cfg, "w") as f:
             f.write('[scheduler]\npolicy = "%s"\n%s[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
-                    % (policy, "be_floor = %d\n" % a.be_floor if a.be_floor else "",
+                    % (policy, ("be_floor = %d\n" % a.be_floor if a.be_floor else "") +
+                       ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else ""),
                        "false" if a.device == "cpu" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":
