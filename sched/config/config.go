@@ -200,8 +200,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("tenants.trusted: %q is not a pattern (shell glob of tenant IDs, e.g. \"prod-*\")", p)
 		}
 	}
-	if c.Scheduler.BEFloor < 1 || c.Scheduler.BEFloor > 64 {
-		return fmt.Errorf("scheduler.be_floor = %d: allowed values are 1..64 (SM groups)", c.Scheduler.BEFloor)
+	if c.Scheduler.BEFloor < 0 || c.Scheduler.BEFloor > 64 {
+		return fmt.Errorf("scheduler.be_floor = %d: allowed values are 0..64 (SM groups; 0 pauses lower tiers while a latency-critical tenant is busy)", c.Scheduler.BEFloor)
 	}
 	if c.Scheduler.GateDepth < 1 || c.Scheduler.GateDepth > 1024 {
 		return fmt.Errorf("scheduler.gate_depth = %d: allowed values are 1..1024 (kernels)", c.Scheduler.GateDepth)

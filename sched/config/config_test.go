@@ -40,6 +40,9 @@ func TestParse(t *testing.T) {
 	if o.Kind != policy.TPOTFirst || o.Quantum != 2*time.Millisecond || c.Metrics.Listen != "127.0.0.1:0" {
 		t.Fatalf("%+v %+v", o, c)
 	}
+	if c, err := Parse("t", []byte("[scheduler]\nbe_floor = 0\n")); err != nil || c.PolicyOptions().Floor != 0 {
+		t.Fatalf("be_floor = 0 (pause lower tiers while latency-critical is busy): %v", err)
+	}
 	bad := []struct{ in, want string }{
 		{"[scheduler]\npolicy = \"fast\"", `scheduler.policy: policy "fast": allowed values are "throughput-oriented", "tpot-first"`},
 		{"[scheduler]\nquantum = \"soon\"", `"soon" is not a duration`},
@@ -52,6 +55,8 @@ func TestParse(t *testing.T) {
 		{"[tenants]\nmax_tier = \"gold\"", `tenants.max_tier = "gold": allowed values are best-effort, burstable, latency-critical`},
 		{"[tenants]\ntrusted = [\"[\"]", `tenants.trusted: "[" is not a pattern`},
 		{"[tenants]\ndemand_window = \"1ms\"", "tenants.demand_window = 1ms: allowed values are 100ms..1m0s"},
+		{"[scheduler]\nbe_floor = -1", "scheduler.be_floor = -1: allowed values are 0..64"},
+		{"[scheduler]\nbe_floor = 65", "scheduler.be_floor = 65: allowed values are 0..64"},
 	}
 	for _, b := range bad {
 		_, err := Parse("t", []byte(b.in))

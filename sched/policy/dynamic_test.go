@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 )
@@ -257,6 +258,48 @@ func TestIdleOfferExcludesTheFloorKeptAtWake(t *testing.T) {
 	}
 }
 
+// Floor 0 pauses lower tiers while a latency-critical tenant is busy: it gets every group (so it runs on the whole
+// GPU, where the library launches on the application's own stream), they get none and keep their gate; when it is
+// idle they get everything back; the power throttle alone still leaves them one group.
+func TestFloorZeroPausesLowerTiers(t *testing.T) {
+	gs := groups(15, 8)
+	o := DefaultOptions()
+	o.Floor = 0
+	ts := []Tenant{
+		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true},
+		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+		{Slot: 2, ID: "idle-be", Tier: BestEffort, Weight: 1},
+	}
+	idle := Decide(gs, ts, o)
+	checkInvariants(t, gs, ts, idle)
+	if idle.Grants[0].Groups != 1<<15-1 || idle.Grants[1].Groups != 1<<15-1 {
+		t.Fatalf("LC idle: LC offer %b, BE %b; want every group for both (nothing is kept for a floor)",
+			idle.Grants[0].Groups, idle.Grants[1].Groups)
+	}
+	for i := range ts {
+		ts[i].Prev = idle.Grants[i].Groups
+	}
+	ts[0].Busy = true
+	busy := Decide(gs, ts, o)
+	checkInvariants(t, gs, ts, busy)
+	if busy.Grants[0].Groups != 1<<15-1 {
+		t.Fatalf("busy LC %b (%q), want every group", busy.Grants[0].Groups, busy.Grants[0].Reason)
+	}
+	for _, i := range []int{1, 2} {
+		if busy.Grants[i].Groups != 0 || busy.Grants[i].Gate.Depth == 0 || !strings.Contains(busy.Grants[i].Reason, "paused") {
+			t.Fatalf("%s while LC busy: %b gate %+v (%q), want paused with its gate", ts[i].ID, busy.Grants[i].Groups,
+				busy.Grants[i].Gate, busy.Grants[i].Reason)
+		}
+	}
+	ts[0].Busy = false
+	o.PowerNearLimit = true
+	pw := Decide(gs, ts, o)
+	checkInvariants(t, gs, ts, pw)
+	if n := bits.OnesCount64(pw.Grants[1].Groups); n != 1 {
+		t.Fatalf("power throttle alone with floor 0: BE %d groups (%q), want 1", n, pw.Grants[1].Reason)
+	}
+}
+
 func TestHistP99(t *testing.T) {
 	var h [LatencyBuckets]uint64
 	if p, n := HistP99(h); p != 0 || n != 0 {
@@ -315,7 +358,7 @@ func TestDecideRandomDynamic(t *testing.T) {
 				Pinned: r.Intn(3) == 0})
 		}
 		o := DefaultOptions()
-		o.Floor = 1 + r.Intn(2)
+		o.Floor = r.Intn(3)
 		o.PowerNearLimit = r.Intn(4) == 0
 		d := Decide(gs, ts, o)
 		checkInvariants(t, gs, ts, d)

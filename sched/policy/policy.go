@@ -106,7 +106,9 @@ type Options struct {
 	// MaxQuantum caps a quantum so that a heavy tenant cannot hold the GPU for long.
 	MaxQuantum time.Duration
 	// Floor is how many SM groups (its guarantee included) a busy best-effort or burstable tenant keeps while a
-	// latency-critical tenant is busy (>= 1: a tenant with queued work is never left without SMs).
+	// latency-critical tenant is busy. 0 pauses them meanwhile (their launches wait, bounded by the library, and
+	// the latency-critical tenant gets every SM): the strictest isolation, and a lower tier gets nothing while
+	// latency-critical work never stops. Under the power throttle alone they always keep at least one group.
 	Floor int
 	// GateDepth is the dispatch gate of a lower-tier tenant beside a latency-critical one that may reclaim its groups:
 	// kernels it may have in flight per stream (>= 1); GateBudget usually binds first.
@@ -122,6 +124,15 @@ type Options struct {
 type Gate struct {
 	Depth  uint32        // kernels in flight per stream
 	Budget time.Duration // estimated run time of those kernels
+}
+
+// throttledFloor is the number of groups lower tiers keep while throttled: the floor while a latency-critical tenant
+// is busy, at least one under the power throttle alone (nobody is waiting for their SMs then).
+func (o Options) throttledFloor(lcBusy bool) int {
+	if lcBusy {
+		return max(o.Floor, 0)
+	}
+	return max(o.Floor, 1)
 }
 
 // DefaultOptions are the defaults of configs/detshare/config.toml.
@@ -229,8 +240,9 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 		}
 	}
 	got := make([]uint64, len(tenants))
+	floor := o.throttledFloor(lcBusy)
 	if throttle {
-		decideThrottled(tenants, busy, guar, d.Exclusive, shared, got, o)
+		decideThrottled(tenants, busy, guar, d.Exclusive, shared, got, floor, o)
 	} else {
 		decideShared(tenants, busy, guar, d.Exclusive, shared, got, o)
 	}
@@ -275,6 +287,8 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 			g.Groups = (guar[i] & d.Exclusive[i]) | got[i]
 			if g.Reason == "" {
 				switch {
+				case throttle && t.Tier != LatencyCritical && g.Groups == 0:
+					g.Reason = fmt.Sprintf("paused (%s, floor 0)", throttleWhy)
 				case throttle && t.Tier != LatencyCritical:
 					g.Reason = fmt.Sprintf("throttled to %d groups (%s), gate %d kernels / %s per stream",
 						bits.OnesCount64(g.Groups), throttleWhy, gate.Depth, gate.Budget)
@@ -306,7 +320,7 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 				var floors uint64
 				for j, u := range tenants {
 					if u.Tier != LatencyCritical && (u.Busy || u.Prev != 0) {
-						floors |= floorGroups(u, shared&^floors, max(0, max(o.Floor, 1)-bits.OnesCount64(guar[j]&d.Exclusive[j])))
+						floors |= floorGroups(u, shared&^floors, max(0, o.throttledFloor(true)-bits.OnesCount64(guar[j]&d.Exclusive[j])))
 					}
 				}
 				// An idle latency-critical tenant that expands is offered every group nobody else holds
@@ -320,12 +334,15 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 			}
 		case throttle && t.Tier != LatencyCritical:
 			// Idle lower tier while throttled: offered its floor, where no busy tenant runs if possible.
-			g.Groups = pick(t.Prev&shared&^busyUsed, shared&^busyUsed, max(o.Floor, 1))
+			g.Groups = pick(t.Prev&shared&^busyUsed, shared&^busyUsed, floor)
 			if g.Groups == 0 {
-				g.Groups = pick(t.Prev&shared, shared, max(o.Floor, 1))
+				g.Groups = pick(t.Prev&shared, shared, floor)
 			}
 			if g.Reason == "" {
 				g.Reason = fmt.Sprintf("idle, throttled to %d groups (%s)", bits.OnesCount64(g.Groups), throttleWhy)
+				if floor == 0 {
+					g.Reason = fmt.Sprintf("idle, paused (%s)", throttleWhy)
+				}
 			}
 		default:
 			// Idle, no guarantee: keep what it had of the non-exclusive groups, else be offered all of them.
@@ -401,8 +418,7 @@ func decideShared(tenants []Tenant, busy []int, guar, excl []uint64, shared uint
 
 // decideThrottled serves a busy latency-critical tenant (or the power limit): lower tiers keep their floor, busy
 // latency-critical tenants take the rest by weight, minus what SLO sizing gives back (which lower tiers share).
-func decideThrottled(tenants []Tenant, busy []int, guar, excl []uint64, shared uint64, got []uint64, o Options) {
-	floor := max(o.Floor, 1)
+func decideThrottled(tenants []Tenant, busy []int, guar, excl []uint64, shared uint64, got []uint64, floor int, o Options) {
 	var lower, exp []int
 	for _, i := range busy {
 		if tenants[i].Tier == LatencyCritical {
