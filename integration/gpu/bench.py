@@ -80,9 +80,9 @@ def parse(argv=None):
                     % ", ".join(COLOC_LC))
     ap.add_argument("--coloc-be", default=",".join(COLOC_BE), help="coloc suite: trainers (comma list of %s)"
                     % ", ".join(COLOC_BE))
-    ap.add_argument("--be-floor", type=int, default=0,
+    ap.add_argument("--be-floor", type=int, default=None,
                     help="coloc suite, the real scheduler: scheduler.be_floor, the SM groups a throttled trainer keeps "
-                         "(0: the scheduler's default)")
+                         "(0 pauses it; default: the scheduler's)")
     ap.add_argument("--gate-budget-us", type=int, default=0,
                     help="coloc suite, the real scheduler: scheduler.gate_budget in microseconds (0: the default)")
     ap.add_argument("--lc-lend", action="store_true",
@@ -586,7 +586,7 @@ class Runner:
         cfg = os.path.join(run_dir, "config.toml")
         with open(cfg, "w") as f:
             f.write('[scheduler]\npolicy = "%s"\n%s[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
-                    % (policy, ("be_floor = %d\n" % a.be_floor if a.be_floor else "") +
+                    % (policy, ("be_floor = %d\n" % a.be_floor if a.be_floor is not None else "") +
                        ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else ""),
                        "false" if a.device == "cpu" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
