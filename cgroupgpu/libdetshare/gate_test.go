@@ -1,6 +1,7 @@
 package libdetshare_test
 
 import (
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -222,4 +223,37 @@ func TestCopyAloneDoesNotMakeBusy(t *testing.T) {
 	}
 	p.resume()
 	p.finish()
+}
+
+// A latency-critical tenant granted every group launches on its own streams; the demand monitor must see that work
+// too: it declared the tenant idle 2 ms after the launch of a 4 ms graph (H100, issue 12), which handed the GPU back
+// to its neighbours in the middle of the request. Simulated GPU (a test double): a 300 ms kernel, checked 50 ms in,
+// on the legacy stream and on a stream of the application's own.
+func TestMonitorSeesUnconfinedWork(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("own stream %v", stream), func(t *testing.T) {
+			e := newEnv(t, true).withTenant(0, "")
+			e.playScheduler()
+			e.grant(table.ModeSpatial, 0x7fff) // every group: nothing to confine
+			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, table.TierLatencyCritical)
+			steps := []string{"init"}
+			if stream {
+				steps = append(steps, "stream")
+			}
+			steps = append(steps, "spinlaunch:300", "sleep:50", "pause", "ctxsync", "sleep:50", "pause")
+			p := e.start("ds_probe_rt", steps...)
+			p.until()
+			pg := e.client.Page()
+			if d := atomic.LoadUint32(&pg.Demand); d != 1 {
+				t.Fatalf("demand %d 50 ms into a 300 ms kernel on every group, want 1 (busy)", d)
+			}
+			p.resume()
+			p.until()
+			if d := atomic.LoadUint32(&pg.Demand); d != 0 {
+				t.Fatalf("demand %d after the context synchronisation drained everything, want 0", d)
+			}
+			p.resume()
+			p.finish()
+		})
+	}
 }

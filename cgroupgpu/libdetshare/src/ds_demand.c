@@ -6,6 +6,7 @@
 
 #include "ds_driver.h"
 #include "ds_guard.h"
+#include "ds_pool.h"
 #include "ds_process.h"
 #include "ds_streams.h"
 
@@ -66,6 +67,7 @@ static void *monitor(void *arg) {
     uint64_t last = 0, last_change = ds_now_ns();
     ds_depth++; /* driver calls made here are the library's own */
     (void)ds_relaxed_begin(); /* and never "unsafe" for an application's global-mode capture */
+    bool ctx_set = false;
     for (;;) {
         struct timespec ts = {(time_t)(poll_ns / 1000000000ull), (long)(poll_ns % 1000000000ull)};
         nanosleep(&ts, NULL);
@@ -77,6 +79,10 @@ static void *monitor(void *arg) {
             last = n;
             last_change = now;
             continue;
+        }
+        if (!ctx_set && ds_pool_primary() && ds_real.cuCtxSetCurrent) {
+            /* the application's legacy stream is the current context's: query it in the application's context */
+            ctx_set = ds_real.cuCtxSetCurrent(ds_pool_primary()) == CUDA_SUCCESS;
         }
         if (!__atomic_load_n(&self->busy, __ATOMIC_RELAXED) || now - last_change < idle_ns || !ds_streams_drained())
             continue;

@@ -59,6 +59,7 @@ struct lstream {
     atomic_int pending;           /* the physical stream has kernels app has not waited for */
     atomic_int unconfinable;
     atomic_int stale;             /* the application destroyed the stream: learn the handle again at next use */
+    atomic_int unconfined;        /* work went to app itself (every group granted): drained only when app is */
     atomic_uint seen_order, seen_cross;
     struct ds_gate gate;          /* dispatch gate (ds_gate.c) */
 };
@@ -510,6 +511,11 @@ bool ds_streams_drained(void) {
         CUstream p = ls ? atomic_load(&ls->phys) : NULL;
         if (p && DS_SOP_REAL(cuStreamQuery)(p) == CUDA_ERROR_NOT_READY)
             return false;
+        /* a per-thread default stream can only be queried from its own thread: its unconfined work is seen by the
+         * synchronisations of that thread, not here */
+        if (ls && atomic_load_explicit(&ls->unconfined, memory_order_acquire) && ls->app != CU_STREAM_PER_THREAD &&
+            DS_SOP_REAL(cuStreamQuery)(ls->app) == CUDA_ERROR_NOT_READY)
+            return false;
     }
     return true;
 }
@@ -586,6 +592,19 @@ void ds_streams_child(void) {
 /* ---------------------------------------------------------------------------------------------------------------
  * The launch path
  * ------------------------------------------------------------------------------------------------------------- */
+/* Work that stays on the application's stream (every group granted) is invisible to the physical streams, so the
+ * stream is remembered and ds_streams_drained queries it too: otherwise the demand monitor declared a
+ * latency-critical tenant idle 2 ms after it launched a 4 ms graph (H100, issue 12), and its neighbours were given
+ * the GPU back in the middle of its request. One lock-free lookup per launch on this path; registering a new
+ * stream takes a lock once. */
+static inline void note_unconfined(CUstream app) {
+    if (DS_UNLIKELY(!ds_real.cuStreamQuery || !ds_real.cuEventCreate))
+        return; /* a driver without them (a test double): nothing could query the stream */
+    struct lstream *ls = lstream_get(app);
+    if (ls && DS_UNLIKELY(!atomic_load_explicit(&ls->unconfined, memory_order_relaxed)))
+        atomic_store_explicit(&ls->unconfined, 1, memory_order_release);
+}
+
 /* A gated tenant holding every group launches on the application's stream: the gate applies there too (a whole
  * training step queued on the whole GPU is what a waking latency-critical tenant would wait for). */
 static void gate_unconfined(CUstream app, const void *key) {
@@ -612,6 +631,7 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
         /* every group (or no confinement): kernels run where the application put them, unless this stream still
          * has kernels on a physical stream from an earlier partial grant */
         if (DS_LIKELY(!atomic_load_explicit(&g_nbound, memory_order_relaxed))) {
+            note_unconfined(app);
             if (DS_UNLIKELY(kernel) && DS_UNLIKELY(ds_gate_depth() != 0))
                 gate_unconfined(app, key);
             return s;
@@ -622,6 +642,8 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
             if (atomic_load(&ls->bound))
                 unbind(ls);
             cross_post(ls->kind);
+            if (!atomic_load_explicit(&ls->unconfined, memory_order_relaxed))
+                atomic_store_explicit(&ls->unconfined, 1, memory_order_release);
         }
         if (kernel && DS_UNLIKELY(ds_gate_depth() != 0))
             gate_unconfined(app, key);
