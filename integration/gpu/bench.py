@@ -23,7 +23,8 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   detshare-dynamic (LC expands over the trainer while busy, trainer throttled to its floor behind the dispatch
   gate; --lc-slo-ms sets the LC's slo-p99). mps-prio and detshare-dynamic-noprio (detshare-dynamic with
   DETSHARE_MPS_PRIORITY=off: every tenant at normal MPS priority) isolate what the MPS client priority the library
-  sets from the tier contributes. Needs --scheduler detshare.
+  sets from the tier contributes. detshare-dynamic-pause is detshare-dynamic with scheduler.be_floor = 0 (the trainer
+  pauses while the LC is busy). Needs --scheduler detshare.
 Board power, power limit and SM clock are logged every 100 ms for the whole run (OUTDIR/power.csv, nvidia-smi
 queries only) and summarised per case by report.py.
 
@@ -55,7 +56,7 @@ PAIR_CONFIGS = ["alone", "alone-lib", "timeslice", "alone-grant", "mps", "mps-pc
 LLM_CONFIGS = ["alone", "timeslice", "mps", "detshare-to", "detshare-tpot"]
 TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
 COLOC_CONFIGS = ["alone", "alone-mps", "timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
-                 "detshare-dynamic-noprio"]
+                 "detshare-dynamic-pause", "detshare-dynamic-noprio"]
 COLOC_LC = ["bert", "resnet50", "llama-step"]
 COLOC_BE = ["lin8192-bf16", "lin8192-fp32"]
 SUITES = ["infer", "llm", "train", "coloc"]
@@ -583,10 +584,11 @@ class Runner:
         run_dir = os.path.join(self.tmp, "ds%d" % self.nsched)
         os.makedirs(run_dir, exist_ok=True)
         policy = "tpot-first" if c.config == "detshare-tpot" else "throughput-oriented"
+        floor = 0 if c.config == "detshare-dynamic-pause" else a.be_floor
         cfg = os.path.join(run_dir, "config.toml")
         with open(cfg, "w") as f:
             f.write('[scheduler]\npolicy = "%s"\n%s[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
-                    % (policy, ("be_floor = %d\n" % a.be_floor if a.be_floor is not None else "") +
+                    % (policy, ("be_floor = %d\n" % floor if floor is not None else "") +
                        ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else ""),
                        "false" if a.device == "cpu" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
@@ -615,7 +617,7 @@ class Runner:
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sms)]
                 if c.config == "detshare-static":
                     flags[w.tenant].append("--pinned")  # the policy before issue 12: exactly the guarantee
-                elif c.config in ("detshare-dynamic", "detshare-dynamic-noprio"):
+                elif c.config in ("detshare-dynamic", "detshare-dynamic-pause", "detshare-dynamic-noprio"):
                     if a.lc_slo_ms:
                         flags[w.tenant] += ["--slo-p99", "%gms" % a.lc_slo_ms]
                     if a.lc_lend:

@@ -24,13 +24,13 @@ func TestColocPlan(t *testing.T) {
 			lines = append(lines, l)
 		}
 	}
-	if len(lines) != 50 {
-		t.Fatalf("%d cases, want 3 LC + 2 trainers alone, 3 LC alone under MPS and 3 x 2 x 7 shared = 50:\n%s",
+	if len(lines) != 56 {
+		t.Fatalf("%d cases, want 3 LC + 2 trainers alone, 3 LC alone under MPS and 3 x 2 x 8 shared = 56:\n%s",
 			len(lines), out)
 	}
 	for _, want := range []string{"coloc/bert/alone", "coloc/llama-step/alone", "coloc/lin8192-fp32/alone",
 		"coloc/resnet50+lin8192-bf16/detshare-dynamic", "coloc/llama-step+lin8192-fp32/mps-pct", "(MPS 66%)",
-		"coloc/bert+lin8192-bf16/detshare-dynamic-noprio", "coloc/llama-step/alone-mps"} {
+		"coloc/bert+lin8192-bf16/detshare-dynamic-noprio", "coloc/llama-step/alone-mps", "coloc/resnet50+lin8192-fp32/detshare-dynamic-pause"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}

@@ -290,7 +290,7 @@ def build(outdir, skip, slo_ms):
 
 COLOC_TARGET = {"lc_p99_ratio": 1.10, "lc_p99_goal": 1.05}
 COLOC_SHARED = ("timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
-                "detshare-dynamic-noprio")
+                "detshare-dynamic-pause", "detshare-dynamic-noprio")
 
 
 def read_power(outdir):
@@ -389,8 +389,8 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     fmt(b and b["steps_per_s"]), fmt(r["be_norm"]), fmt(r["power"].get("power_w_mean"), 0),
                     fmt(r["power"].get("power_w_max"), 0), fmt(r["power"].get("sm_mhz_mean"), 0),
                     fmt(r["power"].get("sm_mhz_min"), 0), yn[r["lc_bit_identical"]], yn[r["be_bit_identical"]]))
-                if cfg == "detshare-dynamic":
-                    w = "%s + %s, DetShare-dynamic" % (lc, be)
+                if cfg in ("detshare-dynamic", "detshare-dynamic-pause"):
+                    w = "%s + %s, DetShare-dynamic%s" % (lc, be, " (be_floor 0)" if cfg.endswith("pause") else "")
                     res["targets"].append(target(w + ": LC P99 service <= 1.10x solo", r["lc_svc_p99_ratio"], "<=",
                                                  COLOC_TARGET["lc_p99_ratio"]))
                     res["targets"].append(target(w + ": LC P99 arrival-to-completion <= 1.10x solo",
