@@ -229,7 +229,7 @@ func (c *Client) ReapDeadProcesses(ps *ProcSet) (int, uint64) {
 		case ProcLive:
 			id := ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
 				StartTime: atomic.LoadUint64(&p.StartTime), HostPID: atomic.LoadUint64(&p.HostPID)}
-			if ps.Alive(id) {
+			if !ps.Dead(id) {
 				continue
 			}
 			if !atomic.CompareAndSwapUint32(&p.State, ProcLive, ProcReaping) {

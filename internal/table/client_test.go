@@ -163,6 +163,7 @@ func TestReapDeadProcess(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
+	time.Sleep(3 * time.Second / userHZ) // a scan judges only processes that started at least a tick before it
 	ps, _ = ScanProcesses()
 	n, bytes := cl.ReapDeadProcesses(ps)
 	if n != 1 || bytes != 4096 || p.MemUsed != 0 || p.Procs[idx].State != ProcFree {
@@ -233,12 +234,43 @@ func TestReapPass(t *testing.T) {
 	sleeper.Wait()
 	owner.Process.Kill()
 	owner.Wait()
+	time.Sleep(3 * time.Second / userHZ) // a scan judges only processes that started at least a tick before it
 	rep, err = tb.Reap()
 	if err != nil || rep.Processes != 1 || rep.BytesCredited != 1<<20 || len(rep.Tenants) != 1 || rep.Tenants[0] != "host" {
 		t.Fatalf("reap: %+v %v", rep, err)
 	}
 	if cl.Page().MemUsed != 0 {
 		t.Errorf("memory not credited: %d", cl.Page().MemUsed)
+	}
+}
+
+// A scan applied after it was taken must not take a process that started after it for dead (the scheduler scans
+// /proc beside its decision loop and applies the scan later); one that started before and is missing is dead.
+func TestScanJudgesOnlyOlderProcesses(t *testing.T) {
+	ps, err := ScanProcesses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.startedBefore == 0 {
+		t.Fatal("no /proc/uptime reading: the scan cannot tell new processes from dead ones")
+	}
+	time.Sleep(3 * time.Second / userHZ)
+	late := exec.Command("sleep", "60")
+	if err := late.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { late.Process.Kill(); late.Wait() }()
+	id, err := PidIdentity(late.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Alive(id) || ps.Dead(id) {
+		t.Fatalf("a process started after the scan (start %d, scan from %d): alive %v dead %v; want neither",
+			id.StartTime, ps.startedBefore, ps.Alive(id), ps.Dead(id))
+	}
+	gone := ProcIdentity{NSPid: 999999, PidNSIno: id.PidNSIno, StartTime: ps.startedBefore - 1}
+	if !ps.Dead(gone) {
+		t.Fatal("a process that started before the scan and is missing from it is not judged dead")
 	}
 }
 

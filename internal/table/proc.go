@@ -128,6 +128,31 @@ type procKey struct {
 // ProcSet is a snapshot of the live processes of the host, keyed by identity; build it once per reaping pass.
 type ProcSet struct {
 	byKey map[procKey]uint64 // -> start time
+	// startedBefore is the clock tick (since boot, /proc/uptime x USER_HZ) at which the walk began, less one tick: a
+	// process missing from the set is dead only if it started before it. One that started later was simply not
+	// there to be seen, which matters once a scan is applied some time after it was taken (the scheduler scans
+	// beside its decision loop). 0: unknown, every missing process counts as dead.
+	startedBefore uint64
+}
+
+// userHZ is the unit of /proc/<pid>/stat's starttime: USER_HZ, 100 on every Linux architecture DetShare runs on.
+const userHZ = 100
+
+// uptimeTicks reads /proc/uptime in USER_HZ ticks; 0 when it cannot.
+func uptimeTicks() uint64 {
+	b, err := os.ReadFile(procRoot + "/uptime")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	up, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || up <= 0 {
+		return 0
+	}
+	return uint64(up * userHZ)
 }
 
 // ScanProcesses walks /proc once. Processes that vanish during the walk are skipped.
@@ -137,6 +162,9 @@ func ScanProcesses() (*ProcSet, error) {
 		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
 	}
 	ps := &ProcSet{byKey: make(map[procKey]uint64, len(ents))}
+	if t := uptimeTicks(); t > 1 {
+		ps.startedBefore = t - 1
+	}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
@@ -149,6 +177,15 @@ func ScanProcesses() (*ProcSet, error) {
 		ps.byKey[procKey{id.PidNSIno, id.NSPid}] = id.StartTime
 	}
 	return ps, nil
+}
+
+// Dead tells whether the process with this identity is gone for sure: missing from the scan although it had
+// started before the scan began.
+func (ps *ProcSet) Dead(id ProcIdentity) bool {
+	if ps.Alive(id) {
+		return false
+	}
+	return ps.startedBefore == 0 || id.StartTime < ps.startedBefore
 }
 
 // Alive tells whether the process with this identity was alive at the scan.

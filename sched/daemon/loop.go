@@ -19,6 +19,11 @@ type loop struct {
 	pages    map[int]*page // slot -> mapped client page of the current generation
 	demand   demandBook    // trust.go
 	lastReap time.Time
+	// The walk of /proc behind reaping takes milliseconds; while the loop runs, scanLoop takes it on its own
+	// goroutine and leaves the newest scan here, so that a doorbell is never answered late because a reap was
+	// walking /proc (H100: latency-critical requests started up to 18 ms before their neighbours were throttled).
+	scan     atomic.Pointer[table.ProcSet]
+	scanning atomic.Bool
 	// regs caches table.List() while the table generation stays regGen: a pass without a registration reads no slot.
 	regs   []table.Registration
 	regGen uint64
@@ -52,6 +57,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	powerDone := make(chan struct{})
 	go func() { defer close(powerDone); s.powerLoop(watchCtx) }()
 	defer func() { watchStop(); <-powerDone }()
+	scanDone := make(chan struct{})
+	s.loop.scanning.Store(true)
+	go func() { defer close(scanDone); s.scanLoop(watchCtx) }()
+	defer func() { watchStop(); <-scanDone; s.loop.scanning.Store(false) }()
 	seq := s.t.DoorbellSeq()
 	if err := s.guardedPass(); err != nil {
 		return err
@@ -110,14 +119,39 @@ func (s *Scheduler) Pass() {
 	s.stats.LastPassNs.Store(uint64(time.Since(start)))
 }
 
+// scanProcesses walks /proc; a variable so that a test can make the walk slow.
+var scanProcesses = table.ScanProcesses
+
+// scanLoop walks /proc every reap period beside the decision loop; reap applies the newest walk.
+func (s *Scheduler) scanLoop(ctx context.Context) {
+	scan := func() bool {
+		if ps, err := scanProcesses(); err != nil {
+			logrus.WithError(err).Debug("scan of /proc")
+		} else {
+			s.loop.scan.Store(ps)
+		}
+		return true
+	}
+	scan()
+	ticking(ctx, s.Config().Scheduler.ReapEvery.Duration, nil, scan)
+}
+
 func (s *Scheduler) reap() {
 	s.loop.lastReap = time.Now()
 	if !s.lead.stillOurs() {
 		return
 	}
-	// Host PIDs of processes about to be reaped, for MPS terminate_client (a process may linger as an MPS client
-	// after its container is gone).
-	rep, err := s.t.Reap()
+	var rep table.ReapReport
+	var err error
+	if s.loop.scanning.Load() {
+		rep, err = s.t.ReapWith(s.loop.scan.Swap(nil)) // each walk is applied once; none yet: slots only
+	} else {
+		// a pass outside Run (tests, one-shot callers): walk /proc here
+		var ps *table.ProcSet
+		if ps, err = scanProcesses(); err == nil {
+			rep, err = s.t.ReapWith(ps)
+		}
+	}
 	if err != nil {
 		logrus.WithError(err).Warn("reap pass failed")
 		return
