@@ -242,6 +242,7 @@ func TestSIGKILLedProcessCreditedByReaper(t *testing.T) {
 	if used := e.memUsed(); used != 42*MiB {
 		t.Fatalf("usage right after SIGKILL = %d, want still %d (nothing ran in the dead process)", used, 42*MiB)
 	}
+	time.Sleep(30 * time.Millisecond) // a scan judges only processes that started in an earlier clock tick (10 ms)
 	ps, err := table.ScanProcesses()
 	if err != nil {
 		t.Fatal(err)

@@ -128,8 +128,8 @@ type procKey struct {
 // ProcSet is a snapshot of the live processes of the host, keyed by identity; build it once per reaping pass.
 type ProcSet struct {
 	byKey map[procKey]uint64 // -> start time
-	// startedBefore is the clock tick (since boot, /proc/uptime x USER_HZ) at which the walk began, less one tick: a
-	// process missing from the set is dead only if it started before it. One that started later was simply not
+	// startedBefore is the clock tick (since boot, /proc/uptime x USER_HZ) in which the walk began: a process
+	// missing from the set is dead only if it started in an earlier tick. One that started later was simply not
 	// there to be seen, which matters once a scan is applied some time after it was taken (the scheduler scans
 	// beside its decision loop). 0: unknown, every missing process counts as dead.
 	startedBefore uint64
@@ -162,9 +162,7 @@ func ScanProcesses() (*ProcSet, error) {
 		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
 	}
 	ps := &ProcSet{byKey: make(map[procKey]uint64, len(ents))}
-	if t := uptimeTicks(); t > 1 {
-		ps.startedBefore = t - 1
-	}
+	ps.startedBefore = uptimeTicks()
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
