@@ -338,11 +338,12 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 			if g.Groups == 0 {
 				g.Groups = pick(t.Prev&shared, shared, floor)
 			}
-			if g.Reason == "" {
+			switch {
+			case g.Reason != "":
+			case floor == 0:
+				g.Reason = fmt.Sprintf("idle, paused (%s)", throttleWhy)
+			default:
 				g.Reason = fmt.Sprintf("idle, throttled to %d groups (%s)", bits.OnesCount64(g.Groups), throttleWhy)
-				if floor == 0 {
-					g.Reason = fmt.Sprintf("idle, paused (%s)", throttleWhy)
-				}
 			}
 		default:
 			// Idle, no guarantee: keep what it had of the non-exclusive groups, else be offered all of them.

@@ -90,7 +90,8 @@ static unsigned cost_slot(const void *key) {
     return (unsigned)((k >> 4) ^ (k >> 12) ^ (k >> 20)) % DS_GATE_KEYS;
 }
 
-uint64_t ds_gate_predict(const struct ds_gate *g, const void *key, unsigned width) {
+/* The predicted duration of a launch of key on width groups, 0 when nothing is learnt. */
+static uint64_t predict(const struct ds_gate *g, const void *key, unsigned width) {
     if (!width)
         width = 1;
     const struct ds_gate_cost *c = &g->cost[cost_slot(key)];
@@ -99,7 +100,15 @@ uint64_t ds_gate_predict(const struct ds_gate *g, const void *key, unsigned widt
     return g->work / width;
 }
 
-int ds_gate_admits(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns, uint64_t est, uint64_t now) {
+/* When the oldest launch in flight started running: at the previous completion, or at its submission if later. */
+static uint64_t head_start(const struct ds_gate *g) {
+    unsigned h = g->head;
+    return g->last_done_ns > g->sub_ns[h] ? g->last_done_ns : g->sub_ns[h];
+}
+
+/* Whether one more launch (predicted est ns) may go at time now: depth and budget from the table, against what is
+ * left of the launches in flight. */
+static int admits(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns, uint64_t est, uint64_t now) {
     unsigned cap = depth > DS_GATE_MAX ? DS_GATE_MAX : depth;
     if (g->n == 0)
         return 1; /* one launch always goes: the gate throttles, it never stops a tenant */
@@ -109,12 +118,10 @@ int ds_gate_admits(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns, 
         return 1;
     if (!est && !g->est_sum)
         return g->n < 2; /* nothing learnt yet: two launches until the durations are known */
-    /* what is left of the work in flight: the oldest launch has been running since the previous completion (or its
-     * submission), so the next one may queue as it nears its end and the stream does not idle between them */
-    unsigned h = g->head;
-    uint64_t start = g->last_done_ns > g->sub_ns[h] ? g->last_done_ns : g->sub_ns[h];
-    uint64_t ran = now > start ? now - start : 0;
-    uint64_t left = g->est_sum - (ran < g->est_in[h] ? ran : g->est_in[h]);
+    /* what is left of the work in flight: the oldest launch has been running since head_start, so the next one may
+     * queue as it nears its end and the stream does not idle between them */
+    uint64_t start = head_start(g), ran = now > start ? now - start : 0;
+    uint64_t left = g->est_sum - (ran < g->est_in[g->head] ? ran : g->est_in[g->head]);
     return left + est <= budget_ns;
 }
 
@@ -146,7 +153,7 @@ void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void 
         if (r == CUDA_ERROR_NOT_READY) {
             g->head_busy = 1; /* seen unfinished: its completion time will be observed */
             /* the grant changed: nothing may queue behind the old grant's launches */
-            if (g->where == where && ds_gate_admits(g, depth, budget, ds_gate_predict(g, key, width), now))
+            if (g->where == where && admits(g, depth, budget, predict(g, key, width), now))
                 break;
             if (!t0)
                 t0 = now;
@@ -159,7 +166,7 @@ void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void 
             continue;
         }
         if (g->head_busy && r == CUDA_SUCCESS) {
-            uint64_t start = g->last_done_ns > g->sub_ns[h] ? g->last_done_ns : g->sub_ns[h];
+            uint64_t start = head_start(g);
             learn(g, h, now > start ? now - start : 0);
         }
         g->head_busy = 0;
@@ -189,7 +196,7 @@ void ds_gate_record(struct ds_gate *g, CUstream where, const void *key, unsigned
             g->sub_ns[i] = ds_now_ns();
             g->key_in[i] = key;
             g->width_in[i] = width;
-            g->est_in[i] = ds_gate_predict(g, key, width);
+            g->est_in[i] = predict(g, key, width);
             g->est_sum += g->est_in[i];
             g->n++;
         }

@@ -34,11 +34,6 @@ struct ds_gate {                  /* per logical stream */
     struct ds_gate_cost cost[DS_GATE_KEYS]; /* direct-mapped by key; a collision replaces */
 };
 void ds_gate_init(struct ds_gate *g);
-/* The predicted duration of a launch of key on width groups, 0 when nothing is learnt (lock held or not: a hint). */
-uint64_t ds_gate_predict(const struct ds_gate *g, const void *key, unsigned width);
-/* Whether one more launch (predicted est ns) may go at time now: depth and budget from the table, against what is
- * left of the launches in flight. */
-int ds_gate_admits(const struct ds_gate *g, uint32_t depth, uint64_t budget_ns, uint64_t est, uint64_t now);
 /* Before a launch of key to stream where, on a grant of width groups: waits while the stream is at its cap, and
  * until every launch in flight finished if they went to another stream (another grant). */
 void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void *key, unsigned width);

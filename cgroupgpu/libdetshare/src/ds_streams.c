@@ -595,26 +595,17 @@ void ds_streams_child(void) {
 /* Work that stays on the application's stream (every group granted) is invisible to the physical streams, so the
  * stream is remembered and ds_streams_drained queries it too: otherwise the demand monitor declared a
  * latency-critical tenant idle 2 ms after it launched a 4 ms graph (H100, issue 12), and its neighbours were given
- * the GPU back in the middle of its request. One lock-free lookup per launch on this path; registering a new
- * stream takes a lock once. */
-static inline void note_unconfined(CUstream app) {
-    if (DS_UNLIKELY(!ds_real.cuStreamQuery || !ds_real.cuEventCreate))
-        return; /* a driver without them (a test double): nothing could query the stream */
-    struct lstream *ls = lstream_get(app);
-    if (ls && DS_UNLIKELY(!atomic_load_explicit(&ls->unconfined, memory_order_relaxed)))
+ * the GPU back in the middle of its request. */
+static inline void mark_unconfined(struct lstream *ls) {
+    if (DS_UNLIKELY(!atomic_load_explicit(&ls->unconfined, memory_order_relaxed)))
         atomic_store_explicit(&ls->unconfined, 1, memory_order_release);
 }
 
-/* A gated tenant holding every group launches on the application's stream: the gate applies there too (a whole
- * training step queued on the whole GPU is what a waking latency-critical tenant would wait for). */
-static void gate_unconfined(CUstream app, const void *key) {
-    struct lstream *ls = lstream_get(app);
-    if (!ls)
-        return;
-    unsigned width = ds_pool_groups();
-    ds_gate_wait(&ls->gate, ds_gate_depth(), app, key, width);
+/* The gate before a kernel launch to where (on width groups), and what ds_launch_done needs to mark its completion. */
+static void gate_pass(struct lstream *ls, uint32_t depth, CUstream where, const void *key, unsigned width) {
+    ds_gate_wait(&ls->gate, depth, where, key, width);
     t_gated = ls;
-    t_gated_where = app;
+    t_gated_where = where;
     t_gated_key = key;
     t_gated_width = width;
 }
@@ -630,23 +621,24 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
     if (DS_LIKELY(c == NULL)) {
         /* every group (or no confinement): kernels run where the application put them, unless this stream still
          * has kernels on a physical stream from an earlier partial grant */
+        struct lstream *ls = NULL;
         if (DS_LIKELY(!atomic_load_explicit(&g_nbound, memory_order_relaxed))) {
-            note_unconfined(app);
-            if (DS_UNLIKELY(kernel) && DS_UNLIKELY(ds_gate_depth() != 0))
-                gate_unconfined(app, key);
-            return s;
-        }
-        struct lstream *ls = lstream_get(app);
-        if (ls) {
+            /* one lock-free lookup (registering a new stream takes a lock once); none with a driver that could
+             * not query the stream afterwards (a test double without events) */
+            if (DS_LIKELY(ds_real.cuStreamQuery && ds_real.cuEventCreate))
+                ls = lstream_get(app);
+        } else if ((ls = lstream_get(app)) != NULL) {
             cross_pre(ls->kind, app);
             if (atomic_load(&ls->bound))
                 unbind(ls);
             cross_post(ls->kind);
-            if (!atomic_load_explicit(&ls->unconfined, memory_order_relaxed))
-                atomic_store_explicit(&ls->unconfined, 1, memory_order_release);
         }
-        if (kernel && DS_UNLIKELY(ds_gate_depth() != 0))
-            gate_unconfined(app, key);
+        if (ls) {
+            mark_unconfined(ls);
+            uint32_t gd = ds_gate_depth();
+            if (kernel && DS_UNLIKELY(gd != 0)) /* the gate applies on the whole GPU too (ds_gate.c) */
+                gate_pass(ls, gd, app, key, ds_pool_groups());
+        }
         return s;
     }
     struct lstream *ls = lstream_get(app);
@@ -672,14 +664,8 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
     t_pending = ls;
     t_pending_phys = phys;
     uint32_t gd = ds_gate_depth();
-    if (DS_UNLIKELY(gd != 0) && kernel) {
-        unsigned width = (unsigned)__builtin_popcountll(c->mask);
-        ds_gate_wait(&ls->gate, gd, phys, key, width);
-        t_gated = ls;
-        t_gated_where = phys;
-        t_gated_key = key;
-        t_gated_width = width;
-    }
+    if (DS_UNLIKELY(gd != 0) && kernel)
+        gate_pass(ls, gd, phys, key, (unsigned)__builtin_popcountll(c->mask));
     return phys;
 }
 
