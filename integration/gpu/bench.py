@@ -24,7 +24,9 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   gate; --lc-slo-ms sets the LC's slo-p99). mps-prio and detshare-dynamic-noprio (detshare-dynamic with
   DETSHARE_MPS_PRIORITY=off: every tenant at normal MPS priority) isolate what the MPS client priority the library
   sets from the tier contributes. detshare-dynamic-pause is detshare-dynamic with scheduler.be_floor = 0 (the trainer
-  pauses while the LC is busy). Needs --scheduler detshare.
+  pauses while the LC is busy). Needs --scheduler detshare. `--coloc-lc reclaim` is the reclaim probe instead of a
+  model (worker.py, probes/reclaim.cu; GPU only, never part of the default list): each request needs every SM for
+  1 ms, and report.py shows how long it waited for the trainer's kernels to leave them (the dispatch gate's bound).
 Board power, power limit and SM clock are logged every 100 ms for the whole run (OUTDIR/power.csv, nvidia-smi
 queries only) and summarised per case by report.py.
 
@@ -58,6 +60,7 @@ TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
 COLOC_CONFIGS = ["alone", "alone-mps", "timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
                  "detshare-dynamic-pause", "detshare-dynamic-noprio"]
 COLOC_LC = ["bert", "resnet50", "llama-step"]
+COLOC_PROBES = ["reclaim"]  # accepted by --coloc-lc, never run unless named
 COLOC_BE = ["lin8192-bf16", "lin8192-fp32"]
 SUITES = ["infer", "llm", "train", "coloc"]
 
@@ -77,8 +80,8 @@ def parse(argv=None):
     ap.add_argument("--tpot-decode-groups", type=int, default=0,
                     help="TPOT-First: groups decode gets first (default: two thirds of the split)")
     ap.add_argument("--tpot-slo-ms", type=float, default=100.0)
-    ap.add_argument("--coloc-lc", default=",".join(COLOC_LC), help="coloc suite: LC workloads (comma list of %s)"
-                    % ", ".join(COLOC_LC))
+    ap.add_argument("--coloc-lc", default=",".join(COLOC_LC), help="coloc suite: LC workloads (comma list of %s; "
+                    "or the probe `reclaim`)" % ", ".join(COLOC_LC))
     ap.add_argument("--coloc-be", default=",".join(COLOC_BE), help="coloc suite: trainers (comma list of %s)"
                     % ", ".join(COLOC_BE))
     ap.add_argument("--be-floor", type=int, default=None,
@@ -126,8 +129,10 @@ def parse(argv=None):
     a.coloc_lcs = [x for x in a.coloc_lc.split(",") if x]
     a.coloc_bes = [x for x in a.coloc_be.split(",") if x]
     for x in a.coloc_lcs:
-        if x not in COLOC_LC:
-            ap.error("--coloc-lc: %r is not one of %s" % (x, ", ".join(COLOC_LC)))
+        if x not in COLOC_LC + COLOC_PROBES:
+            ap.error("--coloc-lc: %r is not one of %s" % (x, ", ".join(COLOC_LC + COLOC_PROBES)))
+        if x in COLOC_PROBES and a.device == "cpu":
+            ap.error("--coloc-lc %s: the probe measures SMs, it needs --device cuda" % x)
     for x in a.coloc_bes:
         if x not in COLOC_BE:
             ap.error("--coloc-be: %r is not one of %s" % (x, ", ".join(COLOC_BE)))

@@ -108,7 +108,7 @@ func TestColocReport(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "power.csv"), []byte(pw), 0o644)
 	md := run(t, nil, py, filepath.Join(here(t), "report.py"), dir)
 	for _, want := range []string{
-		"Alone under plain MPS (what MPS itself costs it): service P50 2.500 / P99 2.500 ms (P99 1.25 of alone).",
+		"Alone under plain MPS (what MPS itself costs it): service P50 2.500 / P99 2.500 ms (P99 1.25 of alone); 1 distinct output in 100 requests.",
 		"| lin8192-bf16 | mps | 10.000 / 10.000 | 5.00 | 4.00 | 10.00 | 5.00 | 18.00 | 0.90 | 600 / 600 | 1900 / 1900 | yes / yes |",
 		"| lin8192-bf16 | detshare-dynamic | 2.100 / 2.100 | 1.05 | 0.84 | 2.10 | 1.05 | 8.00 | 0.40 | 600 / 600 | 1900 / 1900 | yes / **NO** |",
 		"DetShare-dynamic: LC P99 service <= 1.10x solo | 1.0500 | <= 1.1 | yes |",
@@ -122,3 +122,60 @@ func TestColocReport(t *testing.T) {
 }
 
 func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }
+
+// The reclaim probe's waits reach the report: per configuration, how long a request needing every SM waited for an SM
+// to come free and for all of them (the dispatch gate's bound on the H100 comes from this table).
+func TestColocReportReclaim(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw")
+	if err := os.MkdirAll(raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	probe := func(cfg, group string, all func(i int) float64) map[string]any {
+		var reqs [][3]float64
+		var waits [][3]float64
+		for i := 0; i < 100; i++ {
+			a := float64(i) * 0.05
+			reqs = append(reqs, [3]float64{a, a, a + 0.001 + all(i)/1e6})
+			waits = append(waits, [3]float64{1, 10, all(i)})
+		}
+		return map[string]any{"role": "infer", "duration": 5.0, "t0": 1000.0, "rate": 20.0, "offered": 100,
+			"requests": reqs, "output_hash": "h0", "output_hashes": map[string]int{"h0": 100},
+			"reclaim": map[string]any{"grid": 128, "spin_us": 1000, "waits_us": waits},
+			"group":   group, "config": cfg, "label": "lc"}
+	}
+	p := "coloc:reclaim+lin8192-bf16"
+	// alone under plain MPS, two output values: the report says MPS itself broke bit-equality
+	mpsAlone := probe("alone-mps", "coloc:reclaim", func(int) float64 { return 6 })
+	mpsAlone["output_hashes"] = map[string]int{"h0": 60, "h1": 40}
+	for name, d := range map[string]map[string]any{
+		"a": probe("alone", "coloc:reclaim", func(int) float64 { return 5 }),
+		"m": mpsAlone,
+		"b": probe("detshare-dynamic-pause", p, func(i int) float64 {
+			if i == 99 {
+				return 900
+			}
+			return 300
+		}),
+	} {
+		b, _ := json.Marshal(d)
+		if err := os.WriteFile(filepath.Join(raw, name+".json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"load": 0.5, "duration": 5}`), 0o644)
+	md := run(t, nil, py, filepath.Join(here(t), "report.py"), dir)
+	for _, want := range []string{
+		"Reclaim probe (128 blocks of 200 KiB shared memory, one per SM, each held 1000 us)",
+		"| — | alone | 90 | 1 / 1 | 10 / 10 | 5 / 5 / 5 |",
+		"| — | alone-mps | 90 | 1 / 1 | 10 / 10 | 6 / 6 / 6 |",
+		"2 distinct outputs in 100 requests (MPS alone already breaks its bit-equality: see integration/gpu/mpsdet.sh).",
+		// the first 10% of the window is dropped: requests 10..99, the last one waited 900 us
+		"| lin8192-bf16 | detshare-dynamic-pause | 90 | 1 / 1 | 10 / 10 | 300 / 366 / 900 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}

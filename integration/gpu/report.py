@@ -70,6 +70,23 @@ def lc_stats(d, skip):
             "output_hash": d.get("output_hash"), "distinct_hashes": len(hashes), "a2c_ms": a2c}
 
 
+def reclaim_stats(d, skip):
+    """The reclaim probe (worker.py --model reclaim): per request, microseconds after its launch (less the launch
+    latency) until `arrive` ran, the first of its blocks started (an SM came free) and the last one did (every SM)."""
+    rc = d.get("reclaim") if d else None
+    if not rc or not rc.get("waits_us"):
+        return None
+    D = d["duration"]
+    w = [x for r, x in zip(d["requests"], rc["waits_us"]) if r[0] >= skip * D]
+    if not w:
+        return None
+    col = lambda j: [x[j] for x in w]  # noqa: E731
+    out = {"n": len(w), "grid": rc.get("grid"), "spin_us": rc.get("spin_us")}
+    for j, k in enumerate(("arrive", "first", "all")):
+        out[k + "_p50_us"], out[k + "_p99_us"], out[k + "_max_us"] = pct(col(j), 50), pct(col(j), 99), max(col(j))
+    return out
+
+
 def train_stats(d, skip):
     D = d["duration"]
     n = len([t for t in d["step_ends"] if skip * D <= t <= D])
@@ -331,6 +348,9 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
     for lc in lcs:
         base = raw.get("coloc:" + lc, {}).get("alone", {}).get("lc")
         blc = lc_stats(base, skip) if base else None
+        reclaim_rows = [("—", cfg, reclaim_stats(raw.get("coloc:" + lc, {}).get(cfg, {}).get("lc"), skip))
+                        for cfg in ("alone", "alone-mps")]
+        reclaim_rows = [x for x in reclaim_rows if x[2]]
         bm = raw.get("coloc:" + lc, {}).get("alone-mps", {}).get("lc")
         bmps = lc_stats(bm, skip) if bm else None
         md.append("### Co-location: %s (batch 1, CUDA graph, Poisson load %s of solo capacity) beside training" % (
@@ -344,9 +364,13 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                                                          fmt(pw.get("power_w_mean"), 0), fmt(pw.get("sm_mhz_mean"), 0)))
             md.append("")
         if bmps:
-            md.append("Alone under plain MPS (what MPS itself costs it): service P50 %s / P99 %s ms (P99 %s of alone)."
+            seen = {h: n for h, n in (bm.get("output_hashes") or {}).items() if n}  # every request, warm-up excluded
+            md.append("Alone under plain MPS (what MPS itself costs it): service P50 %s / P99 %s ms (P99 %s of alone); "
+                      "%d distinct output%s in %d requests%s."
                       % (fmt(bmps["svc_p50_ms"], 3), fmt(bmps["svc_p99_ms"], 3),
-                         fmt(ratio(bmps["svc_p99_ms"], blc and blc["svc_p99_ms"]))))
+                         fmt(ratio(bmps["svc_p99_ms"], blc and blc["svc_p99_ms"])), len(seen), "" if len(seen) == 1 else "s",
+                         sum(seen.values()), "" if len(seen) <= 1 else
+                         " (MPS alone already breaks its bit-equality: see integration/gpu/mpsdet.sh)"))
             md.append("")
             out.setdefault("coloc:" + lc, {})["alone-mps"] = {
                 "lc": {k: v for k, v in bmps.items() if k != "a2c_ms"},
@@ -389,6 +413,10 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     fmt(b and b["steps_per_s"]), fmt(r["be_norm"]), fmt(r["power"].get("power_w_mean"), 0),
                     fmt(r["power"].get("power_w_max"), 0), fmt(r["power"].get("sm_mhz_mean"), 0),
                     fmt(r["power"].get("sm_mhz_min"), 0), yn[r["lc_bit_identical"]], yn[r["be_bit_identical"]]))
+                rs = reclaim_stats(c.get("lc"), skip)
+                if rs:
+                    r["reclaim"] = rs
+                    reclaim_rows.append((be, cfg, rs))
                 if cfg in ("detshare-dynamic", "detshare-dynamic-pause"):
                     w = "%s + %s, DetShare-dynamic%s" % (lc, be, " (be_floor 0)" if cfg.endswith("pause") else "")
                     res["targets"].append(target(w + ": LC P99 service <= 1.10x solo", r["lc_svc_p99_ratio"], "<=",
@@ -400,6 +428,22 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                                                  1.0 if r["lc_bit_identical"] and r["be_bit_identical"] else
                                                  None if r["lc_bit_identical"] is None else 0.0, ">=", 1.0))
         md.append("")
+        if reclaim_rows:
+            g = reclaim_rows[0][2]
+            md.append("Reclaim probe (%s blocks of 200 KiB shared memory, one per SM, each held %s us): microseconds "
+                      "from a request's launch (less the launch latency) until its first block started (an SM came "
+                      "free) and until its last did (every SM reclaimed); `arrive` is a one-thread kernel before them."
+                      % (g["grid"], g["spin_us"]))
+            md.append("")
+            md.append("| trainer | config | requests | arrive P50 / P99 us | first SM P50 / P99 us "
+                      "| every SM P50 / P99 / max us |")
+            md.append("|---|---|---|---|---|---|")
+            for be, cfg, rs in reclaim_rows:
+                md.append("| %s | %s | %d | %s / %s | %s / %s | %s / %s / %s |" % (
+                    be, cfg, rs["n"], fmt(rs["arrive_p50_us"], 0), fmt(rs["arrive_p99_us"], 0),
+                    fmt(rs["first_p50_us"], 0), fmt(rs["first_p99_us"], 0), fmt(rs["all_p50_us"], 0),
+                    fmt(rs["all_p99_us"], 0), fmt(rs["all_max_us"], 0)))
+            md.append("")
 
 
 def target(what, value, op, goal):

@@ -2,9 +2,11 @@
 """worker: one benchmark tenant process (unmodified PyTorch; DetShare, MPS or nothing is applied from outside).
 
 Roles:
-  infer    batch-1 inference (resnet50 | bert) replayed through a CUDA graph, open-loop Poisson arrivals at --rate
-           req/s (fixed seed, so every configuration sees the same arrival times); --calibrate N instead measures
-           N back-to-back requests (solo capacity).
+  infer    batch-1 inference (resnet50 | bert | llama-step) replayed through a CUDA graph, open-loop Poisson arrivals
+           at --rate req/s (fixed seed, so every configuration sees the same arrival times); --calibrate N instead
+           measures N back-to-back requests (solo capacity). `--model reclaim` is not a model but the reclaim probe
+           (probes/reclaim.cu): each request needs every SM for 1 ms, and the result also says how long it waited
+           for a neighbour's kernels to leave them.
   train    training steps (resnet50 | gpt2) as fast as possible; throughput = steps/s in the window.
   prefill  Llama-like prompt processing with Poisson arrivals; TTFT = arrival to the end of the prompt's forward.
   decode   Llama-like greedy decoding of a batch, one CUDA-graph step per token; inter-token gaps (TPOT).
@@ -26,7 +28,7 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--role", required=True, choices=["infer", "train", "prefill", "decode"])
     ap.add_argument("--model", required=True,
-                    help="infer: resnet50|bert|llama-step(-tiny); train: resnet50|gpt2|lin8192-bf16|lin8192-fp32(-tiny); "
+                    help="infer: resnet50|bert|llama-step(-tiny)|reclaim (GPU only); train: resnet50|gpt2|lin8192-bf16|lin8192-fp32(-tiny); "
                          "prefill/decode: llama(-tiny)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--out", required=True, help="result JSON path")
@@ -119,10 +121,82 @@ def calibrate(step, clk, n):
     return times
 
 
+RECLAIM_GRID = 128  # blocks of the reclaim probe: one per SM of the widest grant (16 groups of 8 on an H100)
+RECLAIM_SPIN_US = 1000  # each block holds its SM this long: a request that needs the whole GPU for ~1 ms
+
+
+def reclaim_lib(torch):
+    """probes/reclaim.cu built with nvcc for this GPU (cached beside the source's hash), loaded with ctypes."""
+    import ctypes
+    import subprocess
+
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes", "reclaim.cu")
+    with open(src, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    major, minor = torch.cuda.get_device_capability()
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "detshare-probes")
+    so = os.path.join(cache, "reclaim-%s-sm%d%d.so" % (digest, major, minor))
+    if not os.path.exists(so):
+        os.makedirs(cache, exist_ok=True)
+        cmd = ["nvcc", "-O2", "-arch=sm_%d%d" % (major, minor), "-shared", "-Xcompiler", "-fPIC", "-o", so + ".tmp", src]
+        try:
+            subprocess.run(cmd, check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            sys.exit("worker: --model reclaim: building the probe failed (%s): %s" % (" ".join(cmd), e))
+        os.rename(so + ".tmp", so)
+    lib = ctypes.CDLL(so)
+    lib.reclaim_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
+    lib.reclaim_launch.argtypes = [ctypes.c_ulonglong]
+    lib.reclaim_read.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_longlong)]
+    return lib
+
+
+class ReclaimProbe:
+    """A request of the reclaim probe; call it like a model. read() gives the waits of the last n requests."""
+
+    CAP = 1 << 14  # probes/reclaim.cu kCap
+
+    def __init__(self, torch):
+        self.torch, self.lib, self.launched = torch, reclaim_lib(torch), 0
+        if self.lib.reclaim_init(RECLAIM_GRID, RECLAIM_SPIN_US) != 0:
+            sys.exit("worker: --model reclaim: reclaim_init failed (see the probe's message above)")
+
+    def __call__(self, x):
+        if self.lib.reclaim_launch(self.torch.cuda.current_stream().cuda_stream) != 0:
+            raise RuntimeError("reclaim probe: launch failed")
+        self.launched += 1
+        return x
+
+    def eval(self):
+        return self
+
+    def to(self, _dev):
+        return self
+
+    def read(self, n):
+        """[arrive, first block, last block] in microseconds after the request's launch, for the last n requests,
+        less the launch latency (the smallest delay of `arrive` over every request kept, warm-up included)."""
+        import ctypes
+
+        k = min(self.launched, self.CAP)
+        n = min(n, k)
+        buf = (ctypes.c_longlong * (3 * k))()
+        if self.lib.reclaim_read(k, buf) != 0:
+            raise RuntimeError("reclaim probe: read failed")
+        base = min(buf[3 * i] for i in range(k))
+        rows = [[(buf[3 * i + j] - base) / 1e3 for j in range(3)] for i in range(k)]
+        return {"launch_latency_base": "min arrive delay over %d requests" % k, "grid": RECLAIM_GRID,
+                "spin_us": RECLAIM_SPIN_US, "waits_us": rows[k - n:] if n else []}
+
+
 def build_infer(a, torch, dev):
     import models
 
     tiny = a.model.endswith("-tiny")
+    if a.model == "reclaim":
+        if dev != "cuda":
+            sys.exit("worker: --model reclaim measures SMs: it needs --device cuda")
+        return ReclaimProbe(torch), torch.zeros(1, device=dev), "probe"
     if a.model.startswith("resnet50"):
         m, impl = models.resnet50()
         side = 64 if tiny else 224
@@ -155,7 +229,7 @@ def build_infer(a, torch, dev):
         m, impl = Step(), "builtin"
         x = torch.randint(0, 1000, (1, 1), device=dev)
     else:
-        sys.exit("worker: --model %r: infer takes resnet50, bert, llama-step (or -tiny)" % a.model)
+        sys.exit("worker: --model %r: infer takes resnet50, bert, llama-step (or -tiny), reclaim" % a.model)
     m = m.to(dev).eval()
     return m, x, impl
 
@@ -174,7 +248,8 @@ def run_infer(a):
             y = m(static_x)
         clk.sync()
         graph = None
-        if dev == "cuda" and not a.no_graph:
+        probe = isinstance(m, ReclaimProbe)  # each request's launch is stamped on the host: never a graph
+        if dev == "cuda" and not a.no_graph and not probe:
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):
@@ -219,6 +294,8 @@ def run_infer(a):
                 break
         res.update(t0=t0, duration=a.duration, rate=a.rate, offered=len(arr), requests=reqs,
                    output_hash=ref_hash, output_hashes=hashes)
+        if probe:
+            res["reclaim"] = m.read(len(reqs))
         return res
 
 

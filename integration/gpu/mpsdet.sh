@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# mpsdet.sh: does MPS itself make a workload's output vary from request to request? Runs mpsdet.py for each model of
+# MODELS (default llama-step,bert) without MPS, then as the only client of a private MPS daemon, with each attention
+# of SDPA (default "default math": PyTorch's choice and the textbook formula; also efficient, cudnn). No DetShare code.
+#
+#   bash integration/gpu/mpsdet.sh OUTDIR
+#
+# Needs a GPU, PyTorch and nvidia-cuda-mps-control. Output: OUTDIR/mpsdet.jsonl (one line per run).
+set -uo pipefail
+case "${1:-}" in -h | --help | "")
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  [ -n "${1:-}" ] && exit 0 || exit 2 ;;
+esac
+out=$1
+here=$(cd "$(dirname "$0")" && pwd)
+PY=${PYTHON:-python3}
+MODELS=${MODELS:-llama-step,bert}
+REPS=${REPS:-300}
+SDPA=${SDPA:-default math}
+mkdir -p "$out"
+mps=$(mktemp -d)
+export CUDA_MPS_LOG_DIRECTORY=$mps/log
+mkdir -p "$mps/pipe" "$mps/log"
+stop_mps() { CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control <<<quit >/dev/null 2>&1; }
+trap 'stop_mps; rm -rf "$mps"' EXIT
+status=0
+run() { timeout 240 "$PY" "$here/mpsdet.py" "$@" --reps "$REPS" | tee -a "$out/mpsdet.jsonl" || status=1; }
+for m in ${MODELS//,/ }; do
+  for sdpa in $SDPA; do
+    CUDA_MPS_PIPE_DIRECTORY=$mps/no-mps run --model "$m" --sdpa "$sdpa"
+  done
+done
+CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control -d || { echo "mpsdet: MPS daemon did not start" >&2; exit 1; }
+for m in ${MODELS//,/ }; do
+  for sdpa in $SDPA; do
+    CUDA_MPS_PIPE_DIRECTORY=$mps/pipe run --model "$m" --sdpa "$sdpa"
+  done
+done
+exit $status
