@@ -27,6 +27,8 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   pauses while the LC is busy). Needs --scheduler detshare. `--coloc-lc reclaim` is the reclaim probe instead of a
   model (worker.py, probes/reclaim.cu; GPU only, never part of the default list): each request needs every SM for
   1 ms, and report.py shows how long it waited for the trainer's kernels to leave them (the dispatch gate's bound).
+  `--coloc-lc llama-step-math` is llama-step with the textbook attention: SDPA's fused kernels make llama-step's
+  output vary between replays under MPS even alone (mpsdet.sh), which no MPS-based sharing can keep bit-identical.
 Board power, power limit and SM clock are logged every 100 ms for the whole run (OUTDIR/power.csv, nvidia-smi
 queries only) and summarised per case by report.py.
 
@@ -61,6 +63,7 @@ COLOC_CONFIGS = ["alone", "alone-mps", "timeslice", "mps", "mps-pct", "mps-prio"
                  "detshare-dynamic-pause", "detshare-dynamic-noprio"]
 COLOC_LC = ["bert", "resnet50", "llama-step"]
 COLOC_PROBES = ["reclaim"]  # accepted by --coloc-lc, never run unless named
+COLOC_EXTRA = ["llama-step-math"]  # likewise: llama-step with the textbook attention (bit-stable under MPS)
 COLOC_BE = ["lin8192-bf16", "lin8192-fp32"]
 SUITES = ["infer", "llm", "train", "coloc"]
 
@@ -80,8 +83,8 @@ def parse(argv=None):
     ap.add_argument("--tpot-decode-groups", type=int, default=0,
                     help="TPOT-First: groups decode gets first (default: two thirds of the split)")
     ap.add_argument("--tpot-slo-ms", type=float, default=100.0)
-    ap.add_argument("--coloc-lc", default=",".join(COLOC_LC), help="coloc suite: LC workloads (comma list of %s; "
-                    "or the probe `reclaim`)" % ", ".join(COLOC_LC))
+    ap.add_argument("--coloc-lc", default=",".join(COLOC_LC), help="coloc suite: LC workloads (comma list of %s; also "
+                    "llama-step-math, or the probe `reclaim`)" % ", ".join(COLOC_LC))
     ap.add_argument("--coloc-be", default=",".join(COLOC_BE), help="coloc suite: trainers (comma list of %s)"
                     % ", ".join(COLOC_BE))
     ap.add_argument("--be-floor", type=int, default=None,
@@ -129,8 +132,8 @@ def parse(argv=None):
     a.coloc_lcs = [x for x in a.coloc_lc.split(",") if x]
     a.coloc_bes = [x for x in a.coloc_be.split(",") if x]
     for x in a.coloc_lcs:
-        if x not in COLOC_LC + COLOC_PROBES:
-            ap.error("--coloc-lc: %r is not one of %s" % (x, ", ".join(COLOC_LC + COLOC_PROBES)))
+        if x not in COLOC_LC + COLOC_EXTRA + COLOC_PROBES:
+            ap.error("--coloc-lc: %r is not one of %s" % (x, ", ".join(COLOC_LC + COLOC_EXTRA + COLOC_PROBES)))
         if x in COLOC_PROBES and a.device == "cpu":
             ap.error("--coloc-lc %s: the probe measures SMs, it needs --device cuda" % x)
     for x in a.coloc_bes:
