@@ -116,11 +116,6 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 	for _, k := range quota.UnknownKeys(req.Annotations, req.Labels) {
 		logrus.WithFields(logrus.Fields{"id": quote.Bounded(req.ID), "key": quote.Bounded(k)}).Warn("unknown detshare.io/ key ignored")
 	}
-	if r.EnsureScheduler != nil {
-		if err := r.EnsureScheduler(runDir); err != nil {
-			logrus.WithError(err).WithField("run_dir", runDir).Warn("scheduler not running; tenant registered fail-static")
-		}
-	}
 	t, err := table.Create(runDir)
 	if err != nil {
 		return Result{}, fmt.Errorf("register %s: %w", req.ID, err)
@@ -136,6 +131,13 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 		}
 		if err := t.SetGPUs(infos); err != nil {
 			return Result{}, fmt.Errorf("register %s: %w", req.ID, err)
+		}
+	}
+	// Only once the host is known to have GPUs: a registration refused for want of them must not leave a
+	// scheduler running behind it.
+	if r.EnsureScheduler != nil {
+		if err := r.EnsureScheduler(runDir); err != nil {
+			logrus.WithError(err).WithField("run_dir", runDir).Warn("scheduler not running; tenant registered fail-static")
 		}
 	}
 	placer := req.Placer

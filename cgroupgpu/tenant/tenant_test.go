@@ -258,3 +258,26 @@ func BenchmarkRegister(b *testing.B) {
 		}
 	}
 }
+
+// On a host whose GPUs cannot be discovered the registration is refused before a scheduler is started: a refused
+// container must leave no scheduler process behind (issue 15).
+func TestNoGPUsStartsNoScheduler(t *testing.T) {
+	dir := t.TempDir()
+	started := false
+	reg := &Registrar{DiscoverGPUs: func() ([]table.GPUInfo, error) { return nil, errors.New("NVML: driver not loaded") },
+		EnsureScheduler: func(string) error { started = true; return nil }}
+	_, err := reg.Register(context.Background(), dir, Request{ID: "ctr1"})
+	if err == nil || !strings.Contains(err.Error(), "NVML: driver not loaded") {
+		t.Fatalf("Register on a GPU-less host: %v, want the discovery error", err)
+	}
+	if started {
+		t.Error("a scheduler was started for a registration refused for want of GPUs")
+	}
+	reg.DiscoverGPUs = nil
+	if _, err := reg.Register(context.Background(), dir, Request{ID: "ctr2"}); !errors.Is(err, ErrNoGPUs) {
+		t.Fatalf("Register without discovery: %v, want ErrNoGPUs", err)
+	}
+	if started {
+		t.Error("a scheduler was started for a registration refused for want of GPUs")
+	}
+}
