@@ -25,11 +25,8 @@ LC=${LC:-llama-step,bert}
 BE=${BE:-lin8192-bf16}
 mkdir -p "$out"
 log() { echo "[coloc_prio $(date -u +%H:%M:%S)] $*" >&2; }
-if [ ! -f "$repo/build/lib/libdetshare.so" ]; then
-  log "building libdetshare.so"
-  make -s -C "$repo" -f cgroupgpu/libdetshare/build.mk build/lib/libdetshare.so || exit 1
-fi
-[ -x "$repo/build/bin/detshare" ] || { log "build/bin/detshare missing: run make build"; exit 1; }
+. "$here/lib.sh"
+need_builds "$repo" || exit 1
 status=0
 
 log "trainer kernels"

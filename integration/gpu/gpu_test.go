@@ -77,12 +77,17 @@ func need(t *testing.T, paths ...string) {
 func TestScriptsHelpWithoutTorch(t *testing.T) {
 	py := python(t)
 	for _, s := range []string{"bench.py", "worker.py", "report.py", "determinism.py", "memquota.py", "dstable.py",
-		"gpuinfo.py", "rebind.py", "isolation.py", "graphsync.py", "kernelgrid.py"} {
+		"gpuinfo.py", "rebind.py", "isolation.py", "graphsync.py", "kernelgrid.py", "mpsdet.py"} {
 		cmd := exec.Command(py, filepath.Join(here(t), s), "--help")
 		cmd.Env = append(os.Environ(), "PYTHONPATH=/nonexistent") // no site torch either way
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(strings.ToLower(string(out)), "usage") {
 			t.Errorf("%s --help: %v\n%s", s, err, out)
+		}
+	}
+	for _, s := range []string{"reclaim.sh", "mpsdet.sh", "coloc_prio.sh"} {
+		if out := run(t, nil, "bash", filepath.Join(here(t), s), "--help"); !strings.Contains(out, "OUTDIR") {
+			t.Errorf("%s --help does not say what OUTDIR is:\n%s", s, out)
 		}
 	}
 	out := run(t, nil, "bash", filepath.Join(here(t), "run_all.sh"), "--help")

@@ -25,11 +25,8 @@ BE=${BE:-lin8192-bf16,lin8192-fp32}
 GATE_BUDGETS=${GATE_BUDGETS-100 2000}
 mkdir -p "$out"
 log() { echo "[reclaim $(date -u +%H:%M:%S)] $*" >&2; }
-if [ ! -f "$repo/build/lib/libdetshare.so" ]; then
-  log "building libdetshare.so"
-  make -s -C "$repo" -f cgroupgpu/libdetshare/build.mk build/lib/libdetshare.so || exit 1
-fi
-[ -x "$repo/build/bin/detshare" ] || { log "build/bin/detshare missing: run make build"; exit 1; }
+. "$here/lib.sh"
+need_builds "$repo" || exit 1
 status=0
 common=(--suite coloc --scheduler detshare --detshare "$repo/build/bin/detshare" --lib "$repo/build/lib/libdetshare.so"
   --python "$PY" --coloc-lc reclaim --duration "$DURATION" --lc-lend)
