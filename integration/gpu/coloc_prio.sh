@@ -12,20 +12,14 @@
 # logged every 100 ms by bench.py (OUTDIR/*/power.csv). The scheduler logs at debug level with microsecond stamps,
 # so slow requests can be lined up with grant decisions (OUTDIR/*/logs/*__sched.log).
 set -uo pipefail
-case "${1:-}" in -h | --help | "")
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
-  [ -n "${1:-}" ] && exit 0 || exit 2 ;;
-esac
-out=$1
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-PY=${PYTHON:-python3}
+. "$here/lib.sh"
+start_script 13 "$@"
 DURATION=${DURATION:-5}
 LC=${LC:-llama-step,bert}
 BE=${BE:-lin8192-bf16}
 mkdir -p "$out"
 log() { echo "[coloc_prio $(date -u +%H:%M:%S)] $*" >&2; }
-. "$here/lib.sh"
 need_builds "$repo" || exit 1
 status=0
 

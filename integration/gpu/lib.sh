@@ -1,4 +1,18 @@
-# lib.sh: what the GPU scripts that run the real scheduler share. Sourced (". lib.sh"), never run.
+# lib.sh: what the GPU scripts share. Sourced after setting here (the script's directory), never run.
+
+# start_script LAST "$@": with -h, --help or no argument, prints the script's header comment (lines 2..LAST) and
+# exits (0 for help, 2 without an argument); otherwise sets out (the first argument), repo (the tree's root) and PY.
+start_script() {
+  local last=$1
+  shift
+  case "${1:-}" in -h | --help | "")
+    sed -n "2,${last}p" "$0" | sed 's/^# \{0,1\}//'
+    [ -n "${1:-}" ] && exit 0 || exit 2 ;;
+  esac
+  out=$1
+  repo=$(cd "$here/../.." && pwd)
+  PY=${PYTHON:-python3}
+}
 
 # need_builds REPO: build/lib/libdetshare.so (built here when missing: make and cc suffice) and build/bin/detshare
 # (built by `make build`, or carried to the device) must exist; returns 1 with a message when one cannot.

@@ -7,13 +7,9 @@
 #
 # Needs a GPU, PyTorch and nvidia-cuda-mps-control. Output: OUTDIR/mpsdet.jsonl (one line per run).
 set -uo pipefail
-case "${1:-}" in -h | --help | "")
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
-  [ -n "${1:-}" ] && exit 0 || exit 2 ;;
-esac
-out=$1
 here=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python3}
+. "$here/lib.sh"
+start_script 8 "$@"
 MODELS=${MODELS:-llama-step,bert}
 REPS=${REPS:-300}
 SDPA=${SDPA:-default math}

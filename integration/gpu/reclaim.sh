@@ -12,20 +12,14 @@
 # Environment: DURATION (seconds per case, default 4), BE (default lin8192-bf16,lin8192-fp32), GATE_BUDGETS (µs,
 # default "100 2000"; empty: none). Board power and SM clock are logged every 100 ms (OUTDIR/*/power.csv).
 set -uo pipefail
-case "${1:-}" in -h | --help | "")
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
-  [ -n "${1:-}" ] && exit 0 || exit 2 ;;
-esac
-out=$1
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-PY=${PYTHON:-python3}
+. "$here/lib.sh"
+start_script 13 "$@"
 DURATION=${DURATION:-4}
 BE=${BE:-lin8192-bf16,lin8192-fp32}
 GATE_BUDGETS=${GATE_BUDGETS-100 2000}
 mkdir -p "$out"
 log() { echo "[reclaim $(date -u +%H:%M:%S)] $*" >&2; }
-. "$here/lib.sh"
 need_builds "$repo" || exit 1
 status=0
 common=(--suite coloc --scheduler detshare --detshare "$repo/build/bin/detshare" --lib "$repo/build/lib/libdetshare.so"
