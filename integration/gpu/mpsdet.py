@@ -57,15 +57,7 @@ def main(argv=None):
             m(x)
         torch.cuda.synchronize()
         if "graph" in a.modes:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    m(x)
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                y = m(x)
+            g, y = worker.capture_graph(torch, lambda: m(x))
             hashes = {}
             for _ in range(a.reps):
                 g.replay()

@@ -109,6 +109,20 @@ def sleep_until(t_abs):
         time.sleep(d - 0.0005 if d > 0.002 else 0)
 
 
+def capture_graph(torch, fn):
+    """fn() captured as a CUDA graph after three warm-up calls on a side stream (PyTorch's recipe): (graph, output)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    return g, out
+
+
 def calibrate(step, clk, n):
     """Closed-loop service times: n requests, or (n = 0) as many as fit in ~3 s (at least 20, at most 500)."""
     times = []
@@ -254,15 +268,7 @@ def run_infer(a):
         graph = None
         probe = isinstance(m, ReclaimProbe)  # each request's launch is stamped on the host: never a graph
         if dev == "cuda" and not a.no_graph and not probe:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    m(static_x)
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_y = m(static_x)
+            graph, static_y = capture_graph(torch, lambda: m(static_x))
 
             def step():
                 graph.replay()
@@ -450,15 +456,7 @@ def run_decode(a):
 
         graph = None
         if dev == "cuda" and not a.no_graph:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    raw_step()
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_logits = raw_step()
+            graph, static_logits = capture_graph(torch, raw_step)
 
             def step():
                 graph.replay()
