@@ -438,8 +438,11 @@ func TestHarnessWithRealSchedulerOnCPU(t *testing.T) {
 	need(t, lib, ds)
 	out := t.TempDir()
 	run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", out, "--device", "cpu", "--suite", "infer",
-		"--pairs", "quick", "--configs", "detshare", "--duration", "1.5", "--python", tpy, "--lib", lib,
+		"--pairs", "quick", "--configs", "detshare", "--duration", "4", "--python", tpy, "--lib", lib,
 		"--scheduler", "detshare", "--detshare", ds)
+	// bench.py snapshots the scheduler at 0.5 + duration/2 s after the start signal, while both workers run until
+	// duration after it: 4 s leaves 2.5 s for a loaded CI machine to run `detshare status` before the LC's run ends
+	// (with 1.5 s, a snapshot taken late in CI saw only the trainer, whose last CPU step outlived the LC).
 	b2, err := os.ReadFile(filepath.Join(out, "logs", "infer_resnet50-resnet50_detshare__status.json"))
 	if err != nil {
 		t.Fatalf("no scheduler snapshot: %v", err)
@@ -459,7 +462,15 @@ func TestHarnessWithRealSchedulerOnCPU(t *testing.T) {
 		got[tn.ID] = tn.Tier + "/" + strconv.Itoa(tn.GuaranteedSMs)
 	}
 	if got["lc"] != "latency-critical/32" || got["be"] != "best-effort/0" {
-		t.Fatalf("tenants seen by detshare sched mid-run: %v, want lc latency-critical/32 and be best-effort/0", got)
+		logs, _ := filepath.Glob(filepath.Join(out, "logs", "*"))
+		var tails strings.Builder
+		for _, l := range logs {
+			if lb, err := os.ReadFile(l); err == nil {
+				fmt.Fprintf(&tails, "--- %s (last 2000 bytes)\n%s\n", filepath.Base(l), lb[max(0, len(lb)-2000):])
+			}
+		}
+		t.Fatalf("tenants seen by detshare sched mid-run: %v, want lc latency-critical/32 and be best-effort/0\n"+
+			"snapshot: %s\n%s", got, b2, tails.String())
 	}
 	for _, l := range []string{"lc", "be"} {
 		var r map[string]any
