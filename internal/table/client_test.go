@@ -3,6 +3,7 @@ package table
 import (
 	"bufio"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -279,5 +280,42 @@ func BenchmarkScanProcesses(b *testing.B) {
 		if _, err := ScanProcesses(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A process that starts while the scan lists /proc may be missing from the listing; it must not be judged dead
+// when the walk takes ticks (a loaded host): the scan's time is taken before the listing, not after.
+func TestScanNeverJudgesAProcessStartedDuringTheWalk(t *testing.T) {
+	var late *exec.Cmd
+	defer func() {
+		readProcDir = os.ReadDir
+		if late != nil {
+			late.Process.Kill()
+			late.Wait()
+		}
+	}()
+	readProcDir = func(name string) ([]os.DirEntry, error) {
+		ents, err := os.ReadDir(name) // the listing is taken: a process started now is not in it
+		late = exec.Command("sleep", "60")
+		if serr := late.Start(); serr != nil {
+			t.Fatal(serr)
+		}
+		time.Sleep(3 * time.Second / userHZ) // the rest of the walk takes a few ticks
+		return ents, err
+	}
+	ps, err := ScanProcesses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := PidIdentity(late.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Alive(id) {
+		t.Fatal("the test's late process is in the listing taken before it started")
+	}
+	if ps.Dead(id) {
+		t.Fatalf("a process started during the walk (start tick %d, scan from %d) is judged dead", id.StartTime,
+			ps.startedBefore)
 	}
 }

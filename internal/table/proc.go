@@ -22,6 +22,9 @@ type ProcIdentity struct {
 // procRoot is /proc; a variable so tests can point it elsewhere.
 var procRoot = "/proc"
 
+// readProcDir lists procRoot; a variable so that a test can start a process while the listing is taken.
+var readProcDir = os.ReadDir
+
 // ProcStartTime returns field 22 (starttime) of /proc/<pid>/stat.
 func ProcStartTime(pid int) (uint64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", procRoot, pid))
@@ -157,12 +160,15 @@ func uptimeTicks() uint64 {
 
 // ScanProcesses walks /proc once. Processes that vanish during the walk are skipped.
 func ScanProcesses() (*ProcSet, error) {
-	ents, err := os.ReadDir(procRoot)
+	// The scan's time comes before the listing: a process that starts while /proc is listed may be missing from it,
+	// and must not count as one that started before the scan (Dead). Taken after, on a loaded host where the walk
+	// spans ticks, it made such a process dead.
+	startedBefore := uptimeTicks()
+	ents, err := readProcDir(procRoot)
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
 	}
-	ps := &ProcSet{byKey: make(map[procKey]uint64, len(ents))}
-	ps.startedBefore = uptimeTicks()
+	ps := &ProcSet{byKey: make(map[procKey]uint64, len(ents)), startedBefore: startedBefore}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
