@@ -146,11 +146,7 @@ func (s *Scheduler) reap() {
 	if s.loop.scanning.Load() {
 		rep, err = s.t.ReapWith(s.loop.scan.Swap(nil)) // each walk is applied once; none yet: slots only
 	} else {
-		// a pass outside Run (tests, one-shot callers): walk /proc here
-		var ps *table.ProcSet
-		if ps, err = scanProcesses(); err == nil {
-			rep, err = s.t.ReapWith(ps)
-		}
+		rep, err = s.t.Reap() // a pass outside Run (tests, one-shot callers): walk /proc here
 	}
 	if err != nil {
 		logrus.WithError(err).Warn("reap pass failed")
