@@ -26,16 +26,10 @@ def main():
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    dtype = torch.bfloat16 if a.model.endswith("bf16") else torch.float32
-    with torch.device("cuda"):
-        m = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192) for _ in range(6)]).to(dtype)
-    x = torch.randn(2048 if dtype == torch.bfloat16 else 512, 8192, device="cuda", dtype=dtype)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)  # as worker.py's trainer
+    sys.path.insert(0, HERE)
+    import worker
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        m(x).float().pow(2).mean().backward()
-        opt.step()
+    step, _, _ = worker.build_train(argparse.Namespace(model=a.model, batch=0, seq=0), torch, "cuda")  # worker.py's
 
     for _ in range(3):
         step()

@@ -309,13 +309,10 @@ def run_infer(a):
         return res
 
 
-def run_train(a):
-    import torch
+def build_train(a, torch, dev):
+    """The trainer of --model: (step, impl, batch); step() runs one training step and returns its loss."""
     import models
 
-    dev = a.device
-    torch.manual_seed(a.seed)
-    torch.backends.cudnn.benchmark = False
     tiny = a.model.endswith("-tiny")
     if a.model.startswith("resnet50"):
         m, impl = models.resnet50()
@@ -356,7 +353,6 @@ def run_train(a):
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     else:
         opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
-    clk = Clock(dev)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -365,6 +361,17 @@ def run_train(a):
         opt.step()
         return loss
 
+    return step, impl, bs
+
+
+def run_train(a):
+    import torch
+
+    dev = a.device
+    torch.manual_seed(a.seed)
+    torch.backends.cudnn.benchmark = False
+    step, impl, bs = build_train(a, torch, dev)
+    clk = Clock(dev)
     for _ in range(a.warmup):
         step()
     clk.sync()
