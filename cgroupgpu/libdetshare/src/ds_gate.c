@@ -140,7 +140,8 @@ static void learn(struct ds_gate *g, unsigned h, uint64_t dur) {
     }
 }
 
-void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void *key, unsigned width) {
+static void gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, bool any_where, const void *key,
+                      unsigned width) {
     if (atomic_load(&ds_process.capturing) || !ds_real.cuEventQuery)
         return; /* an event record would become a node of the application's graph */
     uint64_t budget = (uint64_t)__atomic_load_n(&ds_process.tenant->ctr->gate_budget_us, __ATOMIC_RELAXED) * 1000;
@@ -153,7 +154,7 @@ void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void 
         if (r == CUDA_ERROR_NOT_READY) {
             g->head_busy = 1; /* seen unfinished: its completion time will be observed */
             /* the grant changed: nothing may queue behind the old grant's launches */
-            if (g->where == where && admits(g, depth, budget, predict(g, key, width), now))
+            if ((any_where || g->where == where) && admits(g, depth, budget, predict(g, key, width), now))
                 break;
             if (!t0)
                 t0 = now;
@@ -180,6 +181,14 @@ void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void 
         __atomic_fetch_add(&ds_process.tenant->page->gate_waits, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&ds_process.tenant->page->gate_wait_ns, now - t0, __ATOMIC_RELAXED);
     }
+}
+
+void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void *key, unsigned width) {
+    gate_wait(g, depth, where, false, key, width);
+}
+
+void ds_gate_admit(struct ds_gate *g, uint32_t depth, const void *key, unsigned width) {
+    gate_wait(g, depth, NULL, true, key, width);
 }
 
 void ds_gate_record(struct ds_gate *g, CUstream where, const void *key, unsigned width) {

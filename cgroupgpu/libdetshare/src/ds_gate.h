@@ -37,6 +37,9 @@ void ds_gate_init(struct ds_gate *g);
 /* Before a launch of key to stream where, on a grant of width groups: waits while the stream is at its cap, and
  * until every launch in flight finished if they went to another stream (another grant). */
 void ds_gate_wait(struct ds_gate *g, uint32_t depth, CUstream where, const void *key, unsigned width);
+/* Waits until the stream admits one more kernel wherever it goes (ds_gate_wait without its rule on grant changes):
+ * taken before the grant is read, so that what the scheduler decided during the wait holds the launch. */
+void ds_gate_admit(struct ds_gate *g, uint32_t depth, const void *key, unsigned width);
 /* After that launch: marks its completion. */
 void ds_gate_record(struct ds_gate *g, CUstream where, const void *key, unsigned width);
 /* The gate's depth for this tenant: the only load the ungated launch path pays. */

@@ -610,12 +610,30 @@ static void gate_pass(struct lstream *ls, uint32_t depth, CUstream where, const 
     t_gated_width = width;
 }
 
+/* A gated kernel first waits until its stream admits one more launch, and only then reads the grant: a pause or a
+ * token hand-over decided while it waited then holds it (ds_grant_enter). Read before the wait, the grant sent the
+ * launch out on the SMs just reclaimed as soon as the kernel it waited for ended (a second trainer GEMM in a
+ * latency-critical request's tail on the H100). gate_pass, once the grant is known, still keeps a new grant's
+ * launches out from behind the old grant's. */
+static void gate_admit(CUstream s, int per_thread, uint32_t depth, const void *key) {
+    if (!ds_real.cuStreamQuery || !ds_real.cuEventCreate)
+        return;
+    struct lstream *ls = lstream_get(app_handle(s, per_thread));
+    if (!ls)
+        return;
+    struct ds_gctx *cur = atomic_load_explicit(&ds_grant_view.cur, memory_order_acquire);
+    ds_gate_admit(&ls->gate, depth, key, cur ? (unsigned)__builtin_popcountll(cur->mask) : ds_pool_groups());
+}
+
 /* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s.
  * Kernels count as launches; copies and memsets only as queued work. */
 static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, const void *key) {
     t_pending = NULL;
     t_gated = NULL;
     ds_demand_work(kernel);
+    uint32_t gd0 = kernel ? ds_gate_depth() : 0;
+    if (DS_UNLIKELY(gd0 != 0))
+        gate_admit(s, per_thread, gd0, key);
     struct ds_gctx *c = ds_grant_enter();
     CUstream app = app_handle(s, per_thread);
     if (DS_LIKELY(c == NULL)) {
