@@ -263,6 +263,11 @@ func TestTemporalTokenSerialisesAndFailsStatic(t *testing.T) {
 	if d := atomic.LoadUint64(&b.client.Page().QueueDelayNs); d != 0 {
 		t.Fatalf("queue delay recorded before B got the token: %d", d)
 	}
+	// ... and B stays busy while it waits, well past its 20 ms idle window: marked idle, it would drop out of the
+	// scheduler's rotation of busy tenants and never be given the token (seen on the H100).
+	if d := atomic.LoadUint32(&b.client.Page().Demand); d != 1 {
+		t.Fatalf("B's demand is %d while it waits for the token, want 1 (busy)", d)
+	}
 	if err := a.tbl.PublishToken(0, b.reg.Slot, table.MonotonicNs()+uint64(time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -287,6 +292,85 @@ func TestTemporalTokenSerialisesAndFailsStatic(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(r2.lines, "\n"), "running unthrottled (fail-static)") {
 		t.Errorf("no log line saying it runs unthrottled: %v", r2.lines)
+	}
+}
+
+// Temporal mode, latency-critical tenant: it launches at once while a lower tier holds the token (waiting for the
+// scheduler's hand-over would add a round trip to every request), and waits its turn behind another
+// latency-critical holder. The attack side: a best-effort tenant is never let through this way.
+func TestTemporalLatencyCriticalWaitsOnlyBehindItsOwnTier(t *testing.T) {
+	be := newEnv(t, true).withTenant(0, "")
+	lc := be.another(0)
+	lc2 := be.another(0)
+	be2 := be.another(0)
+	for _, e := range []*env{lc, lc2} {
+		atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, table.TierLatencyCritical)
+	}
+	be.playScheduler()
+	for _, e := range []*env{be, lc, lc2, be2} {
+		e.grant(table.ModeTemporal, 0)
+	}
+	if err := be.tbl.PublishToken(0, be.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	r := lc.run("ds_probe_rt", "init", "launch:1")
+	if r.get(t, "launch", "ok") != "1" {
+		t.Fatalf("LC kernel: %v", r.lines)
+	}
+	if d := atomic.LoadUint64(&lc.client.Page().QueueDelayNs); d != 0 {
+		t.Fatalf("LC waited %v for the token held by a best-effort tenant, want no wait", time.Duration(d))
+	}
+	// A best-effort tenant without the token still waits.
+	pb := be2.start("ds_probe_rt", "init", "pause", "launch:1")
+	pb.until()
+	pb.resume()
+	time.Sleep(200 * time.Millisecond)
+	if err := be.tbl.PublishToken(0, be2.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	pb.finish()
+	if d := atomic.LoadUint64(&be2.client.Page().QueueDelayNs); d < uint64(150*time.Millisecond) {
+		t.Errorf("best-effort tenant waited %v for the token, want >= 150ms", time.Duration(d))
+	}
+	// Behind another latency-critical holder the LC waits until the token comes to it.
+	if err := be.tbl.PublishToken(0, lc2.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	pl := lc.start("ds_probe_rt", "init", "pause", "launch:1")
+	pl.until()
+	pl.resume()
+	time.Sleep(200 * time.Millisecond)
+	if err := be.tbl.PublishToken(0, lc.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if r := pl.finish(); r.get(t, "launch", "ok") != "1" {
+		t.Fatalf("LC kernel: %v", r.lines)
+	}
+	if d := atomic.LoadUint64(&lc.client.Page().QueueDelayNs); d < uint64(150*time.Millisecond) {
+		t.Errorf("LC waited %v behind another latency-critical holder, want >= 150ms", time.Duration(d))
+	}
+}
+
+// A tenant paused by the scheduler (a spatial grant without groups: floor 0 beside a busy latency-critical tenant)
+// has work while its launches wait: it must stay busy past its idle window, or the scheduler would count a paused
+// trainer as idle, and its launch must go out once groups come back.
+func TestPausedTenantStaysBusyWhileWaitingForSMs(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0)
+	p := e.start("ds_probe_rt", "init", "pause", "launch:1")
+	p.until()
+	p.resume()
+	time.Sleep(200 * time.Millisecond)
+	if d := atomic.LoadUint32(&e.client.Page().Demand); d != 1 {
+		t.Fatalf("demand %d while paused with work, want 1 (busy)", d)
+	}
+	e.grant(table.ModeSpatial, 0b11)
+	if r := p.finish(); r.get(t, "launch", "ok") != "1" {
+		t.Fatalf("launch after the pause: %v", r.lines)
+	}
+	if d := atomic.LoadUint64(&e.client.Page().QueueDelayNs); d < uint64(150*time.Millisecond) {
+		t.Errorf("queue delay %v, want >= 150ms: the launch did not wait for SMs", time.Duration(d))
 	}
 }
 

@@ -244,6 +244,20 @@ func TestTemporalWithoutMPS(t *testing.T) {
 	if !seen[a.Slot] || !seen[b.Slot] {
 		t.Fatalf("token did not rotate between the busy tenants: %v", seen)
 	}
+	// With a latency-critical tenant present (idle, too) the lower tiers' queues are bounded by the dispatch gate:
+	// without MPS it runs once what the token holder has queued has drained.
+	for _, r := range []table.Registration{a, b} {
+		deadline := time.Now().Add(time.Second)
+		for d, bu := tb.Gate(r.Slot); d != 8 || bu != 500; d, bu = tb.Gate(r.Slot) {
+			if time.Now().After(deadline) {
+				t.Fatalf("temporal %s beside a latency-critical tenant: gate %d kernels / %d us, want 8 / 500", r.ID, d, bu)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if d, _ := tb.Gate(lc.Slot); d != 0 {
+		t.Fatalf("the latency-critical tenant itself got a gate of depth %d", d)
+	}
 	pl := play(t, tb, lc)
 	start := time.Now()
 	pl.busy(true)
@@ -257,6 +271,17 @@ func TestTemporalWithoutMPS(t *testing.T) {
 	// While it stays busy it keeps the token for its (longer) quantum and comes first.
 	pl.busy(false)
 	waitGrant(t, tb, lc.Slot, time.Second, "temporal grant", func(g table.Grant) bool { return g.Mode == table.ModeTemporal })
+	// Once it has gone, nothing is left to bound the others' queues for.
+	if err := tb.Deregister(lc.ID); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(time.Second)
+	for d, _ := tb.Gate(a.Slot); d != 0; d, _ = tb.Gate(a.Slot) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gate of depth %d left on %s after the latency-critical tenant left", d, a.ID)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func TestSecondLeaderRefused(t *testing.T) {

@@ -272,8 +272,8 @@ func (s *Scheduler) decide(now time.Time) {
 		if len(rows) == 0 {
 			continue
 		}
+		popt.PowerNearLimit = gs.board.near.Load()
 		if gs.mode.Load() == table.ModeSpatial {
-			popt.PowerNearLimit = gs.board.near.Load()
 			s.decideSpatial(g, rows, popt)
 		} else {
 			s.decideTemporal(g, &gs.token, rows, popt, now)

@@ -36,7 +36,8 @@ func (tk *token) left() (d time.Duration, held bool) {
 
 // decideTemporal hands the GPU's time token around the busy tenants. Every tenant's grant says temporal mode over
 // the whole split; the token says who may run now. A latency-critical tenant that becomes busy takes the token at
-// once from a lower tier (the holder finishes its in-flight kernel; nothing is preempted).
+// once from a lower tier (the holder finishes its in-flight kernels, which its dispatch gate bounds; nothing is
+// preempted), and launches meanwhile without waiting for the hand-over (ds_grant.c).
 func (s *Scheduler) decideTemporal(g table.GPUState, tk *token, rows []tenantRow, popt policy.Options, now time.Time) {
 	var all uint64
 	for i := range g.Split.Groups {
@@ -46,6 +47,9 @@ func (s *Scheduler) decideTemporal(g table.GPUState, tk *token, rows []tenantRow
 	for i, r := range rows {
 		ts[i] = toPolicy(r)
 		s.publish(r, table.Grant{Groups: all, SMs: g.Split.TotalSMs(), Mode: table.ModeTemporal}, "temporal: runs while holding the token")
+	}
+	for i, gate := range policy.TemporalGates(ts, popt) {
+		s.setGate(rows[i], gate)
 	}
 	turns := policy.Rotation(ts, popt)
 	tierOf := map[int]policy.Tier{}

@@ -252,19 +252,9 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	}
 	// The gate bounds what lower tiers have in flight whenever their groups may be taken back at any moment (a
 	// latency-critical tenant that expands or lends is present), so that a reclaim is bounded from its first kernel.
-	gate := Gate{}
+	gate := dispatchGate(o, throttle || reclaims, throttle && (o.PowerNearLimit || sloMiss))
 	throttleWhy := "latency-critical busy"
-	if throttle || reclaims {
-		gate = Gate{Depth: max(o.GateDepth, 1), Budget: o.GateBudget}
-		if gate.Budget <= 0 {
-			gate.Budget = DefaultOptions().GateBudget
-		}
-	}
 	if throttle {
-		if o.PowerNearLimit || sloMiss {
-			// Tightest gate: one kernel per stream, half the budget.
-			gate = Gate{Depth: 1, Budget: gate.Budget / 2}
-		}
 		switch {
 		case o.PowerNearLimit && !lcBusy:
 			throttleWhy = "board near its power limit"
@@ -370,6 +360,44 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 		}
 	}
 	return d
+}
+
+// dispatchGate is the gate of a lower tier: none unless on; the configured one; with tight, the tightest (one
+// kernel per stream, half the budget: the board near its power limit or a latency-critical tenant above its SLO).
+func dispatchGate(o Options, on, tight bool) Gate {
+	if !on {
+		return Gate{}
+	}
+	g := Gate{Depth: max(o.GateDepth, 1), Budget: o.GateBudget}
+	if g.Budget <= 0 {
+		g.Budget = DefaultOptions().GateBudget
+	}
+	if tight {
+		g = Gate{Depth: 1, Budget: g.Budget / 2}
+	}
+	return g
+}
+
+// TemporalGates are the dispatch gates on a GPU without MPS, aligned with tenants. There the driver time-slices
+// processes: a latency-critical tenant that turns busy runs as soon as what the token holder has queued has drained
+// (the library lets it launch without waiting for the token behind a lower tier), so whenever one is present every
+// lower tier's queue is bounded as a spatial reclaim's is: from the first kernel of the latency-critical tenant's
+// next request, whenever that comes.
+func TemporalGates(tenants []Tenant, o Options) []Gate {
+	lcPresent, tight := false, false
+	for _, t := range tenants {
+		if t.Tier == LatencyCritical {
+			lcPresent = true
+			tight = tight || (t.Busy && (t.SLOMiss || o.PowerNearLimit))
+		}
+	}
+	gates := make([]Gate, len(tenants))
+	for i, t := range tenants {
+		if t.Tier != LatencyCritical {
+			gates[i] = dispatchGate(o, lcPresent, tight)
+		}
+	}
+	return gates
 }
 
 // floorGroups is where a lower-tier tenant keeps its floor of n groups out of avail: the highest groups it held,

@@ -23,6 +23,10 @@
 static pthread_once_t g_mon_once = PTHREAD_ONCE_INIT;
 static atomic_int g_mon_running;
 static _Atomic uint64_t g_busy_since;
+/* Threads whose launch waits for the GPU token or for SMs (ds_grant.c). Such a process launches nothing while it
+ * waits, yet has work: marked idle, it would drop out of the scheduler's rotation of busy tenants and never be given
+ * the token it waits for (seen on the H100: a trainer waited out the 10 s bound beside a latency-critical tenant). */
+static atomic_int g_waiting;
 
 /* busy -> idle for this process (its work has drained): demand down, doorbell when the tenant went idle. */
 static void go_idle(struct ds_proc *self, uint64_t now) {
@@ -84,6 +88,10 @@ static void *monitor(void *arg) {
             /* the application's legacy stream is the current context's: query it in the application's context */
             ctx_set = ds_real.cuCtxSetCurrent(ds_pool_primary()) == CUDA_SUCCESS;
         }
+        if (atomic_load(&g_waiting)) {
+            last_change = now; /* idle counts from the end of the wait */
+            continue;
+        }
         if (!__atomic_load_n(&self->busy, __ATOMIC_RELAXED) || now - last_change < idle_ns || !ds_streams_drained())
             continue;
         go_idle(self, now);
@@ -118,9 +126,20 @@ void ds_demand_busy(struct ds_proc *self) {
     pthread_once(&g_mon_once, monitor_start);
 }
 
+void ds_demand_wait_begin(void) {
+    atomic_fetch_add(&g_waiting, 1);
+    /* the monitor may have judged the process idle between this launch's ds_demand_work and the wait */
+    struct ds_proc *self = atomic_load_explicit(&ds_process.self, memory_order_acquire);
+    if (self && !__atomic_load_n(&self->busy, __ATOMIC_ACQUIRE))
+        ds_demand_busy(self);
+}
+
+void ds_demand_wait_end(void) { atomic_fetch_sub(&g_waiting, 1); }
+
 /* fork, in the child: no monitor thread there; its first busy transition starts one. */
 void ds_demand_child(void) {
     pthread_once_t fresh = PTHREAD_ONCE_INIT;
     memcpy(&g_mon_once, &fresh, sizeof fresh);
     atomic_store(&g_mon_running, 0);
+    atomic_store(&g_waiting, 0); /* only the forking thread lives on, and it was not waiting */
 }

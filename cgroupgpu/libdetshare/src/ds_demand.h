@@ -12,6 +12,8 @@
 
 void ds_demand_busy(struct ds_proc *self);  /* idle -> busy: demand up, doorbell, monitor started */
 void ds_demand_synced(bool whole_context);  /* a synchronisation returned: a drained latency-critical tenant is idle */
+void ds_demand_wait_begin(void);            /* a launch waits for the token or for SMs: busy for as long as it waits */
+void ds_demand_wait_end(void);
 void ds_demand_child(void);                 /* fork, in the child */
 
 /* Work is being issued (a kernel, or a copy or memset): counted in this process's entry (relaxed atomics); the

@@ -5,12 +5,14 @@
  * whether launches must wait. Reading the grant word costs the launch fast path one acquire load (ds_grant.h).
  *
  * Temporal mode (no MPS): a launch waits for the tenant's GPU token on the token futex, bounded; when the
- * scheduler is gone or the bound passes it logs once and runs unthrottled (fail-static, never hangs). A spatial
+ * scheduler is gone or the bound passes it logs once and runs unthrottled (fail-static, never hangs). A
+ * latency-critical tenant waits only behind another latency-critical holder (see runs_without_token). A spatial
  * grant without groups, or no grant yet while a scheduler is alive, makes launches wait for SMs, bounded too. A
  * process whose slot now belongs to another tenant (an orphan) holds its GPU work until it exits.
  */
 #include "ds_grant.h"
 
+#include "ds_demand.h"
 #include "ds_guard.h"
 #include "ds_pool.h"
 #include "ds_process.h"
@@ -88,12 +90,28 @@ static void account_wait(uint64_t ns) {
 
 static atomic_int g_unthrottled_warned;
 
+/* A latency-critical tenant does not wait for the token while a lower tier (or nobody) holds it. Its launch has
+ * already rung the doorbell, so the scheduler is taking the token from the holder, whose launches then wait; what
+ * the holder has queued meanwhile is bounded by its dispatch gate, and the driver's time-slicing gives this process
+ * the GPU once that has drained. Waiting for the hand-over instead would add the scheduler's round trip to the start
+ * of every request. Behind another latency-critical holder it waits its turn, as every tier does. */
+static bool runs_without_token(const struct ds_gpu *g) {
+    if (__atomic_load_n(&ds_process.tenant->ctr->tier, __ATOMIC_RELAXED) != DS_TIER_LATENCY_CRITICAL)
+        return false;
+    uint32_t holder = __atomic_load_n(&g->token_holder, __ATOMIC_ACQUIRE);
+    if (holder == 0)
+        return true;
+    const struct ds_container *c = ds_table_container(ds_process.tenant->table, holder - 1);
+    return c == NULL || __atomic_load_n(&c->tier, __ATOMIC_RELAXED) != DS_TIER_LATENCY_CRITICAL;
+}
+
 void ds_grant_wait_token(void) {
     const struct ds_gpu *g = ds_process.tenant->gpu_entry;
     uint64_t t0 = 0, bound = ds_process.settings.token_wait_ms * 1000000ull;
+    bool waiting = false;
     for (;;) {
         uint32_t seq = __atomic_load_n(&g->token_seq, __ATOMIC_ACQUIRE);
-        if (ds_grant_holds_token() || atomic_load(&ds_grant_view.mode) != DS_MODE_TEMPORAL)
+        if (ds_grant_holds_token() || atomic_load(&ds_grant_view.mode) != DS_MODE_TEMPORAL || runs_without_token(g))
             break;
         uint64_t now = ds_now_ns();
         if (!t0)
@@ -104,11 +122,17 @@ void ds_grant_wait_token(void) {
                        (unsigned long long)((now - t0) / 1000000), scheduler_alive() ? "slow" : "gone");
             break;
         }
+        if (!waiting) {
+            waiting = true;
+            ds_demand_wait_begin();
+        }
         ds_futex_wait(&g->token_seq, seq, 50000000ull);
         uint32_t ep = ds_grant_epoch(ds_process.tenant->ctr);
         if (ep != atomic_load_explicit(&ds_grant_view.epoch_seen, memory_order_acquire))
             ds_grant_reread(ep);
     }
+    if (waiting)
+        ds_demand_wait_end();
     if (t0)
         account_wait(ds_now_ns() - t0);
 }
@@ -119,6 +143,7 @@ void ds_grant_wait_sms(void) {
     uint64_t t0 = ds_now_ns(), bound = atomic_load(&ds_grant_view.ungranted)
                                            ? ds_process.settings.first_grant_wait_ms * 1000000ull
                                            : ds_process.settings.grant_wait_ms * 1000000ull;
+    bool waiting = false;
     for (;;) {
         uint32_t ep = ds_grant_epoch(c);
         if (ep != atomic_load_explicit(&ds_grant_view.epoch_seen, memory_order_acquire))
@@ -126,6 +151,10 @@ void ds_grant_wait_sms(void) {
         if (!atomic_load(&ds_grant_view.empty))
             break;
         if (atomic_load(&ds_grant_view.orphan)) { /* never released: the slot will not become this tenant's again */
+            if (waiting) { /* and it has no demand to keep: it is no tenant's any more */
+                waiting = false;
+                ds_demand_wait_end();
+            }
             ds_futex_wait(&c->grant_epoch, ep, 1000000000ull);
             continue;
         }
@@ -136,7 +165,13 @@ void ds_grant_wait_sms(void) {
                        (unsigned long long)((now - t0) / 1000000));
             break;
         }
+        if (!waiting) {
+            waiting = true;
+            ds_demand_wait_begin();
+        }
         ds_futex_wait(&c->grant_epoch, ep, 50000000ull);
     }
+    if (waiting)
+        ds_demand_wait_end();
     account_wait(ds_now_ns() - t0);
 }
