@@ -24,7 +24,10 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   gate; --lc-slo-ms sets the LC's slo-p99). mps-prio and detshare-dynamic-noprio (detshare-dynamic with
   DETSHARE_MPS_PRIORITY=off: every tenant at normal MPS priority) isolate what the MPS client priority the library
   sets from the tier contributes. detshare-dynamic-pause is detshare-dynamic with scheduler.be_floor = 0 (the trainer
-  pauses while the LC is busy). Needs --scheduler detshare. `--coloc-lc reclaim` is the reclaim probe instead of a
+  pauses while the LC is busy). detshare-temporal is the real scheduler without MPS (mps.enable = false): the driver
+  time-slices the processes, the scheduler's time token stops the trainer's launches while the LC is busy, the LC
+  launches without waiting for the token behind a lower tier, and the trainer's queue is bounded by the dispatch gate
+  (what the LC waits for). Needs --scheduler detshare. `--coloc-lc reclaim` is the reclaim probe instead of a
   model (worker.py, probes/reclaim.cu; GPU only, never part of the default list): each request needs every SM for
   1 ms, and report.py shows how long it waited for the trainer's kernels to leave them (the dispatch gate's bound).
   `--coloc-lc llama-step-math` is llama-step with the textbook attention: SDPA's fused kernels make llama-step's
@@ -60,7 +63,7 @@ PAIR_CONFIGS = ["alone", "alone-lib", "timeslice", "alone-grant", "mps", "mps-pc
 LLM_CONFIGS = ["alone", "timeslice", "mps", "detshare-to", "detshare-tpot"]
 TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
 COLOC_CONFIGS = ["alone", "alone-mps", "timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
-                 "detshare-dynamic-pause", "detshare-dynamic-noprio"]
+                 "detshare-dynamic-pause", "detshare-dynamic-noprio", "detshare-temporal"]
 COLOC_LC = ["bert", "resnet50", "llama-step"]
 COLOC_PROBES = ["reclaim"]  # accepted by --coloc-lc, never run unless named
 COLOC_EXTRA = ["llama-step-math"]  # likewise: llama-step with the textbook attention (bit-stable under MPS)
@@ -90,6 +93,9 @@ def parse(argv=None):
     ap.add_argument("--be-floor", type=int, default=None,
                     help="coloc suite, the real scheduler: scheduler.be_floor, the SM groups a throttled trainer keeps "
                          "(0 pauses it; default: the scheduler's)")
+    ap.add_argument("--gate-depth", type=int, default=0,
+                    help="scheduler.gate_depth for the DetShare scheduler: kernels a gated tenant may have in flight "
+                         "per stream (0: the scheduler's default)")
     ap.add_argument("--gate-budget-us", type=int, default=0,
                     help="coloc suite, the real scheduler: scheduler.gate_budget in microseconds (0: the default)")
     ap.add_argument("--lc-lend", action="store_true",
@@ -139,8 +145,9 @@ def parse(argv=None):
     for x in a.coloc_bes:
         if x not in COLOC_BE:
             ap.error("--coloc-be: %r is not one of %s" % (x, ", ".join(COLOC_BE)))
-    if "coloc" in a.suites and a.scheduler != "detshare" and (not a.only or any(c.startswith("detshare-dynamic") for c in a.only)):
-        ap.error("--suite coloc: detshare-dynamic needs the real scheduler (--scheduler detshare, `make build`)")
+    if "coloc" in a.suites and a.scheduler != "detshare" and (not a.only or any(c.startswith("detshare-dynamic") or c == "detshare-temporal" for c in a.only)):
+        ap.error("--suite coloc: detshare-dynamic and detshare-temporal need the real scheduler (--scheduler detshare, "
+                 "`make build`)")
     if not 0 < a.load < 1:
         ap.error("--load=%s: must be between 0 and 1 (fraction of solo capacity)" % a.load)
     return a
@@ -315,16 +322,17 @@ class Runner:
                 "duration": a.duration, "load": a.load, "lc_groups": a.lc_groups, "tpot_slo_ms": a.tpot_slo_ms,
                 "device": a.device, "driver": _nvidia_smi_field("driver_version"), "lc_slo_ms": a.lc_slo_ms,
                 "lc_lend": a.lc_lend, "be_floor": a.be_floor, "gate_budget_us": a.gate_budget_us,
+                "gate_depth": a.gate_depth,
                 "cases": [{"name": c.name, "config": c.config, "workers": [w.label for w in c.workers]}
                           for c in plan]}
         est = len(plan) * (a.duration + (4 if a.device == "cpu" else 15))
         log("%d cases, about %.1f minutes", len(plan), est / 60)
         if a.dry_run:
             for c in plan:
-                print("%-32s %-14s %s" % (c.name, c.config, " | ".join(
+                print("%-32s %-14s %s%s" % (c.name, c.config, " | ".join(
                     "%s: %s%s%s" % (w.label, " ".join(w.args), " (MPS %s%%)" % w.mps_pct if w.mps_pct else "",
                                     "".join(" (%s=%s)" % kv for kv in sorted(w.env.items())))
-                    for w in c.workers)))
+                    for w in c.workers), " [MPS]" if c.needs_mps else ""))
             return 0
         with open(os.path.join(self.out, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
@@ -449,7 +457,8 @@ class Runner:
                 env["DETSHARE_MPS_PRIORITY"] = "off"  # the library leaves every tenant at normal priority
             ws.append(Worker(label, list(args), env=env, tenant=tenant, mps_pct=pct))
             ws[-1].group = group
-        return Case(name, cfg, ws, needs_mps=cfg.startswith("mps") or cfg.startswith("detshare") or
+        return Case(name, cfg, ws, needs_mps=cfg.startswith("mps") or (cfg.startswith("detshare") and
+                                                                     cfg != "detshare-temporal") or
                     cfg in ("alone-grant", "alone-mps"))
 
     # ----------------------------------------------------------------------------------------- one case -------
@@ -597,8 +606,9 @@ class Runner:
         with open(cfg, "w") as f:
             f.write('[scheduler]\npolicy = "%s"\n%s[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
                     % (policy, ("be_floor = %d\n" % floor if floor is not None else "") +
-                       ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else ""),
-                       "false" if a.device == "cpu" else "true", a.mps_control))
+                       ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else "") +
+                       ("gate_depth = %d\n" % a.gate_depth if a.gate_depth else ""),
+                       "false" if a.device == "cpu" or c.config == "detshare-temporal" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":
             env["DETSHARE_SIMGPU"] = "1"  # harness check: the scheduler describes the simulated GPU (test double)
@@ -625,7 +635,8 @@ class Runner:
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sms)]
                 if c.config == "detshare-static":
                     flags[w.tenant].append("--pinned")  # the policy before issue 12: exactly the guarantee
-                elif c.config in ("detshare-dynamic", "detshare-dynamic-pause", "detshare-dynamic-noprio"):
+                elif c.config in ("detshare-dynamic", "detshare-dynamic-pause", "detshare-dynamic-noprio",
+                                  "detshare-temporal"):
                     if a.lc_slo_ms:
                         flags[w.tenant] += ["--slo-p99", "%gms" % a.lc_slo_ms]
                     if a.lc_lend:

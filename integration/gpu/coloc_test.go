@@ -24,13 +24,14 @@ func TestColocPlan(t *testing.T) {
 			lines = append(lines, l)
 		}
 	}
-	if len(lines) != 56 {
-		t.Fatalf("%d cases, want 3 LC + 2 trainers alone, 3 LC alone under MPS and 3 x 2 x 8 shared = 56:\n%s",
+	if len(lines) != 62 {
+		t.Fatalf("%d cases, want 3 LC + 2 trainers alone, 3 LC alone under MPS and 3 x 2 x 9 shared = 62:\n%s",
 			len(lines), out)
 	}
 	for _, want := range []string{"coloc/bert/alone", "coloc/llama-step/alone", "coloc/lin8192-fp32/alone",
 		"coloc/resnet50+lin8192-bf16/detshare-dynamic", "coloc/llama-step+lin8192-fp32/mps-pct", "(MPS 66%)",
-		"coloc/bert+lin8192-bf16/detshare-dynamic-noprio", "coloc/llama-step/alone-mps", "coloc/resnet50+lin8192-fp32/detshare-dynamic-pause"} {
+		"coloc/bert+lin8192-bf16/detshare-dynamic-noprio", "coloc/llama-step/alone-mps", "coloc/resnet50+lin8192-fp32/detshare-dynamic-pause",
+		"coloc/llama-step+lin8192-bf16/detshare-temporal"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}
@@ -38,6 +39,10 @@ func TestColocPlan(t *testing.T) {
 	// only the trainer is lowered under plain MPS; with the library the tier decides, unless switched off
 	for _, l := range lines {
 		f := strings.Fields(l)
+		// MPS for every shared configuration but time-slicing and DetShare's temporal mode (no MPS by definition)
+		if wantMPS := f[1] != "alone" && f[1] != "timeslice" && f[1] != "detshare-temporal"; strings.HasSuffix(l, " [MPS]") != wantMPS {
+			t.Errorf("%s: under MPS = %v, want %v: %s", f[1], !wantMPS, wantMPS, l)
+		}
 		lcPart, bePart, _ := strings.Cut(l, " | be: ")
 		switch {
 		case f[1] == "mps-prio" && (strings.Contains(lcPart, "CUDA_MPS_CLIENT_PRIORITY") ||
@@ -52,7 +57,7 @@ func TestColocPlan(t *testing.T) {
 	cmd := exec.Command(py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
 		"coloc", "--scheduler", "python", "--dry-run")
 	b, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(b), "detshare-dynamic needs the real scheduler") {
+	if err == nil || !strings.Contains(string(b), "detshare-dynamic and detshare-temporal need the real scheduler") {
 		t.Fatalf("coloc with the Python stand-in must be refused, naming why: %v\n%s", err, b)
 	}
 }

@@ -307,7 +307,7 @@ def build(outdir, skip, slo_ms):
 
 COLOC_TARGET = {"lc_p99_ratio": 1.10, "lc_p99_goal": 1.05}
 COLOC_SHARED = ("timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
-                "detshare-dynamic-pause", "detshare-dynamic-noprio")
+                "detshare-dynamic-pause", "detshare-dynamic-noprio", "detshare-temporal")
 
 
 def read_power(outdir):
@@ -417,8 +417,10 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                 if rs:
                     r["reclaim"] = rs
                     reclaim_rows.append((be, cfg, rs))
-                if cfg in ("detshare-dynamic", "detshare-dynamic-pause"):
-                    w = "%s + %s, DetShare-dynamic%s" % (lc, be, " (be_floor 0)" if cfg.endswith("pause") else "")
+                if cfg in ("detshare-dynamic", "detshare-dynamic-pause", "detshare-temporal"):
+                    w = "%s + %s, DetShare-%s" % (lc, be, {"detshare-dynamic": "dynamic",
+                                                         "detshare-dynamic-pause": "dynamic (be_floor 0)",
+                                                         "detshare-temporal": "temporal (no MPS)"}[cfg])
                     res["targets"].append(target(w + ": LC P99 service <= 1.10x solo", r["lc_svc_p99_ratio"], "<=",
                                                  COLOC_TARGET["lc_p99_ratio"]))
                     res["targets"].append(target(w + ": LC P99 arrival-to-completion <= 1.10x solo",
