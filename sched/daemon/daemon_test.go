@@ -244,13 +244,13 @@ func TestTemporalWithoutMPS(t *testing.T) {
 	if !seen[a.Slot] || !seen[b.Slot] {
 		t.Fatalf("token did not rotate between the busy tenants: %v", seen)
 	}
-	// With a latency-critical tenant present (idle, too) the lower tiers' queues are bounded by the dispatch gate:
+	// With a latency-critical tenant present (idle, too) the lower tiers get the tightest dispatch gate:
 	// without MPS it runs once what the token holder has queued has drained.
 	for _, r := range []table.Registration{a, b} {
 		deadline := time.Now().Add(time.Second)
-		for d, bu := tb.Gate(r.Slot); d != 8 || bu != 500; d, bu = tb.Gate(r.Slot) {
+		for d, bu := tb.Gate(r.Slot); d != 1 || bu != 250; d, bu = tb.Gate(r.Slot) {
 			if time.Now().After(deadline) {
-				t.Fatalf("temporal %s beside a latency-critical tenant: gate %d kernels / %d us, want 8 / 500", r.ID, d, bu)
+				t.Fatalf("temporal %s beside a latency-critical tenant: gate %d kernels / %d us, want 1 / 250", r.ID, d, bu)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

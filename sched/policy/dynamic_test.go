@@ -380,37 +380,29 @@ func TestDecideRandomDynamic(t *testing.T) {
 }
 
 // Without MPS a latency-critical tenant gets the GPU when what the token holder has queued has drained, so lower
-// tiers must be gated whenever one is present (idle included: its next request may come at any moment), never
-// the latency-critical tenant itself, and nobody when none is present.
+// tiers must get the tightest gate whenever one is present (idle included: its next request may come at any
+// moment), never the latency-critical tenant itself, and nobody when none is present.
 func TestTemporalGatesBoundLowerTiersBesideLatencyCritical(t *testing.T) {
 	o := DefaultOptions()
-	want := Gate{Depth: o.GateDepth, Budget: o.GateBudget}
+	tight := Gate{Depth: 1, Budget: o.GateBudget / 2}
 	ts := []Tenant{
 		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
 		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
 		{Slot: 2, ID: "burst", Tier: Burstable, Weight: 1, Guarantee: 2, Busy: true},
 	}
 	g := TemporalGates(ts, o)
-	if g[0] != (Gate{}) || g[1] != want || g[2] != want {
-		t.Fatalf("idle LC present: gates %+v, want none for the LC and %+v for the others", g, want)
+	if g[0] != (Gate{}) || g[1] != tight || g[2] != tight {
+		t.Fatalf("idle LC present: gates %+v, want none for the LC and %+v for the others", g, tight)
 	}
 	ts[0].Busy = true
-	o.PowerNearLimit = true
-	tight := Gate{Depth: 1, Budget: o.GateBudget / 2}
 	if g := TemporalGates(ts, o); g[0] != (Gate{}) || g[1] != tight || g[2] != tight {
-		t.Fatalf("busy LC, board near its power limit: gates %+v, want the tightest %+v for lower tiers", g, tight)
-	}
-	o.PowerNearLimit = false
-	ts[0].SLOMiss = true
-	if g := TemporalGates(ts, o); g[1] != tight {
-		t.Fatalf("busy LC above its SLO: BE gate %+v, want %+v", g[1], tight)
+		t.Fatalf("busy LC: gates %+v, want %+v for lower tiers", g, tight)
 	}
 	if g := TemporalGates(ts[1:], o); g[0] != (Gate{}) || g[1] != (Gate{}) {
 		t.Fatalf("no LC present: gates %+v, want none", g)
 	}
-	ts[0].SLOMiss = false
 	o.GateBudget = 0
-	if g := TemporalGates(ts, o); g[1] != want {
-		t.Fatalf("an unset budget must fall back to the default: %+v, want %+v", g[1], want)
+	if g := TemporalGates(ts, o); g[1] != (Gate{Depth: 1, Budget: DefaultOptions().GateBudget / 2}) {
+		t.Fatalf("an unset budget must fall back to the default: %+v", g[1])
 	}
 }

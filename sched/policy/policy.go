@@ -379,22 +379,21 @@ func dispatchGate(o Options, on, tight bool) Gate {
 }
 
 // TemporalGates are the dispatch gates on a GPU without MPS, aligned with tenants. There the driver time-slices
-// processes: a latency-critical tenant that turns busy runs as soon as what the token holder has queued has drained
-// (the library lets it launch without waiting for the token behind a lower tier), so whenever one is present every
-// lower tier's queue is bounded as a spatial reclaim's is: from the first kernel of the latency-critical tenant's
-// next request, whenever that comes.
+// processes: a latency-critical tenant that turns busy runs once what the token holder has queued has drained (the
+// library lets it launch without waiting for the token behind a lower tier). So whenever one is present, idle
+// included (its next request may come at any moment), every lower tier gets the tightest gate: the LC waits for the
+// holder's whole queue, not only for the SMs it needs as under MPS. On the H100 the default gate let the LC's P99
+// reach x1.61-1.65 of solo beside a bf16 trainer against x1.13-1.16 with one kernel in flight, for the same trainer
+// throughput (BENCHMARKS.md, issue 12, temporal mode).
 func TemporalGates(tenants []Tenant, o Options) []Gate {
-	lcPresent, tight := false, false
+	lcPresent := false
 	for _, t := range tenants {
-		if t.Tier == LatencyCritical {
-			lcPresent = true
-			tight = tight || (t.Busy && (t.SLOMiss || o.PowerNearLimit))
-		}
+		lcPresent = lcPresent || t.Tier == LatencyCritical
 	}
 	gates := make([]Gate, len(tenants))
 	for i, t := range tenants {
 		if t.Tier != LatencyCritical {
-			gates[i] = dispatchGate(o, lcPresent, tight)
+			gates[i] = dispatchGate(o, lcPresent, true)
 		}
 	}
 	return gates
