@@ -70,6 +70,35 @@ func (e *env) grant(mode uint32, groups uint64) {
 	}
 }
 
+// giveToken hands GPU 0's temporal token to to's tenant for an hour (tests move it on themselves).
+func (e *env) giveToken(to *env) {
+	e.t.Helper()
+	if err := e.tbl.PublishToken(0, to.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
+		e.t.Fatalf("publish token: %v", err)
+	}
+}
+
+// held runs the probe's steps up to their first "pause", lets the rest start (work the test expects the library to
+// hold back), calls meanwhile, which must release it, and returns what the probe printed and the queue delay the
+// library recorded for e's tenant.
+func (e *env) held(meanwhile func(), steps ...string) (result, time.Duration) {
+	p := e.start("ds_probe_rt", steps...)
+	p.until()
+	p.resume()
+	meanwhile()
+	return p.finish(), time.Duration(atomic.LoadUint64(&e.client.Page().QueueDelayNs))
+}
+
+// heldLaunch is held for one kernel launch, which must succeed once released; it returns the queue delay.
+func (e *env) heldLaunch(meanwhile func()) time.Duration {
+	e.t.Helper()
+	r, d := e.held(meanwhile, "init", "pause", "launch:1")
+	if r.get(e.t, "launch", "ok") != "1" {
+		e.t.Fatalf("the held launch did not succeed: %v", r.lines)
+	}
+	return d
+}
+
 // stepper runs a probe whose "pause" steps wait for the test.
 type stepper struct {
 	t     testing.TB
@@ -252,9 +281,7 @@ func TestTemporalTokenSerialisesAndFailsStatic(t *testing.T) {
 	a.playScheduler()
 	a.grant(table.ModeTemporal, 0)
 	b.grant(table.ModeTemporal, 0)
-	if err := a.tbl.PublishToken(0, a.reg.Slot, table.MonotonicNs()+uint64(time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	a.giveToken(a)
 	pb := b.start("ds_probe_rt", "init", "pause", "launch:1")
 	pb.until()
 	pb.resume()
@@ -310,9 +337,7 @@ func TestTemporalLatencyCriticalWaitsOnlyBehindItsOwnTier(t *testing.T) {
 	for _, e := range []*env{be, lc, lc2, be2} {
 		e.grant(table.ModeTemporal, 0)
 	}
-	if err := be.tbl.PublishToken(0, be.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
+	be.giveToken(be)
 	r := lc.run("ds_probe_rt", "init", "launch:1")
 	if r.get(t, "launch", "ok") != "1" {
 		t.Fatalf("LC kernel: %v", r.lines)
@@ -320,34 +345,14 @@ func TestTemporalLatencyCriticalWaitsOnlyBehindItsOwnTier(t *testing.T) {
 	if d := atomic.LoadUint64(&lc.client.Page().QueueDelayNs); d != 0 {
 		t.Fatalf("LC waited %v for the token held by a best-effort tenant, want no wait", time.Duration(d))
 	}
-	// A best-effort tenant without the token still waits.
-	pb := be2.start("ds_probe_rt", "init", "pause", "launch:1")
-	pb.until()
-	pb.resume()
-	time.Sleep(200 * time.Millisecond)
-	if err := be.tbl.PublishToken(0, be2.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
-		t.Fatal(err)
+	// A best-effort tenant without the token still waits ...
+	if d := be2.heldLaunch(func() { time.Sleep(200 * time.Millisecond); be.giveToken(be2) }); d < 150*time.Millisecond {
+		t.Errorf("best-effort tenant waited %v for the token, want >= 150ms", d)
 	}
-	pb.finish()
-	if d := atomic.LoadUint64(&be2.client.Page().QueueDelayNs); d < uint64(150*time.Millisecond) {
-		t.Errorf("best-effort tenant waited %v for the token, want >= 150ms", time.Duration(d))
-	}
-	// Behind another latency-critical holder the LC waits until the token comes to it.
-	if err := be.tbl.PublishToken(0, lc2.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	pl := lc.start("ds_probe_rt", "init", "pause", "launch:1")
-	pl.until()
-	pl.resume()
-	time.Sleep(200 * time.Millisecond)
-	if err := be.tbl.PublishToken(0, lc.reg.Slot, table.MonotonicNs()+uint64(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if r := pl.finish(); r.get(t, "launch", "ok") != "1" {
-		t.Fatalf("LC kernel: %v", r.lines)
-	}
-	if d := atomic.LoadUint64(&lc.client.Page().QueueDelayNs); d < uint64(150*time.Millisecond) {
-		t.Errorf("LC waited %v behind another latency-critical holder, want >= 150ms", time.Duration(d))
+	// ... and so does the LC behind another latency-critical holder, until the token comes to it.
+	be.giveToken(lc2)
+	if d := lc.heldLaunch(func() { time.Sleep(200 * time.Millisecond); be.giveToken(lc) }); d < 150*time.Millisecond {
+		t.Errorf("LC waited %v behind another latency-critical holder, want >= 150ms", d)
 	}
 }
 
@@ -358,19 +363,15 @@ func TestPausedTenantStaysBusyWhileWaitingForSMs(t *testing.T) {
 	e := newEnv(t, true).withTenant(0, "")
 	e.playScheduler()
 	e.grant(table.ModeSpatial, 0)
-	p := e.start("ds_probe_rt", "init", "pause", "launch:1")
-	p.until()
-	p.resume()
-	time.Sleep(200 * time.Millisecond)
-	if d := atomic.LoadUint32(&e.client.Page().Demand); d != 1 {
-		t.Fatalf("demand %d while paused with work, want 1 (busy)", d)
-	}
-	e.grant(table.ModeSpatial, 0b11)
-	if r := p.finish(); r.get(t, "launch", "ok") != "1" {
-		t.Fatalf("launch after the pause: %v", r.lines)
-	}
-	if d := atomic.LoadUint64(&e.client.Page().QueueDelayNs); d < uint64(150*time.Millisecond) {
-		t.Errorf("queue delay %v, want >= 150ms: the launch did not wait for SMs", time.Duration(d))
+	d := e.heldLaunch(func() {
+		time.Sleep(200 * time.Millisecond)
+		if d := atomic.LoadUint32(&e.client.Page().Demand); d != 1 {
+			t.Errorf("demand %d while paused with work, want 1 (busy)", d)
+		}
+		e.grant(table.ModeSpatial, 0b11)
+	})
+	if d < 150*time.Millisecond {
+		t.Errorf("queue delay %v, want >= 150ms: the launch did not wait for SMs", d)
 	}
 }
 
