@@ -322,9 +322,11 @@ func TestTemporalTokenSerialisesAndFailsStatic(t *testing.T) {
 	}
 }
 
-// Temporal mode, latency-critical tenant: it launches at once while a lower tier holds the token (waiting for the
-// scheduler's hand-over would add a round trip to every request), and waits its turn behind another
-// latency-critical holder. The attack side: a best-effort tenant is never let through this way.
+// Temporal mode, latency-critical tenant: it launches at once while a tenant the scheduler gates (a lower tier)
+// holds the token (waiting for the hand-over would add a round trip to every request), and waits its turn behind
+// another latency-critical holder. The attack side: a best-effort tenant is never let through this way, nor is one
+// that claimed latency-critical but is scheduled lower (demoted by tenants.max_tier: the scheduler gates it, or
+// gates nobody).
 func TestTemporalLatencyCriticalWaitsOnlyBehindItsOwnTier(t *testing.T) {
 	be := newEnv(t, true).withTenant(0, "")
 	lc := be.another(0)
@@ -337,6 +339,13 @@ func TestTemporalLatencyCriticalWaitsOnlyBehindItsOwnTier(t *testing.T) {
 	for _, e := range []*env{be, lc, lc2, be2} {
 		e.grant(table.ModeTemporal, 0)
 	}
+	gate := func(e *env, depth uint32) {
+		if err := e.tbl.SetGate(e.reg.Slot, depth, 250); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate(be, 1) // what policy.TemporalGates gives lower tiers beside a latency-critical tenant
+	gate(be2, 1)
 	be.giveToken(be)
 	r := lc.run("ds_probe_rt", "init", "launch:1")
 	if r.get(t, "launch", "ok") != "1" {
@@ -349,10 +358,25 @@ func TestTemporalLatencyCriticalWaitsOnlyBehindItsOwnTier(t *testing.T) {
 	if d := be2.heldLaunch(func() { time.Sleep(200 * time.Millisecond); be.giveToken(be2) }); d < 150*time.Millisecond {
 		t.Errorf("best-effort tenant waited %v for the token, want >= 150ms", d)
 	}
-	// ... and so does the LC behind another latency-critical holder, until the token comes to it.
+	// ... and so does the LC behind another latency-critical holder, until the token comes to it ...
 	be.giveToken(lc2)
 	if d := lc.heldLaunch(func() { time.Sleep(200 * time.Millisecond); be.giveToken(lc) }); d < 150*time.Millisecond {
 		t.Errorf("LC waited %v behind another latency-critical holder, want >= 150ms", d)
+	}
+	// ... and a claimed latency-critical tenant the scheduler gates (demoted), or that finds nobody gated.
+	demoted := lc2
+	for _, c := range []struct {
+		name        string
+		self, other uint32
+	}{{"gated itself", 1, 1}, {"holder not gated", 0, 0}} {
+		gate(demoted, c.self)
+		gate(be, c.other)
+		be.giveToken(be)
+		before := atomic.LoadUint64(&demoted.client.Page().QueueDelayNs)
+		d := demoted.heldLaunch(func() { time.Sleep(200 * time.Millisecond); be.giveToken(demoted) })
+		if d-time.Duration(before) < 150*time.Millisecond {
+			t.Errorf("demoted latency-critical claimant (%s) waited %v for the token, want >= 150ms", c.name, d-time.Duration(before))
+		}
 	}
 }
 

@@ -94,15 +94,21 @@ static atomic_int g_unthrottled_warned;
  * already rung the doorbell, so the scheduler is taking the token from the holder, whose launches then wait; what
  * the holder has queued meanwhile is bounded by its dispatch gate, and the driver's time-slicing gives this process
  * the GPU once that has drained. Waiting for the hand-over instead would add the scheduler's round trip to the start
- * of every request. Behind another latency-critical holder it waits its turn, as every tier does. */
+ * of every request. Behind another latency-critical holder it waits its turn, as every tier does.
+ * "Lower tier" is the scheduler's word, not the tier claimed at registration: beside a latency-critical tenant it
+ * gates every tenant it schedules below one (tier ceilings applied, policy.TemporalGates) and never the
+ * latency-critical ones. So a tenant that claimed latency-critical but was demoted by tenants.max_tier is gated
+ * itself, or finds no gated holder, and waits like any other. */
 static bool runs_without_token(const struct ds_gpu *g) {
-    if (__atomic_load_n(&ds_process.tenant->ctr->tier, __ATOMIC_RELAXED) != DS_TIER_LATENCY_CRITICAL)
+    const struct ds_container *self = ds_process.tenant->ctr;
+    if (__atomic_load_n(&self->tier, __ATOMIC_RELAXED) != DS_TIER_LATENCY_CRITICAL ||
+        __atomic_load_n(&self->gate_depth, __ATOMIC_RELAXED) != 0)
         return false;
     uint32_t holder = __atomic_load_n(&g->token_holder, __ATOMIC_ACQUIRE);
     if (holder == 0)
-        return true;
+        return true; /* nobody is busy: nobody to overtake */
     const struct ds_container *c = ds_table_container(ds_process.tenant->table, holder - 1);
-    return c == NULL || __atomic_load_n(&c->tier, __ATOMIC_RELAXED) != DS_TIER_LATENCY_CRITICAL;
+    return c != NULL && __atomic_load_n(&c->gate_depth, __ATOMIC_RELAXED) != 0;
 }
 
 void ds_grant_wait_token(void) {
