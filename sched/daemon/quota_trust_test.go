@@ -128,6 +128,30 @@ func TestTierCeiling(t *testing.T) {
 	waitGrant(t, tb, be.Slot, time.Second, "the LC's groups are not reserved without the host's consent", groupsIs(8))
 }
 
+// Without MPS, which tenants the scheduler gates is what lets a latency-critical tenant's library launch past the
+// token holder (ds_grant.c reads the gates, not the tier claimed in the table). A claimant demoted by
+// tenants.max_tier must be gated beside a real (trusted) latency-critical tenant, and the real one never.
+func TestTierCeilingDecidesTemporalGates(t *testing.T) {
+	dir, tb := newRunDir(t)
+	real := registerWeighted(t, tb, "prod-lc", table.TierLatencyCritical, 1, 2, false)
+	claimant := registerWeighted(t, tb, "lc", table.TierLatencyCritical, 1, 2, false)
+	c := testConfig()
+	c.Tenants.MaxTier = "best-effort"
+	c.Tenants.Trusted = []string{"prod-*"}
+	m := &mps.Manager{Paths: table.NewPaths(dir), Control: filepath.Join(t.TempDir(), "no-such-mps-control")}
+	startSched(t, dir, c, m)
+	deadline := time.Now().Add(time.Second)
+	for d, _ := tb.Gate(claimant.Slot); d == 0; d, _ = tb.Gate(claimant.Slot) {
+		if time.Now().After(deadline) {
+			t.Fatal("a latency-critical claimant demoted by max_tier is not gated in temporal mode: its library would launch past the token holder")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d, _ := tb.Gate(real.Slot); d != 0 {
+		t.Fatalf("the trusted latency-critical tenant is gated (depth %d)", d)
+	}
+}
+
 // The scheduler sets the MPS server-side per-client memory limit (which a client cannot raise) to the largest quota
 // on the GPU, at once when registrations change, and removes it while an unlimited tenant is there.
 func TestMPSServerSideMemoryLimit(t *testing.T) {
