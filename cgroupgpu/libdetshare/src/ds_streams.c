@@ -615,10 +615,10 @@ static void gate_pass(struct lstream *ls, uint32_t depth, CUstream where, const 
  * launch out on the SMs just reclaimed as soon as the kernel it waited for ended (a second trainer GEMM in a
  * latency-critical request's tail on the H100). gate_pass, once the grant is known, still keeps a new grant's
  * launches out from behind the old grant's. */
-static void gate_admit(CUstream s, int per_thread, uint32_t depth, const void *key) {
+static void gate_admit(CUstream app, uint32_t depth, const void *key) {
     if (!ds_real.cuStreamQuery || !ds_real.cuEventCreate)
         return;
-    struct lstream *ls = lstream_get(app_handle(s, per_thread));
+    struct lstream *ls = lstream_get(app);
     if (!ls)
         return;
     struct ds_gctx *cur = atomic_load_explicit(&ds_grant_view.cur, memory_order_acquire);
@@ -631,11 +631,11 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
     t_pending = NULL;
     t_gated = NULL;
     ds_demand_work(kernel);
-    uint32_t gd0 = kernel ? ds_gate_depth() : 0;
-    if (DS_UNLIKELY(gd0 != 0))
-        gate_admit(s, per_thread, gd0, key);
-    struct ds_gctx *c = ds_grant_enter();
+    uint32_t gd = kernel ? ds_gate_depth() : 0; /* copies and memsets are never gated */
     CUstream app = app_handle(s, per_thread);
+    if (DS_UNLIKELY(gd != 0))
+        gate_admit(app, gd, key);
+    struct ds_gctx *c = ds_grant_enter();
     if (DS_LIKELY(c == NULL)) {
         /* every group (or no confinement): kernels run where the application put them, unless this stream still
          * has kernels on a physical stream from an earlier partial grant */
@@ -653,8 +653,7 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
         }
         if (ls) {
             mark_unconfined(ls);
-            uint32_t gd = ds_gate_depth();
-            if (kernel && DS_UNLIKELY(gd != 0)) /* the gate applies on the whole GPU too (ds_gate.c) */
+            if (DS_UNLIKELY(gd != 0)) /* the gate applies on the whole GPU too (ds_gate.c) */
                 gate_pass(ls, gd, app, key, ds_pool_groups());
         }
         return s;
@@ -681,8 +680,7 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
     }
     t_pending = ls;
     t_pending_phys = phys;
-    uint32_t gd = ds_gate_depth();
-    if (DS_UNLIKELY(gd != 0) && kernel)
+    if (DS_UNLIKELY(gd != 0))
         gate_pass(ls, gd, phys, key, (unsigned)__builtin_popcountll(c->mask));
     return phys;
 }
