@@ -32,6 +32,10 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   1 ms, and report.py shows how long it waited for the trainer's kernels to leave them (the dispatch gate's bound).
   `--coloc-lc llama-step-math` is llama-step with the textbook attention: SDPA's fused kernels make llama-step's
   output vary between replays under MPS even alone (mpsdet.sh), which no MPS-based sharing can keep bit-identical.
+  Where an LC's time goes: `--configs …,alone-flush` (never run unless named) runs each LC alone with 256 MiB read
+  and written between its requests (what a trainer's traffic through L2 alone costs it), and `--lc-stamp` stamps
+  every LC request on the GPU (probes/stamp.cu) so that report.py splits its service time into the wait before its
+  first kernel ran and the span of its kernels.
 Board power, power limit and SM clock are logged every 100 ms for the whole run (OUTDIR/power.csv, nvidia-smi
 queries only) and summarised per case by report.py.
 
@@ -68,6 +72,11 @@ COLOC_LC = ["bert", "resnet50", "llama-step"]
 COLOC_PROBES = ["reclaim"]  # accepted by --coloc-lc, never run unless named
 COLOC_EXTRA = ["llama-step-math"]  # likewise: llama-step with the textbook attention (bit-stable under MPS)
 COLOC_BE = ["lin8192-bf16", "lin8192-fp32"]
+# accepted by --coloc-be on a GPU, never run unless named: the same trainer at d=256, batch 8, whose kernels last a few
+# microseconds, so that what an LC waits for beside it is the switch to its own context rather than a trainer kernel
+COLOC_BE_EXTRA = ["lin8192-bf16-tiny"]
+COLOC_OPTIONAL = ["alone-flush"]  # accepted by --configs, never run unless named
+L2_FLUSH_MB = 256  # alone-flush: more than any GPU's L2 (H100: 50 MB)
 SUITES = ["infer", "llm", "train", "coloc"]
 
 
@@ -88,8 +97,8 @@ def parse(argv=None):
     ap.add_argument("--tpot-slo-ms", type=float, default=100.0)
     ap.add_argument("--coloc-lc", default=",".join(COLOC_LC), help="coloc suite: LC workloads (comma list of %s; also "
                     "llama-step-math, or the probe `reclaim`)" % ", ".join(COLOC_LC))
-    ap.add_argument("--coloc-be", default=",".join(COLOC_BE), help="coloc suite: trainers (comma list of %s)"
-                    % ", ".join(COLOC_BE))
+    ap.add_argument("--coloc-be", default=",".join(COLOC_BE), help="coloc suite: trainers (comma list of %s; also "
+                    "%s, GPU only: kernels of a few us)" % (", ".join(COLOC_BE), ", ".join(COLOC_BE_EXTRA)))
     ap.add_argument("--be-floor", type=int, default=None,
                     help="coloc suite, the real scheduler: scheduler.be_floor, the SM groups a throttled trainer keeps "
                          "(0 pauses it; default: the scheduler's)")
@@ -101,6 +110,10 @@ def parse(argv=None):
     ap.add_argument("--lc-lend", action="store_true",
                     help="detshare-dynamic: the LC lends its idle guarantee too (the trainer gets every group while "
                          "the LC is idle)")
+    ap.add_argument("--lc-stamp", action="store_true",
+                    help="coloc suite, GPU only: every LC request stamped on the GPU (worker.py --stamp, "
+                         "probes/stamp.cu): report.py splits its service time into the wait before its first kernel "
+                         "ran and the span of its kernels")
     ap.add_argument("--lc-slo-ms", type=float, default=0.0,
                     help="detshare-dynamic: the LC's slo-p99 in ms (0: none, the LC takes every group while busy)")
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "lib", "libdetshare.so"))
@@ -123,7 +136,7 @@ def parse(argv=None):
         if s not in SUITES:
             ap.error("--suite: %r is not one of %s" % (s, ", ".join(SUITES)))
     a.only = set(c for c in a.configs.split(",") if c)
-    known = set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS) | set(COLOC_CONFIGS)
+    known = set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS) | set(COLOC_CONFIGS) | set(COLOC_OPTIONAL)
     for c in a.only:
         if c not in known:
             ap.error("--configs: %r is not one of %s" % (c, ", ".join(sorted(known))))
@@ -142,9 +155,15 @@ def parse(argv=None):
             ap.error("--coloc-lc: %r is not one of %s" % (x, ", ".join(COLOC_LC + COLOC_EXTRA + COLOC_PROBES)))
         if x in COLOC_PROBES and a.device == "cpu":
             ap.error("--coloc-lc %s: the probe measures SMs, it needs --device cuda" % x)
+        if x in COLOC_PROBES and a.lc_stamp:
+            ap.error("--lc-stamp with --coloc-lc %s: the probe stamps its own requests" % x)
+    if a.lc_stamp and a.device == "cpu":
+        ap.error("--lc-stamp: the stamps are GPU kernels, it needs --device cuda")
     for x in a.coloc_bes:
-        if x not in COLOC_BE:
-            ap.error("--coloc-be: %r is not one of %s" % (x, ", ".join(COLOC_BE)))
+        if x not in COLOC_BE + COLOC_BE_EXTRA:
+            ap.error("--coloc-be: %r is not one of %s" % (x, ", ".join(COLOC_BE + COLOC_BE_EXTRA)))
+        if x in COLOC_BE_EXTRA and a.device == "cpu":
+            ap.error("--coloc-be %s: already the CPU's size of lin8192-bf16; on --device cpu name lin8192-bf16" % x)
     if "coloc" in a.suites and a.scheduler != "detshare" and (not a.only or any(c.startswith("detshare-dynamic") or c == "detshare-temporal" for c in a.only)):
         ap.error("--suite coloc: detshare-dynamic and detshare-temporal need the real scheduler (--scheduler detshare, "
                  "`make build`)")
@@ -406,6 +425,12 @@ class Runner:
                     cases.append(self.case("coloc/%s/alone" % lc, "alone",
                                            [("lc", self.coloc_lc_args(lc, tiny, dev), "lc", "coloc:" + lc)]))
             for lc in a.coloc_lcs:
+                if "alone-flush" in a.only:  # what a trainer's traffic through L2 alone costs the LC
+                    cases.append(self.case("coloc/%s/alone-flush" % lc, "alone-flush",
+                                           [("lc", self.coloc_lc_args(lc, tiny, dev) + ["--l2-flush-mb", str(L2_FLUSH_MB)],
+                                             "lc", "coloc:" + lc)]))
+                    cases[-1].workers[0].rate_key = ("coloc:" + lc, "lc")
+            for lc in a.coloc_lcs:
                 if want("alone-mps"):
                     cases.append(self.case("coloc/%s/alone-mps" % lc, "alone-mps",
                                            [("lc", self.coloc_lc_args(lc, tiny, dev), "lc", "coloc:" + lc)]))
@@ -439,9 +464,8 @@ class Runner:
                     cases.append(self.case("train/" + cfg, cfg, [("a", t1, "a", "train"), ("b", t2, "b", "train")]))
         return cases
 
-    @staticmethod
-    def coloc_lc_args(lc, tiny, dev):
-        return ["--role", "infer", "--model", lc + tiny] + dev
+    def coloc_lc_args(self, lc, tiny, dev):
+        return ["--role", "infer", "--model", lc + tiny] + dev + (["--stamp"] if self.a.lc_stamp else [])
 
     def case(self, name, cfg, workers):
         ws = []

@@ -184,3 +184,97 @@ func TestColocReportReclaim(t *testing.T) {
 		}
 	}
 }
+
+// The two measurements of where an LC's time goes are planned only when asked: alone-flush runs each LC alone with
+// the flush between requests (and no MPS), at the rate its solo run set; --lc-stamp needs the GPU and says so.
+func TestColocPlanWhereTheTimeGoes(t *testing.T) {
+	py := python(t)
+	ds := filepath.Join(buildDir(t), "bin", "detshare")
+	need(t, ds)
+	out := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run", "--configs", "alone,alone-flush",
+		"--coloc-lc", "bert,resnet50", "--coloc-be", "lin8192-bf16")
+	var flush []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "/alone-flush") {
+			flush = append(flush, l)
+		}
+	}
+	if len(flush) != 2 {
+		t.Fatalf("want one alone-flush case per LC, got %d:\n%s", len(flush), out)
+	}
+	for _, l := range flush {
+		if !strings.Contains(l, "--l2-flush-mb 256") || strings.Contains(l, "be:") || strings.HasSuffix(l, "[MPS]") {
+			t.Errorf("alone-flush: the LC alone, without MPS, flushing 256 MiB between requests: %s", l)
+		}
+	}
+	// never part of the default plan
+	def := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run")
+	if strings.Contains(def, "alone-flush") || strings.Contains(def, "--stamp") {
+		t.Errorf("the default plan must not flush or stamp:\n%s", def)
+	}
+	cmd := exec.Command(py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run", "--lc-stamp")
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "--lc-stamp: the stamps are GPU kernels, it needs --device cuda") {
+		t.Fatalf("--lc-stamp on the CPU must be refused, naming why: %v\n%s", err, b)
+	}
+}
+
+// The stamps and the flushed solo run reach the report: per configuration, the start delay and the GPU span of the
+// LC's requests, and what the flush alone cost it.
+func TestColocReportWhereTheTimeGoes(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw")
+	if err := os.MkdirAll(raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lc := func(cfg, group string, delayUs, spanMs func(i int) float64) map[string]any {
+		var reqs, us [][]float64
+		for i := 0; i < 100; i++ {
+			a := float64(i) * 0.05
+			reqs = append(reqs, []float64{a, a, a + (delayUs(i)/1e3+spanMs(i))/1e3})
+			us = append(us, []float64{delayUs(i), spanMs(i) * 1e3})
+		}
+		d := map[string]any{"role": "infer", "duration": 5.0, "t0": 1000.0, "rate": 20.0, "offered": 100,
+			"requests": reqs, "output_hash": "h0", "output_hashes": map[string]int{"h0": 100},
+			"group": group, "config": cfg, "label": "lc"}
+		if delayUs != nil {
+			d["stamps"] = map[string]any{"us": us}
+		}
+		return d
+	}
+	c := func(v float64) func(int) float64 { return func(int) float64 { return v } }
+	flush := lc("alone-flush", "coloc:bert", c(0), c(2.3))
+	delete(flush, "stamps")
+	flush["l2_flush_mb"] = 256
+	for name, d := range map[string]map[string]any{
+		"a": lc("alone", "coloc:bert", c(5), c(2.0)),
+		"f": flush,
+		"t": lc("detshare-temporal", "coloc:bert+lin8192-bf16", func(i int) float64 {
+			if i%4 == 3 {
+				return 305
+			}
+			return 5
+		}, c(2.2)),
+	} {
+		b, _ := json.Marshal(d)
+		if err := os.WriteFile(filepath.Join(raw, name+".json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"load": 0.5, "duration": 5}`), 0o644)
+	md := run(t, nil, py, filepath.Join(here(t), "report.py"), dir)
+	for _, want := range []string{
+		"Alone with 256 MiB read and written between its requests (a trainer's traffic through L2, nothing running " +
+			"beside it): service P50 2.300 / P99 2.300 ms (P50 +0.295 ms, P99 1.15 of alone).",
+		"| — | alone | 90 | 2.005 / 2.005 | 5 / 5 | 2.000 / 2.000 |",
+		// requests 10..99, one in four waited 300 us more before its first kernel
+		"| lin8192-bf16 | detshare-temporal | 90 | 2.205 / 2.505 | 5 / 305 | 2.200 / 2.200 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}

@@ -87,6 +87,22 @@ def reclaim_stats(d, skip):
     return out
 
 
+def stamp_stats(d, skip):
+    """worker.py --stamp: per request, the wait before its first kernel ran (less the launch latency) and the span of
+    its kernels on the GPU."""
+    st = d.get("stamps") if d else None
+    if not st or not st.get("us"):
+        return None
+    D = d["duration"]
+    w = [x for r, x in zip(d["requests"], st["us"]) if r[0] >= skip * D]
+    if not w:
+        return None
+    svc = [(e - s) * 1e3 for _, s, e in (r for r in d["requests"] if r[0] >= skip * D)]
+    delay, span = [x[0] for x in w], [x[1] / 1e3 for x in w]
+    return {"n": len(w), "svc_p50_ms": pct(svc, 50), "svc_p99_ms": pct(svc, 99), "delay_p50_us": pct(delay, 50),
+            "delay_p99_us": pct(delay, 99), "span_p50_ms": pct(span, 50), "span_p99_ms": pct(span, 99)}
+
+
 def train_stats(d, skip):
     D = d["duration"]
     n = len([t for t in d["step_ends"] if skip * D <= t <= D])
@@ -353,6 +369,11 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
         reclaim_rows = [x for x in reclaim_rows if x[2]]
         bm = raw.get("coloc:" + lc, {}).get("alone-mps", {}).get("lc")
         bmps = lc_stats(bm, skip) if bm else None
+        stamp_rows = [("—", cfg, stamp_stats(raw.get("coloc:" + lc, {}).get(cfg, {}).get("lc"), skip))
+                      for cfg in ("alone", "alone-flush", "alone-mps")]
+        stamp_rows = [x for x in stamp_rows if x[2]]
+        bf = raw.get("coloc:" + lc, {}).get("alone-flush", {}).get("lc")
+        bflush = lc_stats(bf, skip) if bf else None
         md.append("### Co-location: %s (batch 1, CUDA graph, Poisson load %s of solo capacity) beside training" % (
             lc, meta.get("load", "?")))
         md.append("")
@@ -375,6 +396,16 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
             out.setdefault("coloc:" + lc, {})["alone-mps"] = {
                 "lc": {k: v for k, v in bmps.items() if k != "a2c_ms"},
                 "lc_svc_p99_ratio": ratio(bmps["svc_p99_ms"], blc and blc["svc_p99_ms"])}
+        if bflush:
+            md.append("Alone with %s MiB read and written between its requests (a trainer's traffic through L2, nothing "
+                      "running beside it): service P50 %s / P99 %s ms (P50 %s ms, P99 %s of alone)."
+                      % (bf.get("l2_flush_mb", "?"), fmt(bflush["svc_p50_ms"], 3), fmt(bflush["svc_p99_ms"], 3),
+                         "%+.3f" % (bflush["svc_p50_ms"] - blc["svc_p50_ms"]) if blc else "—",
+                         fmt(ratio(bflush["svc_p99_ms"], blc and blc["svc_p99_ms"]))))
+            md.append("")
+            out.setdefault("coloc:" + lc, {})["alone-flush"] = {
+                "lc": {k: v for k, v in bflush.items() if k != "a2c_ms"},
+                "lc_svc_p99_ratio": ratio(bflush["svc_p99_ms"], blc and blc["svc_p99_ms"])}
         md.append("| trainer | config | LC svc P50 / P99 ms | svc P99 / solo | svc P99 / MPS alone | LC a2c P99 ms "
                   "| a2c P99 / solo | BE steps/s | BE norm | board W (mean / max) | SM MHz (mean / min) "
                   "| LC / BE bit-identical |")
@@ -417,6 +448,10 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                 if rs:
                     r["reclaim"] = rs
                     reclaim_rows.append((be, cfg, rs))
+                ss = stamp_stats(c.get("lc"), skip)
+                if ss:
+                    r["stamps"] = ss
+                    stamp_rows.append((be, cfg, ss))
                 if cfg in ("detshare-dynamic", "detshare-dynamic-pause", "detshare-temporal"):
                     w = "%s + %s, DetShare-%s" % (lc, be, {"detshare-dynamic": "dynamic",
                                                          "detshare-dynamic-pause": "dynamic (be_floor 0)",
@@ -430,6 +465,19 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                                                  1.0 if r["lc_bit_identical"] and r["be_bit_identical"] else
                                                  None if r["lc_bit_identical"] is None else 0.0, ">=", 1.0))
         md.append("")
+        if stamp_rows:
+            md.append("Where the LC's service time goes (`--lc-stamp`, probes/stamp.cu): the wait before its first "
+                      "kernel ran (less the launch latency of an idle GPU) and the span of its kernels on the GPU, "
+                      "from one-thread kernels before and after each request.")
+            md.append("")
+            md.append("| trainer | config | requests | service P50 / P99 ms | start delay P50 / P99 us "
+                      "| GPU span P50 / P99 ms |")
+            md.append("|---|---|---|---|---|---|")
+            for be, cfg, ss in stamp_rows:
+                md.append("| %s | %s | %d | %s / %s | %s / %s | %s / %s |" % (
+                    be, cfg, ss["n"], fmt(ss["svc_p50_ms"], 3), fmt(ss["svc_p99_ms"], 3), fmt(ss["delay_p50_us"], 0),
+                    fmt(ss["delay_p99_us"], 0), fmt(ss["span_p50_ms"], 3), fmt(ss["span_p99_ms"], 3)))
+            md.append("")
         if reclaim_rows:
             g = reclaim_rows[0][2]
             md.append("Reclaim probe (%s blocks of 200 KiB shared memory, one per SM, each held %s us): microseconds "

@@ -47,7 +47,18 @@ def parse(argv=None):
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--wait-timeout", type=float, default=300.0)
     ap.add_argument("--tag", default="", help="free text copied into the result (configuration name)")
-    return ap.parse_args(argv)
+    ap.add_argument("--stamp", action="store_true",
+                    help="infer, GPU only: stamp each request on the GPU (probes/stamp.cu) to split its service time "
+                         "into the wait before its first kernel ran and the span of its kernels")
+    ap.add_argument("--l2-flush-mb", type=int, default=0,
+                    help="infer: after each request, outside the timed span, read and write this many MiB (more than "
+                         "the GPU's L2) so that the next request finds none of its data cached, as beside a trainer")
+    a = ap.parse_args(argv)
+    if a.stamp and (a.role != "infer" or a.device != "cuda" or a.model == "reclaim"):
+        ap.error("--stamp: only for --role infer on --device cuda with a model (the reclaim probe stamps itself)")
+    if a.l2_flush_mb < 0 or (a.l2_flush_mb and a.role != "infer"):
+        ap.error("--l2-flush-mb=%d: a size in MiB >= 0, for --role infer only" % a.l2_flush_mb)
+    return a
 
 
 def tensor_hash(t):
@@ -139,30 +150,76 @@ RECLAIM_GRID = 128  # blocks of the reclaim probe: one per SM of the widest gran
 RECLAIM_SPIN_US = 1000  # each block holds its SM this long: a request that needs the whole GPU for ~1 ms
 
 
-def reclaim_lib(torch):
-    """probes/reclaim.cu built with nvcc for this GPU (cached beside the source's hash), loaded with ctypes."""
+def probe_lib(torch, name):
+    """probes/<name>.cu built with nvcc for this GPU (cached beside the source's hash), loaded with ctypes."""
     import ctypes
     import subprocess
 
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes", "reclaim.cu")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes", name + ".cu")
     with open(src, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:12]
     major, minor = torch.cuda.get_device_capability()
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "detshare-probes")
-    so = os.path.join(cache, "reclaim-%s-sm%d%d.so" % (digest, major, minor))
+    so = os.path.join(cache, "%s-%s-sm%d%d.so" % (name, digest, major, minor))
     if not os.path.exists(so):
         os.makedirs(cache, exist_ok=True)
         cmd = ["nvcc", "-O2", "-arch=sm_%d%d" % (major, minor), "-shared", "-Xcompiler", "-fPIC", "-o", so + ".tmp", src]
         try:
             subprocess.run(cmd, check=True)
         except (OSError, subprocess.CalledProcessError) as e:
-            sys.exit("worker: --model reclaim: building the probe failed (%s): %s" % (" ".join(cmd), e))
+            sys.exit("worker: building the %s probe failed (%s): %s" % (name, " ".join(cmd), e))
         os.rename(so + ".tmp", so)
-    lib = ctypes.CDLL(so)
+    return ctypes.CDLL(so)
+
+
+def reclaim_lib(torch):
+    import ctypes
+
+    lib = probe_lib(torch, "reclaim")
     lib.reclaim_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
     lib.reclaim_launch.argtypes = [ctypes.c_ulonglong]
     lib.reclaim_read.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_longlong)]
     return lib
+
+
+class Stamps:
+    """probes/stamp.cu around each request: when the request's first kernel ran and how long its kernels took on
+    the GPU. begin()/end() go around the request's launches; read() gives the last n requests."""
+
+    CAP = 1 << 15  # probes/stamp.cu kCap
+
+    def __init__(self, torch):
+        import ctypes
+
+        self.torch, self.lib, self.launched = torch, probe_lib(torch, "stamp"), 0
+        self.lib.stamp_begin.argtypes = [ctypes.c_ulonglong]
+        self.lib.stamp_end.argtypes = [ctypes.c_ulonglong]
+        self.lib.stamp_read.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_longlong)]
+        if self.lib.stamp_init() != 0:
+            sys.exit("worker: --stamp: stamp_init failed (see the probe's message above)")
+
+    def begin(self):
+        if self.lib.stamp_begin(self.torch.cuda.current_stream().cuda_stream) != 0:
+            raise RuntimeError("stamp probe: begin failed")
+
+    def end(self):
+        if self.lib.stamp_end(self.torch.cuda.current_stream().cuda_stream) != 0:
+            raise RuntimeError("stamp probe: end failed")
+        self.launched += 1
+
+    def read(self, n):
+        """[start delay, GPU span] in microseconds for the last n requests; the start delay less the launch latency
+        (the smallest start delay over every request kept, warm-up included)."""
+        import ctypes
+
+        k = min(self.launched, self.CAP)
+        n = min(n, k)
+        buf = (ctypes.c_longlong * (2 * k))()
+        if k and self.lib.stamp_read(k, buf) != 0:
+            raise RuntimeError("stamp probe: read failed")
+        base = min(buf[2 * i] for i in range(k)) if k else 0
+        rows = [[(buf[2 * i] - base) / 1e3, buf[2 * i + 1] / 1e3] for i in range(k)]
+        return {"launch_latency_base": "min start delay over %d requests" % k, "us": rows[k - n:] if n else []}
 
 
 class ReclaimProbe:
@@ -288,24 +345,43 @@ def run_infer(a):
                 return res
             a.rate = a.load * len(times) / sum(times)
             res.update(calibration={"requests": len(times), "mean_s": sum(times) / len(times), "load": a.load})
+        stamps = Stamps(torch) if a.stamp else None
+        flush = torch.zeros(a.l2_flush_mb << 18, device=dev) if a.l2_flush_mb else None
+        if stamps:  # a few idle requests give the launch latency the start delays are measured from
+            for _ in range(a.warmup):
+                stamps.begin()
+                step()
+                stamps.end()
+                clk.sync()
         t0 = wait_go(a)
         arr = arrivals(a.rate, a.duration, a.seed)
         reqs, hashes = [], {ref_hash: 0}
         for off in arr:
             sleep_until(t0 + off)
             st = time.time()
+            if stamps:
+                stamps.begin()
             y = step()
+            if stamps:
+                stamps.end()
             clk.sync()
             en = time.time()
             reqs.append((off, st - t0, en - t0))
             h = tensor_hash(y)  # outside the timed span
             hashes[h] = hashes.get(h, 0) + 1
+            if flush is not None:
+                flush.add_(1.0)
+                clk.sync()
             if time.time() > t0 + a.duration + 30:  # hopelessly behind: stop, report what was served
                 break
         res.update(t0=t0, duration=a.duration, rate=a.rate, offered=len(arr), requests=reqs,
                    output_hash=ref_hash, output_hashes=hashes)
         if probe:
             res["reclaim"] = m.read(len(reqs))
+        if stamps:
+            res["stamps"] = stamps.read(len(reqs))
+        if flush is not None:
+            res["l2_flush_mb"] = a.l2_flush_mb
         return res
 
 
