@@ -35,7 +35,9 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   Where an LC's time goes: `--configs …,alone-flush` (never run unless named) runs each LC alone with 256 MiB read
   and written between its requests (what a trainer's traffic through L2 alone costs it), and `--lc-stamp` stamps
   every LC request on the GPU (probes/stamp.cu) so that report.py splits its service time into the wait before its
-  first kernel ran and the span of its kernels.
+  first kernel ran and the span of its kernels. `--coloc-be lin8192-bf16-tiny` (GPU only) is the bf16 trainer at
+  d=256, batch 8: kernels of a few microseconds, so that what an LC waits for beside it is the switch to its own
+  context, not a trainer kernel.
 Board power, power limit and SM clock are logged every 100 ms for the whole run (OUTDIR/power.csv, nvidia-smi
 queries only) and summarised per case by report.py.
 
