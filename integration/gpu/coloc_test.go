@@ -54,23 +54,43 @@ func TestColocPlan(t *testing.T) {
 			t.Errorf("%s must leave priorities alone: %s", f[1], l)
 		}
 	}
-	cmd := exec.Command(py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
-		"coloc", "--scheduler", "python", "--dry-run")
+	benchRefuses(t, py, "detshare-dynamic and detshare-temporal need the real scheduler",
+		"--device", "cpu", "--suite", "coloc", "--scheduler", "python", "--dry-run")
+}
+
+// benchRefuses wants bench.py, given args, to fail with a message that contains want (what was wrong, and why).
+func benchRefuses(t *testing.T, py, want string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(py, append([]string{filepath.Join(here(t), "bench.py"), "--out", t.TempDir()}, args...)...)
 	b, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(b), "detshare-dynamic and detshare-temporal need the real scheduler") {
-		t.Fatalf("coloc with the Python stand-in must be refused, naming why: %v\n%s", err, b)
+	if err == nil || !strings.Contains(string(b), want) {
+		t.Fatalf("bench.py %s must be refused, naming why (%q): %v\n%s", strings.Join(args, " "), want, err, b)
 	}
 }
 
-// report.py's co-location tables on synthetic results with known answers: ratios to solo, BE normalised
-// throughput, the power log cut into the case's window, bit-equality, and the issue-12 targets.
-func TestColocReport(t *testing.T) {
-	py := python(t)
+// colocReport runs report.py on worker results (file name -> result) and a power log ("" for none); its markdown.
+func colocReport(t *testing.T, results map[string]map[string]any, power string) string {
+	t.Helper()
 	dir := t.TempDir()
 	raw := filepath.Join(dir, "raw")
 	if err := os.MkdirAll(raw, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	for name, d := range results {
+		writeJSON(t, filepath.Join(raw, name+".json"), d)
+	}
+	writeJSON(t, filepath.Join(dir, "meta.json"), map[string]any{"load": 0.5, "duration": 5})
+	if power != "" {
+		if err := os.WriteFile(filepath.Join(dir, "power.csv"), []byte(power), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return run(t, nil, python(t), filepath.Join(here(t), "report.py"), dir)
+}
+
+// report.py's co-location tables on synthetic results with known answers: ratios to solo, BE normalised
+// throughput, the power log cut into the case's window, bit-equality, and the issue-12 targets.
+func TestColocReport(t *testing.T) {
 	const t0 = 1000.0
 	lc := func(cfg, group string, svcMs float64, hash string) map[string]any {
 		var reqs [][3]float64
@@ -91,17 +111,11 @@ func TestColocReport(t *testing.T) {
 			"loss_hash_first5": hash, "group": group, "config": cfg, "label": "be"}
 	}
 	p := "coloc:bert+lin8192-bf16"
-	for name, d := range map[string]map[string]any{
+	results := map[string]map[string]any{
 		"a": lc("alone", "coloc:bert", 2, "h0"), "b": be("alone", "coloc:lin8192-bf16", 100, "l0"),
 		"c": lc("mps", p, 10, "h0"), "d": be("mps", p, 90, "l0"), "g": lc("alone-mps", "coloc:bert", 2.5, "h0"),
 		"e": lc("detshare-dynamic", p, 2.1, "h0"), "f": be("detshare-dynamic", p, 40, "l1"),
-	} {
-		b, _ := json.Marshal(d)
-		if err := os.WriteFile(filepath.Join(raw, name+".json"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
-	os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"load": 0.5, "duration": 5}`), 0o644)
 	pw := "time,power_w,power_limit_w,sm_clock_mhz\n"
 	for i := 0; i < 60; i++ {
 		w := "100"
@@ -110,8 +124,7 @@ func TestColocReport(t *testing.T) {
 		}
 		pw += strings.Join([]string{jsonNum(t0 + 0.1*float64(i)), w, "700", "1900"}, ",") + "\n"
 	}
-	os.WriteFile(filepath.Join(dir, "power.csv"), []byte(pw), 0o644)
-	md := run(t, nil, py, filepath.Join(here(t), "report.py"), dir)
+	md := colocReport(t, results, pw)
 	for _, want := range []string{
 		"Alone under plain MPS (what MPS itself costs it): service P50 2.500 / P99 2.500 ms (P99 1.25 of alone); 1 distinct output in 100 requests.",
 		"| lin8192-bf16 | mps | 10.000 / 10.000 | 5.00 | 4.00 | 10.00 | 5.00 | 18.00 | 0.90 | 600 / 600 | 1900 / 1900 | yes / yes |",
@@ -131,12 +144,6 @@ func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }
 // The reclaim probe's waits reach the report: per configuration, how long a request needing every SM waited for an SM
 // to come free and for all of them (the dispatch gate's bound on the H100 comes from this table).
 func TestColocReportReclaim(t *testing.T) {
-	py := python(t)
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "raw")
-	if err := os.MkdirAll(raw, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	probe := func(cfg, group string, all func(i int) float64) map[string]any {
 		var reqs [][3]float64
 		var waits [][3]float64
@@ -154,7 +161,7 @@ func TestColocReportReclaim(t *testing.T) {
 	// alone under plain MPS, two output values: the report says MPS itself broke bit-equality
 	mpsAlone := probe("alone-mps", "coloc:reclaim", func(int) float64 { return 6 })
 	mpsAlone["output_hashes"] = map[string]int{"h0": 60, "h1": 40}
-	for name, d := range map[string]map[string]any{
+	md := colocReport(t, map[string]map[string]any{
 		"a": probe("alone", "coloc:reclaim", func(int) float64 { return 5 }),
 		"m": mpsAlone,
 		"b": probe("detshare-dynamic-pause", p, func(i int) float64 {
@@ -163,14 +170,7 @@ func TestColocReportReclaim(t *testing.T) {
 			}
 			return 300
 		}),
-	} {
-		b, _ := json.Marshal(d)
-		if err := os.WriteFile(filepath.Join(raw, name+".json"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"load": 0.5, "duration": 5}`), 0o644)
-	md := run(t, nil, py, filepath.Join(here(t), "report.py"), dir)
+	}, "")
 	for _, want := range []string{
 		"Reclaim probe (128 blocks of 200 KiB shared memory, one per SM, each held 1000 us)",
 		"| — | alone | 90 | 1 / 1 | 10 / 10 | 5 / 5 / 5 |",
@@ -214,22 +214,13 @@ func TestColocPlanWhereTheTimeGoes(t *testing.T) {
 	if strings.Contains(def, "alone-flush") || strings.Contains(def, "--stamp") {
 		t.Errorf("the default plan must not flush or stamp:\n%s", def)
 	}
-	cmd := exec.Command(py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
-		"coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run", "--lc-stamp")
-	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "--lc-stamp: the stamps are GPU kernels, it needs --device cuda") {
-		t.Fatalf("--lc-stamp on the CPU must be refused, naming why: %v\n%s", err, b)
-	}
+	benchRefuses(t, py, "--lc-stamp: the stamps are GPU kernels, it needs --device cuda",
+		"--device", "cpu", "--suite", "coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run", "--lc-stamp")
 }
 
 // The stamps and the flushed solo run reach the report: per configuration, the start delay and the GPU span of the
 // LC's requests, and what the flush alone cost it.
 func TestColocReportWhereTheTimeGoes(t *testing.T) {
-	py := python(t)
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "raw")
-	if err := os.MkdirAll(raw, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	lc := func(cfg, group string, delayUs, spanMs func(i int) float64) map[string]any {
 		var reqs, us [][]float64
 		for i := 0; i < 100; i++ {
@@ -249,7 +240,7 @@ func TestColocReportWhereTheTimeGoes(t *testing.T) {
 	flush := lc("alone-flush", "coloc:bert", c(0), c(2.3))
 	delete(flush, "stamps")
 	flush["l2_flush_mb"] = 256
-	for name, d := range map[string]map[string]any{
+	md := colocReport(t, map[string]map[string]any{
 		"a": lc("alone", "coloc:bert", c(5), c(2.0)),
 		"f": flush,
 		"t": lc("detshare-temporal", "coloc:bert+lin8192-bf16", func(i int) float64 {
@@ -258,14 +249,7 @@ func TestColocReportWhereTheTimeGoes(t *testing.T) {
 			}
 			return 5
 		}, c(2.2)),
-	} {
-		b, _ := json.Marshal(d)
-		if err := os.WriteFile(filepath.Join(raw, name+".json"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.WriteFile(filepath.Join(dir, "meta.json"), []byte(`{"load": 0.5, "duration": 5}`), 0o644)
-	md := run(t, nil, py, filepath.Join(here(t), "report.py"), dir)
+	}, "")
 	for _, want := range []string{
 		"Alone with 256 MiB read and written between its requests (a trainer's traffic through L2, nothing running " +
 			"beside it): service P50 2.300 / P99 2.300 ms (P50 +0.295 ms, P99 1.15 of alone).",

@@ -16,6 +16,7 @@ time T0), run until T0 + --duration, write --out JSON with raw timings relative 
 (report.py does that). --device cpu and the *-tiny models exist so the code paths can be checked without a GPU.
 """
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -155,9 +156,13 @@ def probe_lib(torch, name):
     import ctypes
     import subprocess
 
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes", name + ".cu")
-    with open(src, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    probes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes")
+    src = os.path.join(probes, name + ".cu")
+    h = hashlib.sha256()
+    for path in [src] + sorted(glob.glob(os.path.join(probes, "*.cuh"))):  # the source and the headers it may use
+        with open(path, "rb") as f:
+            h.update(f.read())
+    digest = h.hexdigest()[:12]
     major, minor = torch.cuda.get_device_capability()
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "detshare-probes")
     so = os.path.join(cache, "%s-%s-sm%d%d.so" % (name, digest, major, minor))

@@ -12,12 +12,11 @@
 // last one did (every SM the request needs was reclaimed).
 //
 //   nvcc -O2 -arch=sm_90 -shared -Xcompiler -fPIC -o reclaim.so integration/gpu/probes/reclaim.cu
+#include "timing.cuh"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <ctime>
 #include <vector>
 
 namespace {
@@ -25,11 +24,8 @@ namespace {
 constexpr unsigned kCap = 1u << 14;  // requests kept (a ring): 16384 x grid starts
 constexpr int kSmemBytes = 200 * 1024;
 
-__device__ __forceinline__ unsigned long long gtimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+using probe::gtimer;
+using probe::realtime_ns;
 
 __global__ void arrive(unsigned long long *t_arrive, unsigned *ctr) {
     unsigned i = atomicAdd(ctr, 1u) % kCap;
@@ -58,16 +54,7 @@ struct Probe {
 };
 Probe g;
 
-unsigned long long realtime_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
-int fail(const char *what, cudaError_t e) {
-    fprintf(stderr, "reclaim probe: %s: %s\n", what, cudaGetErrorString(e));
-    return (int)e;
-}
+int fail(const char *what, cudaError_t e) { return probe::fail("reclaim", what, e); }
 
 }  // namespace
 

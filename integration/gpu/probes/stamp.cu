@@ -11,22 +11,19 @@
 // SMs came free (probes/reclaim.cu measures that).
 //
 //   nvcc -O2 -arch=sm_90 -shared -Xcompiler -fPIC -o stamp.so integration/gpu/probes/stamp.cu
+#include "timing.cuh"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <ctime>
 #include <vector>
 
 namespace {
 
 constexpr unsigned kCap = 1u << 15;  // requests kept (a ring)
 
-__device__ __forceinline__ unsigned long long gtimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+using probe::gtimer;
+using probe::realtime_ns;
 
 __global__ void stamp(unsigned long long *ring, unsigned i) { ring[i] = gtimer(); }
 
@@ -37,16 +34,7 @@ struct Stamps {
 };
 Stamps g;
 
-unsigned long long realtime_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
-int fail(const char *what, cudaError_t e) {
-    fprintf(stderr, "stamp probe: %s: %s\n", what, cudaGetErrorString(e));
-    return (int)e;
-}
+int fail(const char *what, cudaError_t e) { return probe::fail("stamp", what, e); }
 
 }  // namespace
 
