@@ -93,14 +93,9 @@ func colocReport(t *testing.T, results map[string]map[string]any, power string) 
 func TestColocReport(t *testing.T) {
 	const t0 = 1000.0
 	lc := func(cfg, group string, svcMs float64, hash string) map[string]any {
-		var reqs [][3]float64
-		for i := 0; i < 100; i++ {
-			a := float64(i) * 0.05
-			reqs = append(reqs, [3]float64{a, a, a + svcMs/1e3})
-		}
-		return map[string]any{"role": "infer", "duration": 5.0, "t0": t0, "rate": 20.0, "offered": 100,
-			"requests": reqs, "output_hash": "h0", "output_hashes": map[string]int{hash: 100},
-			"calibration": map[string]any{"mean_s": 0.002}, "group": group, "config": cfg, "label": "lc"}
+		d := lcResult(cfg, group, func(int) float64 { return svcMs })
+		d["output_hashes"] = map[string]int{hash: 100}
+		return d
 	}
 	be := func(cfg, group string, steps int, hash string) map[string]any {
 		var ends []float64
@@ -125,37 +120,52 @@ func TestColocReport(t *testing.T) {
 		pw += strings.Join([]string{jsonNum(t0 + 0.1*float64(i)), w, "700", "1900"}, ",") + "\n"
 	}
 	md := colocReport(t, results, pw)
-	for _, want := range []string{
+	reportHas(t, md,
 		"Alone under plain MPS (what MPS itself costs it): service P50 2.500 / P99 2.500 ms (P99 1.25 of alone); 1 distinct output in 100 requests.",
 		"| lin8192-bf16 | mps | 10.000 / 10.000 | 5.00 | 4.00 | 10.00 | 5.00 | 18.00 | 0.90 | 600 / 600 | 1900 / 1900 | yes / yes |",
 		"| lin8192-bf16 | detshare-dynamic | 2.100 / 2.100 | 1.05 | 0.84 | 2.10 | 1.05 | 8.00 | 0.40 | 600 / 600 | 1900 / 1900 | yes / **NO** |",
 		"DetShare-dynamic: LC P99 service <= 1.10x solo | 1.0500 | <= 1.1 | yes |",
 		"DetShare-dynamic: BE >= 0.5 of solo throughput | 0.4000 | >= 0.5 | **no** (by 0.1) |",
 		"DetShare-dynamic: LC outputs and BE losses bit-identical to solo | 0.0000 | >= 1.0 | **no**",
-	} {
+	)
+}
+
+func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }
+
+// reportHas wants every line of wants in report.py's markdown.
+func reportHas(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
 }
 
-func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }
+// lcResult is an LC worker's result as report.py reads it: 100 requests 50 ms apart from t0 = 1000 over a 5 s window,
+// request i served in svcMs(i), every output the same ("h0").
+func lcResult(cfg, group string, svcMs func(i int) float64) map[string]any {
+	var reqs [][3]float64
+	for i := 0; i < 100; i++ {
+		a := float64(i) * 0.05
+		reqs = append(reqs, [3]float64{a, a, a + svcMs(i)/1e3})
+	}
+	return map[string]any{"role": "infer", "duration": 5.0, "t0": 1000.0, "rate": 20.0, "offered": 100,
+		"requests": reqs, "output_hash": "h0", "output_hashes": map[string]int{"h0": 100},
+		"calibration": map[string]any{"mean_s": 0.002}, "group": group, "config": cfg, "label": "lc"}
+}
 
 // The reclaim probe's waits reach the report: per configuration, how long a request needing every SM waited for an SM
 // to come free and for all of them (the dispatch gate's bound on the H100 comes from this table).
 func TestColocReportReclaim(t *testing.T) {
 	probe := func(cfg, group string, all func(i int) float64) map[string]any {
-		var reqs [][3]float64
+		d := lcResult(cfg, group, func(i int) float64 { return 1 + all(i)/1e3 })
 		var waits [][3]float64
 		for i := 0; i < 100; i++ {
-			a := float64(i) * 0.05
-			reqs = append(reqs, [3]float64{a, a, a + 0.001 + all(i)/1e6})
 			waits = append(waits, [3]float64{1, 10, all(i)})
 		}
-		return map[string]any{"role": "infer", "duration": 5.0, "t0": 1000.0, "rate": 20.0, "offered": 100,
-			"requests": reqs, "output_hash": "h0", "output_hashes": map[string]int{"h0": 100},
-			"reclaim": map[string]any{"grid": 128, "spin_us": 1000, "waits_us": waits},
-			"group":   group, "config": cfg, "label": "lc"}
+		d["reclaim"] = map[string]any{"grid": 128, "spin_us": 1000, "waits_us": waits}
+		return d
 	}
 	p := "coloc:reclaim+lin8192-bf16"
 	// alone under plain MPS, two output values: the report says MPS itself broke bit-equality
@@ -171,18 +181,14 @@ func TestColocReportReclaim(t *testing.T) {
 			return 300
 		}),
 	}, "")
-	for _, want := range []string{
+	reportHas(t, md,
 		"Reclaim probe (128 blocks of 200 KiB shared memory, one per SM, each held 1000 us)",
 		"| — | alone | 90 | 1 / 1 | 10 / 10 | 5 / 5 / 5 |",
 		"| — | alone-mps | 90 | 1 / 1 | 10 / 10 | 6 / 6 / 6 |",
 		"2 distinct outputs in 100 requests (MPS alone already breaks its bit-equality: see integration/gpu/mpsdet.sh).",
 		// the first 10% of the window is dropped: requests 10..99, the last one waited 900 us
 		"| lin8192-bf16 | detshare-dynamic-pause | 90 | 1 / 1 | 10 / 10 | 300 / 366 / 900 |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 }
 
 // The two measurements of where an LC's time goes are planned only when asked: alone-flush runs each LC alone with
@@ -222,18 +228,12 @@ func TestColocPlanWhereTheTimeGoes(t *testing.T) {
 // LC's requests, and what the flush alone cost it.
 func TestColocReportWhereTheTimeGoes(t *testing.T) {
 	lc := func(cfg, group string, delayUs, spanMs func(i int) float64) map[string]any {
-		var reqs, us [][]float64
+		d := lcResult(cfg, group, func(i int) float64 { return delayUs(i)/1e3 + spanMs(i) })
+		var us [][]float64
 		for i := 0; i < 100; i++ {
-			a := float64(i) * 0.05
-			reqs = append(reqs, []float64{a, a, a + (delayUs(i)/1e3+spanMs(i))/1e3})
 			us = append(us, []float64{delayUs(i), spanMs(i) * 1e3})
 		}
-		d := map[string]any{"role": "infer", "duration": 5.0, "t0": 1000.0, "rate": 20.0, "offered": 100,
-			"requests": reqs, "output_hash": "h0", "output_hashes": map[string]int{"h0": 100},
-			"group": group, "config": cfg, "label": "lc"}
-		if delayUs != nil {
-			d["stamps"] = map[string]any{"us": us}
-		}
+		d["stamps"] = map[string]any{"us": us}
 		return d
 	}
 	c := func(v float64) func(int) float64 { return func(int) float64 { return v } }
@@ -250,15 +250,11 @@ func TestColocReportWhereTheTimeGoes(t *testing.T) {
 			return 5
 		}, c(2.2)),
 	}, "")
-	for _, want := range []string{
-		"Alone with 256 MiB read and written between its requests (a trainer's traffic through L2, nothing running " +
+	reportHas(t, md,
+		"Alone with 256 MiB read and written between its requests (a trainer's traffic through L2, nothing running "+
 			"beside it): service P50 2.300 / P99 2.300 ms (P50 +0.295 ms, P99 1.15 of alone).",
 		"| — | alone | 90 | 2.005 / 2.005 | 5 / 5 | 2.000 / 2.000 |",
 		// requests 10..99, one in four waited 300 us more before its first kernel
 		"| lin8192-bf16 | detshare-temporal | 90 | 2.205 / 2.505 | 5 / 305 | 2.200 / 2.200 |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 }

@@ -70,14 +70,19 @@ def lc_stats(d, skip):
             "output_hash": d.get("output_hash"), "distinct_hashes": len(hashes), "a2c_ms": a2c}
 
 
+def in_window(d, rows, skip):
+    """(request, row) for each request of d in the measured window (the first skip of it dropped), rows being what a
+    probe recorded per request, in request order."""
+    return [(r, x) for r, x in zip(d["requests"], rows) if r[0] >= skip * d["duration"]]
+
+
 def reclaim_stats(d, skip):
     """The reclaim probe (worker.py --model reclaim): per request, microseconds after its launch (less the launch
     latency) until `arrive` ran, the first of its blocks started (an SM came free) and the last one did (every SM)."""
     rc = d.get("reclaim") if d else None
     if not rc or not rc.get("waits_us"):
         return None
-    D = d["duration"]
-    w = [x for r, x in zip(d["requests"], rc["waits_us"]) if r[0] >= skip * D]
+    w = [x for _, x in in_window(d, rc["waits_us"], skip)]
     if not w:
         return None
     col = lambda j: [x[j] for x in w]  # noqa: E731
@@ -93,12 +98,11 @@ def stamp_stats(d, skip):
     st = d.get("stamps") if d else None
     if not st or not st.get("us"):
         return None
-    D = d["duration"]
-    w = [x for r, x in zip(d["requests"], st["us"]) if r[0] >= skip * D]
+    w = in_window(d, st["us"], skip)
     if not w:
         return None
-    svc = [(e - s) * 1e3 for _, s, e in (r for r in d["requests"] if r[0] >= skip * D)]
-    delay, span = [x[0] for x in w], [x[1] / 1e3 for x in w]
+    svc = [(r[2] - r[1]) * 1e3 for r, _ in w]
+    delay, span = [x[0] for _, x in w], [x[1] / 1e3 for _, x in w]
     return {"n": len(w), "svc_p50_ms": pct(svc, 50), "svc_p99_ms": pct(svc, 99), "delay_p50_us": pct(delay, 50),
             "delay_p99_us": pct(delay, 99), "span_p50_ms": pct(span, 50), "span_p99_ms": pct(span, 99)}
 

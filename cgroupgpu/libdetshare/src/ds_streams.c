@@ -615,14 +615,15 @@ static void gate_pass(struct lstream *ls, uint32_t depth, CUstream where, const 
  * launch out on the SMs just reclaimed as soon as the kernel it waited for ended (a second trainer GEMM in a
  * latency-critical request's tail on the H100). gate_pass, once the grant is known, still keeps a new grant's
  * launches out from behind the old grant's. */
-static void gate_admit(CUstream app, uint32_t depth, const void *key) {
+static struct lstream *gate_admit(CUstream app, uint32_t depth, const void *key) {
     if (!ds_real.cuStreamQuery || !ds_real.cuEventCreate)
-        return;
+        return NULL;
     struct lstream *ls = lstream_get(app);
     if (!ls)
-        return;
+        return NULL;
     struct ds_gctx *cur = atomic_load_explicit(&ds_grant_view.cur, memory_order_acquire);
     ds_gate_admit(&ls->gate, depth, key, cur ? (unsigned)__builtin_popcountll(cur->mask) : ds_pool_groups());
+    return ls; /* the launch path's own lookup of this stream, done once */
 }
 
 /* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s.
@@ -633,8 +634,7 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
     ds_demand_work(kernel);
     uint32_t gd = kernel ? ds_gate_depth() : 0; /* copies and memsets are never gated */
     CUstream app = app_handle(s, per_thread);
-    if (DS_UNLIKELY(gd != 0))
-        gate_admit(app, gd, key);
+    struct lstream *admitted = DS_UNLIKELY(gd != 0) ? gate_admit(app, gd, key) : NULL;
     struct ds_gctx *c = ds_grant_enter();
     if (DS_LIKELY(c == NULL)) {
         /* every group (or no confinement): kernels run where the application put them, unless this stream still
@@ -644,8 +644,8 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
             /* one lock-free lookup (registering a new stream takes a lock once); none with a driver that could
              * not query the stream afterwards (a test double without events) */
             if (DS_LIKELY(ds_real.cuStreamQuery && ds_real.cuEventCreate))
-                ls = lstream_get(app);
-        } else if ((ls = lstream_get(app)) != NULL) {
+                ls = admitted ? admitted : lstream_get(app);
+        } else if ((ls = admitted ? admitted : lstream_get(app)) != NULL) {
             cross_pre(ls->kind, app);
             if (atomic_load(&ls->bound))
                 unbind(ls);
@@ -658,7 +658,7 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
         }
         return s;
     }
-    struct lstream *ls = lstream_get(app);
+    struct lstream *ls = admitted ? admitted : lstream_get(app);
     if (DS_UNLIKELY(!ls))
         return s;
     if (ls->kind != LS_NONBLOCKING)
