@@ -14,8 +14,12 @@ DS_SRCS    := $(wildcard $(DS_DIR)/src/*.c)
 DS_HDRS    := $(wildcard $(DS_DIR)/src/*.h) cgroupgpu/cuda/cuda_abi.h internal/table/detshare_table.h internal/table/detshare_table_client.h
 DS_LIB     := $(LIB)/libdetshare.so
 # -fvisibility=hidden: only the hooked cu*/nvml* entry points and dlsym are exported (libdetshare.map).
-DS_CFLAGS  := $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -fvisibility=hidden -ftls-model=initial-exec -pthread
-DS_LDFLAGS := -shared -Wl,--version-script=$(DS_DIR)/src/libdetshare.map -Wl,-z,now -Wl,-z,nodelete -ldl -pthread
+# -include ds_glibc.h: the library needs no glibc newer than 2.17 (it is preloaded into images with old glibc);
+# libdl.so.2 and libpthread.so.0 are named as needed because before glibc 2.34 the dl*/pthread_* functions are there.
+DS_CFLAGS  := $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -fvisibility=hidden -ftls-model=initial-exec -pthread \
+              -include $(DS_DIR)/src/ds_glibc.h
+DS_LDFLAGS := -shared -Wl,--version-script=$(DS_DIR)/src/libdetshare.map -Wl,-z,now -Wl,-z,nodelete -pthread \
+              -Wl,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0
 
 $(DS_LIB): $(DS_SRCS) $(DS_HDRS) $(DS_DIR)/src/libdetshare.map $(DS_DIR)/build.mk
 	@mkdir -p $(dir $@)
