@@ -184,6 +184,11 @@ type applier func(specmod.Tenant) error
 func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepared, error) {
 	ann, env := c.spec.Annotations(), c.spec.Env()
 	if !quota.HasDetShareSettings(ann, c.labels, env) {
+		// Only misspelt keys (a DETSHARE_ or detshare.io/ name DetShare does not know): the container meant to ask,
+		// so running it unshared would be wrong.
+		if err := quota.CheckKeys(ann, c.labels, env); err != nil {
+			return Prepared{}, fmt.Errorf("detshare: %w", err)
+		}
 		return Prepared{}, nil
 	}
 	log := logrus.WithField("id", c.id)

@@ -173,3 +173,33 @@ func TestPrepareNeedsTheHookOnlyWhenItAddsIt(t *testing.T) {
 		t.Errorf("with a poststop hook and no hook binary: %v; want a refusal naming DETSHARE_HOOK", err)
 	}
 }
+
+// A misspelt key refuses the container, alone (it would otherwise run unshared) or next to valid keys (it would run
+// with a quota it did not ask for), even under fail-open (it is the user's mistake, not DetShare failing), and
+// registers nothing; DetShare's own runtime variables alone leave the container untouched.
+func TestPrepareRefusesUnknownKeys(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	t.Setenv("DETSHARE_FAIL_OPEN", "1")
+	cfg := testConfig(t)
+	cfg.FailOpen = true
+	for i, env := range []string{`"DETSHARE_TEIR=latency-critical"`, `"DETSHARE_TIER=burstable","DETSHARE_SMS=8","DETSHARE_MEMROY=1G"`} {
+		id := fmt.Sprintf("typo%d", i)
+		spec := `{"process":{"env":["PATH=/bin",` + env + `]},"root":{"path":"rootfs"}}`
+		p, err := Prepare(context.Background(), cfg, Request{ID: id, Bundle: writeBundle(t, spec)})
+		if err == nil || p.Registered || p.FailedOpen != nil {
+			t.Fatalf("%s: want a refusal, got %+v, %v", env, p, err)
+		}
+		for _, want := range []string{"not a DetShare key", "valid keys are DETSHARE_TIER, DETSHARE_SMS"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q lacks %q", env, err, want)
+			}
+		}
+		if _, ok, _ := tenant.Lookup(cfg.RunDir, id); ok {
+			t.Errorf("%s: refused container left a registration", id)
+		}
+	}
+	spec := `{"process":{"env":["DETSHARE_LOG_LEVEL=debug","DETSHARE_RUN_DIR=/run/detshare"]},"root":{"path":"rootfs"}}`
+	if p, err := Prepare(context.Background(), cfg, Request{ID: "plain", Bundle: writeBundle(t, spec)}); err != nil || p.Registered {
+		t.Errorf("container with only DetShare's runtime variables: %+v, %v", p, err)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -476,6 +475,9 @@ func ResolveInputs(in Inputs) (Quota, error) {
 			errs = append(errs, err)
 		}
 	}
+	if err := CheckKeys(in.Annotations, in.Labels, in.Env); err != nil {
+		errs = append(errs, err)
+	}
 	for f := range in.Flags {
 		if !knownField(f) {
 			errs = append(errs, fmt.Errorf("unknown quota field %s: allowed fields are %s", quote.Q(string(f)), fieldList()))
@@ -570,25 +572,6 @@ func HasDetShareSettings(annotations, labels map[string]string, env []string) bo
 		}
 	}
 	return false
-}
-
-// UnknownKeys returns detshare.io/ annotation or label keys that are not quota fields (likely typos), sorted.
-// Other DetShare components may define more detshare.io/ keys, so callers warn rather than fail.
-func UnknownKeys(annotations, labels map[string]string) []string {
-	known := map[string]bool{}
-	for _, f := range Fields {
-		known[f.AnnotationKey()] = true
-	}
-	var out []string
-	for _, m := range []map[string]string{annotations, labels} {
-		for k := range m {
-			if strings.HasPrefix(k, AnnotationPrefix) && !known[k] {
-				out = append(out, k)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 func envMap(env []string) map[string]string {

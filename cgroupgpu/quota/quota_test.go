@@ -187,7 +187,7 @@ func TestHasDetShareSettingsAndUnknownKeys(t *testing.T) {
 	if !HasDetShareSettings(nil, nil, []string{"DETSHARE_TIER=burstable"}) || !HasDetShareSettings(nil, map[string]string{"detshare.io/gpu": "0"}, nil) {
 		t.Error("settings not found")
 	}
-	if u := UnknownKeys(map[string]string{"detshare.io/tiers": "x", "detshare.io/tier": "y"}, nil); len(u) != 1 || u[0] != "detshare.io/tiers" {
+	if u := UnknownKeys(map[string]string{"detshare.io/tiers": "x", "detshare.io/tier": "y"}, nil, nil); len(u) != 1 || u[0].Key != "detshare.io/tiers" {
 		t.Errorf("unknown keys %v", u)
 	}
 }

@@ -113,9 +113,6 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 	if err != nil {
 		return Result{}, fmt.Errorf("quota of %s: %w", req.ID, err)
 	}
-	for _, k := range quota.UnknownKeys(req.Annotations, req.Labels) {
-		logrus.WithFields(logrus.Fields{"id": quote.Bounded(req.ID), "key": quote.Bounded(k)}).Warn("unknown detshare.io/ key ignored")
-	}
 	t, err := table.Create(runDir)
 	if err != nil {
 		return Result{}, fmt.Errorf("register %s: %w", req.ID, err)
