@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/detshare/detshare/cmd/detshare/version"
 	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/internal/loglevel"
@@ -31,8 +32,9 @@ func newApp() *cli.App {
 	var cfg hook.Config
 	state := func(c *cli.Context) (hook.State, error) { return hook.ReadState(c.App.Reader) }
 	return &cli.App{
-		Name:  "detshare-hook",
-		Usage: "OCI hook that attaches containers to DetShare (reads the OCI state on stdin)",
+		Name:    "detshare-hook",
+		Version: version.Version,
+		Usage:   "OCI hook that attaches containers to DetShare (reads the OCI state on stdin)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "run-dir", EnvVars: []string{"DETSHARE_RUN_DIR"}, Value: "/run/detshare",
 				Usage: "DetShare run directory"},

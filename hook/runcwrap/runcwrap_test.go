@@ -16,7 +16,7 @@ import (
 
 func TestMain(m *testing.M) {
 	if os.Getenv("RUNCWRAP_TEST_MAIN") == "1" { // the test binary doubles as detshare-runtime
-		os.Exit(Main(os.Args[1:], tenant.Registrar{DiscoverGPUs: simgpu.Discover}))
+		os.Exit(Main(os.Args[1:], tenant.Registrar{DiscoverGPUs: simgpu.Discover}, "test"))
 	}
 	os.Exit(m.Run())
 }

@@ -106,15 +106,28 @@ func DockerLabels(dockerRoot, id string) (map[string]string, error) {
 	return rec.Config.Labels, nil
 }
 
-// Main runs the wrapper and returns the exit status. Only create and delete return here; other verbs replace the
-// process with runc.
-func Main(args []string, reg tenant.Registrar) int {
+// Main runs the wrapper and returns the exit status; ver is the DetShare version (--version). Only create, delete,
+// --help and --version return here; other verbs replace the process with runc.
+func Main(args []string, reg tenant.Registrar, ver string) int {
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)
 	inv, err := Parse(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "detshare-runtime:", err)
 		return 2
+	}
+	exe, _ := os.Executable()
+	if handled, version := ownHelpOrVersion(inv, os.Stdout, exe, ver); handled {
+		if !version {
+			return 0
+		}
+		// then runc's version, which Docker reads; without runc the wrapper's own line still answers.
+		cfg, err := ConfigFor(inv, reg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "detshare-runtime:", err)
+			return 0
+		}
+		return runChild(cfg.Runc, inv.RuncArgs)
 	}
 	if v, ok := inv.Own[FlagLogLevel]; ok {
 		if err := loglevel.Set(FlagLogLevel, v); err != nil {

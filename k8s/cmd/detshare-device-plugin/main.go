@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/detshare/detshare/cmd/detshare/version"
 	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/k8s/deviceplugin"
 	"github.com/detshare/detshare/k8s/internal/nodecli"
@@ -21,8 +22,9 @@ import (
 
 func main() {
 	app := &cli.App{
-		Name:  "detshare-device-plugin",
-		Usage: "advertise DetShare GPU shares (detshare.io/gpu) and memory (detshare.io/gpu-memory) to kubelet",
+		Name:    "detshare-device-plugin",
+		Version: version.Version,
+		Usage:   "advertise DetShare GPU shares (detshare.io/gpu) and memory (detshare.io/gpu-memory) to kubelet",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "device-plugin-dir", Value: pluginapi.DevicePluginPath, EnvVars: []string{"DETSHARE_DEVICE_PLUGIN_DIR"},
 				Usage: "kubelet's device-plugin directory (holds kubelet.sock)"},

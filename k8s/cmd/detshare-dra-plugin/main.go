@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/detshare/detshare/cmd/detshare/version"
 	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/k8s/dra"
 	"github.com/detshare/detshare/k8s/internal/nodecli"
@@ -27,8 +28,9 @@ import (
 
 func main() {
 	app := &cli.App{
-		Name:  "detshare-dra-plugin",
-		Usage: "DetShare's DRA kubelet plugin (driver " + dra.DriverName + ")",
+		Name:    "detshare-dra-plugin",
+		Version: version.Version,
+		Usage:   "DetShare's DRA kubelet plugin (driver " + dra.DriverName + ")",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "node-name", EnvVars: []string{"NODE_NAME"}, Usage: "this node's name (required)"},
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig (default: in-cluster)"},
