@@ -16,14 +16,14 @@ func doctorCommand() *cli.Command {
 			"(executable), the libdetshare.so that binary bind-mounts into containers (readable), the scheduler " +
 			"(running, or startable on demand), then the NVIDIA driver, GPUs and MPS. Prints each requirement, what " +
 			"was found and how to fix it. Exit status 0 means the host is ready, 1 means at least one check failed. " +
-			"With --simulated-gpu the simulated GPU (a test double built by `make build`) stands in for the NVIDIA " +
+			"With --simulated-gpu the simulated GPU (a test double built by `make build`, installed in the library's simgpu/ directory) stands in for the NVIDIA " +
 			"driver; every other check still applies.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "simulated-gpu", EnvVars: []string{"DETSHARE_SIMULATED_GPU"},
 				Usage: "check the simulated GPU (test double) instead of the NVIDIA driver"},
 			&cli.StringFlag{Name: "lib-dir", Value: layout.LibDir(), EnvVars: []string{"DETSHARE_LIB_DIR"},
-				Usage: "directory holding simgpu/ (the simulated GPU, a test double, of a build tree)"},
+				Usage: "directory holding simgpu/ (the simulated GPU, a test double): the library's directory, installed or build tree"},
 			&cli.StringFlag{Name: "docker-config", Value: "/etc/docker/daemon.json", EnvVars: []string{"DETSHARE_DOCKER_CONFIG"},
 				Usage: "Docker daemon.json to read the registration from"},
 			&cli.StringFlag{Name: "containerd-config", Value: "/etc/containerd/config.toml", EnvVars: []string{"DETSHARE_CONTAINERD_CONFIG"},

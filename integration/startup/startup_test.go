@@ -4,6 +4,7 @@
 package startup
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +40,47 @@ func TestEveryBinaryStartsWithoutNVIDIADriver(t *testing.T) {
 	}
 }
 
+// TestEveryBinaryHasItsOwnVersionAndHelp: each binary answers --version with its own name and the same DetShare
+// version (cmd/detshare/version, stamped by the Makefile), and --help with its own text, not that of a library it
+// wraps (runc's for detshare-runtime, containerd's shim flags for the shim).
+func TestEveryBinaryHasItsOwnVersionAndHelp(t *testing.T) {
+	bin := func(n string) string { return filepath.Join(buildDir(t), "bin", n) }
+	out, err := exec.Command(bin("detshare"), "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("detshare --version: %v\n%s", err, out)
+	}
+	_, ver, ok := strings.Cut(strings.TrimSpace(string(out)), " version ")
+	if !ok || ver == "" {
+		t.Fatalf("detshare --version: want \"detshare version <v>\", got %q", out)
+	}
+	for _, c := range []struct{ name, help string }{
+		{"detshare", "share one NVIDIA GPU"},
+		{"detshare-hook", "OCI hook"},
+		{"detshare-runtime", "DetShare's runc wrapper for Docker"},
+		{"containerd-shim-detshare-v1", "io.containerd.detshare.v1"},
+		{"detshare-device-plugin", "detshare.io/gpu"},
+		{"detshare-dra-plugin", "DRA"},
+	} {
+		p := bin(c.name)
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s not built: %v", c.name, err)
+			continue
+		}
+		out, err := exec.Command(p, "--version").Output() // stdout only: runc's lines go there too
+		if err != nil || !strings.HasPrefix(string(out), c.name+" version "+ver+"\n") {
+			t.Errorf("%s --version: want a first line %q, got %v:\n%s", c.name, c.name+" version "+ver, err, out)
+		}
+		out, err = exec.Command(p, "--help").CombinedOutput()
+		s := string(out)
+		if err != nil || !strings.Contains(s, c.name) || !strings.Contains(s, c.help) {
+			t.Errorf("%s --help: want its own help naming it and %q, got %v:\n%s", c.name, c.help, err, s)
+		}
+		if strings.Contains(s, "Open Container Initiative runtime") {
+			t.Errorf("%s --help prints runc's help:\n%s", c.name, s)
+		}
+	}
+}
+
 func TestDoctorReportsMissingDriverAndExitsNonZero(t *testing.T) {
 	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
 		t.Skip("this host has an NVIDIA driver; the no-driver path is exercised in CI")
@@ -51,5 +93,52 @@ func TestDoctorReportsMissingDriverAndExitsNonZero(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "no NVIDIA driver") {
 		t.Fatalf("doctor output does not name the missing driver:\n%s", out)
+	}
+}
+
+// TestInstalledDoctorFindsTheSimulatedGPU installs the build (`make install-files`, PREFIX=/usr, into a DESTDIR
+// staging) and runs the installed `detshare doctor --simulated-gpu`: its simulated GPU check must pass without
+// pointing it at the build tree.
+func TestInstalledDoctorFindsTheSimulatedGPU(t *testing.T) {
+	build, err := filepath.Abs(buildDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	dest := t.TempDir()
+	install := exec.Command("make", "--no-print-directory", "-C", root, "install-files", "BUILD="+build,
+		"DESTDIR="+dest, "PREFIX=/usr", "SYSCONFDIR=/etc")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("make install-files: %v\n%s", err, out)
+	}
+	cmd := exec.Command(filepath.Join(dest, "usr", "bin", "detshare"), "--run-dir", filepath.Join(dest, "run"),
+		"doctor", "--json", "--simulated-gpu", "--docker-config", filepath.Join(dest, "none.json"),
+		"--containerd-config", filepath.Join(dest, "none.toml"))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no DETSHARE_LIB / DETSHARE_LIB_DIR from the caller
+	out, _ := cmd.Output()                          // not ready: no engine has the runtime here
+	var r struct {
+		Checks []struct{ Name, Status, Found, Fix string }
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	want := filepath.Join(dest, "usr", "lib", "detshare", "simgpu", "libcuda.so.1")
+	found := false
+	for _, c := range r.Checks {
+		switch c.Name {
+		case "simulated gpu":
+			found = true
+			if c.Status != "ok" || !strings.Contains(c.Found, want) {
+				t.Errorf("installed doctor --simulated-gpu: %+v, want ok at %s", c, want)
+			}
+		case "libdetshare (run)":
+			if c.Status != "ok" {
+				t.Errorf("installed library check: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no simulated gpu check in\n%s", out)
 	}
 }

@@ -21,7 +21,8 @@ import (
 
 // Env is what the checks look at; tests replace its parts.
 type Env struct {
-	// LibDir holds simgpu/, the simulated GPU (a test double) of a build tree.
+	// LibDir holds simgpu/, the simulated GPU (a test double): build/lib of a build tree, $PREFIX/lib/detshare
+	// installed.
 	LibDir string
 	// BinDir holds the detshare binary; `detshare run` preloads the library found next to it (internal/layout).
 	BinDir string
@@ -148,8 +149,9 @@ func checkMPS(env Env) Check {
 func checkSimulated(env Env) Check {
 	p := filepath.Join(env.LibDir, "simgpu", "libcuda.so.1")
 	if _, err := os.Stat(p); err != nil {
-		return Check{Name: "simulated gpu", Status: Fail, Found: "not built: " + p,
-			Need: "the simulated GPU driver (test double)", Fix: "run `make build` in the DetShare checkout"}
+		return Check{Name: "simulated gpu", Status: Fail, Found: "not found: " + p,
+			Need: "the simulated GPU driver (test double)",
+			Fix:  "reinstall DetShare (`make install` and the .deb put it in <lib>/detshare/simgpu), or point --lib-dir at a build tree's lib/ (`make build`)"}
 	}
 	return Check{Name: "simulated gpu", Status: OK, Found: "test double at " + p + " (set LD_LIBRARY_PATH=" + filepath.Dir(p) + ")"}
 }

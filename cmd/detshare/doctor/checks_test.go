@@ -133,7 +133,7 @@ func TestSimulatedGPUSelection(t *testing.T) {
 	env := fakeEnv(t, nil, nil, DriverInfo{Err: errors.New("must not be asked")})
 	env.Simulated = true
 	r := Run(env)
-	if c := find(r, "simulated gpu"); c.Status != Fail || !strings.Contains(c.Fix, "make build") {
+	if c := find(r, "simulated gpu"); c.Status != Fail || !strings.Contains(c.Fix, "make install") || !strings.Contains(c.Fix, "--lib-dir") {
 		t.Fatalf("unbuilt simulated gpu = %+v", c)
 	}
 	if find(r, "nvidia driver").Name != "" {
