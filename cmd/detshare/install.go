@@ -146,21 +146,36 @@ func uninstallCommand() *cli.Command {
 func uninstall(c *cli.Context, what string) error {
 	w, dry := c.App.Writer, c.Bool("dry-run")
 	if what != "containerd" {
-		if err := applyEditBackup(w, c.String("docker-config"), dry, false, dockerUninstall, "restart Docker: systemctl restart docker"); err != nil {
+		const restart = "restart Docker: systemctl restart docker"
+		p := c.String("docker-config")
+		restored, err := restoreBackup(w, p, dry, dockerUninstall, sameContent, restart)
+		if err != nil {
 			return err
 		}
-		removeIfOurs(w, c.String("docker-config"), dry)
+		if !restored {
+			if err := applyEditBackup(w, p, dry, false, dockerUninstall, restart); err != nil {
+				return err
+			}
+			removeIfOurs(w, p, dry)
+		}
 	}
 	if what == "docker" {
 		return nil
 	}
 	drop := c.String("drop-in")
-	if err := applyEditBackup(w, c.String("containerd-config"), dry, false, func(old []byte) ([]byte, error) {
-		return containerdUninstall(old, drop)
-	}, "restart containerd: systemctl restart containerd"); err != nil {
+	strip := func(old []byte) ([]byte, error) { return containerdUninstall(old, drop) }
+	const restart = "restart containerd: systemctl restart containerd"
+	p := c.String("containerd-config")
+	restored, err := restoreBackup(w, p, dry, strip, sameTOML, restart)
+	if err != nil {
 		return err
 	}
-	removeIfOurs(w, c.String("containerd-config"), dry)
+	if !restored {
+		if err := applyEditBackup(w, p, dry, false, strip, restart); err != nil {
+			return err
+		}
+		removeIfOurs(w, p, dry)
+	}
 	if _, err := os.Stat(drop); err != nil {
 		return nil
 	}
@@ -346,6 +361,56 @@ func lineDiff(a, b []byte) []string {
 	return out
 }
 
+// restoreBackup gives path back byte for byte from the backup install kept (<path>.detshare-backup) when what is
+// there now differs from it only by detshare's entries: strip removes them, same compares the result with the
+// backup. The backup is then removed. When the administrator changed the file since (restored false), the caller
+// removes only detshare's entries from the text as it is now.
+func restoreBackup(w io.Writer, path string, dry bool, strip func([]byte) ([]byte, error), same func(a, b []byte) bool, restart string) (bool, error) {
+	cur, err := os.ReadFile(path)
+	if err != nil {
+		return false, nil
+	}
+	bak, err := os.ReadFile(path + backupSuffix)
+	if err != nil || bytes.Equal(cur, bak) {
+		return false, nil // no backup, or nothing to restore (removeIfOurs drops an equal backup)
+	}
+	stripped, err := strip(cur)
+	if err != nil || !same(stripped, bak) {
+		return false, nil
+	}
+	if dry {
+		fmt.Fprintf(w, "would restore %s byte for byte from %s\n", path, path+backupSuffix)
+		return true, nil
+	}
+	if err := writeAtomic(path, bak); err != nil {
+		return false, err
+	}
+	if err := os.Remove(path + backupSuffix); err != nil {
+		return true, fmt.Errorf("remove %s: %w", path+backupSuffix, err)
+	}
+	fmt.Fprintf(w, "%s: restored byte for byte from %s (only detshare's entries had changed it); backup removed:\n", path, path+backupSuffix)
+	for _, l := range lineDiff(cur, bak) {
+		fmt.Fprintln(w, "  "+l)
+	}
+	fmt.Fprintln(w, restart)
+	return true, nil
+}
+
+// sameTOML: equal bytes, or equal TOML documents.
+func sameTOML(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var x, y map[string]any
+	if _, err := toml.Decode(string(a), &x); err != nil {
+		return false
+	}
+	if _, err := toml.Decode(string(b), &y); err != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
 // removeIfOurs finishes an uninstall: a file that detshare created (no backup) and that now holds nothing but a
 // version line or an empty JSON object is removed; a backup equal to the restored file is removed.
 func removeIfOurs(w io.Writer, path string, dry bool) {
@@ -384,17 +449,6 @@ func parseDaemonJSON(old []byte) (map[string]any, error) {
 	return m, nil
 }
 
-func encodeDaemonJSON(m map[string]any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(m); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
 // dockerInstall adds runtimes.detshare, keeping every other key.
 func dockerInstall(old []byte, ver [2]int, runtimeBin, shimBin string) ([]byte, error) {
 	for name, p := range map[string]string{"--runtime": runtimeBin, "--shim": shimBin} {
@@ -430,11 +484,38 @@ func dockerInstall(old []byte, ver [2]int, runtimeBin, shimBin string) ([]byte, 
 			return old, nil
 		}
 	}
-	rts[installRuntimeName] = entry
-	m["runtimes"] = rts
-	return encodeDaemonJSON(m)
+	// Edit the text, not a re-encoding: every other byte stays the administrator's (order, indentation), and
+	// uninstall can remove exactly what this adds.
+	text := string(old)
+	if len(bytes.TrimSpace(old)) == 0 {
+		text = "{}\n"
+	}
+	top, err := topObject(text)
+	if err != nil {
+		return nil, fmt.Errorf("not valid JSON (%v): fix it by hand first; nothing was changed", err)
+	}
+	unit := indentUnit(text, top)
+	if i, ok := top.member("runtimes"); ok {
+		j := jsonScanner{text}
+		ro, err := j.object(top.members[i].valStart)
+		if err != nil {
+			return nil, errors.New(`"runtimes" is not a JSON object; fix it by hand first`)
+		}
+		text, err = withMember(text, ro, installRuntimeName, entry, unit)
+		if err != nil {
+			return nil, err
+		}
+	} else if text, err = withMember(text, top, "runtimes", map[string]any{installRuntimeName: entry}, unit); err != nil {
+		return nil, err
+	}
+	if _, err := parseDaemonJSON([]byte(text)); err != nil {
+		return nil, fmt.Errorf("the edited file would not parse (%v); nothing was changed", err)
+	}
+	return []byte(text), nil
 }
 
+// dockerUninstall removes runtimes.detshare (and runtimes when that leaves it empty, and a default-runtime naming
+// detshare) from the text, leaving every other byte as it is.
 func dockerUninstall(old []byte) ([]byte, error) {
 	if len(old) == 0 {
 		return old, nil
@@ -444,17 +525,41 @@ func dockerUninstall(old []byte) ([]byte, error) {
 		return nil, err
 	}
 	rts, _ := m["runtimes"].(map[string]any)
-	if _, ok := rts[installRuntimeName]; !ok {
+	_, ours := rts[installRuntimeName]
+	if !ours && m["default-runtime"] != installRuntimeName {
 		return old, nil
 	}
-	delete(rts, installRuntimeName)
-	if len(rts) == 0 {
-		delete(m, "runtimes")
+	text := string(old)
+	j := jsonScanner{text}
+	if ours {
+		top, err := topObject(text)
+		if err != nil {
+			return nil, err
+		}
+		i, _ := top.member("runtimes")
+		ro, err := j.object(top.members[i].valStart)
+		if err != nil {
+			return nil, err
+		}
+		k, _ := ro.member(installRuntimeName)
+		if len(ro.members) == 1 {
+			text = withoutMember(text, top, i)
+		} else {
+			text = withoutMember(text, ro, k)
+		}
 	}
 	if m["default-runtime"] == installRuntimeName {
-		delete(m, "default-runtime")
+		top, err := topObject(text)
+		if err != nil {
+			return nil, err
+		}
+		i, _ := top.member("default-runtime")
+		text = withoutMember(text, top, i)
 	}
-	return encodeDaemonJSON(m)
+	if _, err := parseDaemonJSON([]byte(text)); err != nil {
+		return nil, fmt.Errorf("the edited file would not parse (%v); nothing was changed", err)
+	}
+	return []byte(text), nil
 }
 
 // ---- containerd -----------------------------------------------------------------------------------------------------
@@ -552,7 +657,7 @@ func ctrdV2Install(old []byte, shim string) ([]byte, error) {
 	return out, nil
 }
 
-// ctrdRemoveBlock removes the marked section (and the blank line before it).
+// ctrdRemoveBlock removes the marked section and the blank line install put before it.
 func ctrdRemoveBlock(data []byte) ([]byte, error) {
 	s := string(data)
 	i := strings.Index(s, beginMarker)
@@ -567,9 +672,12 @@ func ctrdRemoveBlock(data []byte) ([]byte, error) {
 	if end < len(s) && s[end] == '\n' {
 		end++
 	}
-	head := strings.TrimRight(s[:i], "\n")
-	if head != "" {
-		head += "\n"
+	// install adds one blank line before the section: take that one, keep the administrator's own.
+	head := s[:i]
+	if strings.HasSuffix(head, "\n\n") {
+		head = head[:len(head)-1]
+	} else if head == "\n" {
+		head = ""
 	}
 	return []byte(head + s[end:]), nil
 }

@@ -421,3 +421,90 @@ func TestInstallContainerdDetectsConfigVersion3(t *testing.T) {
 		t.Error("config created by install left after uninstall")
 	}
 }
+
+// Configuration files as administrators write them: odd key order, tabs, four-space indents, no or several final
+// newlines. install then uninstall must give each back byte for byte.
+const (
+	oddDaemonJSON = "{\n\t\"zeta\": true,\n\t\"runtimes\": {\n\t\t\"nvidia\": { \"path\": \"nvidia-container-runtime\" }\n\t},\n\t\"alpha\":   [1, 2],\n\t\"data-root\": \"/srv/docker\"\n}"
+	oddDaemonNoRT = "{\n    \"log-opts\": {\"max-size\": \"10m\"},\n    \"exec-opts\": [\"native.cgroupdriver=systemd\"]\n}\n\n"
+	oddCtrd16     = "version = 2\n# site config\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n      default_runtime_name = \"runc\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = 'io.containerd.runc.v2'\n\n\n"
+	oddCtrd2      = "version = 3\n    root = '/srv/containerd'\n[plugins.'io.containerd.cri.v1.images']\n  snapshotter = \"overlayfs\""
+)
+
+func TestInstallThenUninstallRestoresConfigsByteForByte(t *testing.T) {
+	for _, c := range []struct {
+		name, daemon, ctrd, ctrdVer string
+	}{
+		{"docker 20.10 with runtimes, containerd 1.6", oddDaemonJSON, oddCtrd16, "1.6.20"},
+		{"daemon.json without runtimes, containerd 2", oddDaemonNoRT, oddCtrd2, "2.1.4"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := t.TempDir()
+			dj, ct, drop := filepath.Join(d, "daemon.json"), filepath.Join(d, "config.toml"), filepath.Join(d, "conf.d", "detshare.toml")
+			os.WriteFile(dj, []byte(c.daemon), 0o644)
+			os.WriteFile(ct, []byte(c.ctrd), 0o644)
+			if out, err := runCLI(t, "install", "docker", "--runtime", fakeBin(t, "detshare-runtime"), "--shim", fakeBin(t, "containerd-shim-detshare-v1"),
+				"--config", dj, "--docker-version", "20.10.24"); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if out, err := runCLI(t, "install", "containerd", "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", ct, "--drop-in", drop,
+				"--containerd-version", c.ctrdVer); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if m := readJSON(t, dj); m["runtimes"].(map[string]any)["detshare"] == nil {
+				t.Fatalf("install did not register in daemon.json: %v", m)
+			}
+			out, err := runCLI(t, "uninstall", "--docker-config", dj, "--containerd-config", ct, "--drop-in", drop)
+			if err != nil {
+				t.Fatalf("uninstall: %v: %s", err, out)
+			}
+			for p, want := range map[string]string{dj: c.daemon, ct: c.ctrd} {
+				if got, _ := os.ReadFile(p); string(got) != want {
+					t.Errorf("%s after install+uninstall:\n%q\nwant the original byte for byte:\n%q\n%s", filepath.Base(p), got, want, out)
+				}
+				if _, err := os.Stat(p + backupSuffix); err == nil {
+					t.Errorf("%s left behind", p+backupSuffix)
+				}
+			}
+			if _, err := os.Stat(drop); err == nil {
+				t.Error("drop-in left behind")
+			}
+		})
+	}
+}
+
+// When the administrator changed the file after install, uninstall removes only detshare's entries and keeps
+// every other byte of the file as it is now (their change included).
+func TestUninstallAfterAnEditRemovesOnlyOurEntries(t *testing.T) {
+	d := t.TempDir()
+	dj, ct := filepath.Join(d, "daemon.json"), filepath.Join(d, "config.toml")
+	os.WriteFile(dj, []byte(oddDaemonJSON), 0o644)
+	os.WriteFile(ct, []byte(oddCtrd16), 0o644)
+	if out, err := runCLI(t, "install", "docker", "--runtime", fakeBin(t, "detshare-runtime"), "--shim", fakeBin(t, "containerd-shim-detshare-v1"),
+		"--config", dj, "--docker-version", "20.10.24"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if out, err := runCLI(t, "install", "containerd", "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", ct, "--containerd-version", "1.6"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	edit := func(p, old, new string) {
+		b, _ := os.ReadFile(p)
+		if !strings.Contains(string(b), old) {
+			t.Fatalf("%s lacks %q:\n%s", p, old, b)
+		}
+		os.WriteFile(p, []byte(strings.Replace(string(b), old, new, 1)), 0o644)
+	}
+	edit(dj, "\t\"zeta\": true,\n", "\t\"zeta\": true,\n\t\"log-level\":\"debug\",\n")
+	edit(ct, "# site config\n", "# site config\n  root = \"/srv/ctrd\"\n")
+	if out, err := runCLI(t, "uninstall", "--docker-config", dj, "--containerd-config", ct, "--drop-in", filepath.Join(d, "none.toml")); err != nil {
+		t.Fatalf("uninstall: %v: %s", err, out)
+	}
+	wantDJ := strings.Replace(oddDaemonJSON, "\t\"zeta\": true,\n", "\t\"zeta\": true,\n\t\"log-level\":\"debug\",\n", 1)
+	wantCT := strings.Replace(oddCtrd16, "# site config\n", "# site config\n  root = \"/srv/ctrd\"\n", 1)
+	if got, _ := os.ReadFile(dj); string(got) != wantDJ {
+		t.Errorf("daemon.json:\n%q\nwant\n%q", got, wantDJ)
+	}
+	if got, _ := os.ReadFile(ct); string(got) != wantCT {
+		t.Errorf("config.toml:\n%q\nwant\n%q", got, wantCT)
+	}
+}
