@@ -5,12 +5,15 @@ package startup
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // buildDir is DETSHARE_BUILD_DIR or the repository's build/.
@@ -140,5 +143,82 @@ func TestInstalledDoctorFindsTheSimulatedGPU(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no simulated gpu check in\n%s", out)
+	}
+}
+
+// TestSchedRestartMovesAStaleSchedulerOntoTheNewBinary is the .deb upgrade: a scheduler runs detshare, the package
+// replaces the file (rename over it, as dpkg does), and `detshare sched-restart --if-stale` (postinst) replaces the
+// scheduler with one running the new file; doctor flags the old one before and not after.
+func TestSchedRestartMovesAStaleSchedulerOntoTheNewBinary(t *testing.T) {
+	build, _ := filepath.Abs(buildDir(t))
+	data, err := os.ReadFile(filepath.Join(build, "bin", "detshare"))
+	if err != nil {
+		t.Fatalf("detshare not built: %v", err)
+	}
+	d := t.TempDir()
+	bin := filepath.Join(d, "bin", "detshare")
+	os.MkdirAll(filepath.Dir(bin), 0o755)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(d, "run")
+	env := append(os.Environ(), "DETSHARE_SIMGPU=1", "DETSHARE_SIMGPU_STATE="+filepath.Join(d, "simgpu-state"),
+		"DETSHARE_RUN_DIR="+runDir, "DETSHARE_BIN=", "DETSHARE_LIB="+filepath.Join(build, "lib", "libdetshare.so"))
+	detshare := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	sched := exec.Command(bin, "--run-dir", runDir, "sched", "--no-mps")
+	sched.Env = env
+	if err := sched.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sched.Process.Kill(); sched.Wait() }()
+	leader := func() int {
+		for i := 0; i < 100; i++ {
+			out, _ := detshare("status", "--json")
+			var s struct {
+				Scheduler struct {
+					PID   int
+					Alive bool
+				}
+			}
+			if json.Unmarshal([]byte(out), &s) == nil && s.Scheduler.Alive && s.Scheduler.PID > 0 {
+				return s.Scheduler.PID
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatal("no scheduler leads " + runDir)
+		return 0
+	}
+	old := leader()
+	if out, err := detshare("sched-restart", "--if-stale"); err != nil || !strings.Contains(out, "left running") {
+		t.Fatalf("sched-restart --if-stale on a current scheduler: %v\n%s", err, out)
+	}
+	// The upgrade.
+	if err := os.WriteFile(bin+".dpkg-new", data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(bin+".dpkg-new", bin); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := detshare("doctor", "--simulated-gpu", "--lib-dir", filepath.Join(build, "lib")); !strings.Contains(out, "scheduler runs an old binary") {
+		t.Errorf("doctor does not flag the old scheduler:\n%s", out)
+	}
+	out, err := detshare("sched-restart", "--if-stale")
+	if err != nil || !strings.Contains(out, "runs an old binary") || !strings.Contains(out, "scheduler restarted") {
+		t.Fatalf("sched-restart --if-stale after the upgrade: %v\n%s", err, out)
+	}
+	sched.Wait() // the old one exited
+	now := leader()
+	defer syscall.Kill(now, syscall.SIGTERM)
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", now))
+	if now == old || exe != bin {
+		t.Errorf("new scheduler pid %d (old %d) runs %q, want %s", now, old, exe, bin)
+	}
+	if out, _ := detshare("doctor", "--simulated-gpu", "--lib-dir", filepath.Join(build, "lib")); strings.Contains(out, "old binary") {
+		t.Errorf("doctor still flags the restarted scheduler:\n%s", out)
 	}
 }

@@ -32,6 +32,9 @@ type Env struct {
 	// RunDir is DetShare's run directory; SchedulerRunning tells whether a scheduler leads it.
 	RunDir           string
 	SchedulerRunning func(runDir string) bool
+	// SchedulerPID is the leading scheduler's PID (0: none); ProcRoot is /proc, where its exe is read.
+	SchedulerPID func(runDir string) int
+	ProcRoot     string
 	// Simulated selects the simulated GPU (test double) instead of the NVIDIA driver.
 	Simulated bool
 	// LookPath and Output run host tools; Output returns combined output.
@@ -68,6 +71,8 @@ func DefaultEnv(libDir string, simulated bool) Env {
 		ContainerdConfig: "/etc/containerd/config.toml",
 		RunDir:           "/run/detshare",
 		SchedulerRunning: ensure.LeaderRunning,
+		SchedulerPID:     LeaderPID,
+		ProcRoot:         "/proc",
 		Simulated:        simulated,
 		LookPath:         exec.LookPath,
 		Output: func(name string, args ...string) (string, error) {
@@ -92,7 +97,11 @@ func Run(env Env) *Report {
 	}
 	r.Checks = append(r.Checks, checkLibrary("libdetshare (run)", layout.LibPathFor(os.Getenv(layout.EnvLib), env.BinDir)))
 	r.Checks = append(r.Checks, checkEngines(env)...)
-	r.Checks = append(r.Checks, checkScheduler(env), checkFailOpens(env))
+	r.Checks = append(r.Checks, checkScheduler(env))
+	if c, ok := checkSchedulerExe(env); ok {
+		r.Checks = append(r.Checks, c)
+	}
+	r.Checks = append(r.Checks, checkFailOpens(env))
 	r.Finish()
 	return r
 }
