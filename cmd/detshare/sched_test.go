@@ -115,7 +115,7 @@ func TestTopFits80ColumnsAndRefreshesInPlace(t *testing.T) {
 			t.Errorf("line wider than 80 columns (%d): %q", len([]rune(l)), l)
 		}
 	}
-	for _, want := range []string{"132 SMs/15 grp  MPS unknown  none", "an-extremely-long~", "train", "LC", "BE", "32/32", "40.0G", "BUSY%", "LAUNCH/s", "QDLY"} {
+	for _, want := range []string{"132 SMs/15 grp  MPS unknown  none", "an-extremely-lo~", "train", "LC", "BE", "GUAR", "NOW", "40.0G", "BUSY%", "LAUNCH/s", "QDLY"} {
 		if !strings.Contains(frame, want) {
 			t.Errorf("frame lacks %q:\n%s", want, frame)
 		}
@@ -206,5 +206,73 @@ func TestUnknownCommandNamesTheAllowedOnes(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "No help topic") || !strings.Contains(err.Error(), `unknown command "frobnicate"`) ||
 		!strings.Contains(err.Error(), "sched") {
 		t.Fatalf("unknown command: %v", err)
+	}
+}
+
+// overlapSnapshot is the case that showed 200 of 132 SMs granted: a busy latency-critical tenant guaranteed 32 SMs
+// expanded onto every group, while an idle best-effort tenant still holds 9 of those groups.
+func overlapSnapshot() view.Snapshot {
+	groups := make([]uint32, 16)
+	for i := range groups {
+		groups[i] = 8 // 128 SMs in groups, 4 left over
+	}
+	s := view.Snapshot{Taken: time.Now(), Scheduler: view.Leader{Alive: true, PID: 42, Policy: "throughput-oriented"},
+		GPUs: []view.GPU{{Index: 0, Name: "H100", SMs: 132, Groups: groups, MPS: "running", Mode: "spatial"}},
+		Tenants: []view.Tenant{
+			{ID: "train", GPU: 0, Tier: "best-effort", Role: "none", GrantedSMs: 72, GrantGroups: 0x1ff0, GrantMode: "spatial"},
+			{ID: "web", GPU: 0, Tier: "latency-critical", Role: "none", GuaranteedSMs: 32, GrantedSMs: 128, GrantGroups: 0xffff,
+				GrantMode: "spatial", Demand: 1},
+		}}
+	view.AccountAll(&s)
+	return s
+}
+
+// Granted SMs that add up to more than the GPU are explained, not summed: each tenant's guarantee and grant, the
+// borrowed SMs, and which groups are granted to both tenants (the idle one named), in status and in top.
+func TestStatusAndTopExplainOverlappingGrants(t *testing.T) {
+	s := overlapSnapshot()
+	var st strings.Builder
+	printStatus(&st, s)
+	var top strings.Builder
+	renderTop(&top, nil, s, 80)
+	footer := []string{
+		"132 SMs: 32 guaranteed, 168 borrowed, 128 granted (each SM once), 4 free",
+		"72 SMs granted to 2+ tenants (grants overlap while tenants are idle or lend):",
+		"groups 4-12 (72 SMs): train (idle), web",
+	}
+	for name, out := range map[string]string{"status": st.String(), "top": top.String()} {
+		for _, want := range footer {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s lacks %q:\n%s", name, want, out)
+			}
+		}
+	}
+	for _, want := range []string{"SMs  32 guaranteed, 128 now", "96 SMs borrowed beyond its guarantee", "72 SMs of its grant also granted to train",
+		"SMs   0 guaranteed,  72 now", "72 SMs of its grant also granted to web"} {
+		if !strings.Contains(st.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, st.String())
+		}
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(top.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 5 && (f[0] == "web" || f[0] == "train") {
+			rows[f[0]] = f[3] + " " + f[4]
+		}
+		if len(l) > 80 {
+			t.Errorf("top line wider than 80 columns: %q", l)
+		}
+	}
+	if rows["web"] != "32 128*" || rows["train"] != "0 72*" {
+		t.Errorf("top GUAR NOW columns: %v, want web 32 128*, train 0 72*:\n%s", rows, top.String())
+	}
+	// Disjoint grants: no star, no overlap lines.
+	s.Tenants[0].GrantGroups, s.Tenants[0].GrantedSMs = 0xf000, 32
+	s.Tenants[1].GrantGroups, s.Tenants[1].GrantedSMs = 0x0fff, 96
+	view.AccountAll(&s)
+	top.Reset()
+	renderTop(&top, nil, s, 80)
+	if strings.Contains(top.String(), "*") || strings.Contains(top.String(), "2+ tenants") ||
+		!strings.Contains(top.String(), "132 SMs: 32 guaranteed, 96 borrowed, 128 granted (each SM once), 4 free") {
+		t.Errorf("disjoint grants:\n%s", top.String())
 	}
 }

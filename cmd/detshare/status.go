@@ -90,17 +90,36 @@ func printStatus(w io.Writer, s view.Snapshot) {
 			if t.GPU != g.Index {
 				continue
 			}
-			fmt.Fprintf(w, "  %-24s %-16s role %-7s weight %-3d SMs %3d granted / %3d guaranteed (%s)  demand %d  mem %s / %s\n",
-				t.ID, t.Tier, t.Role, t.Weight, t.GrantedSMs, t.GuaranteedSMs, t.GrantMode, t.Demand,
+			fmt.Fprintf(w, "  %-24s %-16s role %-7s weight %-3d SMs %3d guaranteed, %3d now (%s)  demand %d  mem %s / %s\n",
+				t.ID, t.Tier, t.Role, t.Weight, t.GuaranteedSMs, t.GrantedSMs, t.GrantMode, t.Demand,
 				human(t.MemUsed), limit(t.MemLimit))
+			if sm := smLine(t); sm != "" {
+				fmt.Fprintf(w, "  %-24s %s\n", "", sm)
+			}
 			if extra := latencyLine(t); extra != "" {
 				fmt.Fprintf(w, "  %-24s %s\n", "", extra)
 			}
+		}
+		for _, l := range view.AccountLines(g, g.Account, s.Tenants) {
+			fmt.Fprintln(w, "  "+l)
 		}
 	}
 	if len(s.Tenants) == 0 {
 		fmt.Fprintln(w, "no tenants")
 	}
+}
+
+// smLine says what a tenant's grant holds besides its guarantee and with whom it shares groups; empty when the grant
+// is its guarantee alone.
+func smLine(t view.Tenant) string {
+	var parts []string
+	if t.BorrowedSMs > 0 {
+		parts = append(parts, fmt.Sprintf("%d SMs borrowed beyond its guarantee (lent, expanded or shared groups)", t.BorrowedSMs))
+	}
+	if t.SharedSMs > 0 {
+		parts = append(parts, fmt.Sprintf("%d SMs of its grant also granted to %s", t.SharedSMs, strings.Join(t.SharesWith, ", ")))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // latencyLine is the issue-12 line of a tenant: pinning, SLO attainment from the latency its library observed,

@@ -107,20 +107,26 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 		// The full name on its own line, the facts on the next: neither is cut at 80 columns.
 		line(w, fmt.Sprintf("GPU %d  %s%s", g.Index, g.Name, sim))
 		line(w, fmt.Sprintf("  %d SMs/%d grp  MPS %s  %s", g.SMs, len(g.Groups), g.MPS, g.Mode))
-		line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5s %8s %15s %8s %5s", "TENANT", "T", "ROL", "SM g/q", "BUSY%", "LAUNCH/s", "MEM used/quota", "QDLY ms", "SLO%"))
+		// GUAR: guaranteed SMs; NOW: SMs granted now, "*" when some of them are also granted to another tenant
+		// (grants overlap while tenants are idle or lend: the footer says which groups and whose).
+		line(w, fmt.Sprintf("%-16s %-2s %-3s %4s %5s %5s %8s %15s %8s %5s", "TENANT", "T", "ROL", "GUAR", "NOW", "BUSY%", "LAUNCH/s", "MEM used/quota", "QDLY ms", "SLO%"))
 		for _, t := range s.Tenants {
 			if t.GPU != g.Index {
 				continue
 			}
 			id := t.ID
-			if len(id) > 18 {
-				id = id[:17] + "~"
+			if len(id) > 16 {
+				id = id[:15] + "~"
 			}
 			if g.TokenHolder == t.ID {
 				id = "*" + id
-				if len(id) > 18 {
-					id = id[:18]
+				if len(id) > 16 {
+					id = id[:16]
 				}
+			}
+			now := fmt.Sprint(t.GrantedSMs)
+			if t.SharedSMs > 0 {
+				now += "*"
 			}
 			qd := float64(t.QueueDelayMaxNs) / 1e6
 			if p, ok := old[t.ID]; ok && t.Launches > p.Launches && t.QueueDelayNs >= p.QueueDelayNs {
@@ -130,9 +136,11 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 			if t.SLOP99Ms > 0 && t.LatencyCount > 0 {
 				slo = fmt.Sprintf("%.1f", 100*t.SLOAttainment)
 			}
-			line(w, fmt.Sprintf("%-18s %-2s %-3s %7s %5.1f %8.0f %15s %8.2f %5s", id, tierShort[t.Tier], roleShort[t.Role],
-				fmt.Sprintf("%d/%d", t.GrantedSMs, t.GuaranteedSMs), t.BusyPct, t.LaunchesSec,
-				human(t.MemUsed)+"/"+limit(t.MemLimit), qd, slo))
+			line(w, fmt.Sprintf("%-16s %-2s %-3s %4d %5s %5.1f %8.0f %15s %8.2f %5s", id, tierShort[t.Tier], roleShort[t.Role],
+				t.GuaranteedSMs, now, t.BusyPct, t.LaunchesSec, human(t.MemUsed)+"/"+limit(t.MemLimit), qd, slo))
+		}
+		for _, l := range view.AccountLines(g, g.Account, s.Tenants) {
+			line(w, "  "+l)
 		}
 	}
 	if len(s.GPUs) == 0 {

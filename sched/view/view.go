@@ -49,36 +49,43 @@ type GPU struct {
 	Mode         string   `json:"mode"`
 	TokenHolder  string   `json:"token_holder,omitempty"`
 	GrantChanges uint64   `json:"grant_changes"`
+	// Account explains the SMs: guarantees, grants beyond them, groups granted to several tenants (smaccount.go).
+	Account SMAccount `json:"sm_account"`
 }
 
 // Tenant is one registered tenant with its grant and its client page's statistics.
 type Tenant struct {
 	ID string `json:"id"`
 	// The Kubernetes pod, namespace and container the tenant is (sched/workload); empty outside Kubernetes.
-	Pod             string `json:"pod,omitempty"`
-	Namespace       string `json:"namespace,omitempty"`
-	Container       string `json:"container,omitempty"`
-	Slot            int    `json:"slot"`
-	GPU             int    `json:"gpu"`
-	Tier            string `json:"tier"`
-	Role            string `json:"role"`
-	Weight          uint32 `json:"weight"`
-	Lend            bool   `json:"lend"`
-	HostTenant      bool   `json:"host_tenant"`
-	GuaranteedSMs   uint32 `json:"guaranteed_sms"`
-	GrantedSMs      uint32 `json:"granted_sms"`
-	GrantGroups     uint64 `json:"grant_groups"`
-	GrantMode       string `json:"grant_mode"`
-	GrantEpoch      uint32 `json:"grant_epoch"`
-	Demand          uint32 `json:"demand"`
-	Processes       int    `json:"processes"`
-	Launches        uint64 `json:"launches"`
-	BusyNs          uint64 `json:"busy_ns"`
-	MemUsed         uint64 `json:"memory_used_bytes"`
-	MemLimit        uint64 `json:"memory_limit_bytes"`
-	OOMRefusals     uint64 `json:"oom_refusals"`
-	QueueDelayNs    uint64 `json:"queue_delay_ns"`
-	QueueDelayMaxNs uint64 `json:"queue_delay_max_ns"`
+	Pod           string `json:"pod,omitempty"`
+	Namespace     string `json:"namespace,omitempty"`
+	Container     string `json:"container,omitempty"`
+	Slot          int    `json:"slot"`
+	GPU           int    `json:"gpu"`
+	Tier          string `json:"tier"`
+	Role          string `json:"role"`
+	Weight        uint32 `json:"weight"`
+	Lend          bool   `json:"lend"`
+	HostTenant    bool   `json:"host_tenant"`
+	GuaranteedSMs uint32 `json:"guaranteed_sms"`
+	GrantedSMs    uint32 `json:"granted_sms"`
+	GrantGroups   uint64 `json:"grant_groups"`
+	GrantMode     string `json:"grant_mode"`
+	GrantEpoch    uint32 `json:"grant_epoch"`
+	// BorrowedSMs is what the grant holds beyond the guarantee (lent, expanded or shared groups); SharedSMs the SMs
+	// of its grant that are also in another tenant's grant, SharesWith those tenants (Account).
+	BorrowedSMs     uint32   `json:"borrowed_sms"`
+	SharedSMs       uint32   `json:"shared_sms"`
+	SharesWith      []string `json:"shares_with,omitempty"`
+	Demand          uint32   `json:"demand"`
+	Processes       int      `json:"processes"`
+	Launches        uint64   `json:"launches"`
+	BusyNs          uint64   `json:"busy_ns"`
+	MemUsed         uint64   `json:"memory_used_bytes"`
+	MemLimit        uint64   `json:"memory_limit_bytes"`
+	OOMRefusals     uint64   `json:"oom_refusals"`
+	QueueDelayNs    uint64   `json:"queue_delay_ns"`
+	QueueDelayMaxNs uint64   `json:"queue_delay_max_ns"`
 	// Issue 12: the latency the library observed (completion of each synchronisation that waited for work; counters
 	// of the client page), the tenant's target and the dispatch gate the scheduler set.
 	Pinned        bool    `json:"pinned"`
@@ -211,6 +218,7 @@ func Take(t *table.Table) Snapshot {
 		}
 		return s.Tenants[i].ID < s.Tenants[j].ID
 	})
+	AccountAll(&s)
 	return s
 }
 
