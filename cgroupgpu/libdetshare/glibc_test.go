@@ -109,3 +109,80 @@ func TestLibdetshareGlibcBaseline(t *testing.T) {
 		}
 	}
 }
+
+// oldGlibcRoot returns a Debian 11 (glibc 2.31) root file system with coreutils: $DETSHARE_OLD_GLIBC_ROOT, else one
+// made once from Debian's archive with apt-get download (the Debian mirror is the one network CI has) and cached in
+// /var/cache/detshare-oldglibc. Each test works on its own copy.
+func oldGlibcRoot(t *testing.T) string {
+	t.Helper()
+	src := os.Getenv("DETSHARE_OLD_GLIBC_ROOT")
+	if src == "" {
+		src = "/var/cache/detshare-oldglibc/bullseye-rootfs"
+		if _, err := os.Stat(filepath.Join(src, "bin", "cat")); err != nil {
+			apt := filepath.Join(filepath.Dir(src), "apt")
+			for _, d := range []string{"lists/partial", "cache/archives/partial", "debs"} {
+				if err := os.MkdirAll(filepath.Join(apt, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			list := filepath.Join(apt, "sources.list")
+			os.WriteFile(list, []byte("deb http://deb.debian.org/debian bullseye main\n"), 0o644)
+			opts := []string{"-o", "Dir::Etc::SourceList=" + list, "-o", "Dir::Etc::SourceParts=/dev/null",
+				"-o", "Dir::State::Lists=" + filepath.Join(apt, "lists"), "-o", "Dir::Cache=" + filepath.Join(apt, "cache"),
+				"-o", "Debug::NoLocking=1", "-o", "APT::Sandbox::User=root"}
+			run := func(dir string, name string, args ...string) {
+				cmd := exec.Command(name, args...)
+				cmd.Dir = dir
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("making a Debian 11 root file system (set DETSHARE_OLD_GLIBC_ROOT to use one you have): %s %v: %v\n%s", name, args, err, out)
+				}
+			}
+			run(apt, "apt-get", append(opts, "update")...)
+			run(filepath.Join(apt, "debs"), "apt-get", append(opts, "download", "libc6/bullseye", "coreutils/bullseye")...)
+			tmp := src + ".tmp"
+			os.RemoveAll(tmp)
+			debs, _ := filepath.Glob(filepath.Join(apt, "debs", "*.deb"))
+			for _, d := range debs {
+				run(apt, "dpkg-deb", "-x", d, tmp)
+			}
+			if err := os.Rename(tmp, src); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	if out, err := exec.Command("cp", "-a", src, root).CombinedOutput(); err != nil {
+		t.Fatalf("copy %s: %v\n%s", src, err, out)
+	}
+	return root
+}
+
+// TestLibdetsharePreloadsUnderDebian11Glibc is the failure this baseline prevents, for real: libdetshare in
+// /etc/ld.so.preload of a Debian 11 root file system (glibc 2.31), and programs of that system must still run (and
+// the library's constructor with them). It needs root (chroot).
+func TestLibdetsharePreloadsUnderDebian11Glibc(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (chroot into a Debian 11 root file system)")
+	}
+	lib := need(t, filepath.Join("lib", "libdetshare.so"))
+	root := oldGlibcRoot(t)
+	libc, _ := filepath.Glob(filepath.Join(root, "lib", "x86_64-linux-gnu", "libc-2.*.so"))
+	if len(libc) != 1 || !strings.HasSuffix(libc[0], "libc-2.31.so") {
+		t.Fatalf("%s is not a glibc 2.31 system: %v", root, libc)
+	}
+	data, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(root, "usr", "lib", "detshare"), 0o755)
+	if err := os.WriteFile(filepath.Join(root, "usr", "lib", "detshare", "libdetshare.so"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "etc", "ld.so.preload"), []byte("/usr/lib/detshare/libdetshare.so\n"), 0o644)
+	for _, args := range [][]string{{"/bin/cat", "/etc/ld.so.preload"}, {"/usr/bin/sort", "--parallel=2", "/etc/ld.so.preload"}} {
+		out, err := exec.Command("chroot", append([]string{root}, args...)...).CombinedOutput()
+		if err != nil || string(out) != "/usr/lib/detshare/libdetshare.so\n" {
+			t.Errorf("%v under glibc 2.31 with libdetshare preloaded: %v\n%s", args, err, out)
+		}
+	}
+}

@@ -32,6 +32,7 @@ var runtimeEnv = map[string]bool{
 	// the test suites and benchmarks (`detshare run` passes the shell's environment on)
 	"DETSHARE_BIN": true, "DETSHARE_BUILD_DIR": true, "DETSHARE_K8S_CACHE": true, "DETSHARE_CONTAINERD_BIN": true,
 	"DETSHARE_TORCH_PYTHON": true, "DETSHARE_DAEMON_TEST_ROLE": true, "DETSHARE_LIB_DIR": true,
+	"DETSHARE_OLD_GLIBC_ROOT": true,
 }
 
 // runtimeEnvPrefixes are families of such variables: the simulated GPU (a test double) and the test suites.
