@@ -206,6 +206,10 @@ func TestCreateBadQuotaFailsWithFieldInRuncLogAndLeavesNothing(t *testing.T) {
 		"unknown tier": {`"DETSHARE_TIER=gold"`, `DETSHARE_TIER="gold"`},
 		"200% SMs":     {`"DETSHARE_TIER=burstable","DETSHARE_SMS=200%"`, `DETSHARE_SMS="200%"`},
 		"memory > GPU": {`"DETSHARE_TIER=burstable","DETSHARE_MEMORY=100GiB"`, `DETSHARE_MEMORY="100GiB"`},
+		// A misspelt key, alone (the container would run unshared) or beside valid ones (with a quota it did not ask
+		// for): refused, the key named with the closest valid one.
+		"misspelt key alone":     {`"DETSHARE_TEIR=burstable"`, `DETSHARE_TEIR="burstable" (env): not a DetShare key (did you mean DETSHARE_TIER?)`},
+		"misspelt key and valid": {`"DETSHARE_TIER=burstable","DETSHARE_SMZ=8"`, `DETSHARE_SMZ="8" (env): not a DetShare key (did you mean DETSHARE_SMS?)`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
