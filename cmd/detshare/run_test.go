@@ -490,3 +490,21 @@ func TestRunWithTierOnHostWithoutGPUFollowsPolicyAndLeavesNothing(t *testing.T) 
 		t.Error("run directory left behind under fail-open")
 	}
 }
+
+// A misspelt DETSHARE_ variable in the environment `detshare run` passes on is refused like a bad value, alone or
+// beside a valid flag, and CMD does not run.
+func TestRunRefusesAMisspeltKey(t *testing.T) {
+	e := newRunEnv(t)
+	marker := filepath.Join(e.dir, "ran")
+	for _, args := range [][]string{{"run"}, {"run", "--tier", "burstable"}} {
+		cmd := e.detshare(append(args, "--", "touch", marker)...)
+		cmd.Env = append(cmd.Env, "DETSHARE_TEIR=latency-critical")
+		out, err := cmd.CombinedOutput()
+		if code := exitCode(t, cmd, err); code != 125 || !strings.Contains(string(out), `DETSHARE_TEIR="latency-critical" (env): not a DetShare key (did you mean DETSHARE_TIER?)`) {
+			t.Errorf("%v: exit %d, output %q", args, code, out)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("CMD ran although a key was misspelt")
+	}
+}
