@@ -125,8 +125,9 @@ func oldGlibcRoot(t *testing.T) string {
 					t.Fatal(err)
 				}
 			}
+			mirror := debianMirror(t)
 			list := filepath.Join(apt, "sources.list")
-			os.WriteFile(list, []byte("deb http://deb.debian.org/debian bullseye main\n"), 0o644)
+			os.WriteFile(list, []byte("deb "+mirror+" bullseye main\n"), 0o644)
 			opts := []string{"-o", "Dir::Etc::SourceList=" + list, "-o", "Dir::Etc::SourceParts=/dev/null",
 				"-o", "Dir::State::Lists=" + filepath.Join(apt, "lists"), "-o", "Dir::Cache=" + filepath.Join(apt, "cache"),
 				"-o", "Debug::NoLocking=1", "-o", "APT::Sandbox::User=root"}
@@ -155,6 +156,45 @@ func oldGlibcRoot(t *testing.T) string {
 		t.Fatalf("copy %s: %v\n%s", src, err, out)
 	}
 	return root
+}
+
+// debianMirror is the Debian archive this host's apt already uses (its sources.list or deb822 .sources files,
+// security archives skipped): the same mirror serves the older release.
+func debianMirror(t *testing.T) string {
+	t.Helper()
+	files, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
+	files = append([]string{"/etc/apt/sources.list"}, files...)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			fields := strings.Fields(line)
+			var uris []string
+			switch {
+			case len(fields) >= 2 && fields[0] == "URIs:":
+				uris = fields[1:]
+			case len(fields) >= 3 && fields[0] == "deb":
+				uris = fields[1:2]
+				if strings.HasPrefix(uris[0], "[") { // deb [options] uri suite
+					uris = nil
+					for i, f := range fields {
+						if strings.HasSuffix(f, "]") && i+1 < len(fields) {
+							uris = fields[i+1 : i+2]
+						}
+					}
+				}
+			}
+			for _, u := range uris {
+				if strings.Contains(u, "://") && !strings.Contains(u, "security") && strings.HasSuffix(strings.TrimSuffix(u, "/"), "/debian") {
+					return u
+				}
+			}
+		}
+	}
+	t.Fatal("no Debian archive in this host's apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d/*.sources): set DETSHARE_OLD_GLIBC_ROOT to a Debian 11 root file system")
+	return ""
 }
 
 // TestLibdetsharePreloadsUnderDebian11Glibc is the failure this baseline prevents, for real: libdetshare in
