@@ -14,6 +14,6 @@ import (
 
 func main() {
 	// Registration starts the host scheduler on demand (sched/ensure) and stays free of NVML (cmd/internal/wiring).
-	shimv2.RegisterPlugin(wiring.Container())
+	shimv2.RegisterPlugin(wiring.Container(), wiring.Devices)
 	shim.RunManager(context.Background(), shimv2.NewManager())
 }

@@ -10,4 +10,4 @@ import (
 )
 
 // Registration starts the host scheduler on demand (sched/ensure) and stays free of NVML (cmd/internal/wiring).
-func main() { os.Exit(runcwrap.Main(os.Args[1:], wiring.Container())) }
+func main() { os.Exit(runcwrap.Main(os.Args[1:], wiring.Container(), wiring.Devices)) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/internal/loglevel"
@@ -32,8 +33,9 @@ type Config struct {
 	DockerRoot string
 }
 
-// ConfigFor merges inv's own flags over the environment; reg is the binary's Registrar.
-func ConfigFor(inv Invocation, reg tenant.Registrar) (Config, error) {
+// ConfigFor merges inv's own flags over the environment; reg is the binary's Registrar, devices its GPU device
+// source for the hook's path (nil: containers get no device from DetShare).
+func ConfigFor(inv Invocation, reg tenant.Registrar, devices func(hookPath string) cdi.Source) (Config, error) {
 	c := Config{Hook: hook.ConfigFromEnv(reg), Runc: os.Getenv(EnvRunc), DockerRoot: DefaultDockerRoot}
 	if v, ok := inv.Own[FlagRunDir]; ok {
 		c.Hook.RunDir = v
@@ -49,6 +51,9 @@ func ConfigFor(inv Invocation, reg tenant.Registrar) (Config, error) {
 	}
 	if v, ok := inv.Own[FlagDockerRoot]; ok {
 		c.DockerRoot = v
+	}
+	if devices != nil {
+		c.Hook.Devices = devices(c.Hook.HookPath)
 	}
 	if v, ok := inv.Own[FlagRunc]; ok {
 		c.Runc = v
@@ -108,7 +113,7 @@ func DockerLabels(dockerRoot, id string) (map[string]string, error) {
 
 // Main runs the wrapper and returns the exit status. Only create and delete return here; other verbs replace the
 // process with runc.
-func Main(args []string, reg tenant.Registrar) int {
+func Main(args []string, reg tenant.Registrar, devices func(hookPath string) cdi.Source) int {
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)
 	inv, err := Parse(args)
@@ -122,7 +127,7 @@ func Main(args []string, reg tenant.Registrar) int {
 			return 2
 		}
 	}
-	cfg, err := ConfigFor(inv, reg)
+	cfg, err := ConfigFor(inv, reg, devices)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "detshare-runtime:", err)
 		return 1
