@@ -51,6 +51,10 @@ func (h Host) Edit(gpu GPU) (Edit, error) {
 		s := specs[i]
 		for _, name := range names(gpu) {
 			if e, ok := s.Spec.Device(name); ok {
+				e, err := h.resolveNodes(e, s.Path)
+				if err != nil {
+					return Edit{}, err
+				}
 				ed := Edit{GPU: gpu, Name: NVIDIAKind + "=" + name, From: s.Path, Edits: e, Node: GPUNode(e)}
 				if ed.Node == "" {
 					return Edit{}, fmt.Errorf("CDI spec %s: device %s has no /dev/nvidia<N> node", s.Path, name)
@@ -71,16 +75,40 @@ func (h Host) Edit(gpu GPU) (Edit, error) {
 	return Edit{GPU: gpu, From: "driver files under " + rootName(h.Root), Edits: e, Node: GPUNode(e)}, nil
 }
 
-// names are the device names that may denote gpu in NVIDIA's spec, most specific first.
+// resolveNodes fills in the type and numbers of nodes a spec leaves to the runtime (nvidia-ctk writes paths only),
+// from the host's node, so every consumer (OCI spec, device plugin, DRA) gets the same complete edit.
+func (h Host) resolveNodes(e ContainerEdits, from string) (ContainerEdits, error) {
+	nodes := make([]DeviceNode, len(e.DeviceNodes))
+	for i, n := range e.DeviceNodes {
+		if n.Major != 0 || n.Minor != 0 {
+			nodes[i] = n
+			continue
+		}
+		hp := n.HostPath
+		if hp == "" {
+			hp = n.Path
+		}
+		r, err := NodeFor(n.Path, Join(h.Root, hp))
+		if err != nil {
+			return ContainerEdits{}, fmt.Errorf("CDI spec %s lists %w (regenerate it: nvidia-ctk cdi generate)", from, err)
+		}
+		r.Permissions, r.UID, r.GID = n.Permissions, n.UID, n.GID
+		if n.FileMode != nil {
+			r.FileMode = n.FileMode
+		}
+		nodes[i] = r
+	}
+	e.DeviceNodes = nodes
+	return e, nil
+}
+
+// names are the device names that may denote gpu in NVIDIA's spec: its UUID when known (an index in a spec
+// written before a GPU was added or removed may name another GPU), else its index.
 func names(gpu GPU) []string {
-	var out []string
 	if gpu.UUID != "" {
-		out = append(out, gpu.UUID)
+		return []string{gpu.UUID}
 	}
-	if gpu.Index >= 0 {
-		out = append(out, strconv.Itoa(gpu.Index))
-	}
-	return out
+	return []string{strconv.Itoa(gpu.Index)}
 }
 
 // GPUNode is the container path of the first per-GPU node of e (/dev/nvidia<N>, or the simulated GPU's
