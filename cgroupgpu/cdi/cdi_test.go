@@ -95,11 +95,11 @@ func TestDriverEditsFromDriverFiles(t *testing.T) {
 	}
 	want := map[string]string{
 		lib + "/libcuda.so.580.95.05": lib + "/libcuda.so.580.95.05", lib + "/libcuda.so.1": lib + "/libcuda.so.580.95.05",
-		lib + "/libcuda.so": lib + "/libcuda.so.580.95.05",
+		lib + "/libcuda.so":                lib + "/libcuda.so.580.95.05",
 		lib + "/libnvidia-ml.so.580.95.05": lib + "/libnvidia-ml.so.580.95.05", lib + "/libnvidia-ml.so.1": lib + "/libnvidia-ml.so.580.95.05",
 		lib + "/libnvidia-ptxjitcompiler.so.580.95.05": lib + "/libnvidia-ptxjitcompiler.so.580.95.05",
 		lib + "/libnvidia-ptxjitcompiler.so.1":         lib + "/libnvidia-ptxjitcompiler.so.580.95.05",
-		"/usr/bin/nvidia-smi": "/usr/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-control": "/usr/bin/nvidia-cuda-mps-control",
+		"/usr/bin/nvidia-smi":                          "/usr/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-control": "/usr/bin/nvidia-cuda-mps-control",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("mounts (container path: host file)\n got %v\nwant %v (no library of the old driver)", got, want)
@@ -176,7 +176,7 @@ func TestHostPrefersNVIDIASpec(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "etc/cdi"), 0o755)
 	os.WriteFile(filepath.Join(root, "etc/cdi/nvidia.yaml"), data, 0o644)
 	os.WriteFile(filepath.Join(root, "etc/cdi/broken.json"), []byte("{"), 0o644) // skipped, not fatal
-	os.Symlink("/dev/null", filepath.Join(root, "dev/nvidia-modeset"))         // the spec's host had it
+	os.Symlink("/dev/null", filepath.Join(root, "dev/nvidia-modeset"))           // the spec's host had it
 	h := Host{Root: root, HookPath: "/usr/local/bin/detshare-hook"}
 	for _, g := range []GPU{{Index: 1, UUID: uuidB}, {Index: 1}} {
 		e, err := h.Edit(g)
