@@ -2,6 +2,7 @@ package cdi
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -34,10 +35,41 @@ type Host struct {
 	Root     string   // "" is the host
 	SpecDirs []string // nil: SpecDirs
 	HookPath string   // detshare-hook, for the generated edit's loader hook ("" none)
+	// StripRoot: Root is where the host's / is mounted (a Kubernetes plugin's pod mounts it at /host); files are
+	// looked up under Root but the edit names them by their host paths, which is what kubelet and the runtime see.
+	StripRoot bool
 }
 
 // Edit implements Source.
 func (h Host) Edit(gpu GPU) (Edit, error) {
+	e, err := h.edit(gpu)
+	if err != nil || !h.StripRoot || h.Root == "" || h.Root == "/" {
+		return e, err
+	}
+	strip := func(p string) string {
+		if rest, ok := strings.CutPrefix(p, filepath.Clean(h.Root)+"/"); ok {
+			return "/" + rest
+		}
+		return p
+	}
+	nodes := make([]DeviceNode, len(e.Edits.DeviceNodes))
+	for i, n := range e.Edits.DeviceNodes {
+		n.HostPath = strip(n.HostPath)
+		if n.HostPath == n.Path {
+			n.HostPath = ""
+		}
+		nodes[i] = n
+	}
+	mounts := make([]Mount, len(e.Edits.Mounts))
+	for i, m := range e.Edits.Mounts {
+		m.HostPath = strip(m.HostPath)
+		mounts[i] = m
+	}
+	e.Edits.DeviceNodes, e.Edits.Mounts = nodes, mounts
+	return e, nil
+}
+
+func (h Host) edit(gpu GPU) (Edit, error) {
 	dirs := h.SpecDirs
 	if dirs == nil {
 		dirs = SpecDirs
