@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -65,7 +64,7 @@ func cdiCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(os.Stderr, "GPU %d (%s): edit from %s\n", g.Index, g.UUID, e.From)
+					fmt.Fprintf(c.App.ErrWriter, "GPU %d (%s): edit from %s\n", g.Index, g.UUID, e.From)
 					edits = append(edits, e)
 				}
 				s := cdi.SpecFor(edits)
@@ -79,7 +78,7 @@ func cdiCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				_, err = os.Stdout.Write(out)
+				_, err = c.App.Writer.Write(out)
 				return err
 			},
 		}},
