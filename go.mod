@@ -15,6 +15,7 @@ require (
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.65.0
 	google.golang.org/protobuf v1.35.2
+	gopkg.in/yaml.v3 v3.0.1
 	k8s.io/cri-api v0.31.0
 )
 
@@ -56,5 +57,4 @@ require (
 	golang.org/x/text v0.37.0 // indirect
 	google.golang.org/genproto v0.0.0-20231211222908-989df2bf70f3 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240701130421-f6361c86f094 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
