@@ -288,3 +288,57 @@ func TestUpdateLDCache(t *testing.T) {
 		t.Error("relative folder accepted")
 	}
 }
+
+// The layout of the H100 host this project is checked on (driver 580, no nvidia-ctk): the driver's files in
+// /usr/local/nvidia/lib64 and /usr/local/nvidia/bin, absolute links to them in /usr/lib (/lib -> usr/lib), and a
+// /usr/bin/nvidia-smi that is a wrapper script. Each library is mounted with its links in both directories, each
+// copy of a tool, and the loader hook names the directory of the real files.
+func TestDriverEditsSandboxLayout(t *testing.T) {
+	root := t.TempDir()
+	mk := func(p, content string, mode os.FileMode) {
+		full := filepath.Join(root, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(p, target string) {
+		full := filepath.Join(root, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.Symlink(target, full); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
+		link("dev/"+n, "/dev/null")
+	}
+	mk("proc/driver/nvidia/gpus/0000:00:06.0/information", "GPU UUID: \t GPU-f07a2ec8-f7ba-68fd-a492-272370a719fd\nDevice Minor: \t 0\nGPU Firmware: \t 580.159.04\n", 0o644)
+	mk("proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \n", 0o644)
+	nv := "/usr/local/nvidia/lib64"
+	mk(nv+"/libcuda.so.580.159.04", "ELF", 0o755)
+	link(nv+"/libcuda.so.1", "libcuda.so.580.159.04")
+	link(nv+"/libcuda.so", "libcuda.so.1")
+	link("usr/lib/libcuda.so.1", nv+"/libcuda.so.1")
+	link("usr/lib/libcuda.so", nv+"/libcuda.so")
+	link("lib", "usr/lib")
+	mk("usr/bin/nvidia-smi", "#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n", 0o755)
+	mk("usr/local/nvidia/bin/nvidia-smi", "ELF", 0o755)
+	e, err := Driver{Root: root, HookPath: "/opt/detshare/bin/detshare-hook"}.Edits(GPU{Index: 0, UUID: "GPU-f07a2ec8-f7ba-68fd-a492-272370a719fd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, m := range e.Mounts {
+		got[m.ContainerPath] = strings.TrimPrefix(m.HostPath, root)
+	}
+	real := nv + "/libcuda.so.580.159.04"
+	want := map[string]string{real: real, nv + "/libcuda.so.1": real, nv + "/libcuda.so": real,
+		"/usr/lib/libcuda.so.1": real, "/usr/lib/libcuda.so": real,
+		"/usr/bin/nvidia-smi": "/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi": "/usr/local/nvidia/bin/nvidia-smi"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("mounts\n got %v\nwant %v", got, want)
+	}
+	if len(e.Hooks) != 1 || !reflect.DeepEqual(e.Hooks[0].Args, []string{"detshare-hook", "ldcache", "--folder", nv}) {
+		t.Errorf("hooks %+v", e.Hooks)
+	}
+}

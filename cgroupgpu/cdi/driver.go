@@ -256,10 +256,11 @@ func (d Driver) Libraries() ([]Library, []string, error) {
 		dirs = append(d.ldcacheDirs(), dirs...)
 	}
 	version := d.DriverVersion()
+	dirs = d.canonical(uniq(dirs))
 	var out []Library
 	var used []string
 	for _, lib := range DriverLibraries {
-		for _, dir := range uniq(dirs) {
+		for _, dir := range dirs {
 			real := d.realFile(dir, lib, version)
 			if real == "" {
 				continue
@@ -268,7 +269,12 @@ func (d Driver) Libraries() ([]Library, []string, error) {
 				version = strings.TrimPrefix(filepath.Base(real), lib+".")
 			}
 			out = append(out, Library{Path: real, Source: real})
-			out = append(out, d.aliases(dir, real)...)
+			// Its links in every searched directory: a driver installed outside the loader's default directories
+			// (/usr/local/nvidia/lib64) is usually linked from one of them (/usr/lib/libcuda.so.1), and the
+			// container's loader finds it there even without its cache.
+			for _, other := range dirs {
+				out = append(out, d.aliases(other, real)...)
+			}
 			used = append(used, dir)
 			break
 		}
@@ -278,6 +284,24 @@ func (d Driver) Libraries() ([]Library, []string, error) {
 		}
 	}
 	return out, uniq(used), nil
+}
+
+// canonical drops the directories that are another one reached through a link (/lib -> /usr/lib on merged-/usr
+// hosts), keeping the first, so each file is mounted once.
+func (d Driver) canonical(dirs []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, dir := range dirs {
+		real, err := filepath.EvalSymlinks(Join(d.Root, dir))
+		if err != nil {
+			continue
+		}
+		if !seen[real] {
+			seen[real] = true
+			out = append(out, dir)
+		}
+	}
+	return out
 }
 
 // realFile is the regular file <lib>.<version> in dir ("" when absent); with no version known, the one with the
@@ -375,19 +399,16 @@ func (d Driver) ldcacheDirs() []string {
 	return uniq(dirs)
 }
 
-// Binaries are the driver's tools present under Root (host paths).
+// Binaries are the driver's tools present under Root (host paths): every copy in the searched directories, since
+// one may be a wrapper script that runs another (a /usr/bin/nvidia-smi that execs /usr/local/nvidia/bin/nvidia-smi).
 func (d Driver) Binaries() []string {
 	var out []string
+	dirs := d.canonical(binDirs)
 	for _, b := range DriverBinaries {
-		for _, dir := range binDirs {
+		for _, dir := range dirs {
 			p := filepath.Join(dir, b)
-			if st, err := os.Stat(Join(d.Root, p)); err == nil && st.Mode().IsRegular() {
-				// /bin may be a link to /usr/bin: one mount per real file.
-				if real, err := filepath.EvalSymlinks(Join(d.Root, p)); err == nil && real != Join(d.Root, p) && d.Root == "" {
-					p = real
-				}
+			if st, err := os.Stat(Join(d.Root, p)); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
 				out = append(out, p)
-				break
 			}
 		}
 	}
