@@ -15,6 +15,7 @@ require (
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.65.0
 	google.golang.org/protobuf v1.35.2
+	gopkg.in/yaml.v3 v3.0.1
 	k8s.io/cri-api v0.31.0
 )
 

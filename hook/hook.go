@@ -29,6 +29,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
@@ -60,6 +61,10 @@ type Config struct {
 	FailOpen bool   // run containers unshared (loudly) when DetShare itself fails; default: refuse them
 	// Registrar registers containers with the dependencies the binary's main chose (cmd/internal/wiring).
 	Registrar tenant.Registrar
+	// Devices gives a registered container the GPU it was placed on (cgroupgpu/cdi; the binary's main chooses
+	// the host's or the simulated GPU's). nil gives no device: the container keeps whatever GPU its engine gave it.
+	// Only the managed path (Prepare) applies it; the standalone hook leaves devices to the engine's CDI support.
+	Devices cdi.Source
 }
 
 // ConfigFromEnv fills Config from the environment, the host configuration and the layout (internal/layout): the
@@ -151,7 +156,7 @@ func Prepare(ctx context.Context, cfg Config, req Request) (Prepared, error) {
 			return Prepared{}, nil
 		}
 	}
-	c := container{id: req.ID, spec: spec, labels: req.Labels}
+	c := container{id: req.ID, spec: spec, labels: req.Labels, managed: true}
 	if !req.NoPoststopHook {
 		c.hookPath, c.needHook = cfg.HookPath, true
 	}
@@ -172,6 +177,7 @@ type container struct {
 	hookPath string            // the poststop hook put into the spec ("" for none)
 	needHook bool              // the spec gets cfg.HookPath: it must be an executable
 	ownerPID int               // host PID whose death deregisters it (0: deregistered by poststop/Delete)
+	managed  bool              // its spec is edited before create (Prepare): devices can be added
 }
 
 // applier puts a registered tenant's files into its container: edit the spec (Prepare) or bind-mount them into the
@@ -216,8 +222,22 @@ func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepar
 		}
 		return failOpen(cfg, c.id, err)
 	}
-	if err := apply(specmod.Tenant{ID: c.id, RunDir: cfg.RunDir, LibPath: cfg.LibPath, PreloadFile: preload,
-		QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir, HookPath: c.hookPath}); err != nil {
+	t := specmod.Tenant{ID: c.id, RunDir: cfg.RunDir, LibPath: cfg.LibPath, PreloadFile: preload,
+		QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir, HookPath: c.hookPath}
+	if cfg.Devices != nil && c.managed {
+		e, err := cfg.Devices.Edit(cdi.GPU{Index: res.GPU.Index, UUID: res.GPU.UUID})
+		switch {
+		case err == nil:
+			t.GPU = &e
+		case specmod.GPUProvided(c.spec):
+			// NVIDIA's runtime gives this container its GPU; ForGPU would only have checked it is the placed one.
+			log.WithError(err).Warn("no DetShare GPU edit; the container keeps the GPU NVIDIA's runtime gives it")
+		default:
+			Rollback(cfg, c.id)
+			return failOpen(cfg, c.id, fmt.Errorf("give the container GPU %d (%s): %w", res.GPU.Index, res.GPU.UUID, err))
+		}
+	}
+	if err := apply(t); err != nil {
 		Rollback(cfg, c.id)
 		return failOpen(cfg, c.id, err)
 	}

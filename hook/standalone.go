@@ -28,10 +28,7 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 	if _, managed := spec.Annotations()[specmod.TenantIDAnnotation]; managed {
 		return nil
 	}
-	rootfs := spec.RootPath()
-	if !filepath.IsAbs(rootfs) {
-		rootfs = filepath.Join(st.Bundle, rootfs)
-	}
+	rootfs := rootOf(spec, st)
 	// The container's init process owns the registration: if runc fails after this hook (no poststop runs then)
 	// or the container dies without a delete, the table's reaper deregisters it once that process is gone.
 	p, err := attach(ctx, cfg, container{id: st.ID, spec: spec, ownerPID: containerInitPID()},
@@ -41,6 +38,24 @@ func CreateContainer(ctx context.Context, cfg Config, st State) error {
 	}
 	noticeToInit(p.FailedOpen)
 	return nil
+}
+
+// RootFS is the host path of the root filesystem of the container whose state a hook got (its spec's root.path,
+// relative to the bundle unless absolute).
+func RootFS(st State) (string, error) {
+	spec, err := specmod.Load(filepath.Join(st.Bundle, "config.json"))
+	if err != nil {
+		return "", err
+	}
+	return rootOf(spec, st), nil
+}
+
+func rootOf(spec *specmod.Spec, st State) string {
+	rootfs := spec.RootPath()
+	if !filepath.IsAbs(rootfs) {
+		rootfs = filepath.Join(st.Bundle, rootfs)
+	}
+	return rootfs
 }
 
 // bindAll is the standalone applier: it bind-mounts every mount under rootfs, or none (undoing what it did).

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/hook/specmod"
@@ -45,8 +46,9 @@ const EnvLabels = "DETSHARE_SHIM_LABELS"
 const SandboxTypeAnnotation = "io.kubernetes.cri.container-type"
 
 // RegisterPlugin registers the DetShare task service as the shim's ttrpc "task" plugin, registering containers with
-// reg. The shim's main calls it once, before shim.RunManager (containerd's plugin registry is process-global).
-func RegisterPlugin(reg tenant.Registrar) {
+// reg and giving them their GPU with the source devices returns for the hook's path. The shim's main calls it
+// once, before shim.RunManager (containerd's plugin registry is process-global).
+func RegisterPlugin(reg tenant.Registrar, devices func(hookPath string) cdi.Source) {
 	plugin.Register(&plugin.Registration{
 		Type:     plugin.TTRPCPlugin,
 		ID:       "task",
@@ -69,7 +71,11 @@ func RegisterPlugin(reg tenant.Registrar) {
 			if os.Getenv(EnvLabels) != "0" {
 				labels = ContainerdLabels(ic.Address, ns)
 			}
-			return New(inner, hook.ConfigFromEnv(reg), labels), nil
+			cfg := hook.ConfigFromEnv(reg)
+			if devices != nil {
+				cfg.Devices = devices(cfg.HookPath)
+			}
+			return New(inner, cfg, labels), nil
 		},
 	})
 }

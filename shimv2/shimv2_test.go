@@ -137,7 +137,7 @@ func testCfg(t *testing.T) hook.Config {
 	h := filepath.Join(d, "detshare-hook")
 	os.WriteFile(h, []byte("#!/bin/sh\n"), 0o755)
 	return hook.Config{RunDir: filepath.Join(d, "run"), LibPath: lib, HookPath: h,
-		Registrar: tenant.Registrar{DiscoverGPUs: simgpu.Discover}}
+		Registrar: tenant.Registrar{DiscoverGPUs: simgpu.Discover}, Devices: simgpu.Devices{}}
 }
 
 func bundle(t *testing.T, spec string) string {
@@ -171,6 +171,41 @@ func TestCreateRegistersAndDeleteDeregisters(t *testing.T) {
 	}
 	if _, ok, _ := tenant.Lookup(cfg.RunDir, "ctr1"); ok {
 		t.Error("ctr1 registered after Delete")
+	}
+}
+
+// The shim gives a DetShare container exactly the GPU its tenant was placed on (the simulated GPU's device node,
+// a test double of /dev/nvidia<N>), once even when containerd retries the create; a plain container gets none.
+func TestCreateGivesThePlacedGPUOnly(t *testing.T) {
+	cfg := testCfg(t)
+	t.Setenv("DETSHARE_SIMGPU_COUNT", "3")
+	s := New(&fakeTask{}, cfg, nil)
+	spec := `{"process":{"env":["PATH=/bin","DETSHARE_TIER=best-effort","DETSHARE_GPU=2"]},"root":{"path":"rootfs"}}`
+	b := bundle(t, spec)
+	for i := 0; i < 2; i++ { // the second create is a retry of the same container: nothing is added twice
+		if _, err := s.Create(context.Background(), &taskAPI.CreateTaskRequest{ID: "gpu2", Bundle: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, ok, _ := tenant.Lookup(cfg.RunDir, "gpu2")
+	if !ok || res.Registration.GPU != 2 {
+		t.Fatalf("gpu2 registered %v on GPU %d, want GPU 2", ok, res.Registration.GPU)
+	}
+	sp, _ := specmod.Load(filepath.Join(b, "config.json"))
+	want := []specmod.LinuxDevice{{Path: "/dev/detshare-simgpu2", Type: "c", Major: 1, Minor: 3}}
+	if got := sp.Devices(); len(got) != 1 || got[0] != want[0] {
+		t.Errorf("linux.devices = %+v, want %+v", got, want)
+	}
+	if a := sp.Annotations()[specmod.GPUAnnotation]; a != "/dev/detshare-simgpu2" {
+		t.Errorf("%s = %q", specmod.GPUAnnotation, a)
+	}
+	plain := `{"process":{"env":["PATH=/bin"]},"root":{"path":"rootfs"}}`
+	pb := bundle(t, plain)
+	if _, err := s.Create(context.Background(), &taskAPI.CreateTaskRequest{ID: "plain", Bundle: pb}); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(pb, "config.json")); string(data) != plain {
+		t.Errorf("plain container's spec edited: %s", data)
 	}
 }
 

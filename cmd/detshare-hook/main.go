@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cmd/detshare/version"
 	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/hook"
@@ -73,6 +74,28 @@ func newApp() *cli.App {
 					ctx, cancel := context.WithTimeout(c.Context, 20*time.Second)
 					defer cancel()
 					return hook.CreateContainer(ctx, cfg, st)
+				},
+			},
+			{
+				Name: "ldcache",
+				Usage: "add the GPU driver's library folders to the container's loader cache (createContainer hook of " +
+					"the GPU edit; runs the host's ldconfig on the container's root, needs nothing from the image)",
+				Flags: []cli.Flag{&cli.StringSliceFlag{Name: "folder", Usage: "container path of a library folder (repeatable)"}},
+				Action: func(c *cli.Context) error {
+					st, err := state(c)
+					if err != nil {
+						return err
+					}
+					rootfs, err := hook.RootFS(st)
+					if err == nil {
+						err = cdi.UpdateLDCache(rootfs, c.StringSlice("folder"))
+					}
+					if err != nil {
+						// The libraries are also mounted at their sonames: most images load them without the cache,
+						// so a failure here must not stop the container.
+						fmt.Fprintln(c.App.ErrWriter, "detshare-hook: WARNING: GPU libraries not added to the loader cache:", err)
+					}
+					return nil
 				},
 			},
 			{

@@ -12,4 +12,6 @@ import (
 )
 
 // Registration starts the host scheduler on demand (sched/ensure) and stays free of NVML (cmd/internal/wiring).
-func main() { os.Exit(runcwrap.Main(os.Args[1:], wiring.Container(), version.Version)) }
+func main() {
+	os.Exit(runcwrap.Main(os.Args[1:], wiring.Container(), wiring.Devices, version.Version))
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
 	"github.com/detshare/detshare/integration/simgpu"
@@ -16,7 +17,8 @@ import (
 
 func TestMain(m *testing.M) {
 	if os.Getenv("RUNCWRAP_TEST_MAIN") == "1" { // the test binary doubles as detshare-runtime
-		os.Exit(Main(os.Args[1:], tenant.Registrar{DiscoverGPUs: simgpu.Discover}, "test"))
+		os.Exit(Main(os.Args[1:], tenant.Registrar{DiscoverGPUs: simgpu.Discover},
+			func(string) cdi.Source { return simgpu.Devices{} }, "test"))
 	}
 	os.Exit(m.Run())
 }
@@ -176,6 +178,14 @@ func TestCreateRegistersEditsSpecAndDeleteDeregisters(t *testing.T) {
 	data, _ := os.ReadFile(filepath.Join(e.bundle, "config.json"))
 	if !strings.Contains(string(data), `"x-unknown":{"a":1}`) {
 		t.Errorf("unknown field lost: %s", data)
+	}
+	// The placed GPU's device node (the simulated GPU's, numbered as /dev/null) and its cgroup allow rule.
+	devs := s.Devices()
+	if len(devs) != 1 || devs[0] != (specmod.LinuxDevice{Path: "/dev/detshare-simgpu0", Type: "c", Major: 1, Minor: 3}) {
+		t.Errorf("linux.devices = %+v, want the simulated GPU 0's node only", devs)
+	}
+	if !strings.Contains(string(data), `{"access":"rwm","allow":true,"major":1,"minor":3,"type":"c"}`) {
+		t.Errorf("no device cgroup allow rule for the GPU node: %s", data)
 	}
 	code, out = e.run(t, nil, "delete", "c1")
 	if code != 0 {

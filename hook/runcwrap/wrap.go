@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/internal/loglevel"
@@ -32,8 +33,9 @@ type Config struct {
 	DockerRoot string
 }
 
-// ConfigFor merges inv's own flags over the environment; reg is the binary's Registrar.
-func ConfigFor(inv Invocation, reg tenant.Registrar) (Config, error) {
+// ConfigFor merges inv's own flags over the environment; reg is the binary's Registrar, devices its GPU device
+// source for the hook's path (nil: containers get no device from DetShare).
+func ConfigFor(inv Invocation, reg tenant.Registrar, devices func(hookPath string) cdi.Source) (Config, error) {
 	c := Config{Hook: hook.ConfigFromEnv(reg), Runc: os.Getenv(EnvRunc), DockerRoot: DefaultDockerRoot}
 	if v, ok := inv.Own[FlagRunDir]; ok {
 		c.Hook.RunDir = v
@@ -49,6 +51,9 @@ func ConfigFor(inv Invocation, reg tenant.Registrar) (Config, error) {
 	}
 	if v, ok := inv.Own[FlagDockerRoot]; ok {
 		c.DockerRoot = v
+	}
+	if devices != nil {
+		c.Hook.Devices = devices(c.Hook.HookPath)
 	}
 	if v, ok := inv.Own[FlagRunc]; ok {
 		c.Runc = v
@@ -106,9 +111,10 @@ func DockerLabels(dockerRoot, id string) (map[string]string, error) {
 	return rec.Config.Labels, nil
 }
 
-// Main runs the wrapper and returns the exit status; ver is the DetShare version (--version). Only create, delete,
-// --help and --version return here; other verbs replace the process with runc.
-func Main(args []string, reg tenant.Registrar, ver string) int {
+// Main runs the wrapper and returns the exit status; devices gives the placed GPU's edit, ver is the DetShare
+// version (--version). Only create, delete, --help and --version return here; other verbs replace the process
+// with runc.
+func Main(args []string, reg tenant.Registrar, devices func(hookPath string) cdi.Source, ver string) int {
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)
 	inv, err := Parse(args)
@@ -122,7 +128,7 @@ func Main(args []string, reg tenant.Registrar, ver string) int {
 			return 0
 		}
 		// then runc's version, which Docker reads; without runc the wrapper's own line still answers.
-		cfg, err := ConfigFor(inv, reg)
+		cfg, err := ConfigFor(inv, reg, devices)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "detshare-runtime:", err)
 			return 0
@@ -135,7 +141,7 @@ func Main(args []string, reg tenant.Registrar, ver string) int {
 			return 2
 		}
 	}
-	cfg, err := ConfigFor(inv, reg)
+	cfg, err := ConfigFor(inv, reg, devices)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "detshare-runtime:", err)
 		return 1

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/internal/table"
 )
 
@@ -21,6 +22,8 @@ type Tenant struct {
 	QuotaFile   string // the tenant's container-quota file
 	MPSPipeDir  string // the GPU's MPS pipe directory; empty when MPS is not running
 	HookPath    string // absolute path of detshare-hook; empty adds no poststop hook
+	// GPU is the edit that gives the container the GPU the tenant was placed on (ForGPU); nil adds no device.
+	GPU *cdi.Edit
 }
 
 // TenantMounts lists the bind mounts that give a container DetShare (docs/internals.md "Inside a container").
@@ -50,8 +53,8 @@ func PoststopHook(hookPath, runDir, id string) Hook {
 }
 
 // ForTenant is the DetShare edit of a registered container: the bind mounts, the poststop hook that deregisters it,
-// and the bookkeeping annotation. Device and cgroup settings are not touched: DetShare confines work inside the
-// GPU the container already has.
+// the bookkeeping annotation and, when t.GPU is set, the placed GPU itself (ForGPU: its device nodes, allowed in
+// the device cgroup, and the driver's libraries).
 func ForTenant(t Tenant) Modifier {
 	return ModifierFunc(func(s *Spec) error {
 		if err := table.ValidateID(t.ID); err != nil {
@@ -66,6 +69,9 @@ func ForTenant(t Tenant) Modifier {
 		mods := []Modifier{AddMounts(TenantMounts(t)...), SetAnnotations(map[string]string{TenantIDAnnotation: t.ID})}
 		if t.HookPath != "" {
 			mods = append(mods, AddHook("poststop", PoststopHook(t.HookPath, t.RunDir, t.ID)))
+		}
+		if t.GPU != nil {
+			mods = append(mods, ForGPU(*t.GPU))
 		}
 		return Chain(mods...).Modify(s)
 	})

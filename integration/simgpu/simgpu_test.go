@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/integration/simgpu"
 )
 
@@ -675,5 +678,45 @@ func TestSimulatedNVMLSeesTheDriversMemory(t *testing.T) {
 	p := ps[0].(map[string]any)
 	if int(p["pid"].(float64)) != cmd.Process.Pid || p["used"].(float64) != 100<<20 {
 		t.Errorf("NVML process list: %v, want pid %d with 100 MiB", ps, cmd.Process.Pid)
+	}
+}
+
+// The simulated GPU models /dev/nvidia<N>: with DETSHARE_SIMGPU_DEVICE_DIR set, cuInit fails with
+// CUDA_ERROR_NO_DEVICE until a character device detshare-simgpu<N> is in that directory (what DetShare's GPU edit
+// puts into a container, numbered as /dev/null by Devices); a regular file does not count.
+func TestDeviceNodeGatesCuInit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to create a character device node (mknod)")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	env := simEnv(state(t), simgpu.EnvDeviceDir+"="+dir)
+	noDevice := func(what string) {
+		cmd := exec.Command(probePath(t), "info")
+		cmd.Env = env
+		out, err := cmd.Output()
+		r := parseLines(t, out)
+		if err == nil || len(r) != 1 || r[0]["error"] != "CUDA_ERROR_NO_DEVICE" || r[0]["call"] != "D.init(0)" {
+			t.Errorf("%s: want cuInit to fail with CUDA_ERROR_NO_DEVICE, got %v (%v)", what, r, err)
+		}
+	}
+	noDevice("empty device directory")
+	os.WriteFile(filepath.Join(dir, "detshare-simgpu0"), nil, 0o666)
+	noDevice("regular file")
+	os.Remove(filepath.Join(dir, "detshare-simgpu0"))
+	e, err := simgpu.Devices{}.Edit(cdi.GPU{Index: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := e.Edits.DeviceNodes[0]
+	if e.Node != "/dev/detshare-simgpu0" || n.Type != "c" || n.Major != 1 || n.Minor != 3 {
+		t.Fatalf("simulated GPU edit %+v", e)
+	}
+	if err := unix.Mknod(filepath.Join(dir, "detshare-simgpu0"), unix.S_IFCHR|0o666, int(unix.Mkdev(uint32(n.Major), uint32(n.Minor)))); err != nil {
+		t.Fatal(err)
+	}
+	r := last(t, probe(t, env, 0, "info"), "info")
+	if num(t, r, "sms") != 132 {
+		t.Errorf("with its device node the simulated GPU is not usable: %v", r)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +16,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/detshare/detshare/cgroupgpu/cdi"
+	"github.com/detshare/detshare/cgroupgpu/quota"
 )
 
 // Plugin serves one resource over a socket in kubelet's device-plugin directory and registers it with kubelet.
@@ -21,8 +26,11 @@ type Plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	Resource string
 	Dir      string // kubelet's device-plugin directory (holds kubelet.sock)
-	inv      Inventory
-	log      *logrus.Entry
+	// Devices gives each allocated container the GPU its units are on (cgroupgpu/cdi): device nodes and mounts in
+	// the response, and the CDI device name when NVIDIA's CDI spec names the GPU. nil: annotations only.
+	Devices cdi.Source
+	inv     Inventory
+	log     *logrus.Entry
 
 	srv    *grpc.Server
 	socket string
@@ -141,7 +149,7 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, r *pluginapi.Preferre
 	return resp, nil
 }
 
-// Allocate returns each container's quota annotations.
+// Allocate returns each container's quota annotations and the GPU its units are on (Devices).
 func (p *Plugin) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range r.ContainerRequests {
@@ -150,10 +158,68 @@ func (p *Plugin) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*plu
 			p.log.WithError(err).Warn("allocate refused")
 			return nil, err
 		}
-		p.log.WithFields(logrus.Fields{"devices": len(c.DevicesIds), "annotations": ann}).Info("allocated")
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Annotations: ann})
+		cr := &pluginapi.ContainerAllocateResponse{Annotations: ann}
+		if p.Devices != nil {
+			// Without the edit the container still gets its quota, and the DetShare runtime handler gives it the
+			// GPU at create time; a plugin that cannot see the driver must not block the pod.
+			if err := p.addGPU(cr, ann[quota.FieldGPU.AnnotationKey()]); err != nil {
+				p.log.WithError(err).Warn("no GPU device edit in the allocation (annotations only)")
+			}
+		}
+		p.log.WithFields(logrus.Fields{"devices": len(c.DevicesIds), "annotations": ann, "gpu_nodes": len(cr.Devices),
+			"cdi": cr.CdiDevices}).Info("allocated")
+		resp.ContainerResponses = append(resp.ContainerResponses, cr)
 	}
 	return resp, nil
+}
+
+// addGPU puts GPU index's edit into cr: its device nodes and read-only mounts (which every runtime applies), its
+// environment, and its CDI name when it comes from NVIDIA's CDI spec (a CDI-enabled runtime then also runs that
+// spec's hooks; it replaces entries at the same paths, so nothing is doubled). The two resources of one container
+// hand out the same GPU; the runtime keeps one node per path.
+func (p *Plugin) addGPU(cr *pluginapi.ContainerAllocateResponse, index string) error {
+	i, err := strconv.Atoi(index)
+	if err != nil {
+		return fmt.Errorf("allocation names GPU %q: %w", index, err)
+	}
+	g, ok := p.inv.gpu(i)
+	if !ok {
+		return fmt.Errorf("allocation names GPU %d, which this node does not have", i)
+	}
+	e, err := p.Devices.Edit(cdi.GPU{Index: g.Index, UUID: g.UUID})
+	if err != nil {
+		return fmt.Errorf("GPU %d (%s): %w", g.Index, g.UUID, err)
+	}
+	for _, n := range e.Edits.DeviceNodes {
+		host := n.HostPath
+		if host == "" {
+			host = n.Path
+		}
+		perm := n.Permissions
+		if perm == "" {
+			perm = "rwm"
+		}
+		cr.Devices = append(cr.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: host, Permissions: perm})
+	}
+	for _, m := range e.Edits.Mounts {
+		ro := false
+		for _, o := range m.Options {
+			ro = ro || o == "ro"
+		}
+		cr.Mounts = append(cr.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: ro})
+	}
+	for _, kv := range e.Edits.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if cr.Envs == nil {
+				cr.Envs = map[string]string{}
+			}
+			cr.Envs[k] = v
+		}
+	}
+	if e.Name != "" {
+		cr.CdiDevices = append(cr.CdiDevices, &pluginapi.CDIDevice{Name: e.Name})
+	}
+	return nil
 }
 
 // PreStartContainer is not requested (GetDevicePluginOptions says so).
@@ -161,9 +227,9 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-// Run serves every resource of inv in dir until ctx ends, serving and registering again whenever kubelet restarts
+// Run serves every resource of inv in dir until ctx ends, giving containers their GPU from devices (nil: none), serving and registering again whenever kubelet restarts
 // (its socket directory is wiped, taking ours with it).
-func Run(ctx context.Context, dir string, inv Inventory) error {
+func Run(ctx context.Context, dir string, inv Inventory, devices cdi.Source) error {
 	var plugins []*Plugin
 	defer func() {
 		for _, p := range plugins {
@@ -175,6 +241,7 @@ func Run(ctx context.Context, dir string, inv Inventory) error {
 		if err != nil {
 			return err
 		}
+		p.Devices = devices
 		if err := p.Serve(ctx); err != nil {
 			return err
 		}
@@ -198,6 +265,7 @@ func Run(ctx context.Context, dir string, inv Inventory) error {
 			if err != nil {
 				return err
 			}
+			np.Devices = devices
 			if err := np.Serve(ctx); err != nil {
 				np.log.WithError(err).Warn("registration failed; retrying")
 				continue

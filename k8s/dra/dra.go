@@ -2,8 +2,10 @@
 // ResourceSlice pool per GPU whose devices are the GPU's SM groups (capacity: their SMs; attributes: GPU index,
 // UUID, memory), so a ResourceClaim asking for k devices of the DeviceClass gpu.detshare.io gets k groups of one
 // GPU. An opaque configuration on the claim or the class, DetShareConfig{tier, sms, memory, sloP99}, refines the
-// quota. Preparing a claim writes a CDI spec whose container edits set the tenant's DETSHARE_* quota keys; the
-// runtime applies it (containerd enable_cdi) and DetShare's shim and hook turn those keys into the tenant's quota.
+// quota. Preparing a claim writes a CDI spec whose container edits give the container the claim's GPU (its device
+// nodes, the driver's libraries and hooks: cgroupgpu/cdi, NVIDIA's spec when there is one) and set the tenant's
+// DETSHARE_* quota keys; the runtime applies it (containerd enable_cdi) and DetShare's shim and hook turn those keys
+// into the tenant's quota.
 package dra
 
 import (
@@ -24,6 +26,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/k8s/deviceplugin"
 )
@@ -82,13 +85,22 @@ func Slices(inv deviceplugin.Inventory) resourceslice.DriverResources {
 type Driver struct {
 	Inventory deviceplugin.Inventory
 	CDIDir    string
+	// Devices gives the claim's GPU as CDI edits (nil: the spec sets the quota only).
+	Devices cdi.Source
 }
 
 // Env resolves claim's allocation into the tenant's quota keys (DETSHARE_<KEY>=value), validated by
 // cgroupgpu/quota, and the devices to report to kubelet.
 func (d *Driver) Env(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugin.Device, error) {
+	env, devs, _, err := d.resolve(claim)
+	return env, devs, err
+}
+
+// resolve is Env, and the index of the claim's GPU.
+func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugin.Device, int, error) {
+	fail := func(err error) ([]string, []kubeletplugin.Device, int, error) { return nil, nil, -1, err }
 	if claim.Status.Allocation == nil {
-		return nil, nil, errors.New("claim is not allocated")
+		return fail(errors.New("claim is not allocated"))
 	}
 	gpu := -1
 	var sms uint32
@@ -99,14 +111,14 @@ func (d *Driver) Env(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugi
 		}
 		var g, n int
 		if _, err := fmt.Sscanf(r.Device, "gpu%d-sm-%d", &g, &n); err != nil {
-			return nil, nil, fmt.Errorf("device %q: not one of %s's devices", r.Device, DriverName)
+			return fail(fmt.Errorf("device %q: not one of %s's devices", r.Device, DriverName))
 		}
 		info, ok := d.gpu(g)
 		if !ok || n < 0 || n >= len(info.Groups) || r.Pool != fmt.Sprintf("gpu%d", g) {
-			return nil, nil, fmt.Errorf("device %s/%s: no such SM group on this node", r.Pool, r.Device)
+			return fail(fmt.Errorf("device %s/%s: no such SM group on this node", r.Pool, r.Device))
 		}
 		if gpu >= 0 && g != gpu {
-			return nil, nil, fmt.Errorf("claim spans GPUs %d and %d; a tenant runs on one GPU (ask for at most one GPU's groups, or match on the gpu attribute)", gpu, g)
+			return fail(fmt.Errorf("claim spans GPUs %d and %d; a tenant runs on one GPU (ask for at most one GPU's groups, or match on the gpu attribute)", gpu, g))
 		}
 		gpu = g
 		sms += info.Groups[n]
@@ -114,11 +126,11 @@ func (d *Driver) Env(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugi
 			CDIDeviceIDs: []string{CDIKind + "=" + string(claim.UID)}})
 	}
 	if gpu < 0 {
-		return nil, nil, fmt.Errorf("claim has no %s device", DriverName)
+		return fail(fmt.Errorf("claim has no %s device", DriverName))
 	}
 	cfg, err := configOf(claim)
 	if err != nil {
-		return nil, nil, err
+		return fail(err)
 	}
 	kv := map[quota.Field]string{quota.FieldGPU: strconv.Itoa(gpu), quota.FieldTier: string(quota.TierBurstable),
 		quota.FieldSMs: strconv.FormatUint(uint64(sms), 10)}
@@ -142,11 +154,11 @@ func (d *Driver) Env(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugi
 			continue
 		}
 		if err := q.Set(f, v, quota.SourceEnv); err != nil {
-			return nil, nil, fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+			return fail(fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, err))
 		}
 		env = append(env, f.EnvKey()+"="+v)
 	}
-	return env, devs, nil
+	return env, devs, gpu, nil
 }
 
 func (d *Driver) gpu(index int) (deviceplugin.GPU, bool) {
@@ -202,8 +214,12 @@ type cdiDevice struct {
 	Edits cdiEdits `json:"containerEdits"`
 }
 
+// cdiEdits are the claim device's edits: the quota env and the GPU's edit.
 type cdiEdits struct {
-	Env []string `json:"env"`
+	Env         []string         `json:"env"`
+	DeviceNodes []cdi.DeviceNode `json:"deviceNodes,omitempty"`
+	Hooks       []cdi.Hook       `json:"hooks,omitempty"`
+	Mounts      []cdi.Mount      `json:"mounts,omitempty"`
 }
 
 func (d *Driver) specPath(uid types.UID) string {
@@ -214,9 +230,9 @@ func (d *Driver) specPath(uid types.UID) string {
 func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := map[types.UID]kubeletplugin.PrepareResult{}
 	for _, c := range claims {
-		env, devs, err := d.Env(c)
+		env, devs, gpu, err := d.resolve(c)
 		if err == nil {
-			err = d.writeSpec(c.UID, env)
+			err = d.writeSpec(c.UID, d.edits(env, gpu))
 		}
 		if err != nil {
 			logrus.WithError(err).WithField("claim", c.Namespace+"/"+c.Name).Warn("prepare refused")
@@ -229,8 +245,27 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	return out, nil
 }
 
-func (d *Driver) writeSpec(uid types.UID, env []string) error {
-	data, err := json.Marshal(cdiSpec{Version: "0.6.0", Kind: CDIKind, Devices: []cdiDevice{{Name: string(uid), Edits: cdiEdits{Env: env}}}})
+// edits are the claim's container edits: the quota env, then GPU index's edit. The GPU's edit comes first in the
+// env so the quota keys win; a node whose GPU edit fails (the plugin cannot see the driver) still hands out the
+// quota, and the DetShare runtime handler gives the container its GPU at create time.
+func (d *Driver) edits(env []string, gpu int) cdiEdits {
+	out := cdiEdits{Env: env}
+	if d.Devices == nil {
+		return out
+	}
+	g, _ := d.gpu(gpu)
+	e, err := d.Devices.Edit(cdi.GPU{Index: g.Index, UUID: g.UUID})
+	if err != nil {
+		logrus.WithError(err).WithField("gpu", gpu).Warn("no GPU device edit in the claim's CDI spec (quota only)")
+		return out
+	}
+	out.Env = append(append([]string(nil), e.Edits.Env...), env...)
+	out.DeviceNodes, out.Hooks, out.Mounts = e.Edits.DeviceNodes, e.Edits.Hooks, e.Edits.Mounts
+	return out
+}
+
+func (d *Driver) writeSpec(uid types.UID, edits cdiEdits) error {
+	data, err := json.Marshal(cdiSpec{Version: "0.6.0", Kind: CDIKind, Devices: []cdiDevice{{Name: string(uid), Edits: edits}}})
 	if err != nil {
 		return err
 	}

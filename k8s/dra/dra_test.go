@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
+	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/k8s/deviceplugin"
 )
@@ -116,5 +118,31 @@ func TestPrepareWritesAndUnprepareRemovesSpec(t *testing.T) {
 	d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: claim.UID}})
 	if _, err := os.Stat(d.specPath(claim.UID)); !os.IsNotExist(err) {
 		t.Errorf("CDI spec left after unprepare: %v", err)
+	}
+}
+
+// The claim's CDI spec gives the claim's GPU: its device node (the simulated GPU's, a test double of /dev/nvidia<N>)
+// with its numbers, beside the quota env.
+func TestPrepareSpecHasTheGPUDeviceNode(t *testing.T) {
+	d := testDriver(t)
+	d.Devices = simgpu.Devices{}
+	res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claimFor([]string{"gpu1-sm-0"}, "gpu1", "")})
+	if err != nil || res["uid-1"].Err != nil {
+		t.Fatalf("prepare: %v %v", err, res["uid-1"].Err)
+	}
+	s, err := cdi.Load(d.specPath("uid-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, ok := s.Device("uid-1")
+	if !ok || len(e.DeviceNodes) != 1 {
+		t.Fatalf("spec %+v", s)
+	}
+	n := e.DeviceNodes[0]
+	if n.Path != "/dev/detshare-simgpu1" || n.HostPath != simgpu.NodeHostPath || n.Type != "c" || n.Major != 1 || n.Minor != 3 {
+		t.Errorf("device node %+v, want GPU 1's", n)
+	}
+	if !reflect.DeepEqual(e.Env, []string{"DETSHARE_TIER=burstable", "DETSHARE_SMS=8", "DETSHARE_GPU=1"}) {
+		t.Errorf("env %v", e.Env)
 	}
 }

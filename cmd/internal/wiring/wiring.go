@@ -9,6 +9,7 @@ package wiring
 import (
 	"os"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/placement"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/simgpu"
@@ -46,4 +47,20 @@ func Hook() tenant.Registrar {
 func Host(nvml func() ([]table.GPUInfo, error)) tenant.Registrar {
 	return tenant.Registrar{EnsureScheduler: ensure.EnsureScheduler, DiscoverGPUs: GPUs(nvml),
 		Placer: &placement.Placer{}}
+}
+
+// Devices is the GPU device source of the shim, the runc wrapper and `detshare cdi`: the simulated GPU's (a test
+// double) when the environment selects it at the time of the call, else the host's (NVIDIA's CDI spec, or the
+// driver's files, with hookPath's `detshare-hook ldcache` as the loader hook).
+func Devices(hookPath string) cdi.Source {
+	return devices{host: cdi.Host{HookPath: hookPath}}
+}
+
+type devices struct{ host cdi.Host }
+
+func (d devices) Edit(gpu cdi.GPU) (cdi.Edit, error) {
+	if SimulatedGPU() {
+		return simgpu.Devices{}.Edit(gpu)
+	}
+	return d.host.Edit(gpu)
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static CUresult g_init_result = CUDA_ERROR_NOT_INITIALIZED;
 
@@ -17,6 +18,25 @@ static _Thread_local struct {
     int depth;
 } t_ctx;
 
+/* The simulated GPU's device nodes model /dev/nvidia<N>: with DETSHARE_SIMGPU_DEVICE_DIR set (the container tests
+ * set /dev), a process sees the simulated GPU only when a character device <dir>/detshare-simgpu<N> exists, which
+ * DetShare's GPU edit puts into a container (integration/simgpu Devices); without one cuInit fails with
+ * CUDA_ERROR_NO_DEVICE, as the real driver does in a container given no GPU. Unset: visible (host tests). */
+static CUresult sim_device_nodes_visible(void) {
+    const char *dir = getenv("DETSHARE_SIMGPU_DEVICE_DIR");
+    if (!dir || !*dir)
+        return CUDA_SUCCESS;
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/detshare-simgpu%d", dir, d);
+        if (stat(p, &sb) == 0 && S_ISCHR(sb.st_mode))
+            return CUDA_SUCCESS;
+    }
+    sim_log("cuInit: no device node %s/detshare-simgpu<N>: no device", dir);
+    return CUDA_ERROR_NO_DEVICE;
+}
+
 CUresult cuInit(unsigned int Flags) {
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -24,7 +44,9 @@ CUresult cuInit(unsigned int Flags) {
         return CUDA_SUCCESS;
     pthread_mutex_lock(&g_sim.lock);
     if (!atomic_load(&g_sim.initialized)) {
-        g_init_result = sim_state_open();
+        g_init_result = sim_device_nodes_visible();
+        if (g_init_result == CUDA_SUCCESS)
+            g_init_result = sim_state_open();
         if (g_init_result == CUDA_SUCCESS) {
             for (int d = 0; d < g_sim.ndev; d++) {
                 struct sim_device *dv = &g_sim.dev[d];

@@ -45,5 +45,6 @@ func run(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return deviceplugin.Run(ctx, c.String("device-plugin-dir"), inv)
+	devices := nodecli.Devices(c, simgpu.Selected(os.Environ()), simgpu.Devices{})
+	return deviceplugin.Run(ctx, c.String("device-plugin-dir"), inv, devices)
 }

@@ -73,7 +73,8 @@ func run(c *cli.Context) error {
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
 		return fmt.Errorf("plugin directory: %w", err)
 	}
-	drv := &dra.Driver{Inventory: inv, CDIDir: c.String("cdi-dir")}
+	drv := &dra.Driver{Inventory: inv, CDIDir: c.String("cdi-dir"),
+		Devices: nodecli.Devices(c, simgpu.Selected(os.Environ()), simgpu.Devices{})}
 	helper, err := kubeletplugin.Start(ctx, drv, kubeletplugin.KubeClient(client), kubeletplugin.NodeName(node),
 		kubeletplugin.DriverName(dra.DriverName),
 		kubeletplugin.RegistrarDirectoryPath(filepath.Join(kubelet, "plugins_registry")),

@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/k8s/deviceplugin"
 )
@@ -20,7 +21,19 @@ func Flags() []cli.Flag {
 			Usage: "DetShare's run directory: the scheduler's table gives the GPUs' published SM split"},
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"DETSHARE_LOG_LEVEL"},
 			Usage: "panic, fatal, error, warning, info, debug or trace"},
+		&cli.StringFlag{Name: "host-root", Value: "/", EnvVars: []string{"DETSHARE_HOST_ROOT"},
+			Usage: "where the node's / is mounted in this container (e.g. /host): the GPU's device nodes, driver " +
+				"libraries and NVIDIA's CDI specs are looked up there and handed out by their host paths"},
 	}
+}
+
+// Devices is the node's GPU device source (cgroupgpu/cdi) under --host-root; sim is the simulated GPU's (a test
+// double), used when the environment selects it.
+func Devices(c *cli.Context, simulated bool, sim cdi.Source) cdi.Source {
+	if simulated {
+		return sim
+	}
+	return cdi.Host{Root: c.String("host-root"), StripRoot: true}
 }
 
 // Inventory applies --log-level and finds the node's GPUs through --run-dir, or else with discover (the GPU backend
