@@ -96,14 +96,15 @@ done
 tmp=$(mktemp -d /tmp/detshare-demo.XXXXXX)
 sock="$tmp/containerd.sock"
 run_dir="$tmp/run"
-ctr_() { ctr --address "$sock" --namespace "$ns" "$@"; }
+# ctr waits 10 s for a socket nobody serves unless told otherwise
+ctr_() { ctr --address "$sock" --namespace "$ns" --connect-timeout 2s "$@"; }
 
 # cleanup runs on every exit, failures included: without errexit, so that one failing step cannot skip the rest.
 cleanup() {
   local rc=$?
   set +e
   trap - EXIT INT TERM ERR
-  if [ -S "$sock" ]; then
+  if [ -S "$sock" ] && [ -n "$ctrd_pid" ] && kill -0 "$ctrd_pid" 2>/dev/null; then
     for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1; done
     sleep 0.3
     for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks rm -f "$id" >/dev/null 2>&1; done
@@ -170,13 +171,21 @@ say "starting a private containerd ($sock) with DetShare's shim registered (io.c
 # own session: a terminal's Ctrl-C must not reach containerd before cleanup() has removed the containers through it
 PATH="$tmp/bin:$PATH" setsid containerd --config "$tmp/containerd.toml" >"$tmp/containerd.log" 2>&1 &
 ctrd_pid=$!
-for _ in $(seq 100); do ctr_ version >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 100); do
+  ctr_ version >/dev/null 2>&1 && break
+  kill -0 "$ctrd_pid" 2>/dev/null || break # it exited: its log says why
+  sleep 0.1
+done
 ctr_ version >/dev/null 2>&1 || { tail -20 "$tmp/containerd.log" >&2; die "containerd did not start"; }
 
 say "starting the DetShare scheduler on $run_dir (simulated GPU)"
 setsid "$build/bin/detshare" sched >"$tmp/sched.log" 2>&1 &
 sched_pid=$!
-for _ in $(seq 50); do "$build/bin/detshare" status --json >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 50); do
+  "$build/bin/detshare" status --json >/dev/null 2>&1 && break
+  kill -0 "$sched_pid" 2>/dev/null || break
+  sleep 0.1
+done
 "$build/bin/detshare" status --json >/dev/null 2>&1 || { tail -20 "$tmp/sched.log" >&2; die "the scheduler did not start"; }
 
 # ---- 3. image -------------------------------------------------------------------------------------------------------
