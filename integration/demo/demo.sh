@@ -46,7 +46,7 @@ fi
 bold=$(printf '\033[1m') off=$(printf '\033[0m')
 [ -t 1 ] || { bold=""; off=""; }
 say() { printf '%s==>%s %s\n' "$bold" "$off" "$*"; }
-explain() { printf '    %s\n' "$*" | fold -s -w 116 | sed '2,$s/^/    /'; }
+explain() { printf '%s\n' "$*" | fold -s -w 110 | sed 's/ *$//; s/^/    /'; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "needs root: containerd and runc run as root (sudo make demo)"
@@ -286,7 +286,9 @@ explain "The GPU is split into SM groups (15 of 8 SMs here, as on an H100; 12 SM
   "best-effort one gives up (sched/policy): the trainer shrinks to scheduler.be_floor groups (shipped default 1" \
   "group = 8 SMs, about 6% of the GPU; this run reads $DETSHARE_CONFIG) and a dispatch gate bounds its kernels" \
   "in flight, so that taken groups are free within about gate_budget. The groups flow back while the service is" \
-  "idle. In 'detshare top' below, SM g/q is SMs granted now / guaranteed."
+  "idle. In 'detshare top' below, SM g/q is SMs granted now / guaranteed; a sample taken between two requests" \
+  "shows the trainer with the shared groups back while the idle service still holds its grant (it runs nothing," \
+  "so the overlap costs nothing until its next request takes the groups back)."
 run_phase detshare detshare 1 1
 
 read -r a50 a99 < <(lc_stats "$tmp/alone-lc.lc.out")
