@@ -15,6 +15,9 @@ CFLAGS_COMMON := -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -D_GNU_SOURCE -I$(C
 CMDS      := $(notdir $(wildcard cmd/*))
 # go-nvml declares deprecated NVML calls; its cgo prologue warns about every one of them.
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
+# Go from https://go.dev/dl is in /usr/local/go/bin and dockerd/runc are in /usr/sbin: `sudo make test` (secure_path)
+# or a user's PATH may lack one of them, and the tests run go, dockerd and runc by name. Appended: a PATH entry wins.
+export PATH := $(PATH):/usr/local/go/bin:/usr/local/sbin:/usr/sbin:/sbin
 
 # Installation (FHS). The binaries find the library relative to themselves ($(PREFIX)/lib/detshare), see
 # internal/layout, so DESTDIR staging and private prefixes work without configuration.
@@ -31,7 +34,7 @@ DEB_ARCH       ?= $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB_ROOT       := $(BUILD)/deb/root
 DEB_FILE       := $(BUILD)/deb/detshare_$(DEB_VERSION)_$(DEB_ARCH).deb
 
-.PHONY: all build go-build c-build test test-components lint clean demo install install-files uninstall deb installer-image
+.PHONY: all build go-build c-build deps test test-components lint clean demo install install-files uninstall deb installer-image
 all: build
 
 build: c-build go-build
@@ -49,13 +52,21 @@ C_TARGETS :=
 c-build: $(C_TARGETS)
 
 # The real Kubernetes-side components (containerd 2.x, kubelet, kube-apiserver, etcd, CNI loopback, helm) are built
-# from the Go module proxy once and cached in $(K8S_CACHE) (about 13 minutes cold on 2 cores, seconds when cached).
+# from the Go module proxy once and cached in $(K8S_CACHE) (about 25 minutes cold on 2 cores, seconds when cached).
 K8S_CACHE ?= $(or $(DETSHARE_K8S_CACHE),/var/cache/detshare-k8s)
 test-components:
 	DETSHARE_K8S_CACHE=$(K8S_CACHE) integration/kubernetes/build-components.sh
 
+# What the tests need from the distribution (containerd, runc, docker.io, podman, python3-torch, ...): checked, and
+# installed with apt-get after asking (without asking when stdin is not a terminal, or DEPS_ARGS=--yes).
+DEPS_ARGS ?=
+deps:
+	integration/deps.sh test $(DEPS_ARGS)
+
 # Every test: the main module, the Kubernetes module, and the container suite once more against containerd 2.x.
-test: build test-components
+# deps first, also under make -j: the build and the tests need what it installs.
+test: deps
+	$(MAKE) --no-print-directory build test-components
 	$(GO) test -count=1 -timeout 60m ./...
 	cd k8s && DETSHARE_K8S_CACHE=$(K8S_CACHE) $(GO) test -count=1 -timeout 30m ./...
 	DETSHARE_CONTAINERD_BIN=$(K8S_CACHE)/containerd-v2.2.9/bin $(GO) test -count=1 -timeout 20m ./integration/containers/

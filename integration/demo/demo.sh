@@ -3,8 +3,8 @@
 #
 #   integration/demo/demo.sh [--yes] [--duration SECONDS] [--keep]      (make demo DEMO_ARGS=--yes)
 #
-# 1. installs what is missing (containerd, runc, busybox-static from the distribution; asks first unless --yes or
-#    stdin is not a terminal, as in CI), then builds DetShare (`make build`);
+# 1. installs what is missing (integration/deps.sh demo: containerd, runc, busybox-static, ... from the
+#    distribution; asks first unless --yes or stdin is not a terminal, as in CI), then builds DetShare (`make build`);
 # 2. starts a PRIVATE containerd (its own root, state and socket under a temporary directory: the system's
 #    daemons are not touched) with DetShare's shim registered as runtime io.containerd.detshare.v1, and the
 #    DetShare scheduler on a private run directory;
@@ -12,8 +12,11 @@
 # 4. runs a latency-critical inference-like container (short kernels on 32 SMs' worth of blocks, back to back)
 #    and a best-effort training-like container (long multi-wave kernels) on one GPU: each alone, both shared
 #    without DetShare (plain runc: the GPU time-slices between them), and both under DetShare (latency-critical
-#    tier with 32 SMs, best-effort soaking up the rest), showing `detshare top` while they run;
+#    tier guaranteed 32 SMs and expanding onto what the best-effort tier gives up while busy; best-effort down to
+#    scheduler.be_floor meanwhile), showing `detshare top` while they run and saying what each phase shows;
 # 5. prints latency-critical p50/p99 and best-effort throughput for the three situations.
+# It runs on a host where containerd never ran (no /run/containerd): integration/freshhost tests that.
+# DETSHARE_CONFIG names the scheduler's configuration (default: the shipped configs/detshare/config.toml).
 # The GPU here is the SIMULATED GPU (a test double of the CUDA driver that times kernels on simulated SMs); the
 # screen says so. Real-GPU figures come from integration/gpu/run_all.sh (BENCHMARKS.md).
 # Everything is removed on exit, including on Ctrl-C. --keep leaves the temporary directory for inspection.
@@ -28,7 +31,7 @@ while [ $# -gt 0 ]; do
     --keep) keep=1 ;;
     --duration) duration="${2:?--duration needs seconds}"; shift ;;
     --duration=*) duration="${1#--duration=}" ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo: unknown argument '$1' (allowed: --yes, --duration SECONDS, --keep, --help)" >&2; exit 2 ;;
   esac
   shift
@@ -43,44 +46,26 @@ fi
 bold=$(printf '\033[1m') off=$(printf '\033[0m')
 [ -t 1 ] || { bold=""; off=""; }
 say() { printf '%s==>%s %s\n' "$bold" "$off" "$*"; }
+explain() { printf '%s\n' "$*" | fold -s -w 110 | sed 's/ *$//; s/^/    /'; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "needs root: containerd and runc run as root (sudo make demo)"
 
 # ---- 1. dependencies ----------------------------------------------------------------------------------------------
-missing=()
-command -v containerd >/dev/null || missing+=(containerd)
-command -v ctr >/dev/null || missing+=(containerd)
-command -v runc >/dev/null || missing+=(runc)
-[ -x /bin/busybox ] || missing+=(busybox-static)
-command -v gcc >/dev/null || missing+=(gcc)
-command -v make >/dev/null || missing+=(make)
-if [ ${#missing[@]} -gt 0 ]; then
-  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
-  command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get: install them with your package manager"
-  if [ $yes = 0 ] && [ -t 0 ]; then
-    printf 'DetShare demo needs: %s (from your distribution, via apt-get). Install now? [y/N] ' "${missing[*]}"
-    read -r ans
-    case "$ans" in y|Y|yes|YES) ;; *) die "not installing; rerun with --yes or install: ${missing[*]}" ;; esac
-  fi
-  say "installing ${missing[*]} (apt-get)"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
-command -v go >/dev/null || [ -x /usr/local/go/bin/go ] ||
-  die "Go is needed to build DetShare (the version in go.mod, from https://go.dev/dl; distributions ship older ones)"
-command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
+# integration/deps.sh is the one list of what the demo and the tests need, and the one installer (apt-get).
+deps_args=(demo)
+[ $yes = 0 ] || deps_args+=(--yes)
+"$repo/integration/deps.sh" "${deps_args[@]}" || die "missing dependencies (see above)"
+case ":$PATH:" in *:/usr/local/go/bin:*) ;; *) export PATH="$PATH:/usr/local/go/bin" ;; esac
 
 # ---- build ---------------------------------------------------------------------------------------------------------
 if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
   say "building DetShare (make build)"
-  build_err=$(mktemp "${TMPDIR:-/tmp}/detshare-demo-build.XXXXXX")
-  if ! make -C "$repo" build >/dev/null 2>"$build_err"; then
-    tail -30 "$build_err" >&2
-    rm -f "$build_err"
+  # its errors are kept in memory: nothing to leave behind when the build fails or is interrupted
+  if ! build_err=$(make -C "$repo" build 2>&1 >/dev/null); then
+    printf '%s\n' "$build_err" | tail -30 >&2
     die "make build failed"
   fi
-  rm -f "$build_err"
 fi
 build="${DETSHARE_BUILD_DIR:-$repo/build}"
 for f in bin/detshare bin/containerd-shim-detshare-v1 bin/detshare-hook lib/libdetshare.so lib/simgpu/libcuda.so.1 \
@@ -95,36 +80,41 @@ real-GPU figures: integration/gpu/run_all.sh --quick OUTDIR (BENCHMARKS.md)"
 fi
 
 # ---- 2. private containerd + scheduler ------------------------------------------------------------------------------
-tmp=$(mktemp -d /tmp/detshare-demo.XXXXXX)
 ns=detshare-demo
-sock="$tmp/containerd.sock"
-run_dir="$tmp/run"
 ctrd_pid="" sched_pid=""
-mkdir -p "$tmp/bin" "$run_dir" "$tmp/simgpu"
-ctr_() { ctr --address "$sock" --namespace "$ns" "$@"; }
-# containerd puts shim sockets in /run/containerd/s and runc state in /run/containerd/runc/<namespace> whatever its
-# own state directory; cleanup() removes what appears there during the demo once nothing listens on it.
-host_dirs=(/run/containerd /run/containerd/s /run/containerd/runc "/run/containerd/runc/$ns")
+# containerd puts shim sockets in /run/containerd/s, ctr its stdio fifos in /run/containerd/fifo and runc its state in
+# /run/containerd/runc/<namespace>, whatever containerd's own state directory. On a host where containerd never ran
+# none of them exists yet (issue 25): they are noted, not listed, and cleanup() removes what appears there during the
+# demo once nothing uses it.
+host_dirs=(/run/containerd /run/containerd/s /run/containerd/fifo /run/containerd/runc "/run/containerd/runc/$ns")
 new_dirs=()
 for d in "${host_dirs[@]}"; do [ -e "$d" ] || new_dirs+=("$d"); done
-old_socks=" $(ls /run/containerd/s 2>/dev/null | tr '\n' ' ') "
-old_fifos=" $(ls /run/containerd/fifo 2>/dev/null | tr '\n' ' ') "
-[ -e /run/containerd/fifo ] || new_dirs+=(/run/containerd/fifo)
+old_entries=" "
+for e in /run/containerd/s/* /run/containerd/fifo/*; do # a glob of a missing directory stays the pattern itself
+  if [ -e "$e" ]; then old_entries+="$e "; fi
+done
+tmp=$(mktemp -d /tmp/detshare-demo.XXXXXX)
+sock="$tmp/containerd.sock"
+run_dir="$tmp/run"
+# ctr waits 10 s for a socket nobody serves unless told otherwise
+ctr_() { ctr --address "$sock" --namespace "$ns" --connect-timeout 2s "$@"; }
 
+# cleanup runs on every exit, failures included: without errexit, so that one failing step cannot skip the rest.
 cleanup() {
   local rc=$?
-  trap - EXIT INT TERM
-  if [ -S "$sock" ]; then
-    for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
+  set +e
+  trap - EXIT INT TERM ERR
+  if [ -S "$sock" ] && [ -n "$ctrd_pid" ] && kill -0 "$ctrd_pid" 2>/dev/null; then
+    for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1; done
     sleep 0.3
-    for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks rm -f "$id" >/dev/null 2>&1 || true; done
-    for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers rm "$id" >/dev/null 2>&1 || true; done
+    for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks rm -f "$id" >/dev/null 2>&1; done
+    for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers rm "$id" >/dev/null 2>&1; done
   fi
   for pid in $sched_pid $ctrd_pid; do
     if kill -0 "$pid" 2>/dev/null; then
-      kill -TERM "$pid" 2>/dev/null || true
+      kill -TERM "$pid" 2>/dev/null
       for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -KILL "$pid" 2>/dev/null || true
+      kill -KILL "$pid" 2>/dev/null
     fi
   done
   # shims (and anything else) still naming our directory: only processes this demo started can
@@ -134,31 +124,37 @@ cleanup() {
     [ "${p#/proc/}" = "$$" ] && continue
     args=()
     { mapfile -d '' -t args <"$p/cmdline"; } 2>/dev/null || continue
-    case " ${args[*]} " in *"$tmp/"*) kill -KILL "${p#/proc/}" 2>/dev/null || true ;; esac
+    case " ${args[*]} " in *"$tmp/"*) kill -KILL "${p#/proc/}" 2>/dev/null ;; esac
   done
   # mounts containerd left below our directory (rootfs overlays, shm), deepest first
   awk -v d="$tmp" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r |
-    while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    while read -r m; do umount -l "$m" 2>/dev/null; done
   local s listening
-  listening=$(ss -xlH 2>/dev/null || true)
+  listening=$(ss -xlH 2>/dev/null)
   for s in /run/containerd/s/*; do
     [ -S "$s" ] || continue
-    case "$old_socks" in *" ${s##*/} "*) continue ;; esac
+    case "$old_entries" in *" $s "*) continue ;; esac
     case "$listening" in *"$s"*) ;; *) rm -f "$s" ;; esac
   done
   for s in /run/containerd/fifo/*; do # ctr's per-task fifo directories, empty once the tasks are gone
     [ -d "$s" ] || continue
-    case "$old_fifos" in *" ${s##*/} "*) ;; *) rmdir "$s" 2>/dev/null || true ;; esac
+    case "$old_entries" in *" $s "*) ;; *) rmdir "$s" 2>/dev/null ;; esac
   done
   local i
-  for ((i = ${#new_dirs[@]} - 1; i >= 0; i--)); do rmdir "${new_dirs[$i]}" 2>/dev/null || true; done
+  for ((i = ${#new_dirs[@]} - 1; i >= 0; i--)); do rmdir "${new_dirs[$i]}" 2>/dev/null; done
   if [ $keep = 1 ]; then echo "demo: --keep: $tmp kept" >&2; else rm -rf "$tmp"; fi
   exit $rc
 }
 trap cleanup EXIT
 trap 'echo; echo "demo: interrupted, cleaning up" >&2; exit 130' INT TERM
+# a step that fails under errexit says which one, rather than ending the demo without a word
+trap 'echo "demo: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+mkdir -p "$tmp/bin" "$run_dir" "$tmp/simgpu"
 
 ln -s "$build/bin/containerd-shim-detshare-v1" "$tmp/bin/containerd-shim-detshare-v1"
+# The scheduler's policy settings: the shipped defaults (configs/detshare/config.toml) unless DETSHARE_CONFIG names
+# another file, so that what the demo shows does not depend on an /etc/detshare/config.toml left on this host.
+export DETSHARE_CONFIG="${DETSHARE_CONFIG:-$repo/configs/detshare/config.toml}"
 export DETSHARE_RUN_DIR="$run_dir" DETSHARE_SIMGPU=1 DETSHARE_SIMGPU_SMS=132 DETSHARE_LIB="$build/lib/libdetshare.so" \
   DETSHARE_HOOK="$build/bin/detshare-hook" DETSHARE_BIN="$build/bin/detshare" DETSHARE_LOG_LEVEL=warning
 cat >"$tmp/containerd.toml" <<EOF
@@ -175,13 +171,21 @@ say "starting a private containerd ($sock) with DetShare's shim registered (io.c
 # own session: a terminal's Ctrl-C must not reach containerd before cleanup() has removed the containers through it
 PATH="$tmp/bin:$PATH" setsid containerd --config "$tmp/containerd.toml" >"$tmp/containerd.log" 2>&1 &
 ctrd_pid=$!
-for _ in $(seq 100); do ctr_ version >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 100); do
+  ctr_ version >/dev/null 2>&1 && break
+  kill -0 "$ctrd_pid" 2>/dev/null || break # it exited: its log says why
+  sleep 0.1
+done
 ctr_ version >/dev/null 2>&1 || { tail -20 "$tmp/containerd.log" >&2; die "containerd did not start"; }
 
 say "starting the DetShare scheduler on $run_dir (simulated GPU)"
 setsid "$build/bin/detshare" sched >"$tmp/sched.log" 2>&1 &
 sched_pid=$!
-for _ in $(seq 50); do "$build/bin/detshare" status --json >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 50); do
+  "$build/bin/detshare" status --json >/dev/null 2>&1 && break
+  kill -0 "$sched_pid" 2>/dev/null || break
+  sleep 0.1
+done
 "$build/bin/detshare" status --json >/dev/null 2>&1 || { tail -20 "$tmp/sched.log" >&2; die "the scheduler did not start"; }
 
 # ---- 3. image -------------------------------------------------------------------------------------------------------
@@ -256,19 +260,35 @@ lc_stats() {
 }
 # be_rate FILE -> kernels per second
 be_rate() {
-  grep -o '"iters":[0-9]*' "$1" | tail -1 | sed 's/.*://' | awk -v d="$duration" '{printf "%.1f\n", $1 / d}'
+  local n
+  n=$(grep -o '"iters":[0-9]*' "$1" | tail -1 | sed 's/.*://') || true
+  if [ -z "$n" ]; then echo "-"; else awk -v n="$n" -v d="$duration" 'BEGIN {printf "%.1f\n", n / d}'; fi
 }
 
 echo
 printf '%s%s%s\n' "$bold" "*** GPU: $gpu_note ***" "$off"
 echo
 say "phase 1/4: latency-critical container alone (${duration}s)"
+explain "An inference-like service: each request is one kernel of 32 blocks x 2 ms (one wave on 32 SMs), sent back" \
+  "to back. Its latency alone is the reference for phases 3 and 4."
 run_phase alone-lc runc 1 0
 say "phase 2/4: best-effort container alone (${duration}s)"
+explain "A training-like job: kernels of 528 blocks x 3 ms (4 waves on all 132 SMs). Its throughput alone is the" \
+  "reference (100% kept)."
 run_phase alone-be runc 0 1
 say "phase 3/4: both shared WITHOUT DetShare (runc; the GPU time-slices) (${duration}s)"
+explain "Nothing arbitrates: the GPU time-slices between the two processes, so a request that arrives during a" \
+  "training kernel waits for it. Watch the latency-critical p50/p99 grow; the trainer barely notices."
 run_phase shared runc 1 1
-say "phase 4/4: both shared WITH DetShare (latency-critical 32 SMs, best-effort the rest) (${duration}s)"
+say "phase 4/4: both shared WITH DetShare (latency-critical tier with 32 SMs guaranteed, best-effort tier) (${duration}s)"
+explain "The GPU is split into SM groups (15 of 8 SMs here, as on an H100; 12 SMs are in no group). The" \
+  "latency-critical container owns 4 groups (32 SMs). While it is busy it also expands onto every group the" \
+  "best-effort one gives up (sched/policy): the trainer shrinks to scheduler.be_floor groups (shipped default 1" \
+  "group = 8 SMs, about 6% of the GPU; this run reads $DETSHARE_CONFIG) and a dispatch gate bounds its kernels" \
+  "in flight, so that taken groups are free within about gate_budget. The groups flow back while the service is" \
+  "idle. In 'detshare top' below, SM g/q is SMs granted now / guaranteed; a sample taken between two requests" \
+  "shows the trainer with the shared groups back while the idle service still holds its grant (it runs nothing," \
+  "so the overlap costs nothing until its next request takes the groups back)."
 run_phase detshare detshare 1 1
 
 read -r a50 a99 < <(lc_stats "$tmp/alone-lc.lc.out")
@@ -288,4 +308,9 @@ printf '%-34s %10s %10s %16s %8s\n' "shared with DetShare" "$d50" "$d99" "$bd" "
 echo
 echo "LC = latency-critical inference-like container (p50/p99 of its request latency)."
 echo "BE = best-effort training-like container (its throughput, and the share of its solo throughput it kept)."
+echo "With DetShare the LC keeps about its latency alone: it runs on its own SMs plus the groups the BE gave up,"
+echo "not behind training kernels. The BE pays: this LC is busy almost all the time, so the BE runs on its be_floor"
+echo "share nearly all the time and keeps little of its throughput. To keep a trainer going beside a busy service,"
+echo "raise scheduler.be_floor: with be_floor = 11 (DETSHARE_CONFIG=<a copy of the config> make demo) the BE keeps"
+echo "every group outside the LC's 4 and the LC runs on its 32 SMs."
 echo "Simulated GPU: shapes, not H100 numbers. Real-GPU results: BENCHMARKS.md."

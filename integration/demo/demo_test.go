@@ -31,7 +31,7 @@ func need(t *testing.T) {
 	}
 	for _, tool := range []string{"containerd", "ctr", "runc"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: apt-get install containerd runc busybox-static (or DETSHARE_SKIP_DEMO=1)", tool)
+			t.Fatalf("%s not found: integration/deps.sh demo installs it (or DETSHARE_SKIP_DEMO=1)", tool)
 		}
 	}
 	// The demo's leftover check must not see another engine suite running beside it.
@@ -199,5 +199,53 @@ func TestDemoCtrlCCleansUp(t *testing.T) {
 	waitClean(t, m[1])
 	if left := hostleft.Left(before); len(left) > 0 {
 		t.Errorf("the interrupted demo left on the host: %v", left)
+	}
+}
+
+// A demo that fails half-way (here: containerd exits at once) says what failed, exits non-zero and removes what it
+// had made: its temporary directory, its processes, the host directories it created. With --keep it keeps the
+// temporary directory and says so.
+func TestDemoFailureCleansUp(t *testing.T) {
+	need(t)
+	fake := t.TempDir()
+	bad := "#!/bin/sh\necho 'fake containerd: refusing to start' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(fake, "containerd"), []byte(bad), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []bool{false, true} {
+		before := hostleft.Take()
+		args := []string{"--duration", "2"}
+		if keep {
+			args = append(args, "--keep")
+		}
+		cmd := demoCmd(t, args...)
+		cmd.Env = append(cmd.Env, "PATH="+fake+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		s := string(out)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 {
+			t.Fatalf("demo with a containerd that cannot start: %v, want a non-zero exit\n%s", err, s)
+		}
+		for _, want := range []string{"fake containerd: refusing to start", "demo: containerd did not start"} {
+			if !strings.Contains(s, want) {
+				t.Errorf("the failed demo's output lacks %q:\n%s", want, s)
+			}
+		}
+		m := tmpRe.FindStringSubmatch(s)
+		if m == nil {
+			t.Fatalf("demo output does not name its private containerd socket:\n%s", s)
+		}
+		if keep {
+			if !strings.Contains(s, "demo: --keep: "+m[1]+" kept") {
+				t.Errorf("--keep: the demo did not say it kept %s:\n%s", m[1], s)
+			}
+			if _, err := os.Stat(filepath.Join(m[1], "containerd.log")); err != nil {
+				t.Errorf("--keep: %s/containerd.log is gone: %v", m[1], err)
+			}
+			os.RemoveAll(m[1])
+		}
+		waitClean(t, m[1])
+		if left := hostleft.Left(before); len(left) > 0 {
+			t.Errorf("the failed demo (keep=%v) left on the host: %v", keep, left)
+		}
 	}
 }
