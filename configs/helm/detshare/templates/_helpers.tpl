@@ -26,3 +26,4 @@ tolerations:
 {{ toYaml . | indent 2 }}
 {{- end }}
 {{- end -}}
+
