@@ -386,3 +386,44 @@ func fileTree(t *testing.T, root string) map[string]string {
 	}
 	return m
 }
+
+// The chart's README documents every value values.schema.json allows (down to the second level: deeper keys are
+// documented with their parent, as `nodeDaemon.resources`), and values.yaml sets no key the schema lacks.
+func TestHelmChartREADMEDocumentsEveryValue(t *testing.T) {
+	dir := filepath.Join(repoRoot(), "configs/helm/detshare")
+	raw, err := os.ReadFile(filepath.Join(dir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties map[string]struct {
+			Properties map[string]any `json:"properties"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatalf("values.schema.json: %v", err)
+	}
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for top, p := range schema.Properties {
+		paths := []string{top}
+		if len(p.Properties) > 0 {
+			paths = nil
+			for sub := range p.Properties {
+				paths = append(paths, top+"."+sub)
+			}
+		}
+		for _, path := range paths {
+			n++
+			if !strings.Contains(string(readme), "`"+path+"`") {
+				t.Errorf("configs/helm/detshare/README.md does not document `%s`", path)
+			}
+		}
+	}
+	if n < 30 {
+		t.Errorf("values.schema.json names %d values, want the chart's ~35", n)
+	}
+}
