@@ -26,4 +26,3 @@ tolerations:
 {{ toYaml . | indent 2 }}
 {{- end }}
 {{- end -}}
-
