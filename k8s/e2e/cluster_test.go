@@ -17,7 +17,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -59,9 +58,7 @@ type cluster struct {
 	createdHostDirs          []string
 	client                   *kubernetes.Clientset
 	cgroupsBefore            map[string]bool
-	rendered                 string                       // what the Helm chart rendered
-	unserved                 []*unstructured.Unstructured // rendered objects whose API the cluster does not serve
-	metricsPort              int                          // the node daemon's metrics port (loopback)
+	metricsPort              int // the node daemon's metrics port (loopback)
 	apiPort                  int
 }
 
@@ -151,7 +148,7 @@ func start() (*cluster, error) {
 		name string
 		fn   func() error
 	}{{"control plane", c.startControlPlane}, {"containerd", c.startContainerd}, {"kubelet", c.startKubelet},
-		{"node registered", c.waitNodeRegistered}, {"helm chart (device plugin, node daemon, RuntimeClass)", c.deployChart},
+		{"node registered", c.waitNodeRegistered}, {"helm install (device plugin, node daemon, RuntimeClass; DRA)", c.deployChart},
 		{"node ready with detshare.io resources", c.waitNodeReady}, {"DRA ResourceSlices", c.waitResourceSlices}}
 	for _, s := range steps {
 		t0 := time.Now()

@@ -6,57 +6,77 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/detshare/detshare/k8s/installerimage"
 )
 
 const (
 	chartNS      = "detshare-system"
-	release      = "ds"
+	release      = "ds"     // device plugin, node daemon, RuntimeClass, metrics Service
+	releaseDRA   = "ds-dra" // the DeviceClass and the DRA plugin: a release has the device plugin or DRA, not both
 	installerTag = "docker.io/library/detshare-installer:e2e"
 )
 
-// renderChart runs `helm template` on configs/helm/detshare with the values this cluster needs: the installer image
-// built here (never pulled), the test's run directory, the simulated GPU (a test double), host network with metrics
-// on loopback, no installer (the test configured containerd itself), and DRA (DeviceClass and plugin, on the test's
-// kubelet and CDI directories).
-func (c *cluster) renderChart(metricsPort int) (string, error) {
-	args := []string{"template", release, filepath.Join(c.repo, "configs/helm/detshare"), "--kube-version", "1.34.4",
-		"--namespace", chartNS,
-		"--set", "image.repository=detshare-installer", "--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
-		"--set", "runDir=" + c.runDir, "--set", "installer.enabled=false", "--set", "hostNetwork=true",
-		"--set", "nodeDaemon.metricsAddress=127.0.0.1", "--set", fmt.Sprintf("nodeDaemon.metricsPort=%d", metricsPort),
-		"--set", "devicePlugin.logLevel=debug", "--set", "dra.enabled=true",
-		"--set", "dra.kubeletDir=" + c.kubeletRoot, "--set", "dra.cdiDir=" + c.cdiDir(),
-		"--set", "extraEnv[0].name=DETSHARE_SIMGPU", "--set-string", "extraEnv[0].value=1",
-		// No kube-proxy here: the in-cluster client of the DRA plugin (host network) reaches the apiserver on loopback.
-		"--set", "extraEnv[1].name=KUBERNETES_SERVICE_HOST", "--set-string", "extraEnv[1].value=127.0.0.1",
-		"--set", "extraEnv[2].name=KUBERNETES_SERVICE_PORT", "--set-string", fmt.Sprintf("extraEnv[2].value=%d", c.apiPort)}
-	out, err := exec.Command(c.bin["helm"], args...).CombinedOutput()
+// chartDir is the chart under test.
+func (c *cluster) chartDir() string { return filepath.Join(c.repo, "configs/helm/detshare") }
+
+// helm runs the helm binary build-components.sh built against this cluster, with Helm's own cache, configuration
+// and data directories under the test directory so that nothing is left in $HOME.
+func (c *cluster) helm(args ...string) (string, error) {
+	return runHelm(c.bin["helm"], c.dir, append(args, "--kubeconfig", c.kubeconfig)...)
+}
+
+func runHelm(bin, home string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "helm/cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "helm/config"), "HELM_DATA_HOME="+filepath.Join(home, "helm/data"))
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
 }
 
-// deployChart imports the installer image, labels the node as a DetShare node and applies every object the chart
-// renders whose API the cluster serves; the kinds it does not serve (ServiceMonitor without the Prometheus operator)
-// are returned.
+// commonValues are what every release of this cluster needs: the installer image built here (never pulled), the
+// test's run directory, the simulated GPU (a test double), host network with metrics on loopback, and no
+// installer (the test configured containerd itself).
+func (c *cluster) commonValues() []string {
+	return []string{"--set", "image.repository=detshare-installer", "--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
+		"--set", "runDir=" + c.runDir, "--set", "installer.enabled=false", "--set", "hostNetwork=true",
+		"--set", "extraEnv[0].name=DETSHARE_SIMGPU", "--set-string", "extraEnv[0].value=1",
+		// No kube-proxy here: the in-cluster client of the DRA plugin (host network) reaches the apiserver on loopback.
+		"--set", "extraEnv[1].name=KUBERNETES_SERVICE_HOST", "--set-string", "extraEnv[1].value=127.0.0.1",
+		"--set", "extraEnv[2].name=KUBERNETES_SERVICE_PORT", "--set-string", fmt.Sprintf("extraEnv[2].value=%d", c.apiPort)}
+}
+
+// mainValues: release ds, the chart's defaults (device plugin, node daemon, RuntimeClass, metrics Service; no
+// ServiceMonitor) on this cluster.
+func (c *cluster) mainValues() []string {
+	return append(c.commonValues(), "--set", "nodeDaemon.metricsAddress=127.0.0.1",
+		"--set", fmt.Sprintf("nodeDaemon.metricsPort=%d", c.metricsPort), "--set", "devicePlugin.logLevel=debug")
+}
+
+// draValues: release ds-dra, only DRA (DeviceClass and plugin, on the test's kubelet and CDI directories).
+func (c *cluster) draValues() []string {
+	return append(c.commonValues(), "--set", "devicePlugin.enabled=false", "--set", "nodeDaemon.enabled=false",
+		"--set", "runtimeClass.enabled=false", "--set", "dra.enabled=true",
+		"--set", "dra.kubeletDir="+c.kubeletRoot, "--set", "dra.cdiDir="+c.cdiDir())
+}
+
+// deployChart imports the installer image, labels the node as a DetShare node and installs the chart with `helm
+// install` against the cluster's kube-apiserver, as a user would: release ds with the chart's defaults, release
+// ds-dra with DRA only.
 func (c *cluster) deployChart() error {
 	img := filepath.Join(c.dir, "installer.tar")
 	if err := installerimage.Pack(c.build, img, installerTag, "/bin/busybox"); err != nil {
@@ -72,51 +92,16 @@ func (c *cluster) deployChart() error {
 		return fmt.Errorf("label node: %w", err)
 	}
 	c.metricsPort = freePort()
-	rendered, err := c.renderChart(c.metricsPort)
-	if err != nil {
+	if _, err := c.helm(append([]string{"install", release, c.chartDir(), "--namespace", chartNS, "--create-namespace"},
+		c.mainValues()...)...); err != nil {
 		return err
 	}
-	c.rendered = rendered
-	if _, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNS}},
-		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
-	objs, err := decodeAll(rendered)
-	if err != nil {
-		return err
-	}
-	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if meta.IsNoMatchError(err) {
-			c.unserved = append(c.unserved, o)
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err)
-		}
-		ri := dyn.Resource(m.Resource)
-		var r dynamic.ResourceInterface = ri
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			r = ri.Namespace(chartNS)
-		}
-		if _, err := r.Create(ctx, o, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("apply %s %s: %w", gvk.Kind, o.GetName(), err)
-		}
-	}
-	return nil
+	_, err := c.helm(append([]string{"install", releaseDRA, c.chartDir(), "--namespace", chartNS}, c.draValues()...)...)
+	return err
 }
 
-func decodeAll(manifests string) ([]*unstructured.Unstructured, error) {
+// manifestObjects are the objects of a rendered manifest (helm template, helm get manifest).
+func manifestObjects(manifests string) ([]*unstructured.Unstructured, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifests)), 4096)
 	var out []*unstructured.Unstructured
 	for {

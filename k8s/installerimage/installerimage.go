@@ -5,7 +5,7 @@
 //	/opt/detshare/bin/{detshare,detshare-hook,detshare-runtime,containerd-shim-detshare-v1,detshare-device-plugin,
 //	  detshare-dra-plugin}
 //	/opt/detshare/lib/libdetshare.so
-//	/bin/busybox and its applets (sh, install, nsenter, sleep) for the installer's script
+//	/bin/busybox and its applets (sh, nsenter, chroot, sleep, mkdir, cp, chmod, mv, rm, rmdir) for the installer's scripts
 //	the shared libraries the binaries need (glibc), as ldd resolves them on the build host
 package installerimage
 
@@ -24,7 +24,7 @@ var Binaries = []string{"detshare", "detshare-hook", "detshare-runtime", "contai
 // Pack writes the image tagged tag to out from make build's output directory build.
 func Pack(build, out, tag, busybox string) error {
 	files := []testenv.File{{Path: "bin/busybox", Src: busybox, Mode: 0o755}}
-	for _, applet := range []string{"sh", "install", "nsenter", "sleep", "cat", "ls"} {
+	for _, applet := range []string{"sh", "nsenter", "chroot", "sleep", "cat", "ls", "mkdir", "cp", "chmod", "mv", "rm", "rmdir"} {
 		files = append(files, testenv.File{Path: "bin/" + applet, Link: "busybox"})
 	}
 	var elf []string
