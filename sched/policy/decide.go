@@ -50,6 +50,8 @@ type pass struct {
 	d Decision
 }
 
+// newPass starts a Decide: the split capped at the 64 groups a mask holds, and the tenants in priority order,
+// since guarantees and shares are placed highest priority first and ties go to the earlier tenant.
 func newPass(groupSMs []uint32, tenants []Tenant, o Options) pass {
 	n := min(len(groupSMs), 64)
 	all := ^uint64(0)
