@@ -10,8 +10,8 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
-	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/internal/failopen"
+	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/internal/table"
 )
 

@@ -15,10 +15,11 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/hook/specmod"
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 )
 
 func anyOf(t *testing.T, v interface{}) *anypb.Any {
@@ -137,7 +138,7 @@ func testCfg(t *testing.T) hook.Config {
 	h := filepath.Join(d, "detshare-hook")
 	os.WriteFile(h, []byte("#!/bin/sh\n"), 0o755)
 	return hook.Config{RunDir: filepath.Join(d, "run"), LibPath: lib, HookPath: h,
-		Registrar: tenant.Registrar{DiscoverGPUs: simgpu.Discover}, Devices: simgpu.Devices{}}
+		Registrar: tenant.Registrar{DiscoverGPUs: simgpu.Discover}, Devices: cdi.Simulated{}}
 }
 
 func bundle(t *testing.T, spec string) string {

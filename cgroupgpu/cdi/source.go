@@ -24,7 +24,7 @@ type Edit struct {
 }
 
 // Source gives the edit of one GPU. The shim, the runc wrapper and the Kubernetes plugins take one from their
-// main: the host's (Host) or the simulated GPU's (a test double, integration/simgpu).
+// main: the host's (Host) or the simulated GPU's (Simulated, a test double).
 type Source interface {
 	Edit(gpu GPU) (Edit, error)
 }
@@ -168,8 +168,32 @@ func IsGPUNode(path string) bool {
 }
 
 // SimNodePrefix is the path prefix of the simulated GPU's device nodes (/dev/detshare-simgpu<N>); the simulated
-// libcuda.so.1 (a test double) looks for them (integration/simgpu).
+// libcuda.so.1 (a test double, integration/simgpu) looks for them.
 const SimNodePrefix = "/dev/detshare-simgpu"
+
+// SimNodeHostPath is the host node whose numbers the simulated GPU's device nodes take (/dev/null's): the runtime
+// creates /dev/detshare-simgpu<N> in the container as a character device, as it creates /dev/nvidia<N> for a GPU.
+const SimNodeHostPath = "/dev/null"
+
+// Simulated is the simulated GPU's device source (a test double of Host): GPU N's edit is its device node
+// /dev/detshare-simgpu<N>, numbered as SimNodeHostPath. The shim, the runc wrapper and the Kubernetes plugins take
+// it when the environment selects the simulated GPU (internal/simgpu.Selected), and apply it through the same
+// modifier as a real GPU's edit.
+type Simulated struct{}
+
+// Edit implements Source.
+func (Simulated) Edit(gpu GPU) (Edit, error) {
+	if gpu.Index < 0 {
+		return Edit{}, fmt.Errorf("simulated GPU (test double): index %d", gpu.Index)
+	}
+	path := fmt.Sprintf("%s%d", SimNodePrefix, gpu.Index)
+	n, err := NodeFor(path, SimNodeHostPath)
+	if err != nil {
+		return Edit{}, fmt.Errorf("simulated GPU (test double): %w", err)
+	}
+	return Edit{GPU: gpu, From: "simulated GPU (test double)", Node: path,
+		Edits: ContainerEdits{DeviceNodes: []DeviceNode{n}}}, nil
+}
 
 // SpecFor writes the CDI spec (kind Kind) of the given GPUs' edits: one device per GPU, named by its index and by
 // its UUID, and "all" — the shape `nvidia-ctk cdi generate` writes, for `detshare cdi spec`.

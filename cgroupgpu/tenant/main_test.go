@@ -7,7 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 )
 
 func TestMain(m *testing.M) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/internal/table"
 )
 

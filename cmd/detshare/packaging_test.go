@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 )
 
 // debScript runs packaging/deb/<name> with a stub detshare (DETSHARE_BIN) and stub systemctl first on PATH; the stub

@@ -12,13 +12,13 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv("RUNCWRAP_TEST_MAIN") == "1" { // the test binary doubles as detshare-runtime
 		os.Exit(Main(os.Args[1:], tenant.Registrar{DiscoverGPUs: simgpu.Discover},
-			func(string) cdi.Source { return simgpu.Devices{} }, "test"))
+			func(string) cdi.Source { return cdi.Simulated{} }, "test"))
 	}
 	os.Exit(m.Run())
 }

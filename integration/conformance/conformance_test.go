@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/cgroupgpu/tenant"
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/sirupsen/logrus"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/placement"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/hostleft"
-	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/integration/testenv"
+	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
 )

@@ -6,14 +6,18 @@ import (
 	"strings"
 )
 
-// Environment variables read by the simulated GPU (README.md).
+// Environment variables read by the simulated GPU (README.md); the size variables, which also select it in
+// DetShare's binaries, are internal/simgpu's.
 const (
 	EnvState = "DETSHARE_SIMGPU_STATE"
-	EnvCount = "DETSHARE_SIMGPU_COUNT"
-	EnvSMs   = "DETSHARE_SIMGPU_SMS"
-	EnvMem   = "DETSHARE_SIMGPU_MEM"
 	EnvMPS   = "DETSHARE_SIMGPU_MPS"
 )
+
+// EnvDeviceDir names the directory where the simulated libcuda.so.1 (a test double) looks for its device nodes
+// (detshare-simgpu<N>). Unset, every simulated GPU is visible (host tests, like a host with the driver loaded);
+// set (the container tests set /dev), cuInit fails with CUDA_ERROR_NO_DEVICE unless a node is there, as the real
+// driver does in a container that was not given /dev/nvidia<N>.
+const EnvDeviceDir = "DETSHARE_SIMGPU_DEVICE_DIR"
 
 // LibDir is the directory holding the simulated libcuda.so.1 and libnvidia-ml.so.1 under a build directory.
 func LibDir(buildDir string) string { return filepath.Join(buildDir, "lib", "simgpu") }

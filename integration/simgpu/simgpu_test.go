@@ -704,7 +704,7 @@ func TestDeviceNodeGatesCuInit(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "detshare-simgpu0"), nil, 0o666)
 	noDevice("regular file")
 	os.Remove(filepath.Join(dir, "detshare-simgpu0"))
-	e, err := simgpu.Devices{}.Edit(cdi.GPU{Index: 0})
+	e, err := cdi.Simulated{}.Edit(cdi.GPU{Index: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

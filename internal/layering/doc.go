@@ -24,14 +24,15 @@ type Layer struct {
 // included: it gets its own floor above the small helpers, so that none of them can lean on it and it can import
 // nothing above them.
 var Layers = []Layer{
-	{"internal", 0},       // small helpers with no DetShare imports (atomic files, quoting, layout, fail-open)
-	{"internal/table", 1}, // the shared contract
-	{"sched", 2},          // the host scheduler and its pieces (policy, daemon, mps, gpuinfo, ensure, view, ...)
-	{"cgroupgpu", 3},      // per-tenant enforcement: quota keys, registration, placement, libdetshare
-	{"hook", 4},           // container attach: OCI hook, spec edits, runc wrapper
-	{"shimv2", 5},         // containerd shim v2 task service
-	{"integration", 6},    // the simulated GPU (a test double) and test support; only mains and tests import it
-	{"cmd", 7},            // the binaries: the only place dependencies are chosen and wired
+	{"internal", 0},        // small helpers with no DetShare imports (atomic files, quoting, layout, fail-open)
+	{"internal/table", 1},  // the shared contract
+	{"internal/simgpu", 2}, // the binaries' choice of the simulated GPU (a test double)
+	{"sched", 2},           // the host scheduler and its pieces (policy, daemon, mps, gpuinfo, ensure, view, ...)
+	{"cgroupgpu", 3},       // per-tenant enforcement: quota keys, registration, placement, libdetshare
+	{"hook", 4},            // container attach: OCI hook, spec edits, runc wrapper
+	{"shimv2", 5},          // containerd shim v2 task service
+	{"integration", 6},     // the simulated GPU (a test double) and test support; only mains and tests import it
+	{"cmd", 7},             // the binaries: the only place dependencies are chosen and wired
 }
 
 // Package is one package's import path (inside the module) and its production (non-test) imports.

@@ -9,7 +9,6 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
-	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/internal/table"
 )
 
@@ -98,8 +97,8 @@ func TestAllocateGivesTheAllocatedGPU(t *testing.T) {
 // (annotations only: the runtime handler adds the GPU at create).
 func TestAllocateSimulatedGPUAndDegradesWithoutDriver(t *testing.T) {
 	inv := testInventory()
-	cr := allocate(t, ResourceShares, simgpu.Devices{}, inv, "gpu0-sm-0")
-	if len(cr.Devices) != 1 || cr.Devices[0].ContainerPath != "/dev/detshare-simgpu0" || cr.Devices[0].HostPath != simgpu.NodeHostPath ||
+	cr := allocate(t, ResourceShares, cdi.Simulated{}, inv, "gpu0-sm-0")
+	if len(cr.Devices) != 1 || cr.Devices[0].ContainerPath != "/dev/detshare-simgpu0" || cr.Devices[0].HostPath != cdi.SimNodeHostPath ||
 		len(cr.CdiDevices) != 0 {
 		t.Errorf("simulated GPU: devices %v cdi %v", cr.Devices, cr.CdiDevices)
 	}

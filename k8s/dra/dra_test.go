@@ -13,7 +13,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
-	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/k8s/deviceplugin"
 )
@@ -125,7 +124,7 @@ func TestPrepareWritesAndUnprepareRemovesSpec(t *testing.T) {
 // with its numbers, beside the quota env.
 func TestPrepareSpecHasTheGPUDeviceNode(t *testing.T) {
 	d := testDriver(t)
-	d.Devices = simgpu.Devices{}
+	d.Devices = cdi.Simulated{}
 	res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claimFor([]string{"gpu1-sm-0"}, "gpu1", "")})
 	if err != nil || res["uid-1"].Err != nil {
 		t.Fatalf("prepare: %v %v", err, res["uid-1"].Err)
@@ -139,7 +138,7 @@ func TestPrepareSpecHasTheGPUDeviceNode(t *testing.T) {
 		t.Fatalf("spec %+v", s)
 	}
 	n := e.DeviceNodes[0]
-	if n.Path != "/dev/detshare-simgpu1" || n.HostPath != simgpu.NodeHostPath || n.Type != "c" || n.Major != 1 || n.Minor != 3 {
+	if n.Path != "/dev/detshare-simgpu1" || n.HostPath != cdi.SimNodeHostPath || n.Type != "c" || n.Major != 1 || n.Minor != 3 {
 		t.Errorf("device node %+v, want GPU 1's", n)
 	}
 	if !reflect.DeepEqual(e.Env, []string{"DETSHARE_TIER=burstable", "DETSHARE_SMS=8", "DETSHARE_GPU=1"}) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/mps"

@@ -1,6 +1,6 @@
 // Package wiring builds, once per binary, what tenant registration depends on (cgroupgpu/tenant.Registrar) and is
 // where DetShare's binaries choose their GPU backend: NVML (sched/gpuinfo) or the simulated GPU (a test double,
-// integration/simgpu), the latter only when the environment selects it. The hook, the shim and the runc wrapper
+// internal/simgpu), the latter only when the environment selects it. The hook, the shim and the runc wrapper
 // never probe NVML (they must stay small and start on hosts without a driver): the scheduler records the real GPUs
 // in the table, and before it has they can only describe the simulated GPU. This package links no NVML; `detshare`
 // passes its NVML discovery in (cmd/detshare).
@@ -12,7 +12,7 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/placement"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
 )
@@ -60,7 +60,7 @@ type devices struct{ host cdi.Host }
 
 func (d devices) Edit(gpu cdi.GPU) (cdi.Edit, error) {
 	if SimulatedGPU() {
-		return simgpu.Devices{}.Edit(gpu)
+		return cdi.Simulated{}.Edit(gpu)
 	}
 	return d.host.Edit(gpu)
 }

@@ -13,8 +13,9 @@ import (
 	"github.com/urfave/cli/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cmd/detshare/version"
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/k8s/deviceplugin"
 	"github.com/detshare/detshare/k8s/internal/nodecli"
 	"github.com/detshare/detshare/sched/gpuinfo"
@@ -45,6 +46,6 @@ func run(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	devices := nodecli.Devices(c, simgpu.Selected(os.Environ()), simgpu.Devices{})
+	devices := nodecli.Devices(c, simgpu.Selected(os.Environ()), cdi.Simulated{})
 	return deviceplugin.Run(ctx, c.String("device-plugin-dir"), inv, devices)
 }

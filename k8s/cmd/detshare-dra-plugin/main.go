@@ -19,8 +19,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cmd/detshare/version"
-	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/k8s/dra"
 	"github.com/detshare/detshare/k8s/internal/nodecli"
 	"github.com/detshare/detshare/sched/gpuinfo"
@@ -74,7 +75,7 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("plugin directory: %w", err)
 	}
 	drv := &dra.Driver{Inventory: inv, CDIDir: c.String("cdi-dir"),
-		Devices: nodecli.Devices(c, simgpu.Selected(os.Environ()), simgpu.Devices{})}
+		Devices: nodecli.Devices(c, simgpu.Selected(os.Environ()), cdi.Simulated{})}
 	helper, err := kubeletplugin.Start(ctx, drv, kubeletplugin.KubeClient(client), kubeletplugin.NodeName(node),
 		kubeletplugin.DriverName(dra.DriverName),
 		kubeletplugin.RegistrarDirectoryPath(filepath.Join(kubelet, "plugins_registry")),

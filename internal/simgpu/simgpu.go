@@ -1,3 +1,8 @@
+// Package simgpu is the Go side of choosing the simulated GPU, a test double (its C sources, build and test
+// programs live in integration/simgpu): whether the environment selects it (Selected), the GPUs it then describes
+// (GPUs), and the one choice of GPU discovery the binaries wire in (OrReal; Discover for tests). Its device source
+// is cgroupgpu/cdi.Simulated. It lives under internal/ because production code chooses through it: binaries must
+// never import the test folder integration/.
 package simgpu
 
 import (
@@ -12,10 +17,14 @@ import (
 )
 
 // Variables that select the simulated GPU in DetShare's own binaries (docs/internals.md "Simulated GPU selection").
-// The size variables (EnvCount, EnvSMs, EnvMem) select it too.
+// The size variables (EnvCount, EnvSMs, EnvMem), which the simulated libcuda.so.1 reads too
+// (integration/simgpu/README.md), select it as well.
 const (
 	EnvSelect    = "DETSHARE_SIMGPU"
 	EnvSimulated = "DETSHARE_SIMULATED_GPU" // the name `detshare doctor --simulated-gpu` reads
+	EnvCount     = "DETSHARE_SIMGPU_COUNT"
+	EnvSMs       = "DETSHARE_SIMGPU_SMS"
+	EnvMem       = "DETSHARE_SIMGPU_MEM"
 )
 
 // ErrNotSelected is returned by the discovery OrReal builds when the environment does not select the simulated GPU
