@@ -14,7 +14,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/detshare/detshare/integration/testenv"
+	"github.com/detshare/detshare/internal/ociimage"
 )
 
 // Binaries are the programs the image carries.
@@ -23,34 +23,34 @@ var Binaries = []string{"detshare", "detshare-hook", "detshare-runtime", "contai
 
 // Pack writes the image tagged tag to out from make build's output directory build.
 func Pack(build, out, tag, busybox string) error {
-	files := []testenv.File{{Path: "bin/busybox", Src: busybox, Mode: 0o755}}
+	files := []ociimage.File{{Path: "bin/busybox", Src: busybox, Mode: 0o755}}
 	for _, applet := range []string{"sh", "nsenter", "chroot", "sleep", "cat", "ls", "mkdir", "cp", "chmod", "mv", "rm", "rmdir"} {
-		files = append(files, testenv.File{Path: "bin/" + applet, Link: "busybox"})
+		files = append(files, ociimage.File{Path: "bin/" + applet, Link: "busybox"})
 	}
 	var elf []string
 	for _, b := range Binaries {
 		src := filepath.Join(build, "bin", b)
-		files = append(files, testenv.File{Path: "opt/detshare/bin/" + b, Src: src, Mode: 0o755})
+		files = append(files, ociimage.File{Path: "opt/detshare/bin/" + b, Src: src, Mode: 0o755})
 		elf = append(elf, src)
 	}
 	lib := filepath.Join(build, "lib", "libdetshare.so")
-	files = append(files, testenv.File{Path: "opt/detshare/lib/libdetshare.so", Src: lib, Mode: 0o644})
+	files = append(files, ociimage.File{Path: "opt/detshare/lib/libdetshare.so", Src: lib, Mode: 0o644})
 	for _, f := range append(elf, lib) {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%w: run `make build` first", err)
 		}
 	}
-	libs, err := testenv.SharedLibs(append(elf, lib)...)
+	libs, err := ociimage.SharedLibs(append(elf, lib)...)
 	if err != nil {
 		return err
 	}
 	for _, l := range libs {
-		files = append(files, testenv.File{Path: l[1:], Src: l, Mode: 0o755})
+		files = append(files, ociimage.File{Path: l[1:], Src: l, Mode: 0o755})
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
 	cfg := map[string]any{"Env": []string{"PATH=/opt/detshare/bin:/bin"}, "Cmd": []string{"/bin/sh"}}
-	_, err = testenv.WriteImage(out, tag, files, cfg)
+	_, err = ociimage.WriteImage(out, tag, files, cfg)
 	return err
 }
