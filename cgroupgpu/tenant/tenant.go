@@ -25,7 +25,7 @@ import (
 	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/detshare/detshare/internal/quote"
 	"github.com/detshare/detshare/internal/table"
-	"github.com/detshare/detshare/sched/workload"
+	"github.com/detshare/detshare/internal/workload"
 )
 
 // Registrar registers tenants with the dependencies its binary chose. The zero Registrar starts no scheduler, takes

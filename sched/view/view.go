@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/internal/table"
+	"github.com/detshare/detshare/internal/workload"
 	"github.com/detshare/detshare/sched/policy"
-	"github.com/detshare/detshare/sched/workload"
 )
 
 // Snapshot is one look at a run directory.
@@ -56,7 +56,7 @@ type GPU struct {
 // Tenant is one registered tenant with its grant and its client page's statistics.
 type Tenant struct {
 	ID string `json:"id"`
-	// The Kubernetes pod, namespace and container the tenant is (sched/workload); empty outside Kubernetes.
+	// The Kubernetes pod, namespace and container the tenant is (internal/workload); empty outside Kubernetes.
 	Pod           string `json:"pod,omitempty"`
 	Namespace     string `json:"namespace,omitempty"`
 	Container     string `json:"container,omitempty"`

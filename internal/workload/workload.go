@@ -2,7 +2,8 @@
 // can label a tenant as DCGM exporter labels a GPU process (pod, namespace, container). The runtime reads the
 // identity from the CRI annotations in the container's OCI spec (containerd's io.kubernetes.cri.*, CRI-O's and
 // kubelet's io.kubernetes.pod.* / io.kubernetes.container.name) and writes it, host-side, beside the tenant's quota
-// file; readers take it from there.
+// file; readers take it from there. It lives in internal/ because both wings use it: registration
+// (cgroupgpu/tenant) writes the record, the scheduler's view (sched/view) reads it.
 //
 // The annotations are written by the engine, but an engine user (ctr, Docker) can set any annotation, so the values
 // are only labels: they are bounded, must look like Kubernetes names, and never change a quota.
