@@ -34,10 +34,10 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
 	"github.com/detshare/detshare/internal/atomicfile"
+	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/internal/layout"
 	"github.com/detshare/detshare/internal/table"
-	"github.com/detshare/detshare/sched/config"
 )
 
 // Environment variables that configure the container components (the shim and the wrapper inherit them from

@@ -12,7 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/detshare/detshare/cmd/internal/wiring"
-	"github.com/detshare/detshare/sched/config"
+	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/sched/daemon"
 	"github.com/detshare/detshare/sched/gpuinfo"
 )

@@ -46,6 +46,7 @@ var Layers = []Layer{
 	{Prefix: "internal/table", Floor: 1},                   // the shared contract
 	{Prefix: "internal/simgpu", Floor: 2},                  // the binaries' choice of the simulated GPU (a test double)
 	{Prefix: "internal/workload", Floor: 2},                // a tenant's Kubernetes pod/container record
+	{Prefix: "internal/config", Floor: 2},                  // the host configuration file (config.toml)
 	{Prefix: "cgroupgpu", Floor: 3, Wing: EnforcementWing}, // per-tenant enforcement: quota keys, registration, placement, CDI, libdetshare
 	{Prefix: "sched", Floor: 3, Wing: SchedulerWing},       // the host scheduler and its pieces (policy, daemon, mps, gpuinfo, ensure, view, ...)
 	{Prefix: "hook", Floor: 4, Wing: EnforcementWing},      // container attach: OCI hook, spec edits, runc wrapper
@@ -104,6 +105,9 @@ func Check(pkgs []Package) []string {
 			case lt.Floor >= lf.Floor:
 				bad = append(bad, fmt.Sprintf("%s (%s, floor %d) imports %s (%s, floor %d): imports must point down",
 					from, lf.Prefix, lf.Floor, to, lt.Prefix, lt.Floor))
+			case lf.Wing != "" && lt.Wing != "" && lf.Wing != lt.Wing:
+				bad = append(bad, fmt.Sprintf("%s (%s wing) imports %s (%s wing): the wings meet only in the binaries (cmd/)",
+					from, lf.Wing, to, lt.Wing))
 			}
 		}
 	}

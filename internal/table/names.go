@@ -3,7 +3,7 @@ package table
 import "fmt"
 
 // The words users write and read for the table's Tier*, Role* and Mode* values: quota keys (cgroupgpu/quota),
-// tenants.max_tier (sched/config), the scheduler's logs (sched/policy), `detshare status` and the metrics
+// tenants.max_tier (internal/config), the scheduler's logs (sched/policy), `detshare status` and the metrics
 // (sched/view). This is the one place they are spelled; the values are the C enums of detshare_table.h
 // (TestABIMatchesC).
 var (

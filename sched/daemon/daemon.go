@@ -24,8 +24,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/table"
-	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/metrics"
 	"github.com/detshare/detshare/sched/mps"
@@ -85,9 +85,16 @@ func (c *settings) set(cfg config.Config) policy.Options {
 	c.mu.Lock()
 	c.cfg = cfg
 	c.mu.Unlock()
-	po := cfg.PolicyOptions()
+	po := policyOptions(cfg.PolicyOptions())
 	c.popt.Store(&po)
 	return po
+}
+
+// policyOptions converts the configuration's policy settings (internal/config, which imports no scheduler code)
+// for sched/policy. The kind is one of config.Policies, which config.Validate has checked.
+func policyOptions(o config.PolicyOptions) policy.Options {
+	return policy.Options{Kind: policy.Kind(o.Kind), DecodeBoost: o.DecodeBoost, Quantum: o.Quantum,
+		MaxQuantum: o.MaxQuantum, Floor: o.Floor, GateDepth: o.GateDepth, GateBudget: o.GateBudget}
 }
 
 // gpuState is one GPU as the scheduler runs it; each part belongs to the job named beside it.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/table"
-	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/mps"
 )
 

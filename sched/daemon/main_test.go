@@ -12,9 +12,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/internal/table"
-	"github.com/detshare/detshare/sched/config"
 	"github.com/detshare/detshare/sched/mps"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/table"
-	"github.com/detshare/detshare/sched/config"
 )
 
 // demandState is what the scheduler remembers of a tenant's counters between passes.

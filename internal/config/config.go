@@ -1,6 +1,8 @@
-// Package config loads the scheduler's configuration, /etc/detshare/config.toml (commented example in
+// Package config loads the host configuration, /etc/detshare/config.toml (commented example in
 // configs/detshare/config.toml). Every field has a default, so a missing file is not an error; a bad value is,
-// naming the key, the value and what is allowed.
+// naming the key, the value and what is allowed. Both wings read it: the scheduler (sched/daemon) all of it, the
+// container path (hook) the tenants section's fail_open; so it stands under both and imports no scheduler code.
+// The scheduler section converts to plain PolicyOptions, which sched/daemon turns into sched/policy.Options.
 package config
 
 import (
@@ -9,12 +11,14 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/detshare/detshare/internal/table"
-	"github.com/detshare/detshare/sched/policy"
 )
 
 // DefaultPath is where `detshare sched` reads its configuration unless --config says otherwise.
@@ -118,14 +122,18 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText implements encoding.TextMarshaler.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// Default returns the built-in defaults (what the example file documents).
+// Policies are the values of scheduler.policy, sched/policy's kinds (sched/daemon's TestPolicyOptions checks that
+// they are the same).
+var Policies = []string{"throughput-oriented", "tpot-first"}
+
+// Default returns the built-in defaults (what the example file documents). The scheduler section's are
+// sched/policy.DefaultOptions (sched/daemon's TestPolicyOptions checks that they are the same).
 func Default() Config {
-	o := policy.DefaultOptions()
 	return Config{
-		Scheduler: Scheduler{Policy: string(o.Kind), DecodeBoost: o.DecodeBoost, Quantum: Duration{o.Quantum},
-			MaxQuantum: Duration{o.MaxQuantum}, Tick: Duration{100 * time.Millisecond},
+		Scheduler: Scheduler{Policy: Policies[0], DecodeBoost: 3, Quantum: Duration{5 * time.Millisecond},
+			MaxQuantum: Duration{50 * time.Millisecond}, Tick: Duration{100 * time.Millisecond},
 			ReapEvery: Duration{250 * time.Millisecond}, LatencySLO: Duration{time.Millisecond},
-			BEFloor: o.Floor, GateDepth: o.GateDepth, GateBudget: Duration{o.GateBudget}, PowerNearLimit: 0.92},
+			BEFloor: 1, GateDepth: 8, GateBudget: Duration{500 * time.Microsecond}, PowerNearLimit: 0.92},
 		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
 		Metrics: Metrics{Listen: ""},
 		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second}},
@@ -163,8 +171,12 @@ func Parse(name string, data []byte) (Config, error) {
 
 // Validate checks ranges.
 func (c Config) Validate() error {
-	if _, err := policy.ParseKind(c.Scheduler.Policy); err != nil {
-		return fmt.Errorf("scheduler.policy: %w", err)
+	if !slices.Contains(Policies, c.Scheduler.Policy) {
+		q := make([]string, len(Policies))
+		for i, p := range Policies {
+			q[i] = strconv.Quote(p)
+		}
+		return fmt.Errorf("scheduler.policy: policy %q: allowed values are %s", c.Scheduler.Policy, strings.Join(q, ", "))
 	}
 	if c.Scheduler.DecodeBoost < 1 || c.Scheduler.DecodeBoost > 100 {
 		return fmt.Errorf("scheduler.decode_boost = %d: allowed values are 1..100", c.Scheduler.DecodeBoost)
@@ -215,10 +227,21 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// PolicyOptions converts the scheduler section for sched/policy.
-func (c Config) PolicyOptions() policy.Options {
-	k, _ := policy.ParseKind(c.Scheduler.Policy)
-	return policy.Options{Kind: k, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
+// PolicyOptions are the scheduler section's settings of the grant policy, as plain values: sched/daemon converts
+// them to sched/policy.Options field by field.
+type PolicyOptions struct {
+	Kind        string // one of Policies
+	DecodeBoost uint32
+	Quantum     time.Duration
+	MaxQuantum  time.Duration
+	Floor       int // scheduler.be_floor
+	GateDepth   uint32
+	GateBudget  time.Duration
+}
+
+// PolicyOptions returns the scheduler section's policy settings.
+func (c Config) PolicyOptions() PolicyOptions {
+	return PolicyOptions{Kind: c.Scheduler.Policy, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
 		MaxQuantum: c.Scheduler.MaxQuantum.Duration, Floor: c.Scheduler.BEFloor, GateDepth: c.Scheduler.GateDepth,
 		GateBudget: c.Scheduler.GateBudget.Duration}
 }

@@ -37,7 +37,7 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := c.PolicyOptions()
-	if o.Kind != policy.TPOTFirst || o.Quantum != 2*time.Millisecond || c.Metrics.Listen != "127.0.0.1:0" {
+	if policy.Kind(o.Kind) != policy.TPOTFirst || o.Quantum != 2*time.Millisecond || c.Metrics.Listen != "127.0.0.1:0" {
 		t.Fatalf("%+v %+v", o, c)
 	}
 	if c, err := Parse("t", []byte("[scheduler]\nbe_floor = 0\n")); err != nil || c.PolicyOptions().Floor != 0 {
