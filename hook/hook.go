@@ -1,13 +1,16 @@
 // Package hook is the container side of DetShare shared by the containerd shim, the runc wrapper and the
 // detshare-hook binary: it decides whether a container wants DetShare, registers it (cgroupgpu/tenant), edits its
-// spec (hook/specmod), and deregisters it when the container is deleted.
+// spec (hook/specmod), and deregisters it when the container is deleted (Poststop).
 //
 // Two ways in:
 //   - managed (shim, runc wrapper): Prepare runs before `runc create`. Registration and admission happen there, so a
 //     bad quota fails the create with the quota's own message and nothing is created; the mounts go into the spec
-//     (runc owns and undoes them) and a poststop hook deregisters.
+//     (runc owns and undoes them). The caller deregisters itself, since every deletion passes through it (the
+//     shim's Delete and its manager's Stop, the wrapper's `runc delete`), so it puts no poststop hook into the spec
+//     (Request.NoPoststopHook; one exception there).
 //   - standalone (hooks.d for podman/CRI-O): the createContainer hook registers and performs the same bind mounts
-//     itself inside the container's mount namespace, before pivot_root; poststop deregisters.
+//     itself inside the container's mount namespace, before pivot_root; the poststop hook of
+//     configs/hooks.d/detshare-poststop.json deregisters. That path is what `detshare-hook poststop` is for.
 //
 // Failure policy (README "When DetShare cannot serve a container"): a container that carries no DetShare setting is
 // never touched. A container that asked for DetShare (any quota key) and cannot get it — its quota is wrong or not
@@ -137,9 +140,12 @@ type Request struct {
 	// Spec is the bundle's config.json when the caller has read it already (the shim reads it once per create);
 	// nil: Prepare reads it.
 	Spec *specmod.Spec
-	// NoPoststopHook leaves the poststop hook out of the spec, for callers that see every deletion themselves (the
-	// runc wrapper is run for every `runc delete`; the shim's Delete and its manager's Stop, which containerd runs
-	// to clean up after a dead shim); it saves a process start per container.
+	// NoPoststopHook leaves the poststop hook (`detshare-hook poststop --id`, which needs Config.HookPath) out of the
+	// spec, for callers that see every deletion themselves (the runc wrapper is run for every `runc delete`; the
+	// shim's Delete and its manager's Stop, which containerd runs to clean up after a dead shim); it saves a process
+	// start per container. The wrapper always sets it, the shim for every spec it has read; only when the shim could
+	// not read the spec does Prepare read it itself and, if it can, add the hook (the shim's Delete deregisters then
+	// too).
 	NoPoststopHook bool
 }
 
@@ -283,7 +289,8 @@ func Rollback(cfg Config, id string) {
 }
 
 // Poststop deregisters id. A container that was never registered (or was already deregistered) is not an error:
-// poststop runs for every container of a detshare runtime and may run twice (hook and shim Delete).
+// the shim, its manager and the runc wrapper call it for every deletion, the hooks.d poststop hook runs for every
+// container of podman or CRI-O, and a deletion may be seen twice (shim Delete, then its manager's Stop).
 func Poststop(cfg Config, id string) error {
 	err := tenant.Deregister(cfg.RunDir, id)
 	if err == nil || errors.Is(err, table.ErrNotFound) {

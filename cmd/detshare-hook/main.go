@@ -1,9 +1,11 @@
 // Command detshare-hook is DetShare's OCI hook. Unlike the shim and the wrapper it does not start the scheduler on
 // demand (sched/ensure): at createContainer it runs inside the container's PID namespace, where a scheduler would
-// neither see host PIDs nor outlive the container; hooks.d hosts run the scheduler as a service. The shim and the runc wrapper add it to a container's spec as a
-// poststop hook (deregistration); registered through a hooks directory (podman --hooks-dir, CRI-O) it also runs at
-// createContainer, where it registers the container and bind-mounts DetShare's files itself. Logic lives in
-// package hook.
+// neither see host PIDs nor outlive the container; hooks.d hosts run the scheduler as a service. Registered through
+// a hooks directory (podman --hooks-dir, CRI-O; configs/hooks.d) it runs at createContainer, where it registers the
+// container and bind-mounts DetShare's files itself, and at poststop, where it deregisters it: the poststop command
+// is for that standalone path, because the shim and the runc wrapper deregister on delete themselves and leave it
+// out of the specs they edit (but for the case hook.Request.NoPoststopHook describes). They put it into a spec as
+// the GPU edit's loader-cache hook (ldcache). Logic lives in package hook.
 package main
 
 import (
@@ -100,7 +102,7 @@ func newApp() *cli.App {
 			},
 			{
 				Name:  "poststop",
-				Usage: "deregister the container",
+				Usage: "deregister the container (poststop hook of the standalone hooks.d path)",
 				Flags: []cli.Flag{&cli.StringFlag{Name: "id", Usage: "tenant ID (default: the id in the OCI state)"}},
 				Action: func(c *cli.Context) error {
 					id := c.String("id")

@@ -21,7 +21,7 @@ type Tenant struct {
 	PreloadFile string // file whose content is the in-container library path (mounted at /etc/ld.so.preload)
 	QuotaFile   string // the tenant's container-quota file
 	MPSPipeDir  string // the GPU's MPS pipe directory; empty when MPS is not running
-	HookPath    string // absolute path of detshare-hook; empty adds no poststop hook
+	HookPath    string // absolute path of detshare-hook for a poststop hook; empty (the shim and the wrapper) adds none
 	// GPU is the edit that gives the container the GPU the tenant was placed on (ForGPU); nil adds no device.
 	GPU *cdi.Edit
 }
@@ -46,13 +46,14 @@ func TenantMounts(t Tenant) []Mount {
 	return ms
 }
 
-// PoststopHook is the hook that deregisters tenant id when its container is deleted.
+// PoststopHook is the hook that deregisters tenant id when its container is deleted, for a caller that does not see
+// the deletion itself (hook.Request.NoPoststopHook false); DetShare's shim and runc wrapper see every deletion.
 func PoststopHook(hookPath, runDir, id string) Hook {
 	return Hook{Path: hookPath, Args: []string{"detshare-hook", "--run-dir", runDir, "poststop", "--id", id},
 		Timeout: 30}
 }
 
-// ForTenant is the DetShare edit of a registered container: the bind mounts, the poststop hook that deregisters it,
+// ForTenant is the DetShare edit of a registered container: the bind mounts, the poststop hook when t.HookPath is set,
 // the bookkeeping annotation and, when t.GPU is set, the placed GPU itself (ForGPU: its device nodes, allowed in
 // the device cgroup, and the driver's libraries).
 func ForTenant(t Tenant) Modifier {
