@@ -1,7 +1,8 @@
 /*
  * ds_init.c — what runs when libdetshare is loaded: the constructor (settings, the tenant, the fork and exit
  * handlers) and the fork handler, which alone knows every lock of the library. Nothing calls into this file; it
- * calls the parts it starts (ds_process.c, ds_tenant.c) and each part's fork functions.
+ * calls the parts it starts (ds_process.c, ds_tenant.c), connects the demand monitor to the streams it watches
+ * (ds_demand_init), and calls each part's fork functions.
  */
 #include "ds_demand.h"
 #include "ds_driver.h"
@@ -70,6 +71,7 @@ static void on_exit_release(void) {
 __attribute__((constructor(101))) static void ds_constructor(void) {
     ds_settings_init();
     ds_dlsym_init();
+    ds_demand_init(ds_streams_drained);
     ds_tenant_load();
     if (ds_process.tenant) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);

@@ -4,6 +4,7 @@
  * binding, ds_streams.c); a graph is launched as the copy made for the current grant (ds_graph.c). Kernels, their
  * launch configurations and arguments are never changed. No lock, no syscall on this path.
  */
+#include "ds_demand.h"
 #include "ds_driver.h"
 #include "ds_graph.h"
 #include "ds_mem.h"
@@ -15,7 +16,7 @@
 #define REAL_OR_FAIL(name) DS_REAL_OR_FAIL(name)
 #define PASS_THROUGH() (!ds_process.tenant || ds_depth)
 
-/* Every launch hook: count the launch and pick its stream (ds_launch_bind: the launch l_, its stream s_), launch
+/* Every launch hook: count the launch (ds_demand_work), pick its stream (ds_launch_bind: the launch l_, its stream s_), launch
  * there; if the physical stream refuses the kernel, launch it where the application asked (after what the physical
  * stream holds) and leave that stream unconfined. params: the hook's parameter list; app_stream: the application's stream; key: what is launched
  * (CUfunction, CUgraphExec: the dispatch gate learns its duration, ds_gate.c); usable: false passes
@@ -27,6 +28,7 @@
         if (PASS_THROUGH() || !(usable))                                                                             \
             return on_app;                                                                                           \
         ds_depth++;                                                                                                  \
+        ds_demand_work(true);                                                                                        \
         struct ds_launch l_ = ds_launch_bind(app_stream, pt, (const void *)(key));                                   \
         CUstream s_ = l_.stream;                                                                                     \
         prepare;                                                                                                     \

@@ -41,6 +41,7 @@ static CUresult call(ds_generic_fn real, const uintptr_t *a) {
 static CUresult redirected(ds_generic_fn real, int per_thread, int stream_arg, const uintptr_t *a) {
     uintptr_t b[12];
     memcpy(b, a, sizeof b);
+    ds_demand_work(false);
     struct ds_launch l = ds_work_bind((CUstream)a[stream_arg], per_thread);
     b[stream_arg] = (uintptr_t)l.stream;
     CUresult r = call(real, b);

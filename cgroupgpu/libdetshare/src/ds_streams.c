@@ -32,7 +32,6 @@
  */
 #include "ds_streams.h"
 
-#include "ds_demand.h"
 #include "ds_driver.h"
 #include "ds_gate.h"
 #include "ds_grant.h"
@@ -616,11 +615,10 @@ static struct lstream *gate_admit(CUstream app, uint32_t depth, const void *key)
 }
 
 /* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s.
- * Kernels count as launches; copies and memsets only as queued work. The answer carries the logical stream looked
+ * Kernels are gated; copies and memsets are not. The caller counted the work first (ds_demand_work). The answer carries the logical stream looked
  * up here, so that completing the launch, and the slow paths after a refusal, never look it up again. */
 static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel, const void *key) {
     struct ds_launch l = {.stream = s, .key = key};
-    ds_demand_work(kernel);
     uint32_t gd = kernel ? ds_gate_depth() : 0; /* copies and memsets are never gated */
     CUstream app = app_handle(s, per_thread);
     struct lstream *admitted = DS_UNLIKELY(gd != 0) ? gate_admit(app, gd, key) : NULL;

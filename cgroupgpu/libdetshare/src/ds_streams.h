@@ -12,7 +12,7 @@
 #include <stdbool.h>
 
 /* The launch path (ds_launch.c, and copies and memsets in ds_stream_ops.c). Called with a tenant, on the hook's
- * thread. ds_launch_bind looks the application's stream up once and says where this launch goes; the answer is the
+ * thread, after the work was counted (ds_demand_work). ds_launch_bind looks the application's stream up once and says where this launch goes; the answer is the
  * launch's own (returned by value, kept by the hook, no thread-local state) and is handed to ds_launch_done(result),
  * which completes it, or, when the physical stream refused the work, to ds_launch_retry, then, after the launch on
  * the application's stream, to ds_launch_unconfinable (a kernel) or ds_work_ran_on_app_stream (a copy or memset).
@@ -27,7 +27,7 @@ struct ds_launch {
     bool gated;         /* passed the dispatch gate: ds_launch_done marks its completion */
 };
 struct ds_launch ds_launch_bind(CUstream s, int per_thread, const void *key); /* key: the CUfunction or CUgraphExec */
-struct ds_launch ds_work_bind(CUstream s, int per_thread); /* ds_launch_bind for copies and memsets: no launch counted */
+struct ds_launch ds_work_bind(CUstream s, int per_thread); /* ds_launch_bind for copies and memsets: never gated */
 void ds_launch_done(const struct ds_launch *l, CUresult r);
 bool ds_launch_retry(struct ds_launch *l, CUresult r);   /* true: run it on the application's stream */
 void ds_launch_unconfinable(const struct ds_launch *l);   /* after a kernel ran there: the stream stays unconfined */
