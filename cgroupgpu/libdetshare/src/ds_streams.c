@@ -679,7 +679,7 @@ struct ds_launch ds_launch_bind(CUstream s, int per_thread, const void *key) {
 }
 struct ds_launch ds_work_bind(CUstream s, int per_thread) { return work_bind(s, per_thread, false, NULL); }
 
-void ds_launch_done(const struct ds_launch *l, CUresult r) {
+void ds_launch_finish(const struct ds_launch *l, CUresult r) {
     struct lstream *ls = l->ls;
     /* a gated launch went to the physical stream, or (every group granted) to the application's stream */
     if (DS_UNLIKELY(l->gated) && r == CUDA_SUCCESS)

@@ -9,6 +9,8 @@
 #define CUDA_ABI_PROTOTYPES
 #include "cgroupgpu/cuda/cuda_abi.h"
 
+#include "ds_process.h"
+
 #include <stdbool.h>
 
 /* The launch path (ds_launch.c, and copies and memsets in ds_stream_ops.c). Called with a tenant, on the hook's
@@ -28,7 +30,11 @@ struct ds_launch {
 };
 struct ds_launch ds_launch_bind(CUstream s, int per_thread, const void *key); /* key: the CUfunction or CUgraphExec */
 struct ds_launch ds_work_bind(CUstream s, int per_thread); /* ds_launch_bind for copies and memsets: never gated */
-void ds_launch_done(const struct ds_launch *l, CUresult r);
+void ds_launch_finish(const struct ds_launch *l, CUresult r); /* ds_launch_done's work when there is some */
+static inline void ds_launch_done(const struct ds_launch *l, CUresult r) {
+    if (DS_UNLIKELY(l->on_phys | l->gated)) /* else nothing to complete: no call on the unconfined fast path */
+        ds_launch_finish(l, r);
+}
 bool ds_launch_retry(struct ds_launch *l, CUresult r);   /* true: run it on the application's stream */
 void ds_launch_unconfinable(const struct ds_launch *l);   /* after a kernel ran there: the stream stays unconfined */
 void ds_work_ran_on_app_stream(const struct ds_launch *l); /* after a copy or memset ran there */
