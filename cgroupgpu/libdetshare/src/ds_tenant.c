@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,13 +27,10 @@ static struct ds_tenant g_tenant; /* published once, through ds_process.tenant *
  * Quota file (docs/internals.md "The quota file"). The Go side's parser is cgroupgpu/quota.ParseFile; this is its C
  * reader for the few keys the library needs, kept to the same format.
  * ------------------------------------------------------------------------------------------------------------- */
+#define QF_NONE (~0ull) /* a numeric key the file did not set */
 struct quota_file {
-    int version;
+    unsigned long long version, slot, slot_gen, memory, gpu; /* the numeric keys (num_key) */
     char id[DS_ID_LEN];
-    long slot;
-    unsigned long slot_gen;
-    unsigned long long memory;
-    long gpu;
     char table[256];
     char client_page[256];
     char doorbell[256];
@@ -61,9 +59,30 @@ static int parse_ul(const char *key, const char *v, unsigned long long max, unsi
     return 0;
 }
 
+/* The numeric key k of the file: where it goes and the largest value allowed; NULL for another key. */
+static unsigned long long *num_key(struct quota_file *q, const char *k, unsigned long long *max) {
+    static const struct {
+        const char *key;
+        size_t off;
+        unsigned long long max;
+    } keys[] = {
+        {"version", offsetof(struct quota_file, version), 1000},
+        {"slot", offsetof(struct quota_file, slot), DS_MAX_CONTAINERS - 1},
+        {"slot_gen", offsetof(struct quota_file, slot_gen), UINT32_MAX},
+        {"memory", offsetof(struct quota_file, memory), UINT64_MAX},
+        {"gpu", offsetof(struct quota_file, gpu), DS_MAX_GPUS - 1},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(k, keys[i].key)) {
+            *max = keys[i].max;
+            return (unsigned long long *)((char *)q + keys[i].off);
+        }
+    return NULL;
+}
+
 static int read_quota_file(const char *path, struct quota_file *q) {
     memset(q, 0, sizeof *q);
-    q->slot = -1;
+    q->slot = QF_NONE;
     FILE *f = fopen(path, "re");
     if (!f) {
         DS_LOG(DS_LOG_ERROR, "quota file %s: %s; running without DetShare", path, strerror(errno));
@@ -89,34 +108,11 @@ static int read_quota_file(const char *path, struct quota_file *q) {
         }
         *eq = 0;
         const char *k = s, *v = eq + 1;
-        unsigned long long x = 0;
-        if (!strcmp(k, "version")) {
-            if (parse_ul(k, v, 1000, &x) == 0)
-                q->version = (int)x;
-            else
-                rc = -1;
+        unsigned long long max = 0, *num = num_key(q, k, &max);
+        if (num) {
+            rc |= parse_ul(k, v, max, num); /* sets *num only when the value is allowed */
         } else if (!strcmp(k, "id")) {
             rc |= copy_value(q->id, sizeof q->id, k, v);
-        } else if (!strcmp(k, "slot")) {
-            if (parse_ul(k, v, DS_MAX_CONTAINERS - 1, &x) == 0)
-                q->slot = (long)x;
-            else
-                rc = -1;
-        } else if (!strcmp(k, "slot_gen")) {
-            if (parse_ul(k, v, UINT32_MAX, &x) == 0)
-                q->slot_gen = (unsigned long)x;
-            else
-                rc = -1;
-        } else if (!strcmp(k, "memory")) {
-            if (parse_ul(k, v, UINT64_MAX, &x) == 0)
-                q->memory = x;
-            else
-                rc = -1;
-        } else if (!strcmp(k, "gpu")) {
-            if (parse_ul(k, v, DS_MAX_GPUS - 1, &x) == 0)
-                q->gpu = (long)x;
-            else
-                rc = -1;
         } else if (!strcmp(k, "table")) {
             rc |= copy_value(q->table, sizeof q->table, k, v);
         } else if (!strcmp(k, "client_page")) {
@@ -132,10 +128,10 @@ static int read_quota_file(const char *path, struct quota_file *q) {
     if (rc)
         return -1;
     if (q->version != 1) {
-        DS_LOG(DS_LOG_ERROR, "quota file %s: version=%d, this library reads version=1", path, q->version);
+        DS_LOG(DS_LOG_ERROR, "quota file %s: version=%llu, this library reads version=1", path, q->version);
         return -1;
     }
-    if (q->slot < 0 || !q->table[0] || !q->client_page[0]) {
+    if (q->slot == QF_NONE || !q->table[0] || !q->client_page[0]) {
         DS_LOG(DS_LOG_ERROR, "quota file %s: slot, table and client_page are required", path);
         return -1;
     }
@@ -286,7 +282,7 @@ void ds_tenant_load(void) {
     uint32_t gen = __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
     uint32_t state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
     if (gen != q.slot_gen || (state != DS_SLOT_ACTIVE && state != DS_SLOT_RESERVED)) {
-        DS_LOG(DS_LOG_ERROR, "table slot %ld: generation %u state %u, quota file says generation %lu; running unshared",
+        DS_LOG(DS_LOG_ERROR, "table slot %llu: generation %u state %u, quota file says generation %llu; running unshared",
                q.slot, gen, state, q.slot_gen);
         goto fail_table;
     }
@@ -302,7 +298,7 @@ void ds_tenant_load(void) {
         goto fail_table;
     }
     if (pg->slot != (uint32_t)q.slot || pg->slot_gen != q.slot_gen) {
-        DS_LOG(DS_LOG_ERROR, "client page %s belongs to slot %u generation %u, not slot %ld generation %lu; running "
+        DS_LOG(DS_LOG_ERROR, "client page %s belongs to slot %u generation %u, not slot %llu generation %llu; running "
                              "unshared", q.client_page, pg->slot, pg->slot_gen, q.slot, q.slot_gen);
         munmap(pg, sizeof *pg);
         goto fail_table;
