@@ -16,6 +16,29 @@ const (
 	lib   = "/usr/lib/x86_64-linux-gnu"
 )
 
+// fixtureWriters returns the two ways a fixture host tree under root is written: a file with its mode, and a
+// symbolic link; parent directories are made as needed.
+func fixtureWriters(t *testing.T, root string) (file func(p, content string, mode os.FileMode), link func(p, target string)) {
+	parent := func(p string) string {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return full
+	}
+	file = func(p, content string, mode os.FileMode) {
+		if err := os.WriteFile(parent(p), []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link = func(p, target string) {
+		if err := os.Symlink(target, parent(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return file, link
+}
+
 // hostTree writes a fixture host under a temp root, shaped as a driver-580 host without the NVIDIA container
 // toolkit: device nodes (symlinks to /dev/null, which stat as character devices 1:3), the driver's /proc files
 // with the bus order not matching the minors, versioned libraries with their soname and development links, a
@@ -23,22 +46,8 @@ const (
 func hostTree(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
-	mk := func(p, content string) {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	link := func(p, target string) {
-		full := filepath.Join(root, p)
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		if err := os.Symlink(target, full); err != nil {
-			t.Fatal(err)
-		}
-	}
+	file, link := fixtureWriters(t, root)
+	mk := func(p, content string) { file(p, content, 0o755) }
 	for _, n := range []string{"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
 		link("dev/"+n, "/dev/null")
 	}
@@ -295,20 +304,7 @@ func TestUpdateLDCache(t *testing.T) {
 // copy of a tool, and the loader hook names the directory of the real files.
 func TestDriverEditsSandboxLayout(t *testing.T) {
 	root := t.TempDir()
-	mk := func(p, content string, mode os.FileMode) {
-		full := filepath.Join(root, p)
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		if err := os.WriteFile(full, []byte(content), mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	link := func(p, target string) {
-		full := filepath.Join(root, p)
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		if err := os.Symlink(target, full); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mk, link := fixtureWriters(t, root)
 	for _, n := range []string{"nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
 		link("dev/"+n, "/dev/null")
 	}

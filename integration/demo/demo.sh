@@ -24,6 +24,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+# shellcheck source=integration/teardown.sh
+. "$repo/integration/teardown.sh"
 yes=0 keep=0 duration=6
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -117,18 +119,10 @@ cleanup() {
       kill -KILL "$pid" 2>/dev/null
     fi
   done
-  # shims (and anything else) still naming our directory: only processes this demo started can
-  # (bash builtins only, so that no helper process of this loop names the directory itself)
-  local p args
-  for p in /proc/[0-9]*; do
-    [ "${p#/proc/}" = "$$" ] && continue
-    args=()
-    { mapfile -d '' -t args <"$p/cmdline"; } 2>/dev/null || continue
-    case " ${args[*]} " in *"$tmp/"*) kill -KILL "${p#/proc/}" 2>/dev/null ;; esac
-  done
-  # mounts containerd left below our directory (rootfs overlays, shm), deepest first
-  awk -v d="$tmp" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r |
-    while read -r m; do umount -l "$m" 2>/dev/null; done
+  # shims (and anything else) still naming our directory: only processes this demo started can; then the mounts
+  # containerd left below it
+  kill_naming "$tmp"
+  umount_below "$tmp"
   local s listening
   listening=$(ss -xlH 2>/dev/null)
   for s in /run/containerd/s/*; do

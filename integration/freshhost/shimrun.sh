@@ -8,6 +8,8 @@
 # the shim creates it when it starts the scheduler on demand. Prints the container's output between "shimrun: out"
 # and "shimrun: end"; removes what it started (container, containerd, the scheduler) on every exit.
 set -euo pipefail
+# shellcheck source=integration/teardown.sh
+. "$(cd "$(dirname "$0")/.." && pwd)/teardown.sh"
 dir=${FRESH_DIR:?FRESH_DIR names the test directory}
 sock=/run/containerd/containerd.sock ns=freshhost id=fresh-lc
 image=docker.io/library/detshare-e2e:test
@@ -29,15 +31,8 @@ cleanup() {
     kill -KILL "$ctrd_pid" 2>/dev/null
   fi
   # the scheduler the shim started and any shim still running: every process started from FRESH_DIR/bin
-  local p args
-  for p in /proc/[0-9]*; do
-    [ "${p#/proc/}" = "$$" ] && continue
-    args=()
-    { mapfile -d '' -t args <"$p/cmdline"; } 2>/dev/null || continue
-    case " ${args[*]} " in *"$dir/"*) kill -KILL "${p#/proc/}" 2>/dev/null ;; esac
-  done
-  awk -v d="$dir" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r |
-    while read -r m; do umount -l "$m" 2>/dev/null; done
+  kill_naming "$dir"
+  umount_below "$dir"
   exit "$rc"
 }
 trap cleanup EXIT

@@ -14,7 +14,7 @@
 #               (must see one GPU, compute right, run on <= 32 SMs, be refused past 2 GiB)
 #   ds-be       DETSHARE_TIER=best-effort DETSHARE_MEMORY=3Gi (the whole GPU when alone; refused past 3 GiB)
 #   plain       the same program through detshare-runtime without any DetShare key (runs as under runc: no GPU)
-#   misspelt    DETSHARE_TEIR=best-effort (refused at create, the key named)
+#   misspelt    a misspelt tier key, TEIR for TIER (refused at create, the key named)
 # Board power and SM clock are logged every 100 ms (OUTDIR/power.csv). Exit status 0 only when every check holds.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -159,11 +159,12 @@ run_ctr plain
 grep -q '^devices: *$' "$out/plain.txt" && grep -q '^devices 0' "$out/plain.txt"
 check plain-no-gpu $? "no /dev/nvidia* and CUDA finds no device"
 
-echo "== misspelt: DETSHARE_TEIR refused at create"
-bundle misspelt DETSHARE_TEIR=best-effort
+typo_key=DETSHARE_TEIR # misspelt on purpose
+echo "== misspelt: $typo_key refused at create"
+bundle misspelt "$typo_key=best-effort"
 run_ctr misspelt
 rc=$?
-[ $rc != 0 ] && grep -q 'DETSHARE_TEIR' "$out/misspelt.err" && ! grep -q '^devices' "$out/misspelt.txt"
+[ $rc != 0 ] && grep -q "$typo_key" "$out/misspelt.err" && ! grep -q '^devices' "$out/misspelt.txt"
 check misspelt-refused $? "refused (exit $rc), key named, program never ran"
 
 "$repo/build/bin/detshare" status >"$out/status-after.txt" 2>&1

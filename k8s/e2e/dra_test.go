@@ -49,8 +49,8 @@ func TestDRAClaimWithDetShareConfig(t *testing.T) {
 	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claimName}}
 	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
 	// A hostile pod's own DETSHARE_* environment must not override what its claim was allocated.
-	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"}, {Name: "DETSHARE_TIER", Value: "best-effort"},
-		{Name: "DETSHARE_MEMORY", Value: "80Gi"}}
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"}, {Name: "DETSHARE_TIER", Value: "best-effort"},
+		{Name: "DETSHARE_MEMORY", Value: "80Gi"}}...)
 	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod: %v", err)
 	}

@@ -44,6 +44,9 @@ func sharePod(name string, shares, memGiB int64) *corev1.Pod {
 				Name: "work", Image: imageRef, ImagePullPolicy: corev1.PullNever,
 				Command:   []string{"sh", "-c", "simgpu-probe meminfo; exec sleep 600"},
 				Resources: corev1.ResourceRequirements{Limits: limits},
+				// The simulated GPU answers only through its device node, as a real one through /dev/nvidia<N>:
+				// a pod whose device plugin and runtime handler gave it no GPU fails cuInit (no "total" in its log).
+				Env: []corev1.EnvVar{{Name: "DETSHARE_SIMGPU_DEVICE_DIR", Value: "/dev"}},
 			}},
 		},
 	}
@@ -296,8 +299,8 @@ func TestPodCannotWidenItsShare(t *testing.T) {
 	c := need(t)
 	pod := sharePod("greedy", 2, 1)
 	pod.Annotations = map[string]string{"detshare.io/sms": "100%", "detshare.io/memory": "80Gi", "detshare.io/tier": "latency-critical"}
-	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"}, {Name: "DETSHARE_MEMORY", Value: "80Gi"},
-		{Name: "DETSHARE_TIER", Value: "latency-critical"}}
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"}, {Name: "DETSHARE_MEMORY", Value: "80Gi"},
+		{Name: "DETSHARE_TIER", Value: "latency-critical"}}...)
 	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create: %v", err)
 	}

@@ -1,0 +1,372 @@
+package policy
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+)
+
+// Decide computes the spatial grants of tenants on a GPU whose split has groupSMs[i] SMs in group i. Each step
+// computes one thing from what the steps before it decided; the reasons are written last, from the decision, so
+// that what a tenant is told is what it got.
+func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
+	p := newPass(groupSMs, tenants, o)
+	p.placeGuarantees()
+	p.findThrottle()
+	p.shareBusy()
+	p.grantGroups()
+	p.describe()
+	return p.d
+}
+
+// pass is one Decide: its inputs and what each step has decided so far (slices aligned with tenants).
+type pass struct {
+	groupSMs []uint32 // the split, at most 64 groups
+	tenants  []Tenant
+	o        Options
+	all      uint64 // every group of the split
+	order    []int  // tenants in priority order (lessPriority)
+
+	// placeGuarantees
+	guar      []uint64 // the groups each guarantee is placed on
+	exclusive uint64   // union of d.Exclusive
+	shared    uint64   // the groups nobody holds exclusively: idle lenders' guarantees and the unguaranteed rest
+
+	// findThrottle
+	lcBusy   bool // a latency-critical tenant is busy
+	sloMiss  bool // ... and above its SLO
+	throttle bool // lower tiers keep only their floor
+	floor    int  // the groups a throttled lower tier keeps
+	gate     Gate // every lower tier's dispatch gate
+
+	// shareBusy
+	got      []uint64 // what each busy borrower runs on besides its exclusive guarantee
+	busyUsed uint64   // union of got
+
+	// idleOffer, computed the first time it is needed
+	wakeFloors      uint64
+	wakeFloorsKnown bool
+
+	d Decision
+}
+
+// newPass starts a Decide: the split capped at the 64 groups a mask holds, and the tenants in priority order,
+// since guarantees and shares are placed highest priority first and ties go to the earlier tenant.
+func newPass(groupSMs []uint32, tenants []Tenant, o Options) pass {
+	n := min(len(groupSMs), 64)
+	all := ^uint64(0)
+	if n < 64 {
+		all = (uint64(1) << n) - 1
+	}
+	order := make([]int, len(tenants))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return lessPriority(tenants[order[a]], tenants[order[b]], o.Kind) })
+	return pass{groupSMs: groupSMs[:n], tenants: tenants, o: o, all: all, order: order,
+		guar: make([]uint64, len(tenants)), got: make([]uint64, len(tenants)),
+		d: Decision{Grants: make([]Grant, len(tenants)), Exclusive: make([]uint64, len(tenants))}}
+}
+
+// placeGuarantees places the guarantees of burstable and latency-critical tenants, in priority order, so that
+// when groups run short the lower priorities are cut. Sticky, because moving a tenant costs a migration at its next
+// kernel boundary: first the groups only it held (an idle expanding latency-critical tenant also holds groups
+// others use), then the rest of what it held, then the lowest free ones. A guarantee is exclusive while its tenant
+// is busy, and always for a latency-critical tenant that does not lend; the rest is shared.
+func (p *pass) placeGuarantees() {
+	var taken uint64
+	for _, i := range p.order {
+		t := p.tenants[i]
+		if t.Guarantee <= 0 || t.Tier == BestEffort {
+			continue
+		}
+		m := pick(t.Prev&p.all&^taken&^othersPrev(p.tenants, i), 0, t.Guarantee)
+		m |= pick(t.Prev&p.all&^taken&^m, p.all&^taken&^m, t.Guarantee-bits.OnesCount64(m))
+		p.guar[i] = m
+		taken |= m
+		if t.Busy || (t.Tier == LatencyCritical && !t.Lend) {
+			p.exclusive |= m
+			p.d.Exclusive[i] = m
+		}
+	}
+	p.shared = p.all &^ p.exclusive
+}
+
+// findThrottle decides whether lower tiers are throttled to their floor: a busy latency-critical tenant needs their
+// groups now, and near the board's power limit one that is present needs a high SM clock when it wakes. Their gate
+// bounds what they have in flight whenever their groups may be taken back at any moment (throttled, or beside a
+// latency-critical tenant that expands or lends), so that a reclaim is bounded from its first kernel; it is the
+// tightest near the power limit or while a latency-critical tenant is above its SLO.
+func (p *pass) findThrottle() {
+	lcPresent, reclaims := false, false
+	for _, t := range p.tenants {
+		if t.Tier == LatencyCritical {
+			lcPresent = true
+			p.lcBusy = p.lcBusy || t.Busy
+			p.sloMiss = p.sloMiss || (t.Busy && t.SLOMiss)
+			reclaims = reclaims || !t.Pinned || t.Lend
+		}
+	}
+	p.throttle = p.lcBusy || (p.o.PowerNearLimit && lcPresent)
+	p.floor = p.o.throttledFloor(p.lcBusy)
+	p.gate = dispatchGate(p.o, p.throttle || reclaims, p.throttle && (p.o.PowerNearLimit || p.sloMiss))
+}
+
+// shareBusy gives the shared groups (idle tenants' lent guarantees included) to the busy borrowers: by weight, or,
+// while lower tiers are throttled, their floor to them and the rest to the busy latency-critical tenants. A pinned
+// latency-critical tenant does not borrow.
+func (p *pass) shareBusy() {
+	var busy []int
+	for _, i := range p.order {
+		if p.tenants[i].Busy && borrows(p.tenants[i]) {
+			busy = append(busy, i)
+		}
+	}
+	if p.throttle {
+		p.shareThrottled(busy)
+	} else {
+		p.shareByWeight(busy)
+	}
+	for _, m := range p.got {
+		p.busyUsed |= m
+	}
+}
+
+// shareByWeight splits the shared groups among the busy borrowers by weight, their exclusive guarantees counted in
+// their share (nobody latency-critical is busy, so this is burstable and best-effort borrowing).
+func (p *pass) shareByWeight(busy []int) {
+	extra := shareCounts(bits.OnesCount64(p.shared)+sumGuaranteeBits(p.guar, busy, p.d.Exclusive), busy, p.tenants, p.guar, p.o)
+	for _, i := range busy {
+		extra[i] = max(0, extra[i]-bits.OnesCount64(p.guar[i]&p.d.Exclusive[i]))
+	}
+	place(p.tenants, busy, extra, p.shared, p.got)
+}
+
+// shareThrottled serves the busy latency-critical tenants (or the power limit): lower tiers keep their floor, the
+// latency-critical tenants expand over the rest, and what SLO sizing gives back goes to the lower tiers.
+func (p *pass) shareThrottled(busy []int) {
+	var lower, exp []int
+	for _, i := range busy {
+		if p.tenants[i].Tier == LatencyCritical {
+			exp = append(exp, i)
+		} else {
+			lower = append(lower, i)
+		}
+	}
+	free := p.keepFloors(lower, p.shared)
+	if len(exp) == 0 {
+		return // power only: what lower tiers do not keep stays idle
+	}
+	free = p.expand(exp, free)
+	if free == 0 || len(lower) == 0 {
+		return
+	}
+	p.giveBack(lower, free)
+}
+
+// keepFloors gives each busy lower tier its floor (its exclusive guarantee counted) out of free, on the highest
+// groups it held, so that the groups it keeps are the ones an idle latency-critical tenant was not offered. It
+// returns what is left.
+func (p *pass) keepFloors(lower []int, free uint64) uint64 {
+	for _, i := range lower {
+		m := floorGroups(p.tenants[i], free, max(0, p.floor-bits.OnesCount64(p.guar[i]&p.d.Exclusive[i])))
+		p.got[i] |= m
+		free &^= m
+	}
+	return free
+}
+
+// expand gives the busy latency-critical tenants what lower tiers do not keep, split by weight with their
+// guarantees counted, less what each gives back because its latency is well inside its SLO (Tenant.Shrink), so
+// that their latency approaches their latency alone on the whole GPU. It returns what is left.
+func (p *pass) expand(exp []int, free uint64) uint64 {
+	extra := shareCounts(bits.OnesCount64(free)+sumGuaranteeBits(p.guar, exp, p.d.Exclusive), exp, p.tenants, p.guar, p.o)
+	for _, i := range exp {
+		extra[i] = max(0, extra[i]-bits.OnesCount64(p.guar[i]&p.d.Exclusive[i])-max(p.tenants[i].Shrink, 0))
+	}
+	return place(p.tenants, exp, extra, free, p.got)
+}
+
+// giveBack shares the groups SLO sizing gave back among the busy lower tiers by weight: the point of giving them
+// back is that throughput work uses them.
+func (p *pass) giveBack(lower []int, free uint64) {
+	back := shareCounts(bits.OnesCount64(free), lower, p.tenants, make([]uint64, len(p.tenants)), p.o)
+	more := make([]uint64, len(p.tenants))
+	place(p.tenants, lower, back, free, more)
+	for _, i := range lower {
+		p.got[i] |= more[i]
+	}
+}
+
+// grantGroups sets each tenant's groups, gate and SMs. A busy tenant runs on its exclusive guarantee and what it
+// got; an idle one with a guarantee keeps it (lent or not, so that its next kernel starts at once); an idle lower
+// tier while throttled is offered its floor; any other idle tenant keeps what it had of the shared groups or is
+// offered all of them: it runs nothing, so overlap costs nothing until it wakes.
+func (p *pass) grantGroups() {
+	uniform := len(p.groupSMs) > 0
+	for _, x := range p.groupSMs {
+		uniform = uniform && x == p.groupSMs[0]
+	}
+	for i, t := range p.tenants {
+		g := &p.d.Grants[i]
+		switch {
+		case t.Busy:
+			g.Groups = (p.guar[i] & p.d.Exclusive[i]) | p.got[i]
+		case p.guar[i] != 0:
+			g.Groups = p.guar[i]
+			if t.Tier == LatencyCritical && !t.Pinned {
+				g.Groups |= p.idleOffer(i)
+			}
+		case p.throttle && t.Tier != LatencyCritical:
+			g.Groups = p.idleFloor(t)
+		default:
+			g.Groups = t.Prev & p.shared
+			if g.Groups == 0 {
+				g.Groups = p.shared
+			}
+		}
+		if t.Tier != LatencyCritical {
+			g.Gate = p.gate
+		}
+		g.SMs = groupsSMs(g.Groups, p.groupSMs, uniform)
+	}
+}
+
+// idleOffer is what an idle latency-critical tenant that expands is offered beyond its guarantee: every group nobody
+// else holds exclusively, so that the first kernel (or graph) of its next request starts on the whole width (its
+// blocks take the groups lower tiers are using as their kernels drain under the dispatch gate, while the scheduler
+// shrinks them). But never the groups a lower tier will keep as its floor when this tenant turns busy: a kernel of
+// the first request with more blocks than free SMs would wait for a floor kernel, which runs for long on so few SMs
+// (seen on the H100 as a +5..9 ms tail).
+func (p *pass) idleOffer(i int) uint64 {
+	if !p.wakeFloorsKnown {
+		p.wakeFloors, p.wakeFloorsKnown = p.floorsAtWake(), true
+	}
+	return p.all &^ (p.exclusive &^ p.d.Exclusive[i]) &^ p.guar[i] &^ p.wakeFloors
+}
+
+// floorsAtWake are the groups lower tiers (busy, or idle holding groups) would keep as their floor if a
+// latency-critical tenant turned busy: chosen as keepFloors will choose them then.
+func (p *pass) floorsAtWake() uint64 {
+	var floors uint64
+	for j, u := range p.tenants {
+		if u.Tier != LatencyCritical && (u.Busy || u.Prev != 0) {
+			floors |= floorGroups(u, p.shared&^floors, max(0, p.o.throttledFloor(true)-bits.OnesCount64(p.guar[j]&p.d.Exclusive[j])))
+		}
+	}
+	return floors
+}
+
+// idleFloor is what an idle lower tier is offered while throttled: its floor, where no busy tenant runs if
+// possible, so that waking costs nobody a group.
+func (p *pass) idleFloor(t Tenant) uint64 {
+	if m := pick(t.Prev&p.shared&^p.busyUsed, p.shared&^p.busyUsed, p.floor); m != 0 {
+		return m
+	}
+	return pick(t.Prev&p.shared, p.shared, p.floor)
+}
+
+// groupsSMs is the number of SMs in groups.
+func groupsSMs(groups uint64, groupSMs []uint32, uniform bool) uint32 {
+	if uniform {
+		return uint32(bits.OnesCount64(groups)) * groupSMs[0]
+	}
+	var sms uint32
+	for b := groups; b != 0; b &= b - 1 {
+		sms += groupSMs[bits.TrailingZeros64(b)]
+	}
+	return sms
+}
+
+// describe writes each grant's reason (shown by `detshare top` and logs) from the decision made.
+func (p *pass) describe() {
+	why := p.throttleWhy()
+	for i, t := range p.tenants {
+		g := &p.d.Grants[i]
+		cut := ""
+		if t.Guarantee > 0 && t.Tier != BestEffort && bits.OnesCount64(p.guar[i]) < t.Guarantee {
+			cut = fmt.Sprintf("guarantee cut to %d of %d groups (not enough groups)", bits.OnesCount64(p.guar[i]), t.Guarantee)
+		}
+		switch {
+		case t.Busy && cut != "":
+			g.Reason = cut
+		case t.Busy:
+			g.Reason = p.busyWhy(i, why)
+		default:
+			g.Reason = p.idleWhy(i, why, cut)
+		}
+	}
+}
+
+// throttleWhy names what throttles lower tiers (meaningful while p.throttle).
+func (p *pass) throttleWhy() string {
+	switch {
+	case p.o.PowerNearLimit && !p.lcBusy:
+		return "board near its power limit"
+	case p.o.PowerNearLimit:
+		return "latency-critical busy, board near its power limit"
+	case p.sloMiss:
+		return "latency-critical busy above its SLO"
+	}
+	return "latency-critical busy"
+}
+
+// busyWhy is the reason of a busy tenant whose guarantee was placed in full.
+func (p *pass) busyWhy(i int, why string) string {
+	t, g := p.tenants[i], p.d.Grants[i]
+	lower := t.Tier != LatencyCritical
+	switch {
+	case p.throttle && lower && g.Groups == 0:
+		return fmt.Sprintf("paused (%s, floor 0)", why)
+	case p.throttle && lower:
+		return fmt.Sprintf("throttled to %d groups (%s), gate %d kernels / %s per stream",
+			bits.OnesCount64(g.Groups), why, p.gate.Depth, p.gate.Budget)
+	case p.throttle && !t.Pinned && p.got[i] != 0:
+		s := fmt.Sprintf("busy, guarantee %d + %d reclaimed from lower tiers", bits.OnesCount64(p.guar[i]), bits.OnesCount64(p.got[i]))
+		if t.Shrink > 0 {
+			s += fmt.Sprintf(" (%d given back: latency inside its SLO)", t.Shrink)
+		}
+		return s
+	case !lower && t.Pinned:
+		return fmt.Sprintf("busy, pinned to its guarantee %d", t.Guarantee)
+	}
+	return busyReason(t, bits.OnesCount64(p.got[i]), p.o.Kind)
+}
+
+// idleWhy is the reason of an idle tenant; cut, when set, says its guarantee was not placed in full.
+func (p *pass) idleWhy(i int, why, cut string) string {
+	g := p.d.Grants[i]
+	switch {
+	case p.guar[i] != 0:
+		return p.keptWhy(i, cut)
+	case p.throttle && p.tenants[i].Tier != LatencyCritical:
+		switch {
+		case cut != "":
+			return cut
+		case p.floor == 0:
+			return fmt.Sprintf("idle, paused (%s)", why)
+		}
+		return fmt.Sprintf("idle, throttled to %d groups (%s)", bits.OnesCount64(g.Groups), why)
+	case g.Groups == 0:
+		return "idle, every group is reserved"
+	case cut != "":
+		return cut
+	}
+	return "idle"
+}
+
+// keptWhy is the reason of an idle tenant that keeps (part of) its guarantee, and what it is offered beyond it.
+func (p *pass) keptWhy(i int, cut string) string {
+	s := cut
+	switch {
+	case s != "":
+	case p.d.Exclusive[i] != 0:
+		s = "idle, guarantee kept"
+	default:
+		s = "idle, guarantee lent"
+	}
+	if more := p.d.Grants[i].Groups &^ p.guar[i]; more != 0 {
+		s += fmt.Sprintf(", offered %d more groups to start wide", bits.OnesCount64(more))
+	}
+	return s
+}
