@@ -14,11 +14,12 @@
 #include <stdbool.h>
 
 /* The launch path (ds_launch.c, and copies and memsets in ds_stream_ops.c). Called with a tenant, on the hook's
- * thread, after the work was counted (ds_demand_work). ds_launch_bind looks the application's stream up once and says where this launch goes; the answer is the
- * launch's own (returned by value, kept by the hook, no thread-local state) and is handed to ds_launch_done(result),
- * which completes it, or, when the physical stream refused the work, to ds_launch_retry, then, after the launch on
- * the application's stream, to ds_launch_unconfinable (a kernel) or ds_work_ran_on_app_stream (a copy or memset).
- * No lock, no syscall when the stream is bound to the current grant and nothing new happened. */
+ * thread, after the work was counted (ds_demand_work). ds_launch_bind looks the application's stream up once and
+ * says where this launch goes; the answer is the launch's own (returned by value, kept by the hook, no thread-local
+ * state) and is handed to ds_launch_done(result), which completes it, or, when the physical stream refused the work,
+ * to ds_launch_retry, then, after the launch on the application's stream, to ds_launch_unconfinable (a kernel) or
+ * ds_work_ran_on_app_stream (a copy or memset). No lock, no syscall when the stream is bound to the current grant
+ * and nothing new happened. */
 struct lstream; /* a logical stream (ds_streams.c) */
 struct ds_launch {
     CUstream stream;    /* where to launch: the bound physical stream (on_phys), else the application's stream */
