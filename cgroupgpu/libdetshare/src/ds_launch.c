@@ -16,10 +16,11 @@
 #define REAL_OR_FAIL(name) DS_REAL_OR_FAIL(name)
 #define PASS_THROUGH() (!ds_process.tenant || ds_depth)
 
-/* Every launch hook: count the launch (ds_demand_work), pick its stream (ds_launch_bind: the launch l_, its stream s_), launch
- * there; if the physical stream refuses the kernel, launch it where the application asked (after what the physical
- * stream holds) and leave that stream unconfined. params: the hook's parameter list; app_stream: the application's stream; key: what is launched
- * (CUfunction, CUgraphExec: the dispatch gate learns its duration, ds_gate.c); usable: false passes
+/* Every launch hook: count the launch (ds_demand_work), pick its stream (ds_launch_bind: the launch l_, its stream
+ * s_), launch there; if the physical stream refuses the kernel, launch it where the application asked (after what
+ * the physical stream holds) and leave that stream unconfined. params: the hook's parameter list; app_stream: the
+ * application's stream; key: what is launched (CUfunction, CUgraphExec: the dispatch gate learns its duration,
+ * ds_gate.c); usable: false passes
  * the call through (an argument the driver must reject itself); prepare: statements run after the stream is chosen
  * (s_ holds it); on_phys / on_app: the driver call on the chosen stream / as the application made it. */
 #define LAUNCH(name, pt, params, app_stream, key, usable, prepare, on_phys, on_app)                                  \

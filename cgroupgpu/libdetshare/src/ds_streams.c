@@ -615,8 +615,9 @@ static struct lstream *gate_admit(CUstream app, uint32_t depth, const void *key)
 }
 
 /* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s.
- * Kernels are gated; copies and memsets are not. The caller counted the work first (ds_demand_work). The answer carries the logical stream looked
- * up here, so that completing the launch, and the slow paths after a refusal, never look it up again. */
+ * Kernels are gated; copies and memsets are not. The caller counted the work first (ds_demand_work). The answer
+ * carries the logical stream looked up here, so that completing the launch, and the slow paths after a refusal,
+ * never look it up again. */
 static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel, const void *key) {
     struct ds_launch l = {.stream = s, .key = key};
     uint32_t gd = kernel ? ds_gate_depth() : 0; /* copies and memsets are never gated */

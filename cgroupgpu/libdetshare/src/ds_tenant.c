@@ -282,8 +282,9 @@ void ds_tenant_load(void) {
     uint32_t gen = __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
     uint32_t state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
     if (gen != q.slot_gen || (state != DS_SLOT_ACTIVE && state != DS_SLOT_RESERVED)) {
-        DS_LOG(DS_LOG_ERROR, "table slot %llu: generation %u state %u, quota file says generation %llu; running unshared",
-               q.slot, gen, state, q.slot_gen);
+        DS_LOG(DS_LOG_ERROR,
+               "table slot %llu: generation %u state %u, quota file says generation %llu; running unshared", q.slot,
+               gen, state, q.slot_gen);
         goto fail_table;
     }
     struct ds_client_page *pg = NULL;
