@@ -240,6 +240,34 @@ func TestTwoTenantsRunOnDisjointSMsAsGranted(t *testing.T) {
 	}
 }
 
+// A kernel the grant's physical stream refuses (a cooperative launch with more blocks than the grant has SMs) runs
+// where the application asked, once what the physical stream held has finished, and its stream runs unconfined from
+// then on (said once in the log): the slow path after a refusal, which works on the logical stream the launch looked
+// up (ds_launch_retry, ds_launch_unconfinable).
+func TestRefusedKernelRunsOnTheApplicationStreamAndStaysUnconfined(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11) // groups 0-1: 16 SMs
+	p := e.start("ds_probe_rt", "init", "stream", "smid:64", "pause", "coopsmid:64", "smid:64")
+	before := p.until()
+	if g := groupsOf(t, before, "smid"); !within(g, 0b11) {
+		t.Fatalf("before the refusal the stream's kernels ran on groups %v, outside {0,1}", g)
+	}
+	p.resume()
+	after := p.finish()
+	if g := groupsOf(t, after, "coopsmid"); within(g, 0b11) {
+		t.Errorf("the cooperative launch of 64 blocks ran on groups %v: it cannot fit the 16 SMs granted, so it "+
+			"should have run on the application's stream (every SM)", g)
+	}
+	if g := groupsOf(t, after, "smid"); within(g, 0b11) {
+		t.Errorf("after the refusal the stream's next kernel ran on groups %v: the stream should run unconfined", g)
+	}
+	log := strings.Join(p.lines, "\n")
+	if n := strings.Count(log, "could not run on its green stream"); n != 1 {
+		t.Errorf("the refusal was logged %d times, want once:\n%s", n, log)
+	}
+}
+
 // A best-effort tenant expands to what is idle and shrinks at its next kernel boundary when the grant changes;
 // results stay bit-identical with the library, without it, and under grant changes.
 func TestBestEffortExpandsAndShrinksAtKernelBoundary(t *testing.T) {

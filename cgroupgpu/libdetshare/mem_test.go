@@ -382,6 +382,7 @@ func TestBrokenTenantFilesFailOpen(t *testing.T) {
 		{"wrong generation", "slot_gen=999", "quota file says generation 999"},
 		{"missing table", "table=/nonexistent/table", "table /nonexistent/table"},
 		{"bad version", "version=7", "version=7, this library reads version=1"},
+		{"missing slot", "-slot", "slot, table and client_page are required"}, // "-key": the line is dropped
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -390,10 +391,14 @@ func TestBrokenTenantFilesFailOpen(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key, _, _ := strings.Cut(c.edit, "=")
+			drop := strings.HasPrefix(c.edit, "-")
+			key, _, _ := strings.Cut(strings.TrimPrefix(c.edit, "-"), "=")
 			var out []string
 			for _, l := range strings.Split(string(data), "\n") {
 				if strings.HasPrefix(l, key+"=") {
+					if drop {
+						continue
+					}
 					l = c.edit
 				}
 				out = append(out, l)

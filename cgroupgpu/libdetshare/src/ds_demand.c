@@ -8,7 +8,6 @@
 #include "ds_guard.h"
 #include "ds_pool.h"
 #include "ds_process.h"
-#include "ds_streams.h"
 
 #include <string.h>
 #include <time.h>
@@ -27,6 +26,11 @@ static _Atomic uint64_t g_busy_since;
  * waits, yet has work: marked idle, it would drop out of the scheduler's rotation of busy tenants and never be given
  * the token it waits for (seen on the H100: a trainer waited out the 10 s bound beside a latency-critical tenant). */
 static atomic_int g_waiting;
+/* Whether every redirected stream's work has finished (ds_streams_drained), set by the constructor before a tenant
+ * is published (ds_demand_init): written once, before any thread that reads it exists. */
+static bool (*g_drained)(void);
+
+void ds_demand_init(bool (*drained)(void)) { g_drained = drained; }
 
 /* busy -> idle for this process (its work has drained): demand down, doorbell when the tenant went idle. */
 static void go_idle(struct ds_proc *self, uint64_t now) {
@@ -55,7 +59,7 @@ void ds_demand_synced(bool whole_context) {
         __atomic_load_n(&ds_process.tenant->ctr->tier, __ATOMIC_RELAXED) != DS_TIER_LATENCY_CRITICAL ||
         atomic_load(&ds_process.capturing))
         return;
-    if (!whole_context && !ds_streams_drained())
+    if (!whole_context && !g_drained())
         return;
     go_idle(self, ds_now_ns());
 }
@@ -92,7 +96,7 @@ static void *monitor(void *arg) {
             last_change = now; /* idle counts from the end of the wait */
             continue;
         }
-        if (!__atomic_load_n(&self->busy, __ATOMIC_RELAXED) || now - last_change < idle_ns || !ds_streams_drained())
+        if (!__atomic_load_n(&self->busy, __ATOMIC_RELAXED) || now - last_change < idle_ns || !g_drained())
             continue;
         go_idle(self, now);
     }

@@ -10,6 +10,9 @@
 
 #include <stdbool.h>
 
+/* Constructor (ds_init.c), before the tenant is loaded: drained() says whether the work of every stream the library
+ * redirected has finished (ds_streams_drained). Demand is told, so that it does not depend on the streams above it. */
+void ds_demand_init(bool (*drained)(void));
 void ds_demand_busy(struct ds_proc *self);  /* idle -> busy: demand up, doorbell, monitor started */
 void ds_demand_synced(bool whole_context);  /* a synchronisation returned: a drained latency-critical tenant is idle */
 void ds_demand_wait_begin(void);            /* a launch waits for the token or for SMs: busy for as long as it waits */

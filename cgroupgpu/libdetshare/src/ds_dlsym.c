@@ -22,9 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-ds_dlsym_fn ds_real_dlsym DS_HIDDEN;
-
-/* dlsym@@GLIBC_2.34 and dlsym@GLIBC_2.2.5 (aarch64: @GLIBC_2.17), both the same entry. */
+/* dlsym@@GLIBC_2.34 and dlsym@GLIBC_2.2.5 (aarch64: @GLIBC_2.17), both the same entry. ds_real_dlsym is glibc's
+ * own dlsym (ds_driver.c). */
 #if defined(__x86_64__)
 __asm__(".text\n"
         ".globl ds_dlsym_entry\n"
@@ -62,25 +61,6 @@ __asm__(".text\n"
 #else
 #error "libdetshare: dlsym entry written for x86_64 and aarch64 only"
 #endif
-
-void ds_dlsym_init(void) {
-    if (__atomic_load_n(&ds_real_dlsym, __ATOMIC_ACQUIRE))
-        return;
-    /* dlvsym is not interposed, so this reaches glibc: the next dlsym after us is glibc's own. */
-    void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!p)
-#if defined(__aarch64__)
-        p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17");
-#else
-        p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-#endif
-    __atomic_store_n(&ds_real_dlsym, (ds_dlsym_fn)p, __ATOMIC_RELEASE);
-}
-
-void *ds_early_sym(const char *name) {
-    ds_dlsym_init();
-    return ds_real_dlsym ? ds_real_dlsym(RTLD_NEXT, name) : NULL;
-}
 
 /* ---------------------------------------------------------------------------------------------------------------
  * The hook table.

@@ -7,9 +7,6 @@
 #define CUDA_ABI_PROTOTYPES
 #include "cgroupgpu/cuda/cuda_abi.h"
 
-typedef void *(*ds_dlsym_fn)(void *, const char *);
-extern ds_dlsym_fn ds_real_dlsym;
-void ds_dlsym_init(void);
 void *ds_map_proc(const char *symbol, void *real, int version, cuuint64_t flags);
 
 #endif /* DETSHARE_LIBDETSHARE_DS_DLSYM_H */

@@ -1,6 +1,6 @@
 /*
  * ds_driver.h — the real driver: which entry points the library hooks (DS_HOOKS, DS_STREAM_HOOKS) and which it
- * only calls (DS_NEEDED), the table of real functions resolved once at first use (ds_init.c), and the way a hook
+ * only calls (DS_NEEDED), the table of real functions resolved once at first use (ds_driver.c), and the way a hook
  * finds its real function. The library exports the hooked entry points (for code linked with -lcuda), interposes
  * dlsym and cuGetProcAddress{,_v2} (ds_dlsym.c), and finds the real driver with dlopen at first use.
  */
@@ -263,6 +263,11 @@ struct ds_real {
 
 /* The real function of a stream hook, typed for the library's own calls. */
 #define DS_SOP_REAL(name) ((PFN_##name)ds_real.name)
+
+/* glibc's own dlsym (ds_dlsym_init finds it once; NULL if it cannot be found): how real functions are looked up. */
+typedef void *(*ds_dlsym_fn)(void *, const char *);
+extern ds_dlsym_fn ds_real_dlsym;
+void ds_dlsym_init(void);
 
 /* Real driver: resolved once (pthread_once) at the first hook call. ds_drv_ready is the published flag. */
 extern struct ds_real ds_real;

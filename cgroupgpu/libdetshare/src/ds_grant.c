@@ -22,6 +22,10 @@ struct ds_grant_view ds_grant_view = {.epoch_seen = UINT32_MAX};
 static bool scheduler_alive(void);
 
 /* A new grant epoch: read the grant (seqlock) and choose what launches bind to. */
+/* The green-context thread made a context a grant waits for (ds_pool_select_locked): the next launch reads the
+ * grant again. */
+static void recheck(void) { atomic_store_explicit(&ds_grant_view.epoch_seen, UINT32_MAX, memory_order_release); }
+
 void ds_grant_reread(uint32_t ep) {
     ds_pool_lock();
     if (atomic_load(&ds_grant_view.epoch_seen) == ep) {
@@ -53,7 +57,7 @@ void ds_grant_reread(uint32_t ep) {
         return;
     }
     ds_guard_snapshot();
-    struct ds_gctx *cur = gr.mode == DS_MODE_SPATIAL ? ds_pool_select_locked(gr.groups) : NULL;
+    struct ds_gctx *cur = gr.mode == DS_MODE_SPATIAL ? ds_pool_select_locked(gr.groups, recheck) : NULL;
     unsigned ngroups = ds_pool_groups();
     uint64_t all = ngroups >= 64 ? ~0ull : (1ull << ngroups) - 1;
     bool spatial = gr.mode == DS_MODE_SPATIAL && ngroups;

@@ -28,11 +28,6 @@ void ds_grant_reread(uint32_t ep); /* a new grant epoch: read the grant (seqlock
 void ds_grant_wait_token(void);    /* temporal mode: wait (bounded) for this tenant's GPU token */
 void ds_grant_wait_sms(void);      /* no SMs granted: wait (bounded) for a grant with some */
 
-/* The green-context thread made a context a grant waits for: the next launch reads the grant again. */
-static inline void ds_grant_recheck(void) {
-    atomic_store_explicit(&ds_grant_view.epoch_seen, UINT32_MAX, memory_order_release);
-}
-
 static inline bool ds_grant_holds_token(void) {
     const struct ds_gpu *g = ds_process.tenant->gpu_entry;
     return __atomic_load_n(&g->token_holder, __ATOMIC_ACQUIRE) == (uint32_t)ds_process.tenant->slot + 1 &&

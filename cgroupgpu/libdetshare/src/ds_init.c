@@ -1,547 +1,20 @@
 /*
- * ds_init.c — start-up of libdetshare: finds the tenant (quota file), maps the table and the client page, sets the
- * MPS memory backstop, resolves the real driver lazily, claims and releases this process's ds_proc entry.
- *
- * Fail-open: any problem with the tenant's files is logged once and the process runs as a pure pass-through; a
- * broken DetShare installation never stops a tenant's GPU work.
+ * ds_init.c — what runs when libdetshare is loaded: the constructor (settings, the tenant, the fork and exit
+ * handlers) and the fork handler, which alone knows every lock of the library. Nothing calls into this file; it
+ * calls the parts it starts (ds_process.c, ds_tenant.c), connects the demand monitor to the streams it watches
+ * (ds_demand_init), and calls each part's fork functions.
  */
-#include "ds_process.h"
-
 #include "ds_demand.h"
-#include "ds_dlsym.h"
 #include "ds_driver.h"
 #include "ds_graph.h"
 #include "ds_guard.h"
 #include "ds_mem.h"
 #include "ds_pool.h"
+#include "ds_process.h"
 #include "ds_streams.h"
+#include "ds_tenant.h"
 
-#include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-
-struct ds_process ds_process = {.self_idx = -1, .settings = {.log_level = DS_LOG_WARN}};
-struct ds_real ds_real;
-atomic_int ds_drv_ready;
-__thread int ds_depth __attribute__((tls_model("initial-exec")));
-
-static struct ds_tenant g_tenant;
-static void *g_libcuda;
-static pthread_once_t g_drv_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t g_attach_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t g_settings_once = PTHREAD_ONCE_INIT;
-
-void ds_log(int level, const char *fmt, ...) {
-    static const char *names[] = {"error", "warn", "info", "debug"};
-    char buf[1024];
-    int n = snprintf(buf, sizeof buf, "detshare[%d] %s: ", (int)getpid(), names[level & 3]);
-    va_list ap;
-    va_start(ap, fmt);
-    if (n > 0 && (size_t)n < sizeof buf)
-        vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
-    va_end(ap);
-    size_t len = strnlen(buf, sizeof buf - 2);
-    buf[len++] = '\n';
-    /* one write(2) so lines of concurrent processes do not interleave */
-    ssize_t w = write(2, buf, len);
-    (void)w;
-}
-
-uint64_t ds_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* ---------------------------------------------------------------------------------------------------------------
- * Settings: every DETSHARE_* variable is read here, once, before the library uses it (the constructor, or an
- * earlier first driver use); nothing reads the environment later. A bad value is logged and the default used.
- * ------------------------------------------------------------------------------------------------------------- */
-static uint64_t env_ms(const char *name, uint64_t def) {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (*end || x == 0 || x > 3600000) {
-        if (def)
-            DS_LOG(DS_LOG_WARN, "%s=%s: allowed 1..3600000 (milliseconds); using %llu", name, v,
-                   (unsigned long long)def);
-        else
-            DS_LOG(DS_LOG_WARN, "%s=%s: allowed 1..3600000 (milliseconds); using the default", name, v);
-        return def;
-    }
-    return x;
-}
-
-static void settings_once(void) {
-    struct ds_settings *st = &ds_process.settings;
-    const char *lvl = getenv("DETSHARE_LOG");
-    if (lvl) {
-        if (!strcmp(lvl, "error"))
-            st->log_level = DS_LOG_ERROR;
-        else if (!strcmp(lvl, "warn"))
-            st->log_level = DS_LOG_WARN;
-        else if (!strcmp(lvl, "info"))
-            st->log_level = DS_LOG_INFO;
-        else if (!strcmp(lvl, "debug"))
-            st->log_level = DS_LOG_DEBUG;
-        else
-            ds_log(DS_LOG_WARN, "DETSHARE_LOG=%s: allowed error, warn, info, debug; using warn", lvl);
-    }
-    const char *e = getenv("DETSHARE_STRICT_STREAMS");
-    st->strict_streams = e && !strcmp(e, "1");
-    if (e && *e && strcmp(e, "0") && strcmp(e, "1"))
-        DS_LOG(DS_LOG_WARN, "DETSHARE_STRICT_STREAMS=%s: allowed 0 or 1; using 0", e);
-    st->sched_stale_ms = env_ms("DETSHARE_SCHED_STALE_MS", 3000);
-    st->token_wait_ms = env_ms("DETSHARE_TOKEN_WAIT_MS", 10000);
-    st->first_grant_wait_ms = env_ms("DETSHARE_FIRST_GRANT_WAIT_MS", 1000);
-    st->grant_wait_ms = env_ms("DETSHARE_GRANT_WAIT_MS", 10000);
-    st->idle_ms = env_ms("DETSHARE_IDLE_MS", 0);
-    const char *pr = getenv("DETSHARE_MPS_PRIORITY");
-    st->mps_priority = !(pr && !strcmp(pr, "off"));
-    if (pr && *pr && strcmp(pr, "tier") && strcmp(pr, "off"))
-        DS_LOG(DS_LOG_WARN, "DETSHARE_MPS_PRIORITY=%s: allowed tier or off; using tier", pr);
-    const char *lib = getenv("DETSHARE_REAL_LIBCUDA");
-    if (lib && *lib && strlen(lib) < sizeof st->real_libcuda)
-        memcpy(st->real_libcuda, lib, strlen(lib) + 1);
-    else {
-        if (lib && *lib)
-            DS_LOG(DS_LOG_WARN, "DETSHARE_REAL_LIBCUDA: longer than %zu bytes; using libcuda.so.1",
-                   sizeof st->real_libcuda - 1);
-        memcpy(st->real_libcuda, "libcuda.so.1", sizeof "libcuda.so.1");
-    }
-}
-
-static void settings_init(void) { pthread_once(&g_settings_once, settings_once); }
-
-/* ---------------------------------------------------------------------------------------------------------------
- * Real driver
- * ------------------------------------------------------------------------------------------------------------- */
-static void *drv_sym(const char *name) {
-    if (!g_libcuda || !ds_real_dlsym)
-        return NULL;
-    return ds_real_dlsym(g_libcuda, name);
-}
-
-static void driver_once(void) {
-    ds_dlsym_init();
-    settings_init();
-    const char *path = ds_process.settings.real_libcuda;
-    ds_depth++;
-    g_libcuda = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ds_depth--;
-    if (!g_libcuda) {
-        const char *e = dlerror();
-        DS_LOG(DS_LOG_INFO, "no CUDA driver (%s): %s", path, e ? e : "dlopen failed");
-    }
-    struct ds_real r;
-    memset(&r, 0, sizeof r);
-#define RESOLVE_HOOK_(name, base, ver, pt) r.name = (PFN_##name)drv_sym(#name);
-    DS_HOOKS(RESOLVE_HOOK_)
-#undef RESOLVE_HOOK_
-#define RESOLVE_SOP_(name, base, ver, pt, kind, idx) r.name = drv_sym(#name);
-    DS_STREAM_HOOKS(RESOLVE_SOP_)
-#undef RESOLVE_SOP_
-#define RESOLVE_NEEDED_(name) r.name = (PFN_##name)drv_sym(#name);
-    DS_NEEDED(RESOLVE_NEEDED_)
-#undef RESOLVE_NEEDED_
-    ds_real = r;
-    atomic_store_explicit(&ds_drv_ready, 1, memory_order_release);
-}
-
-void ds_driver_init(void) { pthread_once(&g_drv_once, driver_once); }
-
-/* ---------------------------------------------------------------------------------------------------------------
- * Quota file (docs/internals.md "The quota file"). The Go side's parser is cgroupgpu/quota.ParseFile; this is its C
- * reader for the few keys the library needs, kept to the same format.
- * ------------------------------------------------------------------------------------------------------------- */
-struct quota_file {
-    int version;
-    char id[DS_ID_LEN];
-    long slot;
-    unsigned long slot_gen;
-    unsigned long long memory;
-    long gpu;
-    char table[256];
-    char client_page[256];
-    char doorbell[256];
-    char mps_pipe_dir[256];
-};
-
-static int copy_value(char *dst, size_t cap, const char *key, const char *v) {
-    size_t n = strlen(v);
-    if (n >= cap) {
-        DS_LOG(DS_LOG_ERROR, "quota file: %s is %zu bytes long, at most %zu allowed", key, n, cap - 1);
-        return -1;
-    }
-    memcpy(dst, v, n + 1);
-    return 0;
-}
-
-static int parse_ul(const char *key, const char *v, unsigned long long max, unsigned long long *out) {
-    char *end = NULL;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || !*v || *end || x > max || v[0] == '-') {
-        DS_LOG(DS_LOG_ERROR, "quota file: %s=%.64s is not an integer in 0..%llu", key, v, max); /* bounded echo */
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int read_quota_file(const char *path, struct quota_file *q) {
-    memset(q, 0, sizeof *q);
-    q->slot = -1;
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        DS_LOG(DS_LOG_ERROR, "quota file %s: %s; running without DetShare", path, strerror(errno));
-        return -1;
-    }
-    char line[1024];
-    int rc = 0, lineno = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        size_t n = strlen(line);
-        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
-            line[--n] = 0;
-        char *s = line;
-        while (*s == ' ' || *s == '\t')
-            s++;
-        if (!*s || *s == '#')
-            continue;
-        char *eq = strchr(s, '=');
-        if (!eq) {
-            DS_LOG(DS_LOG_ERROR, "quota file %s line %d: %.64s: want key=value", path, lineno, s);
-            rc = -1;
-            continue;
-        }
-        *eq = 0;
-        const char *k = s, *v = eq + 1;
-        unsigned long long x = 0;
-        if (!strcmp(k, "version")) {
-            if (parse_ul(k, v, 1000, &x) == 0)
-                q->version = (int)x;
-            else
-                rc = -1;
-        } else if (!strcmp(k, "id")) {
-            rc |= copy_value(q->id, sizeof q->id, k, v);
-        } else if (!strcmp(k, "slot")) {
-            if (parse_ul(k, v, DS_MAX_CONTAINERS - 1, &x) == 0)
-                q->slot = (long)x;
-            else
-                rc = -1;
-        } else if (!strcmp(k, "slot_gen")) {
-            if (parse_ul(k, v, UINT32_MAX, &x) == 0)
-                q->slot_gen = (unsigned long)x;
-            else
-                rc = -1;
-        } else if (!strcmp(k, "memory")) {
-            if (parse_ul(k, v, UINT64_MAX, &x) == 0)
-                q->memory = x;
-            else
-                rc = -1;
-        } else if (!strcmp(k, "gpu")) {
-            if (parse_ul(k, v, DS_MAX_GPUS - 1, &x) == 0)
-                q->gpu = (long)x;
-            else
-                rc = -1;
-        } else if (!strcmp(k, "table")) {
-            rc |= copy_value(q->table, sizeof q->table, k, v);
-        } else if (!strcmp(k, "client_page")) {
-            rc |= copy_value(q->client_page, sizeof q->client_page, k, v);
-        } else if (!strcmp(k, "doorbell")) {
-            rc |= copy_value(q->doorbell, sizeof q->doorbell, k, v);
-        } else if (!strcmp(k, "mps_pipe_dir")) {
-            rc |= copy_value(q->mps_pipe_dir, sizeof q->mps_pipe_dir, k, v);
-        }
-        /* unknown keys are ignored: newer writers may add keys */
-    }
-    fclose(f);
-    if (rc)
-        return -1;
-    if (q->version != 1) {
-        DS_LOG(DS_LOG_ERROR, "quota file %s: version=%d, this library reads version=1", path, q->version);
-        return -1;
-    }
-    if (q->slot < 0 || !q->table[0] || !q->client_page[0]) {
-        DS_LOG(DS_LOG_ERROR, "quota file %s: slot, table and client_page are required", path);
-        return -1;
-    }
-    return 0;
-}
-
-/* Under MPS the driver enforces CUDA_MPS_PINNED_DEVICE_MEM_LIMIT itself: a backstop for code that escapes the
- * interposer. It must be in the environment before the driver initialises, hence the constructor. The host's value
- * replaces whatever the tenant set (a client may raise a limit it sets itself; only the server-side limit the
- * scheduler sets is out of its reach, docs/threat-model-quota.md). The device ordinal is the process's view: 0 in a
- * container (it sees its GPU only) or when CUDA_VISIBLE_DEVICES selects it, else the table's index. */
-static void set_mps_backstop(uint64_t limit, int ordinal) {
-    if (!limit)
-        return;
-    unsigned long long mib = (unsigned long long)((limit + (1ull << 20) - 1) >> 20);
-    const char *cur = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
-    if (cur && *cur)
-        DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT set by the tenant is replaced by the host's limit");
-    char v[64];
-    snprintf(v, sizeof v, "%d=%lluM", ordinal, mib);
-    setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", v, 1);
-    DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s", v);
-}
-
-/* MPS client priority (issue 12). Green contexts decide which SMs a client may use; where a latency-critical
- * tenant's grant overlaps groups a lower tier still runs on (the wide offer of an idle LC, a lent guarantee), the
- * hardware dispatches the waiting thread blocks of both. Below-normal priority for every lower tier makes the SMs
- * that free up go to the latency-critical tenant's blocks first. The driver reads the variable when the client
- * connects to the MPS server, so it is set before the driver initialises. It is a hint, never a partition: a tenant
- * that raises its own priority competes on equal terms, on the SMs it was granted (docs/threat-model.md). */
-static void set_mps_priority(uint32_t tier) {
-    if (!ds_process.settings.mps_priority)
-        return;
-    const char *want = tier == DS_TIER_LATENCY_CRITICAL ? "0" : "1";
-    const char *cur = getenv("CUDA_MPS_CLIENT_PRIORITY");
-    if (cur && *cur && strcmp(cur, want))
-        DS_LOG(DS_LOG_INFO, "CUDA_MPS_CLIENT_PRIORITY=%s set by the tenant is replaced by its tier's %s", cur, want);
-    setenv("CUDA_MPS_CLIENT_PRIORITY", want, 1);
-}
-
-/* ---------------------------------------------------------------------------------------------------------------
- * Privilege drops (issue 13 item 7). The client page is writable by root only (0644 on the host, and bound as is
- * into the container), so a process that drops to another user before it execs its program (setpriv, su, gosu,
- * runuser) could no longer open it and would run without DetShare. A root process therefore keeps the page open,
- * without close-on-exec, and names the descriptor in DETSHARE_CLIENT_PAGE_FD; the library in the program it execs
- * maps that descriptor when opening the path is refused. It is accepted only if it is open read-write on the file
- * the quota file names (same device and inode when the path can be stat'ed) and holds this tenant's slot and
- * generation, so it can never give a process more than the page it was started with.
- * ------------------------------------------------------------------------------------------------------------- */
-#define DS_PAGE_FD_ENV "DETSHARE_CLIENT_PAGE_FD"
-
-static int inherited_page_fd(const char *path) {
-    const char *v = getenv(DS_PAGE_FD_ENV);
-    if (!v || !*v)
-        return -1;
-    char *end = NULL;
-    errno = 0;
-    long fd = strtol(v, &end, 10);
-    if (errno || *end || fd < 3 || fd > 1 << 20)
-        return -1;
-    struct stat fst, pst;
-    if (fstat((int)fd, &fst) != 0 || !S_ISREG(fst.st_mode))
-        return -1;
-    int fl = fcntl((int)fd, F_GETFL);
-    if (fl < 0 || (fl & O_ACCMODE) != O_RDWR)
-        return -1;
-    if (stat(path, &pst) == 0 && (pst.st_dev != fst.st_dev || pst.st_ino != fst.st_ino))
-        return -1;
-    return (int)fd;
-}
-
-static int map_inherited_page(const char *path, struct ds_client_page **out) {
-    int fd = inherited_page_fd(path);
-    if (fd < 0)
-        return -EACCES;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < sizeof **out)
-        return -DS_ECORRUPT;
-    void *p = mmap(NULL, sizeof **out, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED)
-        return -errno;
-    struct ds_client_page *cp = p;
-    if (cp->magic != DS_CLIENT_MAGIC || cp->abi_version != DS_TABLE_ABI_VERSION) {
-        munmap(p, sizeof *cp);
-        return -DS_ECORRUPT;
-    }
-    *out = cp;
-    return 0;
-}
-
-/* Root only: keep the page open across exec for a program that drops privileges first (see above). */
-static void keep_page_for_exec(const char *path) {
-    if (geteuid() != 0 || inherited_page_fd(path) >= 0)
-        return;
-    int fd = open(path, O_RDWR);
-    if (fd < 0)
-        return;
-    if (fd < 3) { /* never take the place of a standard stream the program closed */
-        int hi = fcntl(fd, F_DUPFD, 3);
-        close(fd);
-        if (hi < 0)
-            return;
-        fd = hi;
-    }
-    char v[16];
-    snprintf(v, sizeof v, "%d", fd);
-    setenv(DS_PAGE_FD_ENV, v, 1);
-}
-
-/* The quota file the hook mounts read-only into every tenant container. When it exists it is the only source of
- * the tenant's settings: DETSHARE_QUOTA_FILE is the tenant's own variable and must not switch DetShare off or
- * point at a file of its choosing. The variable is honoured only where the fixed path does not exist, i.e. for host
- * tenants started by `detshare run` (which could as well not load the library at all). */
-#define DS_QUOTA_FIXED_PATH "/run/detshare/quota"
-
-static const char *quota_path(bool *fixed) {
-    const char *env = getenv("DETSHARE_QUOTA_FILE");
-    *fixed = access(DS_QUOTA_FIXED_PATH, F_OK) == 0;
-    if (*fixed) {
-        if (env && *env && strcmp(env, DS_QUOTA_FIXED_PATH) != 0)
-            DS_LOG(DS_LOG_WARN, "DETSHARE_QUOTA_FILE ignored: the host's quota file %s is in force",
-                   DS_QUOTA_FIXED_PATH);
-        return DS_QUOTA_FIXED_PATH;
-    }
-    return env && *env ? env : NULL;
-}
-
-static void load_tenant(void) {
-    bool fixed = false;
-    const char *path = quota_path(&fixed);
-    if (!path)
-        return; /* not a tenant: pure pass-through */
-    struct quota_file q;
-    if (read_quota_file(path, &q) != 0) {
-        DS_LOG(DS_LOG_ERROR, "quota file %s unusable; running without DetShare (no quota, no scheduling)", path);
-        return;
-    }
-    const struct ds_table_header *h = NULL;
-    int rc = ds_table_map_ro(q.table, &h);
-    if (rc != 0) {
-        DS_LOG(DS_LOG_ERROR, "table %s: %s; running unshared", q.table,
-               rc == -DS_EVERSION   ? "another ABI version than this library's"
-               : rc == -DS_ECORRUPT ? "bad magic, geometry or not ready"
-                                    : strerror(-rc));
-        goto fail;
-    }
-    const struct ds_container *c = ds_table_container(h, (uint32_t)q.slot);
-    uint32_t gen = __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
-    uint32_t state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
-    if (gen != q.slot_gen || (state != DS_SLOT_ACTIVE && state != DS_SLOT_RESERVED)) {
-        DS_LOG(DS_LOG_ERROR, "table slot %ld: generation %u state %u, quota file says generation %lu; running unshared",
-               q.slot, gen, state, q.slot_gen);
-        goto fail_table;
-    }
-    struct ds_client_page *pg = NULL;
-    rc = ds_client_map(q.client_page, &pg);
-    if (rc == -EACCES && map_inherited_page(q.client_page, &pg) == 0) {
-        rc = 0;
-        DS_LOG(DS_LOG_INFO, "client page %s mapped from the descriptor kept before a privilege drop", q.client_page);
-    }
-    if (rc != 0) {
-        DS_LOG(DS_LOG_ERROR, "client page %s: %s; running unshared", q.client_page,
-               rc == -DS_EVERSION ? "another ABI version" : rc == -DS_ECORRUPT ? "bad magic or size" : strerror(-rc));
-        goto fail_table;
-    }
-    if (pg->slot != (uint32_t)q.slot || pg->slot_gen != q.slot_gen) {
-        DS_LOG(DS_LOG_ERROR, "client page %s belongs to slot %u generation %u, not slot %ld generation %lu; running "
-                             "unshared", q.client_page, pg->slot, pg->slot_gen, q.slot, q.slot_gen);
-        munmap(pg, sizeof *pg);
-        goto fail_table;
-    }
-    struct ds_doorbell *db = NULL;
-    if (q.doorbell[0] && ds_doorbell_map(q.doorbell, &db) != 0) {
-        db = NULL;
-        DS_LOG(DS_LOG_WARN, "doorbell %s unusable; demand changes are seen at the scheduler's next poll", q.doorbell);
-    }
-    struct ds_tenant *t = &g_tenant;
-    memcpy(t->id, q.id, sizeof t->id);
-    t->slot = (int)q.slot;
-    t->slot_gen = (uint32_t)q.slot_gen;
-    int gpu = c->gpu;
-    if (gpu < 0 || gpu >= (int)DS_MAX_GPUS)
-        gpu = (int)q.gpu;
-    t->gpu = gpu;
-    t->quota_memory = q.memory;
-    t->table = h;
-    t->ctr = c;
-    t->gpu_entry = ds_table_gpu(h, (uint32_t)gpu);
-    t->page = pg;
-    t->doorbell = db;
-    memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
-    memcpy(t->table_path, q.table, sizeof t->table_path);
-    memcpy(t->doorbell_path, q.doorbell, sizeof t->doorbell_path);
-    if (t->mps_pipe_dir[0]) {
-        /* The driver finds the MPS server through CUDA_MPS_PIPE_DIRECTORY. Processes `exec`'d into a container
-         * never see env edits made at create time, so the library exports the tenant's pipe directory itself
-         * (before the driver initialises); a value the user set is kept. */
-        const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
-        if (!pipe || !*pipe || fixed) /* in a container the host's pipe directory wins (its server sets the limit) */
-            setenv("CUDA_MPS_PIPE_DIRECTORY", t->mps_pipe_dir, 1);
-        bool host = (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
-        const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-        set_mps_backstop(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED), host && !(cvd && *cvd) ? gpu : 0);
-    }
-    set_mps_priority(__atomic_load_n(&c->tier, __ATOMIC_RELAXED));
-    keep_page_for_exec(q.client_page);
-    ds_process.tenant = t;
-    ds_guard_snapshot();
-    ds_guard_region(DS_REGION_TABLE, h, DS_TABLE_SIZE);
-    ds_guard_region(DS_REGION_PAGE, pg, sizeof *pg);
-    if (db)
-        ds_guard_region(DS_REGION_DOORBELL, db, sizeof *db);
-    if ((rc = ds_guard_install()) != 0)
-        DS_LOG(DS_LOG_WARN, "SIGBUS handler not installed (%s): a truncated DetShare file would kill this process",
-               strerror(-rc));
-    DS_LOG(DS_LOG_INFO, "tenant %s slot %d gpu %d memory limit %llu", t->id, t->slot, t->gpu,
-           (unsigned long long)c->mem_limit);
-    return;
-fail_table:
-    ds_table_unmap(h);
-fail:
-    DS_LOG(DS_LOG_ERROR, "tenant %s: DetShare disabled in this process (fail-open)", q.id);
-}
-
-/* ---------------------------------------------------------------------------------------------------------------
- * Process record
- * ------------------------------------------------------------------------------------------------------------- */
-struct ds_proc *ds_attach(void) {
-    struct ds_proc *p = atomic_load_explicit(&ds_process.self, memory_order_acquire);
-    if (p || !ds_process.tenant)
-        return p;
-    pthread_mutex_lock(&g_attach_lock);
-    p = atomic_load_explicit(&ds_process.self, memory_order_acquire);
-    if (!p) {
-        uint32_t nspid = 0;
-        uint64_t ino = 0, start = 0;
-        int rc = ds_self_identity(&nspid, &ino, &start);
-        if (rc != 0)
-            DS_LOG(DS_LOG_WARN, "process identity: %s; the reaper cannot tell when this process dies", strerror(-rc));
-        bool host = (__atomic_load_n(&ds_process.tenant->ctr->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
-        int i = ds_proc_attach(ds_process.tenant->page, nspid, ino, start, host ? (uint64_t)getpid() : 0);
-        if (i >= 0) {
-            p = &ds_process.tenant->page->procs[i];
-            atomic_store_explicit(&ds_process.self_idx, i, memory_order_relaxed);
-            atomic_store_explicit(&ds_process.self, p, memory_order_release);
-            DS_LOG(DS_LOG_DEBUG, "process entry %d claimed", i);
-        } else {
-            static atomic_int warned;
-            if (!atomic_exchange(&warned, 1))
-                DS_LOG(DS_LOG_WARN, "all %u process entries of tenant %s are in use; this process is counted in the "
-                                    "tenant total only", DS_MAX_PROCS, ds_process.tenant->id);
-        }
-    }
-    pthread_mutex_unlock(&g_attach_lock);
-    return p;
-}
-
-/* Release at a clean exit (ds_proc_detach: credit memory and demand, free the entry). */
-void ds_detach(void) {
-    if (!ds_process.tenant)
-        return;
-    pthread_mutex_lock(&g_attach_lock);
-    struct ds_proc *p = atomic_exchange(&ds_process.self, NULL);
-    int i = atomic_exchange(&ds_process.self_idx, -1);
-    pthread_mutex_unlock(&g_attach_lock);
-    if (p && i >= 0)
-        ds_proc_detach(ds_process.tenant->page, i);
-}
 
 /* ---------------------------------------------------------------------------------------------------------------
  * fork: the child starts with no process entry (it claims its own at its first driver use, with mem_used 0) and
@@ -557,7 +30,7 @@ void ds_detach(void) {
  *   4. g_pool_lock (ds_pool.c)    green contexts and the grant's choice of one (ds_grant.c); takes 5 and 6 inside
  *   5. g_mk_lock (ds_pool.c)      the green-context thread's queue
  *   6. g_snap_lock (ds_guard.c)   the table snapshot
- *   7. g_attach_lock (ds_init.c)  this process's ds_proc entry
+ *   7. g_attach_lock (ds_process.c) this process's ds_proc entry
  *   8. the allocation-table locks (ds_mem.c), in index order; leaves
  * The parent releases them in the reverse order; the child releases them too (it is single-threaded) and resets
  * what belonged to threads it does not have. pthread_once guards (driver, NVML, monitor start) are not locks held
@@ -568,23 +41,21 @@ static void atfork_prepare(void) {
     ds_streams_fork_lock();
     ds_pool_fork_lock();
     ds_guard_fork_lock();
-    pthread_mutex_lock(&g_attach_lock);
+    ds_process_fork_lock();
     ds_track_lock_all();
 }
 static void atfork_parent(void) {
     ds_track_unlock_all();
-    pthread_mutex_unlock(&g_attach_lock);
+    ds_process_fork_unlock();
     ds_guard_fork_unlock();
     ds_pool_fork_unlock();
     ds_streams_fork_unlock();
     ds_graph_fork_unlock();
 }
 static void atfork_child(void) {
-    atomic_store(&ds_process.self, NULL);
-    atomic_store(&ds_process.self_idx, -1);
     ds_track_unlock_all();
     ds_track_reset_child();
-    pthread_mutex_unlock(&g_attach_lock);
+    ds_process_child();
     ds_guard_fork_unlock();
     ds_pool_child();
     ds_streams_child();
@@ -598,9 +69,10 @@ static void on_exit_release(void) {
 }
 
 __attribute__((constructor(101))) static void ds_constructor(void) {
-    settings_init();
+    ds_settings_init();
     ds_dlsym_init();
-    load_tenant();
+    ds_demand_init(ds_streams_drained);
+    ds_tenant_load();
     if (ds_process.tenant) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
         atexit(on_exit_release);

@@ -1,9 +1,10 @@
 /*
  * ds_launch.c — the kernel-launch, graph-launch, capture and graph-instantiation hooks. Each launch is counted
- * (relaxed atomics in the process's own entry) and sent to the stream ds_launch_stream chooses (the GPU-coroutine
+ * (relaxed atomics in the process's own entry) and sent to the stream ds_launch_bind chooses (the GPU-coroutine
  * binding, ds_streams.c); a graph is launched as the copy made for the current grant (ds_graph.c). Kernels, their
  * launch configurations and arguments are never changed. No lock, no syscall on this path.
  */
+#include "ds_demand.h"
 #include "ds_driver.h"
 #include "ds_graph.h"
 #include "ds_mem.h"
@@ -15,10 +16,11 @@
 #define REAL_OR_FAIL(name) DS_REAL_OR_FAIL(name)
 #define PASS_THROUGH() (!ds_process.tenant || ds_depth)
 
-/* Every launch hook: count the launch and pick its stream (ds_launch_stream), launch there; if the physical stream
- * refuses the kernel, launch it where the application asked (after what the physical stream holds) and leave that
- * stream unconfined. params: the hook's parameter list; app_stream: the application's stream; key: what is launched
- * (CUfunction, CUgraphExec: the dispatch gate learns its duration, ds_gate.c); usable: false passes
+/* Every launch hook: count the launch (ds_demand_work), pick its stream (ds_launch_bind: the launch l_, its stream
+ * s_), launch there; if the physical stream refuses the kernel, launch it where the application asked (after what
+ * the physical stream holds) and leave that stream unconfined. params: the hook's parameter list; app_stream: the
+ * application's stream; key: what is launched (CUfunction, CUgraphExec: the dispatch gate learns its duration,
+ * ds_gate.c); usable: false passes
  * the call through (an argument the driver must reject itself); prepare: statements run after the stream is chosen
  * (s_ holds it); on_phys / on_app: the driver call on the chosen stream / as the application made it. */
 #define LAUNCH(name, pt, params, app_stream, key, usable, prepare, on_phys, on_app)                                  \
@@ -27,15 +29,17 @@
         if (PASS_THROUGH() || !(usable))                                                                             \
             return on_app;                                                                                           \
         ds_depth++;                                                                                                  \
-        CUstream s_ = ds_launch_stream(app_stream, pt, (const void *)(key));                                         \
+        ds_demand_work(true);                                                                                        \
+        struct ds_launch l_ = ds_launch_bind(app_stream, pt, (const void *)(key));                                   \
+        CUstream s_ = l_.stream;                                                                                     \
         prepare;                                                                                                     \
         CUresult r = on_phys;                                                                                        \
-        if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(r)) {                                                  \
+        if (DS_UNLIKELY(r != CUDA_SUCCESS) && ds_launch_retry(&l_, r)) {                                             \
             r = on_app;                                                                                              \
             if (r == CUDA_SUCCESS)                                                                                   \
-                ds_launch_unconfinable(app_stream, pt);                                                              \
+                ds_launch_unconfinable(&l_);                                                                         \
         }                                                                                                            \
-        ds_launch_done(r);                                                                                           \
+        ds_launch_done(&l_, r);                                                                                      \
         ds_depth--;                                                                                                  \
         return r;                                                                                                    \
     }
@@ -72,8 +76,8 @@ LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, 1)
 #define GRAPH_LAUNCH(name, pt)                                                                                       \
     LAUNCH(name, pt, (CUgraphExec hGraphExec, CUstream hStream), hStream, hGraphExec, true,                         \
            CUcontext target_ = NULL; unsigned tidx_ = 0;                                                             \
-           CUgraphExec e_ = ds_launch_graph_target(&target_, &tidx_) ? ds_graph_for(hGraphExec, target_, tidx_)       \
-                                                                   : hGraphExec,                                     \
+           CUgraphExec e_ = ds_launch_graph_target(&l_, &target_, &tidx_) ? ds_graph_for(hGraphExec, target_, tidx_)  \
+                                                                        : hGraphExec,                                \
            real(e_, s_), real(hGraphExec, hStream))
 GRAPH_LAUNCH(cuGraphLaunch, 0)
 GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)

@@ -5,7 +5,7 @@
  */
 #include "ds_nvml.h"
 
-#include "ds_dlsym.h"
+#include "ds_driver.h"
 #include "ds_mem.h"
 #include "ds_process.h"
 

@@ -14,7 +14,6 @@
 #include "ds_pool.h"
 
 #include "ds_driver.h"
-#include "ds_grant.h"
 #include "ds_process.h"
 
 #include <string.h>
@@ -226,6 +225,7 @@ static pthread_cond_t g_mk_cond = PTHREAD_COND_INITIALIZER;
 static uint64_t g_mk_queue[MK_QUEUE], g_mk_failed[MK_QUEUE];
 static unsigned g_mk_n, g_mk_nfailed;
 static int g_mk_started; /* under g_mk_lock */
+static void (*g_mk_made)(void); /* under g_mk_lock: called after a context was made (ds_pool_select_locked) */
 
 static bool mk_failed_locked(uint64_t mask) {
     for (unsigned i = 0; i < g_mk_nfailed; i++)
@@ -271,16 +271,19 @@ static void *maker(void *arg) {
         if (r != CUDA_SUCCESS && g_mk_nfailed < MK_QUEUE)
             g_mk_failed[g_mk_nfailed++] = mask;
         memmove(g_mk_queue, g_mk_queue + 1, (--g_mk_n) * sizeof g_mk_queue[0]);
+        void (*made)(void) = g_mk_made;
         pthread_mutex_unlock(&g_mk_lock);
-        ds_grant_recheck(); /* the next launch looks at the grant again */
+        if (made)
+            made(); /* the next launch looks at the grant again */
     }
     return NULL;
 }
 
 /* Asks the maker for mask's green context; false when it cannot (queue full, thread not started, failed before). */
-static bool mk_request(uint64_t mask) {
+static bool mk_request(uint64_t mask, void (*made)(void)) {
     bool ok = false;
     pthread_mutex_lock(&g_mk_lock);
+    g_mk_made = made;
     if (mk_failed_locked(mask))
         goto out;
     for (unsigned i = 0; i < g_mk_n; i++)
@@ -314,7 +317,7 @@ out:
 /* ---------------------------------------------------------------------------------------------------------------
  * What a grant binds to
  * ------------------------------------------------------------------------------------------------------------- */
-struct ds_gctx *ds_pool_select_locked(uint64_t groups) {
+struct ds_gctx *ds_pool_select_locked(uint64_t groups, void (*made)(void)) {
     struct ds_gctx *cur = NULL;
     if (!learn_split_locked())
         return NULL;
@@ -327,7 +330,7 @@ struct ds_gctx *ds_pool_select_locked(uint64_t groups) {
         cur = gctx_find_locked(mask);
         if (!cur) {
             struct ds_gctx *sub = largest_cached_subset_locked(mask);
-            if (sub && mk_request(mask))
+            if (sub && mk_request(mask, made))
                 cur = sub; /* the maker brings mask's own context; until then a part of the grant */
         }
         if (!cur)

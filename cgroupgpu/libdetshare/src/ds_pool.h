@@ -22,15 +22,17 @@ struct ds_gctx {                 /* written once, before it is counted in the po
 };
 
 /* The pool lock: the grant reader (ds_grant.c) holds it while it chooses a grant's context and publishes it, so
- * that the green-context thread's "look at the grant again" (ds_grant_recheck after it added a context) cannot
- * fall between the choice and its publication. */
+ * that the green-context thread's "look at the grant again" (the made callback below, after it added a context)
+ * cannot fall between the choice and its publication. */
 void ds_pool_lock(void);
 void ds_pool_unlock(void);
 
 /* The context launches bind to for a spatial grant of groups (pool lock held): NULL for every group, or when the
  * split cannot be learnt or no context made (kernels then run unconfined); for a grant without groups the last
- * non-empty one (launches wait for SMs meanwhile). Learns the split at the first call. */
-struct ds_gctx *ds_pool_select_locked(uint64_t groups);
+ * non-empty one (launches wait for SMs meanwhile). Learns the split at the first call. When the choice is a part of
+ * the grant until the green-context thread has made the grant's own context, that thread calls made() once it has
+ * (the grant reader's "read the grant again"; the pool calls back, it knows nothing of grants). */
+struct ds_gctx *ds_pool_select_locked(uint64_t groups, void (*made)(void));
 
 /* The number of groups of the split, 0 until it is learnt (acquire: the split is readable once non-zero). */
 unsigned ds_pool_groups(void);

@@ -1,6 +1,6 @@
 /*
- * ds_process.h — what every part of libdetshare shares: the tenant, this process's entry in the client page,
- * the settings read once from the environment (struct ds_process, ds_init.c), logging, visibility and the
+ * ds_process.h — what every part of libdetshare shares (ds_process.c): the tenant, this process's entry in the
+ * client page, the settings read once from the environment (struct ds_process), logging, visibility and the
  * re-entrancy depth. libdetshare is the CUDA interception library every CUDA process of a DetShare tenant loads;
  * docs/libdetshare.md maps its files.
  *
@@ -54,7 +54,8 @@ struct ds_tenant {
     char doorbell_path[256];
 };
 
-/* Settings, read once from the environment in the constructor (ds_init.c); never written afterwards. */
+/* Settings, read once from the environment (ds_settings_init: the constructor, or an earlier first driver use);
+ * never written afterwards. */
 struct ds_settings {
     int log_level;                /* DETSHARE_LOG: error|warn|info|debug, default warn */
     int strict_streams;           /* DETSHARE_STRICT_STREAMS=1: an edge pair around every kernel */
@@ -69,7 +70,8 @@ struct ds_settings {
 
 /* The process-wide state every part of the library shares. Each part keeps what only it uses in its own file. */
 struct ds_process {
-    struct ds_tenant *tenant;           /* NULL: no tenant (pure pass-through); set once in the constructor */
+    struct ds_tenant *tenant;           /* NULL: no tenant (pure pass-through); set once in the constructor
+                                         * (ds_tenant_load, ds_tenant.c) */
     /* This process's ds_proc entry and its index, or NULL / -1 before the first driver use and in a forked child
      * until its own first use. */
     _Atomic(struct ds_proc *) self;
@@ -81,8 +83,12 @@ struct ds_process {
     struct ds_settings settings;
 };
 extern struct ds_process ds_process;
-struct ds_proc *ds_attach(void);
-void ds_detach(void);
+void ds_settings_init(void);  /* reads ds_process.settings once (pthread_once) */
+struct ds_proc *ds_attach(void); /* this process's ds_proc entry, claimed at the first use that needs it */
+void ds_detach(void);            /* releases it (clean exit) */
+void ds_process_fork_lock(void); /* fork handler (ds_init.c, "Lock order") */
+void ds_process_fork_unlock(void);
+void ds_process_child(void);     /* in the child: no entry until its own first use */
 
 /* Monotonic clock (vDSO, no syscall). */
 uint64_t ds_now_ns(void);

@@ -36,21 +36,22 @@ static CUresult call(ds_generic_fn real, const uintptr_t *a) {
     return real(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11]);
 }
 
-/* A copy or memset goes where the stream's kernels go (ds_work_stream), with the same arguments but the stream. If
+/* A copy or memset goes where the stream's kernels go (ds_work_bind), with the same arguments but the stream. If
  * the physical stream refuses it, it runs on the application's stream after what the physical stream holds. */
 static CUresult redirected(ds_generic_fn real, int per_thread, int stream_arg, const uintptr_t *a) {
     uintptr_t b[12];
     memcpy(b, a, sizeof b);
-    CUstream app = (CUstream)a[stream_arg];
-    b[stream_arg] = (uintptr_t)ds_work_stream(app, per_thread);
+    ds_demand_work(false);
+    struct ds_launch l = ds_work_bind((CUstream)a[stream_arg], per_thread);
+    b[stream_arg] = (uintptr_t)l.stream;
     CUresult r = call(real, b);
-    if (DS_UNLIKELY(r != CUDA_SUCCESS) && b[stream_arg] != a[stream_arg] && ds_launch_retry(r)) {
+    if (DS_UNLIKELY(r != CUDA_SUCCESS) && b[stream_arg] != a[stream_arg] && ds_launch_retry(&l, r)) {
         r = call(real, a);
         if (r == CUDA_SUCCESS)
-            ds_work_ran_on_app_stream(app, per_thread);
+            ds_work_ran_on_app_stream(&l);
         return r;
     }
-    ds_launch_done(r);
+    ds_launch_done(&l, r);
     return r;
 }
 

@@ -32,7 +32,6 @@
  */
 #include "ds_streams.h"
 
-#include "ds_demand.h"
 #include "ds_driver.h"
 #include "ds_gate.h"
 #include "ds_grant.h"
@@ -78,13 +77,6 @@ static atomic_uint g_order_gen, g_legacy_gen, g_blocking_gen;
 static atomic_uint g_nbound; /* logical streams bound to a green context (launches under a full grant unbind them) */
 static atomic_int g_strict; /* forced on at run time */
 static __thread struct lstream *t_ptds; /* this thread's per-thread default stream */
-static __thread struct lstream *t_pending;
-static __thread CUstream t_pending_phys;
-/* this launch passed the dispatch gate: mark its completion (the logical stream, where it went, what it is) */
-static __thread struct lstream *t_gated;
-static __thread CUstream t_gated_where;
-static __thread const void *t_gated_key;
-static __thread unsigned t_gated_width;
 
 /* DETSHARE_STRICT_STREAMS=1, or forced on at run time (ds_streams_force_strict) */
 static bool strict(void) {
@@ -585,8 +577,6 @@ void ds_streams_fork_unlock(void) {
 void ds_streams_child(void) {
     pthread_mutex_unlock(&g_reg_lock);
     unlock_streams();
-    t_pending = NULL;
-    t_gated = NULL;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -601,13 +591,11 @@ static inline void mark_unconfined(struct lstream *ls) {
         atomic_store_explicit(&ls->unconfined, 1, memory_order_release);
 }
 
-/* The gate before a kernel launch to where (on width groups), and what ds_launch_done needs to mark its completion. */
-static void gate_pass(struct lstream *ls, uint32_t depth, CUstream where, const void *key, unsigned width) {
-    ds_gate_wait(&ls->gate, depth, where, key, width);
-    t_gated = ls;
-    t_gated_where = where;
-    t_gated_key = key;
-    t_gated_width = width;
+/* The gate before a kernel launch to where (on width groups); ds_launch_done marks its completion (l says what). */
+static void gate_pass(struct ds_launch *l, uint32_t depth, CUstream where, unsigned width) {
+    ds_gate_wait(&l->ls->gate, depth, where, l->key, width);
+    l->gated = true;
+    l->width = width;
 }
 
 /* A gated kernel first waits until its stream admits one more launch, and only then reads the grant: a pause or a
@@ -627,11 +615,11 @@ static struct lstream *gate_admit(CUstream app, uint32_t depth, const void *key)
 }
 
 /* Where work for the application's stream s goes now: its bound physical stream under a partial grant, else s.
- * Kernels count as launches; copies and memsets only as queued work. */
-static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, const void *key) {
-    t_pending = NULL;
-    t_gated = NULL;
-    ds_demand_work(kernel);
+ * Kernels are gated; copies and memsets are not. The caller counted the work first (ds_demand_work). The answer
+ * carries the logical stream looked up here, so that completing the launch, and the slow paths after a refusal,
+ * never look it up again. */
+static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel, const void *key) {
+    struct ds_launch l = {.stream = s, .key = key};
     uint32_t gd = kernel ? ds_gate_depth() : 0; /* copies and memsets are never gated */
     CUstream app = app_handle(s, per_thread);
     struct lstream *admitted = DS_UNLIKELY(gd != 0) ? gate_admit(app, gd, key) : NULL;
@@ -651,61 +639,60 @@ static inline CUstream work_stream(CUstream s, int per_thread, bool kernel, cons
                 unbind(ls);
             cross_post(ls->kind);
         }
+        l.ls = ls;
         if (ls) {
             mark_unconfined(ls);
             if (DS_UNLIKELY(gd != 0)) /* the gate applies on the whole GPU too (ds_gate.c) */
-                gate_pass(ls, gd, app, key, ds_pool_groups());
+                gate_pass(&l, gd, app, ds_pool_groups());
         }
-        return s;
+        return l;
     }
     struct lstream *ls = admitted ? admitted : lstream_get(app);
+    l.ls = ls;
     if (DS_UNLIKELY(!ls))
-        return s;
+        return l;
     if (ls->kind != LS_NONBLOCKING)
         cross_pre(ls->kind, app);
     if (DS_UNLIKELY(atomic_load_explicit(&ls->unconfinable, memory_order_relaxed))) {
         cross_post(ls->kind);
-        return s;
+        return l;
     }
     if (DS_UNLIKELY(atomic_load_explicit(&ls->bound, memory_order_acquire) != c) && !rebind(ls, c)) {
         if (atomic_load(&ls->bound))
             unbind(ls);
         cross_post(ls->kind);
-        return s;
+        return l;
     }
     CUstream phys = atomic_load_explicit(&ls->phys, memory_order_acquire);
     if ((DS_UNLIKELY(needs_edge_in(ls)) || DS_UNLIKELY(strict())) && !edge_in(ls, phys)) {
         unbind(ls);
-        return s;
+        return l;
     }
-    t_pending = ls;
-    t_pending_phys = phys;
+    l.stream = phys;
+    l.on_phys = true;
     if (DS_UNLIKELY(gd != 0))
-        gate_pass(ls, gd, phys, key, (unsigned)__builtin_popcountll(c->mask));
-    return phys;
+        gate_pass(&l, gd, phys, (unsigned)__builtin_popcountll(c->mask));
+    return l;
 }
 
-CUstream ds_launch_stream(CUstream s, int per_thread, const void *key) { return work_stream(s, per_thread, true, key); }
-CUstream ds_work_stream(CUstream s, int per_thread) { return work_stream(s, per_thread, false, NULL); }
+struct ds_launch ds_launch_bind(CUstream s, int per_thread, const void *key) {
+    return work_bind(s, per_thread, true, key);
+}
+struct ds_launch ds_work_bind(CUstream s, int per_thread) { return work_bind(s, per_thread, false, NULL); }
 
-void ds_launch_done(CUresult r) {
-    if (DS_UNLIKELY(t_gated != NULL)) {
-        if (r == CUDA_SUCCESS)
-            ds_gate_record(&t_gated->gate, t_gated_where, t_gated_key, t_gated_width);
-        t_gated = NULL;
-    }
-    struct lstream *ls = t_pending;
-    if (!ls)
-        return;
-    t_pending = NULL;
-    if (r != CUDA_SUCCESS)
+void ds_launch_finish(const struct ds_launch *l, CUresult r) {
+    struct lstream *ls = l->ls;
+    /* a gated launch went to the physical stream, or (every group granted) to the application's stream */
+    if (DS_UNLIKELY(l->gated) && r == CUDA_SUCCESS)
+        ds_gate_record(&ls->gate, l->on_phys ? l->stream : ls->app, l->key, l->width);
+    if (!l->on_phys || r != CUDA_SUCCESS)
         return;
     if (!atomic_load_explicit(&ls->pending, memory_order_relaxed))
         atomic_store_explicit(&ls->pending, 1, memory_order_release);
-    if (DS_UNLIKELY(atomic_load_explicit(&ls->phys, memory_order_acquire) != t_pending_phys)) {
+    if (DS_UNLIKELY(atomic_load_explicit(&ls->phys, memory_order_acquire) != l->stream)) {
         /* rebound by another thread while this kernel was being launched on the old physical stream */
         pthread_mutex_lock(&ls->lock);
-        tie(ls, t_pending_phys, ls->app);
+        tie(ls, l->stream, ls->app);
         pthread_mutex_unlock(&ls->lock);
     }
     if (ls->kind != LS_NONBLOCKING)
@@ -714,24 +701,22 @@ void ds_launch_done(CUresult r) {
         join(ls);
 }
 
-bool ds_launch_retry(CUresult r) {
-    struct lstream *ls = t_pending;
-    t_pending = NULL;
-    t_gated = NULL;
+bool ds_launch_retry(struct ds_launch *l, CUresult r) {
+    bool on_phys = l->on_phys;
+    l->on_phys = false; /* completed here: ds_launch_done after the launch on the application's stream does nothing */
+    l->gated = false;
     /* the kernel did not go on the physical stream (e.g. a function of a context green contexts cannot use): the
      * caller runs it where the application asked, after what the physical stream already holds */
-    if (ls == NULL || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_DEINITIALIZED)
+    if (!on_phys || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_DEINITIALIZED)
         return false;
-    join(ls);
+    join(l->ls);
     return true;
 }
 
-void ds_launch_unconfinable(CUstream s, int per_thread) {
-    struct lstream *ls = lstream_get(app_handle(s, per_thread));
-    if (!ls)
-        return;
+void ds_launch_unconfinable(const struct ds_launch *l) {
+    struct lstream *ls = l->ls;
     if (!atomic_exchange(&ls->unconfinable, 1))
-        DS_LOG(DS_LOG_WARN, "a kernel could not run on its green stream; stream %p runs unconfined", (void *)s);
+        DS_LOG(DS_LOG_WARN, "a kernel could not run on its green stream; stream %p runs unconfined", (void *)ls->app);
     unbind(ls);
     if (ls->kind != LS_NONBLOCKING)
         cross_post(ls->kind);
@@ -739,10 +724,8 @@ void ds_launch_unconfinable(CUstream s, int per_thread) {
 
 /* A copy or memset the physical stream refused ran on the application's stream instead (ds_launch_retry joined the
  * physical stream first): the stream's next kernel must wait for it. Kernels of the stream stay confined. */
-void ds_work_ran_on_app_stream(CUstream s, int per_thread) {
-    struct lstream *ls = lstream_find(app_handle(s, per_thread));
-    if (!ls)
-        return;
+void ds_work_ran_on_app_stream(const struct ds_launch *l) {
+    struct lstream *ls = l->ls;
     atomic_store_explicit(&ls->need_in, 1, memory_order_release);
     if (ls->kind != LS_NONBLOCKING)
         cross_post(ls->kind);
@@ -751,10 +734,9 @@ void ds_work_ran_on_app_stream(CUstream s, int per_thread) {
 /* Where a graph launched now must run: the green context the launch was bound to, or every SM (the primary
  * context) under a full grant. False when graphs are left as they are (no split learnt, temporal mode, a stream
  * that cannot be confined). */
-bool ds_launch_graph_target(CUcontext *ctx, unsigned *idx) {
-    struct lstream *ls = t_pending;
-    if (ls) {
-        struct ds_gctx *c = atomic_load_explicit(&ls->bound, memory_order_acquire);
+bool ds_launch_graph_target(const struct ds_launch *l, CUcontext *ctx, unsigned *idx) {
+    if (l->on_phys) {
+        struct ds_gctx *c = atomic_load_explicit(&l->ls->bound, memory_order_acquire);
         if (!c)
             return false;
         *ctx = c->cu;

@@ -9,21 +9,39 @@
 #define CUDA_ABI_PROTOTYPES
 #include "cgroupgpu/cuda/cuda_abi.h"
 
+#include "ds_process.h"
+
 #include <stdbool.h>
 
 /* The launch path (ds_launch.c, and copies and memsets in ds_stream_ops.c). Called with a tenant, on the hook's
- * thread: ds_launch_stream returns the stream to launch on; ds_launch_done(result) completes the launch (or
- * ds_launch_retry + the launch on the application stream + ds_launch_unconfinable when the physical stream
- * refused it). No lock, no syscall when the stream is bound to the current grant and nothing new happened. */
-CUstream ds_launch_stream(CUstream s, int per_thread, const void *key); /* key: the CUfunction or CUgraphExec */
-CUstream ds_work_stream(CUstream s, int per_thread); /* ds_launch_stream for copies and memsets: no launch counted */
-void ds_launch_done(CUresult r);
-bool ds_launch_retry(CUresult r);
-void ds_launch_unconfinable(CUstream s, int per_thread);
-void ds_work_ran_on_app_stream(CUstream s, int per_thread);
+ * thread, after the work was counted (ds_demand_work). ds_launch_bind looks the application's stream up once and
+ * says where this launch goes; the answer is the launch's own (returned by value, kept by the hook, no thread-local
+ * state) and is handed to ds_launch_done(result), which completes it, or, when the physical stream refused the work,
+ * to ds_launch_retry, then, after the launch on the application's stream, to ds_launch_unconfinable (a kernel) or
+ * ds_work_ran_on_app_stream (a copy or memset). No lock, no syscall when the stream is bound to the current grant
+ * and nothing new happened. */
+struct lstream; /* a logical stream (ds_streams.c) */
+struct ds_launch {
+    CUstream stream;    /* where to launch: the bound physical stream (on_phys), else the application's stream */
+    struct lstream *ls; /* the application stream's logical stream, looked up once; NULL: none */
+    const void *key;    /* what is launched (the CUfunction or CUgraphExec), for the dispatch gate */
+    unsigned width;     /* gated: SM groups of the grant it was launched under */
+    bool on_phys;       /* sent to a physical stream: ds_launch_done marks ls as having work there */
+    bool gated;         /* passed the dispatch gate: ds_launch_done marks its completion */
+};
+struct ds_launch ds_launch_bind(CUstream s, int per_thread, const void *key); /* key: the CUfunction or CUgraphExec */
+struct ds_launch ds_work_bind(CUstream s, int per_thread); /* ds_launch_bind for copies and memsets: never gated */
+void ds_launch_finish(const struct ds_launch *l, CUresult r); /* ds_launch_done's work when there is some */
+static inline void ds_launch_done(const struct ds_launch *l, CUresult r) {
+    if (DS_UNLIKELY(l->on_phys | l->gated)) /* else nothing to complete: no call on the unconfined fast path */
+        ds_launch_finish(l, r);
+}
+bool ds_launch_retry(struct ds_launch *l, CUresult r);   /* true: run it on the application's stream */
+void ds_launch_unconfinable(const struct ds_launch *l);   /* after a kernel ran there: the stream stays unconfined */
+void ds_work_ran_on_app_stream(const struct ds_launch *l); /* after a copy or memset ran there */
 /* Where a graph launched now must run (the green context of the launch's binding, or the primary context under a
- * full grant); false: leave it where it is. Between ds_launch_stream and ds_launch_done. */
-bool ds_launch_graph_target(CUcontext *ctx, unsigned *idx);
+ * full grant); false: leave it where it is. */
+bool ds_launch_graph_target(const struct ds_launch *l, CUcontext *ctx, unsigned *idx);
 
 /* Stream operations around the driver call (ds_stream_ops.c wraps every DS_STREAM_HOOKS entry point with these). */
 struct ds_sop {

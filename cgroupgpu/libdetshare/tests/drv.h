@@ -65,6 +65,7 @@
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                                       \
     X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1)                                                                  \
     X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0)                                                                  \
+    X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0)                                                 \
     X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0)                                                       \
     X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                              \
     X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)                                            \

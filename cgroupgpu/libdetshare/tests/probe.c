@@ -14,7 +14,8 @@
  *        tail_ms as burst:) | ctxsync (cuCtxSynchronize; prints how long it waited) | sleep:MS |
  *        libkernels (later kernels come from cuLibraryLoadData + cuLibraryGetKernel + cuKernelGetFunction, as
  *        cudart 12+ loads them; default: cuModuleLoadData + cuModuleGetFunction) | pause (waits for a
- *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) |
+ *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) | coopsmid:B
+ *        (smid:B as a cooperative launch: every block resident at once) |
  *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | dcopy:K (K rounds of a device copy, a
  *        memset and a kernel, each reading what the one before wrote; prints a hash) | capture:B (captures smid:B into a graph on
  *        the current stream; capturekeep:B keeps the graph, as capture:B does not) | graph (launches the captured
@@ -122,6 +123,7 @@ static void print_sms(const char *step, CUresult r, const uint32_t *sm, unsigned
     printf("\n");
 }
 
+/* smid:B, or coopsmid:B (a cooperative launch: all B blocks resident at once, so a grant of fewer SMs refuses it) */
 static void smid(const char *step, unsigned blocks) {
     CUfunction fn;
     CUdeviceptr out = 0;
@@ -132,7 +134,8 @@ static void smid(const char *step, unsigned blocks) {
     uint32_t us = 20;
     void *args[] = {&out, &us};
     if (r == CUDA_SUCCESS)
-        r = D.cuLaunchKernel(fn, blocks, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
+        r = strcmp(step, "coopsmid") ? D.cuLaunchKernel(fn, blocks, 1, 1, 1, 1, 1, 0, g_stream, args, NULL)
+                                     : D.cuLaunchCooperativeKernel(fn, blocks, 1, 1, 1, 1, 1, 0, g_stream, args);
     if (r == CUDA_SUCCESS)
         r = D.cuStreamSynchronize(g_stream);
     if (r == CUDA_SUCCESS)
@@ -889,6 +892,8 @@ static int step(const char *s) {
             return 2;
     } else if (sscanf(s, "smid:%llu", &a) == 1) {
         smid("smid", (unsigned)a);
+    } else if (sscanf(s, "coopsmid:%llu", &a) == 1) {
+        smid("coopsmid", (unsigned)a);
     } else if (sscanf(s, "axpy:%llu", &a) == 1) {
         uint64_t h = 0;
         r = axpy_rounds(g_stream, a, false, &h);

@@ -1,0 +1,358 @@
+/*
+ * ds_tenant.c — who this process works for: reads the quota file, maps the table (read-only) and the client page
+ * (read-write), checks that both belong to the slot and generation the quota file names, sets the MPS variables the
+ * driver reads when it starts, and publishes the tenant (ds_process.tenant). Called once, by the constructor.
+ *
+ * Fail-open: any problem with the tenant's files is logged once and the process runs as a pure pass-through; a
+ * broken DetShare installation never stops a tenant's GPU work.
+ */
+#include "ds_tenant.h"
+
+#include "ds_guard.h"
+#include "ds_process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static struct ds_tenant g_tenant; /* published once, through ds_process.tenant */
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Quota file (docs/internals.md "The quota file"). The Go side's parser is cgroupgpu/quota.ParseFile; this is its C
+ * reader for the few keys the library needs, kept to the same format.
+ * ------------------------------------------------------------------------------------------------------------- */
+#define QF_NONE (~0ull) /* a numeric key the file did not set */
+struct quota_file {
+    unsigned long long version, slot, slot_gen, memory, gpu; /* the numeric keys (num_key) */
+    char id[DS_ID_LEN];
+    char table[256];
+    char client_page[256];
+    char doorbell[256];
+    char mps_pipe_dir[256];
+};
+
+static int copy_value(char *dst, size_t cap, const char *key, const char *v) {
+    size_t n = strlen(v);
+    if (n >= cap) {
+        DS_LOG(DS_LOG_ERROR, "quota file: %s is %zu bytes long, at most %zu allowed", key, n, cap - 1);
+        return -1;
+    }
+    memcpy(dst, v, n + 1);
+    return 0;
+}
+
+static int parse_ul(const char *key, const char *v, unsigned long long max, unsigned long long *out) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || !*v || *end || x > max || v[0] == '-') {
+        DS_LOG(DS_LOG_ERROR, "quota file: %s=%.64s is not an integer in 0..%llu", key, v, max); /* bounded echo */
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* The numeric key k of the file: where it goes and the largest value allowed; NULL for another key. */
+static unsigned long long *num_key(struct quota_file *q, const char *k, unsigned long long *max) {
+    static const struct {
+        const char *key;
+        size_t off;
+        unsigned long long max;
+    } keys[] = {
+        {"version", offsetof(struct quota_file, version), 1000},
+        {"slot", offsetof(struct quota_file, slot), DS_MAX_CONTAINERS - 1},
+        {"slot_gen", offsetof(struct quota_file, slot_gen), UINT32_MAX},
+        {"memory", offsetof(struct quota_file, memory), UINT64_MAX},
+        {"gpu", offsetof(struct quota_file, gpu), DS_MAX_GPUS - 1},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(k, keys[i].key)) {
+            *max = keys[i].max;
+            return (unsigned long long *)((char *)q + keys[i].off);
+        }
+    return NULL;
+}
+
+static int read_quota_file(const char *path, struct quota_file *q) {
+    memset(q, 0, sizeof *q);
+    q->slot = QF_NONE;
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        DS_LOG(DS_LOG_ERROR, "quota file %s: %s; running without DetShare", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int rc = 0, lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t n = strlen(line);
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+            line[--n] = 0;
+        char *s = line;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            DS_LOG(DS_LOG_ERROR, "quota file %s line %d: %.64s: want key=value", path, lineno, s);
+            rc = -1;
+            continue;
+        }
+        *eq = 0;
+        const char *k = s, *v = eq + 1;
+        unsigned long long max = 0, *num = num_key(q, k, &max);
+        if (num) {
+            rc |= parse_ul(k, v, max, num); /* sets *num only when the value is allowed */
+        } else if (!strcmp(k, "id")) {
+            rc |= copy_value(q->id, sizeof q->id, k, v);
+        } else if (!strcmp(k, "table")) {
+            rc |= copy_value(q->table, sizeof q->table, k, v);
+        } else if (!strcmp(k, "client_page")) {
+            rc |= copy_value(q->client_page, sizeof q->client_page, k, v);
+        } else if (!strcmp(k, "doorbell")) {
+            rc |= copy_value(q->doorbell, sizeof q->doorbell, k, v);
+        } else if (!strcmp(k, "mps_pipe_dir")) {
+            rc |= copy_value(q->mps_pipe_dir, sizeof q->mps_pipe_dir, k, v);
+        }
+        /* unknown keys are ignored: newer writers may add keys */
+    }
+    fclose(f);
+    if (rc)
+        return -1;
+    if (q->version != 1) {
+        DS_LOG(DS_LOG_ERROR, "quota file %s: version=%llu, this library reads version=1", path, q->version);
+        return -1;
+    }
+    if (q->slot == QF_NONE || !q->table[0] || !q->client_page[0]) {
+        DS_LOG(DS_LOG_ERROR, "quota file %s: slot, table and client_page are required", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Under MPS the driver enforces CUDA_MPS_PINNED_DEVICE_MEM_LIMIT itself: a backstop for code that escapes the
+ * interposer. It must be in the environment before the driver initialises, hence the constructor. The host's value
+ * replaces whatever the tenant set (a client may raise a limit it sets itself; only the server-side limit the
+ * scheduler sets is out of its reach, docs/threat-model-quota.md). The device ordinal is the process's view: 0 in a
+ * container (it sees its GPU only) or when CUDA_VISIBLE_DEVICES selects it, else the table's index. */
+static void set_mps_backstop(uint64_t limit, int ordinal) {
+    if (!limit)
+        return;
+    unsigned long long mib = (unsigned long long)((limit + (1ull << 20) - 1) >> 20);
+    const char *cur = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    if (cur && *cur)
+        DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT set by the tenant is replaced by the host's limit");
+    char v[64];
+    snprintf(v, sizeof v, "%d=%lluM", ordinal, mib);
+    setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", v, 1);
+    DS_LOG(DS_LOG_INFO, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s", v);
+}
+
+/* MPS client priority (issue 12). Green contexts decide which SMs a client may use; where a latency-critical
+ * tenant's grant overlaps groups a lower tier still runs on (the wide offer of an idle LC, a lent guarantee), the
+ * hardware dispatches the waiting thread blocks of both. Below-normal priority for every lower tier makes the SMs
+ * that free up go to the latency-critical tenant's blocks first. The driver reads the variable when the client
+ * connects to the MPS server, so it is set before the driver initialises. It is a hint, never a partition: a tenant
+ * that raises its own priority competes on equal terms, on the SMs it was granted (docs/threat-model.md). */
+static void set_mps_priority(uint32_t tier) {
+    if (!ds_process.settings.mps_priority)
+        return;
+    const char *want = tier == DS_TIER_LATENCY_CRITICAL ? "0" : "1";
+    const char *cur = getenv("CUDA_MPS_CLIENT_PRIORITY");
+    if (cur && *cur && strcmp(cur, want))
+        DS_LOG(DS_LOG_INFO, "CUDA_MPS_CLIENT_PRIORITY=%s set by the tenant is replaced by its tier's %s", cur, want);
+    setenv("CUDA_MPS_CLIENT_PRIORITY", want, 1);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Privilege drops (issue 13 item 7). The client page is writable by root only (0644 on the host, and bound as is
+ * into the container), so a process that drops to another user before it execs its program (setpriv, su, gosu,
+ * runuser) could no longer open it and would run without DetShare. A root process therefore keeps the page open,
+ * without close-on-exec, and names the descriptor in DETSHARE_CLIENT_PAGE_FD; the library in the program it execs
+ * maps that descriptor when opening the path is refused. It is accepted only if it is open read-write on the file
+ * the quota file names (same device and inode when the path can be stat'ed) and holds this tenant's slot and
+ * generation, so it can never give a process more than the page it was started with.
+ * ------------------------------------------------------------------------------------------------------------- */
+#define DS_PAGE_FD_ENV "DETSHARE_CLIENT_PAGE_FD"
+
+static int inherited_page_fd(const char *path) {
+    const char *v = getenv(DS_PAGE_FD_ENV);
+    if (!v || !*v)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long fd = strtol(v, &end, 10);
+    if (errno || *end || fd < 3 || fd > 1 << 20)
+        return -1;
+    struct stat fst, pst;
+    if (fstat((int)fd, &fst) != 0 || !S_ISREG(fst.st_mode))
+        return -1;
+    int fl = fcntl((int)fd, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) != O_RDWR)
+        return -1;
+    if (stat(path, &pst) == 0 && (pst.st_dev != fst.st_dev || pst.st_ino != fst.st_ino))
+        return -1;
+    return (int)fd;
+}
+
+static int map_inherited_page(const char *path, struct ds_client_page **out) {
+    int fd = inherited_page_fd(path);
+    if (fd < 0)
+        return -EACCES;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < sizeof **out)
+        return -DS_ECORRUPT;
+    void *p = mmap(NULL, sizeof **out, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    struct ds_client_page *cp = p;
+    if (cp->magic != DS_CLIENT_MAGIC || cp->abi_version != DS_TABLE_ABI_VERSION) {
+        munmap(p, sizeof *cp);
+        return -DS_ECORRUPT;
+    }
+    *out = cp;
+    return 0;
+}
+
+/* Root only: keep the page open across exec for a program that drops privileges first (see above). */
+static void keep_page_for_exec(const char *path) {
+    if (geteuid() != 0 || inherited_page_fd(path) >= 0)
+        return;
+    int fd = open(path, O_RDWR);
+    if (fd < 0)
+        return;
+    if (fd < 3) { /* never take the place of a standard stream the program closed */
+        int hi = fcntl(fd, F_DUPFD, 3);
+        close(fd);
+        if (hi < 0)
+            return;
+        fd = hi;
+    }
+    char v[16];
+    snprintf(v, sizeof v, "%d", fd);
+    setenv(DS_PAGE_FD_ENV, v, 1);
+}
+
+/* The quota file the hook mounts read-only into every tenant container. When it exists it is the only source of
+ * the tenant's settings: DETSHARE_QUOTA_FILE is the tenant's own variable and must not switch DetShare off or
+ * point at a file of its choosing. The variable is honoured only where the fixed path does not exist, i.e. for host
+ * tenants started by `detshare run` (which could as well not load the library at all). */
+#define DS_QUOTA_FIXED_PATH "/run/detshare/quota"
+
+static const char *quota_path(bool *fixed) {
+    const char *env = getenv("DETSHARE_QUOTA_FILE");
+    *fixed = access(DS_QUOTA_FIXED_PATH, F_OK) == 0;
+    if (*fixed) {
+        if (env && *env && strcmp(env, DS_QUOTA_FIXED_PATH) != 0)
+            DS_LOG(DS_LOG_WARN, "DETSHARE_QUOTA_FILE ignored: the host's quota file %s is in force",
+                   DS_QUOTA_FIXED_PATH);
+        return DS_QUOTA_FIXED_PATH;
+    }
+    return env && *env ? env : NULL;
+}
+
+void ds_tenant_load(void) {
+    bool fixed = false;
+    const char *path = quota_path(&fixed);
+    if (!path)
+        return; /* not a tenant: pure pass-through */
+    struct quota_file q;
+    if (read_quota_file(path, &q) != 0) {
+        DS_LOG(DS_LOG_ERROR, "quota file %s unusable; running without DetShare (no quota, no scheduling)", path);
+        return;
+    }
+    const struct ds_table_header *h = NULL;
+    int rc = ds_table_map_ro(q.table, &h);
+    if (rc != 0) {
+        DS_LOG(DS_LOG_ERROR, "table %s: %s; running unshared", q.table,
+               rc == -DS_EVERSION   ? "another ABI version than this library's"
+               : rc == -DS_ECORRUPT ? "bad magic, geometry or not ready"
+                                    : strerror(-rc));
+        goto fail;
+    }
+    const struct ds_container *c = ds_table_container(h, (uint32_t)q.slot);
+    uint32_t gen = __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
+    uint32_t state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+    if (gen != q.slot_gen || (state != DS_SLOT_ACTIVE && state != DS_SLOT_RESERVED)) {
+        DS_LOG(DS_LOG_ERROR,
+               "table slot %llu: generation %u state %u, quota file says generation %llu; running unshared", q.slot,
+               gen, state, q.slot_gen);
+        goto fail_table;
+    }
+    struct ds_client_page *pg = NULL;
+    rc = ds_client_map(q.client_page, &pg);
+    if (rc == -EACCES && map_inherited_page(q.client_page, &pg) == 0) {
+        rc = 0;
+        DS_LOG(DS_LOG_INFO, "client page %s mapped from the descriptor kept before a privilege drop", q.client_page);
+    }
+    if (rc != 0) {
+        DS_LOG(DS_LOG_ERROR, "client page %s: %s; running unshared", q.client_page,
+               rc == -DS_EVERSION ? "another ABI version" : rc == -DS_ECORRUPT ? "bad magic or size" : strerror(-rc));
+        goto fail_table;
+    }
+    if (pg->slot != (uint32_t)q.slot || pg->slot_gen != q.slot_gen) {
+        DS_LOG(DS_LOG_ERROR, "client page %s belongs to slot %u generation %u, not slot %llu generation %llu; running "
+                             "unshared", q.client_page, pg->slot, pg->slot_gen, q.slot, q.slot_gen);
+        munmap(pg, sizeof *pg);
+        goto fail_table;
+    }
+    struct ds_doorbell *db = NULL;
+    if (q.doorbell[0] && ds_doorbell_map(q.doorbell, &db) != 0) {
+        db = NULL;
+        DS_LOG(DS_LOG_WARN, "doorbell %s unusable; demand changes are seen at the scheduler's next poll", q.doorbell);
+    }
+    struct ds_tenant *t = &g_tenant;
+    memcpy(t->id, q.id, sizeof t->id);
+    t->slot = (int)q.slot;
+    t->slot_gen = (uint32_t)q.slot_gen;
+    int gpu = c->gpu;
+    if (gpu < 0 || gpu >= (int)DS_MAX_GPUS)
+        gpu = (int)q.gpu;
+    t->gpu = gpu;
+    t->quota_memory = q.memory;
+    t->table = h;
+    t->ctr = c;
+    t->gpu_entry = ds_table_gpu(h, (uint32_t)gpu);
+    t->page = pg;
+    t->doorbell = db;
+    memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
+    memcpy(t->table_path, q.table, sizeof t->table_path);
+    memcpy(t->doorbell_path, q.doorbell, sizeof t->doorbell_path);
+    if (t->mps_pipe_dir[0]) {
+        /* The driver finds the MPS server through CUDA_MPS_PIPE_DIRECTORY. Processes `exec`'d into a container
+         * never see env edits made at create time, so the library exports the tenant's pipe directory itself
+         * (before the driver initialises); a value the user set is kept. */
+        const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+        if (!pipe || !*pipe || fixed) /* in a container the host's pipe directory wins (its server sets the limit) */
+            setenv("CUDA_MPS_PIPE_DIRECTORY", t->mps_pipe_dir, 1);
+        bool host = (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT) != 0;
+        const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+        set_mps_backstop(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED), host && !(cvd && *cvd) ? gpu : 0);
+    }
+    set_mps_priority(__atomic_load_n(&c->tier, __ATOMIC_RELAXED));
+    keep_page_for_exec(q.client_page);
+    ds_process.tenant = t;
+    ds_guard_snapshot();
+    ds_guard_region(DS_REGION_TABLE, h, DS_TABLE_SIZE);
+    ds_guard_region(DS_REGION_PAGE, pg, sizeof *pg);
+    if (db)
+        ds_guard_region(DS_REGION_DOORBELL, db, sizeof *db);
+    if ((rc = ds_guard_install()) != 0)
+        DS_LOG(DS_LOG_WARN, "SIGBUS handler not installed (%s): a truncated DetShare file would kill this process",
+               strerror(-rc));
+    DS_LOG(DS_LOG_INFO, "tenant %s slot %d gpu %d memory limit %llu", t->id, t->slot, t->gpu,
+           (unsigned long long)c->mem_limit);
+    return;
+fail_table:
+    ds_table_unmap(h);
+fail:
+    DS_LOG(DS_LOG_ERROR, "tenant %s: DetShare disabled in this process (fail-open)", q.id);
+}
