@@ -9,9 +9,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/table"
 )
 
 func TestMain(m *testing.M) {
@@ -85,7 +85,7 @@ func TestScore(t *testing.T) {
 	if !(Score("unknown", Pressure{}, 8, 8) < Score("unknown", Pressure{}, 2, 8)) {
 		t.Error("with equal pressure, more free groups wins")
 	}
-	if Kind(quota.RolePrefill) != "compute-heavy" || Kind(quota.RoleNone) != "unknown" {
+	if Kind(table.RolePrefill) != "compute-heavy" || Kind(table.RoleNone) != "unknown" {
 		t.Error("kind")
 	}
 }

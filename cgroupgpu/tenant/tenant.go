@@ -147,7 +147,7 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 	res := Result{Quota: q}
 	paths := t.Paths()
 	treq := table.RegisterRequest{
-		ID: req.ID, Tier: q.Tier.TableValue(), Role: q.Role.TableValue(), Weight: q.Weight, Lend: q.Lend,
+		ID: req.ID, Tier: q.Tier, Role: q.Role, Weight: q.Weight, Lend: q.Lend,
 		Pinned: q.Pinned, SLOP99Us: uint32(q.SLOP99 / time.Microsecond), OwnerPID: req.OwnerPID,
 		Check: func(active []table.Registration, tr *table.RegisterRequest) error {
 			gpus := t.GPUs()

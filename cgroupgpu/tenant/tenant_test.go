@@ -75,8 +75,8 @@ func TestRegisterEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := table.NewPaths(dir)
-	if hf.ID != "ctr1" || hf.Slot != r.Slot || hf.SlotGen != r.Gen || hf.SMs != 40 || hf.Memory != 8<<30 || hf.Tier != quota.TierLatencyCritical ||
-		hf.Table != p.Table() || hf.ClientPage != p.ClientPage("ctr1") || hf.Doorbell != p.Doorbell() || hf.Role != quota.RoleDecode {
+	if hf.ID != "ctr1" || hf.Slot != r.Slot || hf.SlotGen != r.Gen || hf.SMs != 40 || hf.Memory != 8<<30 || hf.Tier != table.TierLatencyCritical ||
+		hf.Table != p.Table() || hf.ClientPage != p.ClientPage("ctr1") || hf.Doorbell != p.Doorbell() || hf.Role != table.RoleDecode {
 		t.Errorf("host quota file %+v", hf)
 	}
 	cq, _ := os.ReadFile(res.ContainerQuotaFile)
