@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/detshare/detshare/internal/quote"
@@ -408,6 +409,37 @@ type Inputs struct {
 
 // ResolveInputs is Resolve with the flag layer.
 func ResolveInputs(in Inputs) (Quota, error) {
+	r := in.Resolve()
+	return r.Quota, r.Err
+}
+
+// Resolved is a tenant's quota inputs resolved once per create: each entry point (hook, shim and runc wrapper
+// through hook.attach, `detshare run`) calls Inputs.Resolve and hands the value down (tenant.Request), so the
+// container's annotations, labels and environment are scanned once and nobody re-reads them.
+type Resolved struct {
+	Quota Quota // the resolved, validated quota; zero when Err is set
+	// Asked tells whether any quota key is set (flag, annotation, label or environment): the tenant asked for
+	// DetShare.
+	Asked bool
+	// Unknown is CheckKeys' verdict: the keys with a DetShare prefix that DetShare does not know, joined, or nil.
+	// It is part of Err too; alone it decides whether a container that set no quota key is refused.
+	Unknown error
+	// Err is why the inputs give no quota (bad values, unknown keys and fields, a bad combination), joined, or nil.
+	Err error
+	ok  bool // made by Resolve (the zero Resolved is not a quota)
+}
+
+// IsResolved tells whether r came from Inputs.Resolve.
+func (r Resolved) IsResolved() bool { return r.ok }
+
+// resolves counts Resolve calls: the test of one create checks that its inputs are scanned exactly once.
+var resolves atomic.Uint64
+
+// Resolve builds the quota from the inputs over the defaults, with the precedence flags > annotations > labels >
+// env > defaults, and validates it; all field errors are reported together. It is the one place that scans a
+// tenant's inputs.
+func (in Inputs) Resolve() Resolved {
+	resolves.Add(1)
 	defaults := Default()
 	if in.Defaults != nil {
 		defaults = *in.Defaults
@@ -422,6 +454,7 @@ func ResolveInputs(in Inputs) (Quota, error) {
 		q.Spec[f] = s
 	}
 	envm := envMap(in.Env)
+	r := Resolved{ok: true}
 	var errs []error
 	for _, f := range Fields {
 		var value string
@@ -437,12 +470,13 @@ func ResolveInputs(in Inputs) (Quota, error) {
 		} else {
 			continue
 		}
+		r.Asked = true
 		if err := q.Set(f, value, src); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := CheckKeys(in.Annotations, in.Labels, in.Env); err != nil {
-		errs = append(errs, err)
+	if r.Unknown = checkKeys(in.Annotations, in.Labels, envm); r.Unknown != nil {
+		errs = append(errs, r.Unknown)
 	}
 	for f := range in.Flags {
 		if !knownField(f) {
@@ -450,12 +484,15 @@ func ResolveInputs(in Inputs) (Quota, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return Quota{}, errors.Join(errs...)
+		r.Err = errors.Join(errs...)
+		return r
 	}
 	if err := q.Validate(); err != nil {
-		return Quota{}, err
+		r.Err = err
+		return r
 	}
-	return q.Effective(), nil
+	r.Quota = q.Effective()
+	return r
 }
 
 func knownField(f Field) bool {
@@ -521,23 +558,6 @@ func (q Quota) Effective() Quota {
 		q.SMs = SMs{}
 	}
 	return q
-}
-
-// HasDetShareSettings tells whether any quota key is present in annotations, labels or env.
-func HasDetShareSettings(annotations, labels map[string]string, env []string) bool {
-	envm := envMap(env)
-	for _, f := range Fields {
-		if _, ok := annotations[f.AnnotationKey()]; ok {
-			return true
-		}
-		if _, ok := labels[f.AnnotationKey()]; ok {
-			return true
-		}
-		if _, ok := envm[f.EnvKey()]; ok {
-			return true
-		}
-	}
-	return false
 }
 
 func envMap(env []string) map[string]string {

@@ -181,10 +181,10 @@ func TestDefaultsSMsIgnoredForBestEffort(t *testing.T) {
 }
 
 func TestHasDetShareSettingsAndUnknownKeys(t *testing.T) {
-	if HasDetShareSettings(map[string]string{"io.kubernetes.x": "1"}, nil, []string{"PATH=/bin", "DETSHARE_RUN_DIR=/x"}) {
+	if (Inputs{Annotations: map[string]string{"io.kubernetes.x": "1"}, Env: []string{"PATH=/bin", "DETSHARE_RUN_DIR=/x"}}).Resolve().Asked {
 		t.Error("no settings reported as present")
 	}
-	if !HasDetShareSettings(nil, nil, []string{"DETSHARE_TIER=burstable"}) || !HasDetShareSettings(nil, map[string]string{"detshare.io/gpu": "0"}, nil) {
+	if !(Inputs{Env: []string{"DETSHARE_TIER=burstable"}}).Resolve().Asked || !(Inputs{Labels: map[string]string{"detshare.io/gpu": "0"}}).Resolve().Asked {
 		t.Error("settings not found")
 	}
 	if u := UnknownKeys(map[string]string{"detshare.io/tiers": "x", "detshare.io/tier": "y"}, nil, nil); len(u) != 1 || u[0].Key != "detshare.io/tiers" {
