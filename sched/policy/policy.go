@@ -1,5 +1,5 @@
 // Package policy decides who gets which SM groups (or time tokens) of one GPU. It is pure: no I/O, no clocks, no
-// table access (only the names of its enums), so every rule is table-tested. The daemon (sched/daemon) feeds it a snapshot of the tenants of a GPU
+// table access (only its Tier and Role types), so every rule is table-tested. The daemon (sched/daemon) feeds it a snapshot of the tenants of a GPU
 // and publishes what it returns.
 //
 // Rules (DESIGN.md §4):
