@@ -194,12 +194,13 @@ type applier func(specmod.Tenant) error
 // container wants DetShare, check the host, register (replacing a stale registration of the same ID), apply, and on
 // failure roll back and apply the failure policy.
 func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepared, error) {
-	ann, env := c.spec.Annotations(), c.spec.Env()
-	if !quota.HasDetShareSettings(ann, c.labels, env) {
+	ann := c.spec.Annotations()
+	in := quota.Inputs{Annotations: ann, Labels: c.labels, Env: c.spec.Env()}.Resolve()
+	if !in.Asked {
 		// Only misspelt keys (a DETSHARE_ or detshare.io/ name DetShare does not know): the container meant to ask,
 		// so running it unshared would be wrong.
-		if err := quota.CheckKeys(ann, c.labels, env); err != nil {
-			return Prepared{}, fmt.Errorf("detshare: %w", err)
+		if in.Unknown != nil {
+			return Prepared{}, fmt.Errorf("detshare: %w", in.Unknown)
 		}
 		return Prepared{}, nil
 	}
@@ -211,7 +212,7 @@ func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepar
 	if err != nil {
 		return failOpen(cfg, c.id, err)
 	}
-	treq := tenant.Request{ID: c.id, Annotations: ann, Labels: c.labels, Env: env, OwnerPID: c.ownerPID}
+	treq := tenant.Request{ID: c.id, Quota: in, Annotations: ann, OwnerPID: c.ownerPID}
 	res, err := cfg.Registrar.Register(ctx, cfg.RunDir, treq)
 	if errors.Is(err, table.ErrExists) {
 		// runc refuses to create two containers with one ID, so a registration under this ID belongs to an earlier

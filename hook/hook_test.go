@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
 	"github.com/detshare/detshare/internal/failopen"
@@ -103,7 +104,7 @@ func TestPrepareTableFullRefuses(t *testing.T) {
 	cfg := testConfig(t)
 	for i := 0; i < table.MaxContainers; i++ {
 		if _, err := cfg.Registrar.Register(context.Background(), cfg.RunDir, tenant.Request{ID: fmt.Sprintf("t%d", i),
-			Env: []string{"DETSHARE_TIER=best-effort"}}); err != nil {
+			Quota: quota.Inputs{Env: []string{"DETSHARE_TIER=best-effort"}}.Resolve()}); err != nil {
 			t.Fatalf("filling slot %d: %v", i, err)
 		}
 	}

@@ -361,7 +361,7 @@ func TestTemporalLatencyCriticalWaitsOnlyBehindItsOwnTier(t *testing.T) {
 	lc2 := be.another(0)
 	be2 := be.another(0)
 	for _, e := range []*env{lc, lc2} {
-		atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, table.TierLatencyCritical)
+		atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, uint32(table.TierLatencyCritical))
 	}
 	be.playScheduler()
 	for _, e := range []*env{be, lc, lc2, be2} {
@@ -861,7 +861,7 @@ func TestHostTenantPublishesSplit(t *testing.T) {
 	h.tbl, h.reg = tbl, reg
 	qf := filepath.Join(t.TempDir(), "quota")
 	if err := os.WriteFile(qf, quota.Render(quota.File{Version: quota.QuotaFileVersion, ID: reg.ID, Slot: reg.Slot,
-		SlotGen: reg.Gen, Tier: quota.TierBestEffort, Weight: 1, Role: quota.RoleNone, Table: tbl.Paths().Table(),
+		SlotGen: reg.Gen, Tier: table.TierBestEffort, Weight: 1, Role: table.RoleNone, Table: tbl.Paths().Table(),
 		ClientPage: reg.ClientPagePath, Doorbell: tbl.Paths().Doorbell()}), 0o644); err != nil {
 		t.Fatal(err)
 	}

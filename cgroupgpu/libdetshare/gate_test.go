@@ -109,7 +109,7 @@ func TestLatencyCriticalIdleAtSynchronisation(t *testing.T) {
 		e.playScheduler()
 		e.grant(table.ModeSpatial, 0x000f)
 		if lc {
-			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, table.TierLatencyCritical)
+			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, uint32(table.TierLatencyCritical))
 		}
 		e.vars = append(e.vars, "DETSHARE_IDLE_MS=5000")
 		p := e.start("ds_probe_rt", "init", "stream", "burst:3x1000", "pause", "burst:1x1000")
@@ -202,7 +202,7 @@ func TestCopyAloneDoesNotMakeBusy(t *testing.T) {
 	e := newEnv(t, true).withTenant(0, "")
 	e.playScheduler()
 	e.grant(table.ModeSpatial, 0x000f)
-	atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, table.TierLatencyCritical)
+	atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, uint32(table.TierLatencyCritical))
 	e.vars = append(e.vars, "DETSHARE_IDLE_MS=5000")
 	p := e.start("ds_probe_rt", "init", "stream", "burst:3x1000", "pause", "readback:4096", "pause", "burst:1x1000",
 		"pause")
@@ -236,7 +236,7 @@ func TestMonitorSeesUnconfinedWork(t *testing.T) {
 			e := newEnv(t, true).withTenant(0, "")
 			e.playScheduler()
 			e.grant(table.ModeSpatial, 0x7fff) // every group: nothing to confine
-			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, table.TierLatencyCritical)
+			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, uint32(table.TierLatencyCritical))
 			steps := []string{"init"}
 			if stream {
 				steps = append(steps, "stream")

@@ -282,7 +282,7 @@ func TestBypassCaughtByMPSServerLimit(t *testing.T) {
 func TestMPSClientPriorityFollowsTier(t *testing.T) {
 	for _, c := range []struct {
 		name      string
-		tier      uint32
+		tier      table.Tier
 		tenantVar string
 		want      string
 	}{
@@ -294,7 +294,7 @@ func TestMPSClientPriorityFollowsTier(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, true).withTenant(0, t.TempDir())
-			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, c.tier)
+			atomic.StoreUint32(&e.tbl.Container(e.reg.Slot).Tier, uint32(c.tier))
 			if c.tenantVar != "" {
 				e.vars = append(e.vars, c.tenantVar)
 			}

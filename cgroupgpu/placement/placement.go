@@ -52,11 +52,11 @@ type candidate struct {
 }
 
 // Kind classifies a newcomer by its role.
-func Kind(r quota.Role) string {
+func Kind(r table.Role) string {
 	switch r {
-	case quota.RolePrefill:
+	case table.RolePrefill:
 		return "compute-heavy"
-	case quota.RoleDecode:
+	case table.RoleDecode:
 		return "memory-heavy"
 	}
 	return "unknown"

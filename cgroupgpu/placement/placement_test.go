@@ -12,6 +12,7 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/internal/simgpu"
+	"github.com/detshare/detshare/internal/table"
 )
 
 func TestMain(m *testing.M) {
@@ -22,7 +23,8 @@ func TestMain(m *testing.M) {
 
 func reg(t *testing.T, dir string, pl tenant.Placer, id string, env ...string) tenant.Result {
 	t.Helper()
-	res, err := (&tenant.Registrar{DiscoverGPUs: simgpu.Discover}).Register(context.Background(), dir, tenant.Request{ID: id, Env: env, Placer: pl})
+	res, err := (&tenant.Registrar{DiscoverGPUs: simgpu.Discover}).Register(context.Background(), dir, tenant.Request{ID: id,
+		Quota: quota.Inputs{Env: env}.Resolve(), Placer: pl})
 	if err != nil {
 		t.Fatalf("register %s: %v", id, err)
 	}
@@ -66,8 +68,8 @@ func TestGuaranteeMustFit(t *testing.T) {
 	if !strings.Contains(pl.LastReason(), "refused") {
 		t.Errorf("reason should mention the refused GPU: %q", pl.LastReason())
 	}
-	_, err := (&tenant.Registrar{DiscoverGPUs: simgpu.Discover}).Register(context.Background(), dir, tenant.Request{ID: "big", Placer: pl,
-		Env: []string{"DETSHARE_TIER=latency-critical", "DETSHARE_SMS=48", "DETSHARE_GPU=auto"}})
+	_, err := (&tenant.Registrar{DiscoverGPUs: simgpu.Discover}).Register(context.Background(), dir, tenant.Request{ID: "big",
+		Quota: quota.Inputs{Env: []string{"DETSHARE_TIER=latency-critical", "DETSHARE_SMS=48", "DETSHARE_GPU=auto"}}.Resolve(), Placer: pl})
 	if err == nil || !strings.Contains(err.Error(), "gpu=auto") || !strings.Contains(err.Error(), "GPU 0") || !strings.Contains(err.Error(), "GPU 1") {
 		t.Fatalf("refusal must explain every GPU: %v", err)
 	}
@@ -85,7 +87,7 @@ func TestScore(t *testing.T) {
 	if !(Score("unknown", Pressure{}, 8, 8) < Score("unknown", Pressure{}, 2, 8)) {
 		t.Error("with equal pressure, more free groups wins")
 	}
-	if Kind(quota.RolePrefill) != "compute-heavy" || Kind(quota.RoleNone) != "unknown" {
+	if Kind(table.RolePrefill) != "compute-heavy" || Kind(table.RoleNone) != "unknown" {
 		t.Error("kind")
 	}
 }

@@ -62,7 +62,7 @@ func (q Quota) Place(gpu table.GPUState) (Placement, error) {
 type Registered struct {
 	ID     string
 	GPU    int
-	Tier   Tier
+	Tier   table.Tier
 	Groups uint32
 	SMs    uint32
 	Memory uint64 // bytes, 0 = unlimited
@@ -72,12 +72,12 @@ type Registered struct {
 func FromTable(regs []table.Registration) []Registered {
 	out := make([]Registered, 0, len(regs))
 	for _, r := range regs {
-		t := TierBestEffort
+		t := table.TierBestEffort
 		switch r.Tier {
 		case table.TierLatencyCritical:
-			t = TierLatencyCritical
+			t = table.TierLatencyCritical
 		case table.TierBurstable:
-			t = TierBurstable
+			t = table.TierBurstable
 		}
 		out = append(out, Registered{ID: r.ID, GPU: r.GPU, Tier: t, Groups: r.SMGroups, SMs: r.SMs, Memory: r.MemLimit})
 	}
@@ -98,7 +98,7 @@ func (e *AdmissionError) Error() string {
 // Admit checks that the new tenant's guarantees fit on gpu beside the existing tenants there: the SM groups of
 // latency-critical and burstable tenants must not exceed the split's groups, and the memory limits of all tenants
 // must not exceed the GPU's memory (unlimited tenants reserve nothing). The refusal lists what is in use and by whom.
-func Admit(gpu table.GPUState, existing []Registered, id string, tier Tier, p Placement) error {
+func Admit(gpu table.GPUState, existing []Registered, id string, tier table.Tier, p Placement) error {
 	var usedGroups uint32
 	var usedMem uint64
 	var groupUsers, memUsers []string

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/detshare/detshare/internal/quote"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // QuotaFileVersion is the version= of the quota file format.
@@ -20,11 +21,11 @@ type File struct {
 	ID         string
 	Slot       int
 	SlotGen    uint32
-	Tier       Tier
+	Tier       table.Tier
 	SMs        uint32 // guaranteed SMs after rounding, 0 = none
 	Memory     uint64 // bytes, 0 = unlimited
 	Weight     uint32
-	Role       Role
+	Role       table.Role
 	GPU        int
 	Table      string
 	ClientPage string
@@ -67,7 +68,7 @@ func Render(f File) []byte {
 // ParseFile parses a quota file. Unknown keys are ignored (newer writers may add keys); missing required keys and
 // malformed values are errors naming the line.
 func ParseFile(data []byte) (File, error) {
-	f := File{Slot: -1, Role: RoleNone}
+	f := File{Slot: -1, Role: table.RoleNone}
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)

@@ -3,6 +3,8 @@ package quota
 import (
 	"strings"
 	"testing"
+
+	"github.com/detshare/detshare/internal/table"
 )
 
 func FuzzParseMemory(f *testing.F) {
@@ -70,7 +72,7 @@ func FuzzResolve(f *testing.F) {
 		if q.Weight < 1 || q.Weight > 10000 {
 			t.Fatalf("weight %d", q.Weight)
 		}
-		if q.Tier == TierBestEffort && !q.SMs.IsZero() {
+		if q.Tier == table.TierBestEffort && !q.SMs.IsZero() {
 			t.Fatalf("best-effort with SMs %+v", q.SMs)
 		}
 		if tier != "" && q.SourceOf(FieldTier) != SourceAnnotation {
@@ -80,8 +82,8 @@ func FuzzResolve(f *testing.F) {
 }
 
 func FuzzParseFile(f *testing.F) {
-	f.Add(string(Render(File{ID: "a", Slot: 1, SlotGen: 2, Tier: TierBurstable, SMs: 16, Memory: 1 << 30, Weight: 1,
-		Role: RoleNone, Table: "/run/detshare/table", ClientPage: "/run/detshare/client.page"})))
+	f.Add(string(Render(File{ID: "a", Slot: 1, SlotGen: 2, Tier: table.TierBurstable, SMs: 16, Memory: 1 << 30, Weight: 1,
+		Role: table.RoleNone, Table: "/run/detshare/table", ClientPage: "/run/detshare/client.page"})))
 	f.Add("version=1\nid=x\nslot=0\nslot_gen=0\ntier=best-effort\ntable=t\nclient_page=c\n# c\nzzz=1\n")
 	f.Add("version=1\n=\n\x00\n")
 	f.Fuzz(func(t *testing.T, data string) {

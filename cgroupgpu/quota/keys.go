@@ -11,7 +11,7 @@ import (
 // the settings below is a mistake (DETSHARE_TEIR, detshare.io/sm): the prefixes are DetShare's, so whoever wrote it
 // meant to ask DetShare for something. Ignoring it would run the container unshared, or with a quota it did not ask
 // for, and nobody would notice; so every entry point (shim, runc wrapper, hook, `detshare run`) refuses the
-// container, naming the key and listing the valid ones (CheckKeys, ResolveInputs), whether or not it also has valid
+// container, naming the key and listing the valid ones (CheckKeys, Inputs.Resolve), whether or not it also has valid
 // keys.
 
 // runtimeEnv are DETSHARE_ variables that are not quota keys: DetShare sets or reads them at run time (the
@@ -62,6 +62,10 @@ type UnknownKey struct {
 // UnknownKeys returns the detshare.io/ annotation and label keys that are not quota fields and the DETSHARE_
 // environment variables that are neither quota keys nor runtime settings (IsRuntimeEnv), sorted by key.
 func UnknownKeys(annotations, labels map[string]string, env []string) []UnknownKey {
+	return unknownKeys(annotations, labels, envMap(env))
+}
+
+func unknownKeys(annotations, labels, envm map[string]string) []UnknownKey {
 	known := map[string]bool{}
 	for _, f := range Fields {
 		known[f.AnnotationKey()] = true
@@ -78,7 +82,7 @@ func UnknownKeys(annotations, labels map[string]string, env []string) []UnknownK
 			}
 		}
 	}
-	for k, v := range envMap(env) {
+	for k, v := range envm {
 		if strings.HasPrefix(k, EnvPrefix) && !known[k] && !IsRuntimeEnv(k) {
 			out = append(out, UnknownKey{Key: k, Value: v, Source: SourceEnv})
 		}
@@ -95,8 +99,12 @@ func UnknownKeys(annotations, labels map[string]string, env []string) []UnknownK
 // CheckKeys returns a *FieldError for every unknown key (UnknownKeys), joined, or nil. Each names the key, its
 // source, the closest valid key when it looks like a misspelling, and every valid key of its kind.
 func CheckKeys(annotations, labels map[string]string, env []string) error {
+	return checkKeys(annotations, labels, envMap(env))
+}
+
+func checkKeys(annotations, labels, envm map[string]string) error {
 	var errs []error
-	for _, u := range UnknownKeys(annotations, labels, env) {
+	for _, u := range unknownKeys(annotations, labels, envm) {
 		errs = append(errs, unknownKeyError(u))
 	}
 	return errors.Join(errs...)

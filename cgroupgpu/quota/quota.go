@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/detshare/detshare/internal/quote"
@@ -60,41 +61,6 @@ const (
 	SourceDefault    Source = "default"
 	SourceFlag       Source = "flag" // `detshare run` flags, given as annotations of highest precedence
 )
-
-// Tier is the SLO tier.
-type Tier string
-
-// The tiers.
-const (
-	TierLatencyCritical Tier = "latency-critical"
-	TierBurstable       Tier = "burstable"
-	TierBestEffort      Tier = "best-effort"
-)
-
-// TableValue is the ds_container.tier value (the names are internal/table's; an unknown tier is best-effort).
-func (t Tier) TableValue() uint32 {
-	v, _ := table.ParseTier(string(t))
-	return v
-}
-
-// Guaranteed tells whether the tier reserves SM groups (counted by admission).
-func (t Tier) Guaranteed() bool { return t == TierLatencyCritical || t == TierBurstable }
-
-// Role is the TPOT-First role.
-type Role string
-
-// The roles.
-const (
-	RoleNone    Role = "none"
-	RolePrefill Role = "prefill"
-	RoleDecode  Role = "decode"
-)
-
-// TableValue is the ds_container.role value (the names are internal/table's; an unknown role is none).
-func (r Role) TableValue() uint32 {
-	v, _ := table.ParseRole(string(r))
-	return v
-}
 
 // SMs is an SM request: a count, a percent of the GPU, or nothing (both zero).
 type SMs struct {
@@ -164,11 +130,11 @@ func (g GPUSelector) String() string {
 
 // Quota is one tenant's resolved quota, with the source of each field.
 type Quota struct {
-	Tier   Tier
+	Tier   table.Tier
 	SMs    SMs
 	Memory Memory
 	Weight uint32
-	Role   Role
+	Role   table.Role
 	GPU    GPUSelector
 	Lend   bool
 	Pinned bool
@@ -182,7 +148,7 @@ type Quota struct {
 // Default is the quota of a tenant that says nothing: best-effort, no SM guarantee, unlimited memory, weight 1,
 // no role, GPU auto.
 func Default() Quota {
-	return Quota{Tier: TierBestEffort, Weight: 1, Role: RoleNone, GPU: GPUSelector{Auto: true}}
+	return Quota{Tier: table.TierBestEffort, Weight: 1, Role: table.RoleNone, GPU: GPUSelector{Auto: true}}
 }
 
 // FieldError is a validation error for one field.
@@ -225,25 +191,26 @@ const (
 	maxMemory     = uint64(1) << 62
 )
 
-// ParseTier parses a tier.
-func ParseTier(s string) (Tier, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	if _, ok := table.ParseTier(t); ok {
-		return Tier(t), nil
+// ParseTier parses a tier as users write it (any case, surrounding space ignored).
+func ParseTier(s string) (table.Tier, error) {
+	t, err := table.ParseTier(strings.ToLower(strings.TrimSpace(s)))
+	if err != nil {
+		return 0, errors.New(allowedTier)
 	}
-	return "", errors.New(allowedTier)
+	return t, nil
 }
 
-// ParseRole parses a role.
-func ParseRole(s string) (Role, error) {
+// ParseRole parses a role as users write it (any case, surrounding space ignored; empty is none).
+func ParseRole(s string) (table.Role, error) {
 	r := strings.ToLower(strings.TrimSpace(s))
 	if r == "" {
-		return RoleNone, nil
+		return table.RoleNone, nil
 	}
-	if _, ok := table.ParseRole(r); ok {
-		return Role(r), nil
+	v, err := table.ParseRole(r)
+	if err != nil {
+		return 0, errors.New(allowedRole)
 	}
-	return "", errors.New(allowedRole)
+	return v, nil
 }
 
 // ParseSMs parses an SM request: "0", "N" (1..65536 SMs) or "P%" (1..100).
@@ -442,6 +409,37 @@ type Inputs struct {
 
 // ResolveInputs is Resolve with the flag layer.
 func ResolveInputs(in Inputs) (Quota, error) {
+	r := in.Resolve()
+	return r.Quota, r.Err
+}
+
+// Resolved is a tenant's quota inputs resolved once per create: each entry point (hook, shim and runc wrapper
+// through hook.attach, `detshare run`) calls Inputs.Resolve and hands the value down (tenant.Request), so the
+// container's annotations, labels and environment are scanned once and nobody re-reads them.
+type Resolved struct {
+	Quota Quota // the resolved, validated quota; zero when Err is set
+	// Asked tells whether any quota key is set (flag, annotation, label or environment): the tenant asked for
+	// DetShare.
+	Asked bool
+	// Unknown is CheckKeys' verdict: the keys with a DetShare prefix that DetShare does not know, joined, or nil.
+	// It is part of Err too; alone it decides whether a container that set no quota key is refused.
+	Unknown error
+	// Err is why the inputs give no quota (bad values, unknown keys and fields, a bad combination), joined, or nil.
+	Err error
+	ok  bool // made by Resolve (the zero Resolved is not a quota)
+}
+
+// IsResolved tells whether r came from Inputs.Resolve.
+func (r Resolved) IsResolved() bool { return r.ok }
+
+// resolves counts Resolve calls: the test of one create checks that its inputs are scanned exactly once.
+var resolves atomic.Uint64
+
+// Resolve builds the quota from the inputs over the defaults, with the precedence flags > annotations > labels >
+// env > defaults, and validates it; all field errors are reported together. It is the one place that scans a
+// tenant's inputs.
+func (in Inputs) Resolve() Resolved {
+	resolves.Add(1)
 	defaults := Default()
 	if in.Defaults != nil {
 		defaults = *in.Defaults
@@ -456,6 +454,7 @@ func ResolveInputs(in Inputs) (Quota, error) {
 		q.Spec[f] = s
 	}
 	envm := envMap(in.Env)
+	r := Resolved{ok: true}
 	var errs []error
 	for _, f := range Fields {
 		var value string
@@ -471,12 +470,13 @@ func ResolveInputs(in Inputs) (Quota, error) {
 		} else {
 			continue
 		}
+		r.Asked = true
 		if err := q.Set(f, value, src); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := CheckKeys(in.Annotations, in.Labels, in.Env); err != nil {
-		errs = append(errs, err)
+	if r.Unknown = checkKeys(in.Annotations, in.Labels, envm); r.Unknown != nil {
+		errs = append(errs, r.Unknown)
 	}
 	for f := range in.Flags {
 		if !knownField(f) {
@@ -484,12 +484,15 @@ func ResolveInputs(in Inputs) (Quota, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return Quota{}, errors.Join(errs...)
+		r.Err = errors.Join(errs...)
+		return r
 	}
 	if err := q.Validate(); err != nil {
-		return Quota{}, err
+		r.Err = err
+		return r
 	}
-	return q.Effective(), nil
+	r.Quota = q.Effective()
+	return r
 }
 
 func knownField(f Field) bool {
@@ -505,9 +508,9 @@ func knownField(f Field) bool {
 func (q Quota) Validate() error {
 	tierSrc := fmt.Sprintf("tier %s from %s", q.Tier, q.SourceOf(FieldTier))
 	switch q.Tier {
-	case TierLatencyCritical, TierBurstable, TierBestEffort:
+	case table.TierLatencyCritical, table.TierBurstable, table.TierBestEffort:
 	default:
-		return &FieldError{Key: KeyFor(FieldTier, q.SourceOf(FieldTier)), Value: string(q.Tier),
+		return &FieldError{Key: KeyFor(FieldTier, q.SourceOf(FieldTier)), Value: q.Tier.String(),
 			Source: q.SourceOf(FieldTier), Allowed: allowedTier}
 	}
 	if q.Weight < 1 || q.Weight > 10000 {
@@ -515,32 +518,32 @@ func (q Quota) Validate() error {
 			Source: q.SourceOf(FieldWeight), Allowed: allowedWeight}
 	}
 	switch q.Role {
-	case RoleNone, RolePrefill, RoleDecode:
+	case table.RoleNone, table.RolePrefill, table.RoleDecode:
 	default:
-		return &FieldError{Key: KeyFor(FieldRole, q.SourceOf(FieldRole)), Value: string(q.Role),
+		return &FieldError{Key: KeyFor(FieldRole, q.SourceOf(FieldRole)), Value: q.Role.String(),
 			Source: q.SourceOf(FieldRole), Allowed: allowedRole}
 	}
-	if q.Tier == TierBestEffort && !q.SMs.IsZero() && q.SourceOf(FieldSMs) != SourceDefault {
+	if q.Tier == table.TierBestEffort && !q.SMs.IsZero() && q.SourceOf(FieldSMs) != SourceDefault {
 		src := q.SourceOf(FieldSMs)
 		return &FieldError{Key: KeyFor(FieldSMs, src), Value: q.specOf(FieldSMs, q.SMs.String()), Source: src,
 			Allowed: fmt.Sprintf("a best-effort tenant has no guaranteed SMs (%s); use tier burstable or latency-critical, or sms 0", tierSrc)}
 	}
-	if q.Tier == TierLatencyCritical && q.SMs.IsZero() {
+	if q.Tier == table.TierLatencyCritical && q.SMs.IsZero() {
 		src := q.SourceOf(FieldSMs)
 		return &FieldError{Key: KeyFor(FieldSMs, src), Value: q.specOf(FieldSMs, "0"), Source: src,
 			Allowed: fmt.Sprintf("a latency-critical tenant needs guaranteed SMs (%s): set sms to a number of SMs or a percent", tierSrc)}
 	}
-	if q.Lend && q.Tier != TierLatencyCritical {
+	if q.Lend && q.Tier != table.TierLatencyCritical {
 		src := q.SourceOf(FieldLend)
 		return &FieldError{Key: KeyFor(FieldLend, src), Value: q.specOf(FieldLend, "true"), Source: src,
 			Allowed: fmt.Sprintf("lending applies only to tier latency-critical (%s)", tierSrc)}
 	}
-	if q.Pinned && q.Tier != TierLatencyCritical {
+	if q.Pinned && q.Tier != table.TierLatencyCritical {
 		src := q.SourceOf(FieldPinned)
 		return &FieldError{Key: KeyFor(FieldPinned, src), Value: q.specOf(FieldPinned, "true"), Source: src,
 			Allowed: fmt.Sprintf("pinning applies only to tier latency-critical (%s)", tierSrc)}
 	}
-	if q.SLOP99 != 0 && q.Tier != TierLatencyCritical {
+	if q.SLOP99 != 0 && q.Tier != table.TierLatencyCritical {
 		src := q.SourceOf(FieldSLOP99)
 		return &FieldError{Key: KeyFor(FieldSLOP99, src), Value: q.specOf(FieldSLOP99, q.SLOP99.String()), Source: src,
 			Allowed: fmt.Sprintf("a latency target applies only to tier latency-critical (%s)", tierSrc)}
@@ -551,27 +554,10 @@ func (q Quota) Validate() error {
 // Effective returns q with the SM request cleared for best-effort tenants whose SMs came from the defaults
 // (defaults may carry an SM count meant for guaranteed tiers).
 func (q Quota) Effective() Quota {
-	if q.Tier == TierBestEffort {
+	if q.Tier == table.TierBestEffort {
 		q.SMs = SMs{}
 	}
 	return q
-}
-
-// HasDetShareSettings tells whether any quota key is present in annotations, labels or env.
-func HasDetShareSettings(annotations, labels map[string]string, env []string) bool {
-	envm := envMap(env)
-	for _, f := range Fields {
-		if _, ok := annotations[f.AnnotationKey()]; ok {
-			return true
-		}
-		if _, ok := labels[f.AnnotationKey()]; ok {
-			return true
-		}
-		if _, ok := envm[f.EnvKey()]; ok {
-			return true
-		}
-	}
-	return false
 }
 
 func envMap(env []string) map[string]string {

@@ -46,7 +46,7 @@ func TestParseSMs(t *testing.T) {
 }
 
 func TestOtherParsers(t *testing.T) {
-	if tier, err := ParseTier("Latency-Critical"); err != nil || tier != TierLatencyCritical {
+	if tier, err := ParseTier("Latency-Critical"); err != nil || tier != table.TierLatencyCritical {
 		t.Errorf("tier: %v %v", tier, err)
 	}
 	if _, err := ParseTier("gold"); err == nil || !strings.Contains(err.Error(), "latency-critical, burstable, best-effort") {
@@ -70,7 +70,7 @@ func TestOtherParsers(t *testing.T) {
 			t.Errorf("gpu %q accepted", in)
 		}
 	}
-	if r, err := ParseRole("decode"); err != nil || r != RoleDecode {
+	if r, err := ParseRole("decode"); err != nil || r != table.RoleDecode {
 		t.Error("role decode")
 	}
 	if _, err := ParseRole("encode"); err == nil {
@@ -89,7 +89,7 @@ func TestResolvePrecedence(t *testing.T) {
 	lab := map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "32", "detshare.io/memory": "8Gi"}
 	env := []string{"DETSHARE_TIER=best-effort", "DETSHARE_SMS=16", "DETSHARE_MEMORY=1Gi", "DETSHARE_WEIGHT=4", "PATH=/bin"}
 	def := Default()
-	def.Role = RolePrefill
+	def.Role = table.RolePrefill
 	q, err := Resolve(ann, lab, env, def)
 	if err != nil {
 		t.Fatal(err)
@@ -100,20 +100,20 @@ func TestResolvePrecedence(t *testing.T) {
 			t.Errorf("source of %s = %s, want %s", f, got, want)
 		}
 	}
-	if q.Tier != TierLatencyCritical || q.SMs.Count != 32 || q.Memory.Bytes != 8<<30 || q.Weight != 4 || q.Role != RolePrefill || !q.GPU.Auto {
+	if q.Tier != table.TierLatencyCritical || q.SMs.Count != 32 || q.Memory.Bytes != 8<<30 || q.Weight != 4 || q.Role != table.RolePrefill || !q.GPU.Auto {
 		t.Errorf("resolved %+v", q)
 	}
 	// Each layer alone.
 	for _, tc := range []struct {
 		ann, lab map[string]string
 		env      []string
-		want     Tier
+		want     table.Tier
 		src      Source
 	}{
-		{nil, nil, nil, TierBestEffort, SourceDefault},
-		{nil, nil, []string{"DETSHARE_TIER=burstable"}, TierBurstable, SourceEnv},
-		{nil, map[string]string{"detshare.io/tier": "burstable"}, []string{"DETSHARE_TIER=best-effort"}, TierBurstable, SourceLabel},
-		{map[string]string{"detshare.io/tier": "best-effort"}, map[string]string{"detshare.io/tier": "burstable"}, nil, TierBestEffort, SourceAnnotation},
+		{nil, nil, nil, table.TierBestEffort, SourceDefault},
+		{nil, nil, []string{"DETSHARE_TIER=burstable"}, table.TierBurstable, SourceEnv},
+		{nil, map[string]string{"detshare.io/tier": "burstable"}, []string{"DETSHARE_TIER=best-effort"}, table.TierBurstable, SourceLabel},
+		{map[string]string{"detshare.io/tier": "best-effort"}, map[string]string{"detshare.io/tier": "burstable"}, nil, table.TierBestEffort, SourceAnnotation},
 	} {
 		q, err := Resolve(tc.ann, tc.lab, tc.env, Default())
 		if err != nil || q.Tier != tc.want || q.SourceOf(FieldTier) != tc.src {
@@ -122,7 +122,7 @@ func TestResolvePrecedence(t *testing.T) {
 	}
 	// Flags beat annotations.
 	q, err = ResolveInputs(Inputs{Flags: map[Field]string{FieldTier: "burstable"}, Annotations: ann})
-	if err != nil || q.Tier != TierBurstable || q.SourceOf(FieldTier) != SourceFlag {
+	if err != nil || q.Tier != table.TierBurstable || q.SourceOf(FieldTier) != SourceFlag {
 		t.Errorf("flags: %+v %v", q, err)
 	}
 	// The env later entry wins, as execve does.
@@ -181,10 +181,10 @@ func TestDefaultsSMsIgnoredForBestEffort(t *testing.T) {
 }
 
 func TestHasDetShareSettingsAndUnknownKeys(t *testing.T) {
-	if HasDetShareSettings(map[string]string{"io.kubernetes.x": "1"}, nil, []string{"PATH=/bin", "DETSHARE_RUN_DIR=/x"}) {
+	if (Inputs{Annotations: map[string]string{"io.kubernetes.x": "1"}, Env: []string{"PATH=/bin", "DETSHARE_RUN_DIR=/x"}}).Resolve().Asked {
 		t.Error("no settings reported as present")
 	}
-	if !HasDetShareSettings(nil, nil, []string{"DETSHARE_TIER=burstable"}) || !HasDetShareSettings(nil, map[string]string{"detshare.io/gpu": "0"}, nil) {
+	if !(Inputs{Env: []string{"DETSHARE_TIER=burstable"}}).Resolve().Asked || !(Inputs{Labels: map[string]string{"detshare.io/gpu": "0"}}).Resolve().Asked {
 		t.Error("settings not found")
 	}
 	if u := UnknownKeys(map[string]string{"detshare.io/tiers": "x", "detshare.io/tier": "y"}, nil, nil); len(u) != 1 || u[0].Key != "detshare.io/tiers" {
@@ -230,23 +230,23 @@ func TestRoundAndPlace(t *testing.T) {
 func TestAdmit(t *testing.T) {
 	g := h100() // 15 groups, 80 GiB
 	existing := []Registered{
-		{ID: "lc", GPU: 0, Tier: TierLatencyCritical, Groups: 8, SMs: 64, Memory: 40 << 30},
-		{ID: "bu", GPU: 0, Tier: TierBurstable, Groups: 4, SMs: 32},
-		{ID: "be", GPU: 0, Tier: TierBestEffort, Memory: 30 << 30},
-		{ID: "other-gpu", GPU: 1, Tier: TierLatencyCritical, Groups: 15, Memory: 80 << 30},
+		{ID: "lc", GPU: 0, Tier: table.TierLatencyCritical, Groups: 8, SMs: 64, Memory: 40 << 30},
+		{ID: "bu", GPU: 0, Tier: table.TierBurstable, Groups: 4, SMs: 32},
+		{ID: "be", GPU: 0, Tier: table.TierBestEffort, Memory: 30 << 30},
+		{ID: "other-gpu", GPU: 1, Tier: table.TierLatencyCritical, Groups: 15, Memory: 80 << 30},
 	}
 	for _, tc := range []struct {
 		name string
-		tier Tier
+		tier table.Tier
 		p    Placement
 		want string // "" = admitted
 	}{
-		{"fits exactly", TierBurstable, Placement{Groups: 3, SMs: 24}, ""},
-		{"one group too many", TierLatencyCritical, Placement{Groups: 4, SMs: 32}, `asks 4 SM groups (32 SMs) but 12 of the 15 groups are guaranteed to others ["lc" 8 groups/64 SMs (latency-critical), "bu" 4 groups/32 SMs (burstable)]; 3 free`},
-		{"best-effort needs no groups", TierBestEffort, Placement{}, ""},
-		{"memory fits", TierBestEffort, Placement{MemLimit: 10 << 30}, ""},
-		{"memory too much", TierBestEffort, Placement{MemLimit: 10<<30 + 1}, `reserved by others ["lc" 40Gi, "be" 30Gi]`},
-		{"unlimited memory reserves nothing", TierBestEffort, Placement{MemLimit: 0}, ""},
+		{"fits exactly", table.TierBurstable, Placement{Groups: 3, SMs: 24}, ""},
+		{"one group too many", table.TierLatencyCritical, Placement{Groups: 4, SMs: 32}, `asks 4 SM groups (32 SMs) but 12 of the 15 groups are guaranteed to others ["lc" 8 groups/64 SMs (latency-critical), "bu" 4 groups/32 SMs (burstable)]; 3 free`},
+		{"best-effort needs no groups", table.TierBestEffort, Placement{}, ""},
+		{"memory fits", table.TierBestEffort, Placement{MemLimit: 10 << 30}, ""},
+		{"memory too much", table.TierBestEffort, Placement{MemLimit: 10<<30 + 1}, `reserved by others ["lc" 40Gi, "be" 30Gi]`},
+		{"unlimited memory reserves nothing", table.TierBestEffort, Placement{MemLimit: 0}, ""},
 	} {
 		err := Admit(g, existing, "new", tc.tier, tc.p)
 		switch {
@@ -264,8 +264,8 @@ func TestAdmit(t *testing.T) {
 }
 
 func TestQuotaFileRoundTrip(t *testing.T) {
-	f := File{Version: 1, ID: "abc", Slot: 3, SlotGen: 7, Tier: TierBurstable, SMs: 32, Memory: 8 << 30, Weight: 2,
-		Role: RoleDecode, GPU: 1, Table: "/run/detshare/table", ClientPage: "/run/detshare/client.page",
+	f := File{Version: 1, ID: "abc", Slot: 3, SlotGen: 7, Tier: table.TierBurstable, SMs: 32, Memory: 8 << 30, Weight: 2,
+		Role: table.RoleDecode, GPU: 1, Table: "/run/detshare/table", ClientPage: "/run/detshare/client.page",
 		Doorbell: "/run/detshare/doorbell", MPSPipeDir: ""}
 	data := Render(f)
 	for _, line := range []string{"version=1\n", "id=abc\n", "slot=3\n", "slot_gen=7\n", "tier=burstable\n", "sms=32\n",
@@ -332,29 +332,29 @@ func TestPinnedAndSLOKeys(t *testing.T) {
 	}
 }
 
-// TestTierAndRoleNamesAreTheTables: the Go constants spell the names internal/table defines for the C enum values, so
-// ParseTier/ParseRole and TableValue agree with `detshare status`, the config and the scheduler's logs.
+// TestTierAndRoleNamesAreTheTables: quota keys parse into internal/table's Tier and Role, spelled as the table names
+// the C enum values, so the keys agree with `detshare status`, the config and the scheduler's logs.
 func TestTierAndRoleNamesAreTheTables(t *testing.T) {
-	for _, tier := range []Tier{TierBestEffort, TierBurstable, TierLatencyCritical} {
-		if table.TierName(tier.TableValue()) != string(tier) {
-			t.Errorf("tier %q has table value %d named %q", tier, tier.TableValue(), table.TierName(tier.TableValue()))
-		}
-		if got, err := ParseTier(" " + strings.ToUpper(string(tier))); err != nil || got != tier {
+	for _, tier := range []table.Tier{table.TierBestEffort, table.TierBurstable, table.TierLatencyCritical} {
+		if got, err := ParseTier(" " + strings.ToUpper(tier.String())); err != nil || got != tier {
 			t.Errorf("ParseTier(%q) = %q, %v", tier, got, err)
 		}
 	}
-	if TierLatencyCritical.TableValue() != table.TierLatencyCritical || RoleDecode.TableValue() != table.RoleDecode {
+	if lc, _ := ParseTier("latency-critical"); lc != table.TierLatencyCritical {
 		t.Error("table values")
 	}
-	for _, role := range []Role{RoleNone, RolePrefill, RoleDecode} {
-		if table.RoleName(role.TableValue()) != string(role) {
-			t.Errorf("role %q has table value %d named %q", role, role.TableValue(), table.RoleName(role.TableValue()))
+	if dec, _ := ParseRole("decode"); dec != table.RoleDecode {
+		t.Error("table values")
+	}
+	for _, role := range []table.Role{table.RoleNone, table.RolePrefill, table.RoleDecode} {
+		if got, err := ParseRole(" " + strings.ToUpper(role.String())); err != nil || got != role {
+			t.Errorf("role %q parses to %q, %v", role, got, err)
 		}
 	}
 	if _, err := ParseTier("gold"); err == nil || !strings.Contains(err.Error(), "latency-critical") {
 		t.Errorf("unknown tier: %v", err)
 	}
-	if r, err := ParseRole(""); err != nil || r != RoleNone {
+	if r, err := ParseRole(""); err != nil || r != table.RoleNone {
 		t.Errorf("empty role: %q %v", r, err)
 	}
 }

@@ -78,14 +78,15 @@ func (FirstFit) Place(id string, q quota.Quota, gpus []table.GPUState, active []
 
 // Request is one tenant registration.
 type Request struct {
-	ID          string
+	ID string
+	// Quota is the tenant's inputs as the caller resolved them once (quota.Inputs.Resolve); Register reports its
+	// Err and never reads the inputs again.
+	Quota quota.Resolved
+	// Annotations name the Kubernetes pod and container the tenant is, for metrics labels (sched/workload); the
+	// quota is in Quota only.
 	Annotations map[string]string
-	Labels      map[string]string
-	Env         []string               // the container's environment (KEY=VALUE)
-	Flags       map[quota.Field]string // `detshare run` flags, highest precedence
-	Defaults    *quota.Quota           // nil: quota.Default()
-	OwnerPID    int                    // host tenant owner (`detshare run`); 0 for containers
-	Placer      Placer                 // nil: the Registrar's
+	OwnerPID    int    // host tenant owner (`detshare run`); 0 for containers
+	Placer      Placer // nil: the Registrar's
 }
 
 // Result is a successful registration.
@@ -108,11 +109,13 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 	if err := table.ValidateID(req.ID); err != nil {
 		return Result{}, err
 	}
-	q, err := quota.ResolveInputs(quota.Inputs{Flags: req.Flags, Annotations: req.Annotations, Labels: req.Labels,
-		Env: req.Env, Defaults: req.Defaults})
-	if err != nil {
+	if !req.Quota.IsResolved() {
+		return Result{}, fmt.Errorf("register %s: the request carries no resolved quota (quota.Inputs.Resolve)", req.ID)
+	}
+	if err := req.Quota.Err; err != nil {
 		return Result{}, fmt.Errorf("quota of %s: %w", req.ID, err)
 	}
+	q := req.Quota.Quota
 	t, err := table.Create(runDir)
 	if err != nil {
 		return Result{}, fmt.Errorf("register %s: %w", req.ID, err)
@@ -147,7 +150,7 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 	res := Result{Quota: q}
 	paths := t.Paths()
 	treq := table.RegisterRequest{
-		ID: req.ID, Tier: q.Tier.TableValue(), Role: q.Role.TableValue(), Weight: q.Weight, Lend: q.Lend,
+		ID: req.ID, Tier: q.Tier, Role: q.Role, Weight: q.Weight, Lend: q.Lend,
 		Pinned: q.Pinned, SLOP99Us: uint32(q.SLOP99 / time.Microsecond), OwnerPID: req.OwnerPID,
 		Check: func(active []table.Registration, tr *table.RegisterRequest) error {
 			gpus := t.GPUs()

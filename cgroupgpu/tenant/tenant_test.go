@@ -45,9 +45,9 @@ func TestRegisterEndToEnd(t *testing.T) {
 	reg := &Registrar{DiscoverGPUs: simgpu.Discover,
 		EnsureScheduler: func(d string) error { called = d; return errors.New("no scheduler in this test") }}
 	res, err := reg.Register(context.Background(), dir, Request{ID: "ctr1",
-		Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "25%"},
-		Labels:      map[string]string{"detshare.io/memory": "8Gi", "detshare.io/role": "decode"},
-		Env:         []string{"DETSHARE_WEIGHT=3"}})
+		Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "25%"},
+			Labels: map[string]string{"detshare.io/memory": "8Gi", "detshare.io/role": "decode"},
+			Env:    []string{"DETSHARE_WEIGHT=3"}}.Resolve()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +75,8 @@ func TestRegisterEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := table.NewPaths(dir)
-	if hf.ID != "ctr1" || hf.Slot != r.Slot || hf.SlotGen != r.Gen || hf.SMs != 40 || hf.Memory != 8<<30 || hf.Tier != quota.TierLatencyCritical ||
-		hf.Table != p.Table() || hf.ClientPage != p.ClientPage("ctr1") || hf.Doorbell != p.Doorbell() || hf.Role != quota.RoleDecode {
+	if hf.ID != "ctr1" || hf.Slot != r.Slot || hf.SlotGen != r.Gen || hf.SMs != 40 || hf.Memory != 8<<30 || hf.Tier != table.TierLatencyCritical ||
+		hf.Table != p.Table() || hf.ClientPage != p.ClientPage("ctr1") || hf.Doorbell != p.Doorbell() || hf.Role != table.RoleDecode {
 		t.Errorf("host quota file %+v", hf)
 	}
 	cq, _ := os.ReadFile(res.ContainerQuotaFile)
@@ -92,7 +92,7 @@ func TestRegisterEndToEnd(t *testing.T) {
 	if got, ok, err := Lookup(dir, "ctr1"); err != nil || !ok || got.Registration.Slot != r.Slot {
 		t.Errorf("Lookup: %+v %v %v", got, ok, err)
 	}
-	again, err := Register(context.Background(), dir, Request{ID: "ctr1"})
+	again, err := Register(context.Background(), dir, Request{ID: "ctr1", Quota: quota.Inputs{}.Resolve()})
 	if !errors.Is(err, table.ErrExists) || again.Registration.Slot != r.Slot || again.QuotaFile != res.QuotaFile {
 		t.Errorf("re-register: %+v %v", again, err)
 	}
@@ -110,18 +110,20 @@ func TestRegisterEndToEnd(t *testing.T) {
 func TestRegisterFailuresLeaveNothing(t *testing.T) {
 	dir := simRunDir(t, 1)
 	// Validation fails before anything is created.
-	_, err := Register(context.Background(), dir, Request{ID: "bad", Annotations: map[string]string{"detshare.io/sms": "200%"},
-		Labels: map[string]string{"detshare.io/tier": "burstable"}})
+	_, err := Register(context.Background(), dir, Request{ID: "bad",
+		Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/sms": "200%"},
+			Labels: map[string]string{"detshare.io/tier": "burstable"}}.Resolve()})
 	if err == nil || !strings.Contains(err.Error(), `detshare.io/sms="200%" (annotation): percent must be in 1..100`) {
 		t.Fatalf("validation: %v", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Error("run directory created by a refused registration")
 	}
-	if _, err := Register(context.Background(), dir, Request{ID: "a/b"}); err == nil {
+	if _, err := Register(context.Background(), dir, Request{ID: "a/b", Quota: quota.Inputs{}.Resolve()}); err == nil {
 		t.Error("bad ID accepted")
 	}
-	big := Request{ID: "big", Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "100", "detshare.io/memory": "60Gi"}}
+	big := Request{ID: "big",
+		Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "100", "detshare.io/memory": "60Gi"}}.Resolve()}
 	if _, err := Register(context.Background(), dir, big); err != nil {
 		t.Fatal(err)
 	}
@@ -130,11 +132,12 @@ func TestRegisterFailuresLeaveNothing(t *testing.T) {
 		req  Request
 		want string
 	}{
-		{Request{ID: "n1", Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "24"}},
+		{Request{ID: "n1", Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "24"}}.Resolve()},
 			`admission refused for "n1" on GPU 0`},
-		{Request{ID: "n2", Env: []string{"DETSHARE_MEMORY=30Gi"}}, `60Gi of 80Gi are reserved by others ["big" 60Gi]`},
-		{Request{ID: "n3", Env: []string{"DETSHARE_GPU=3"}}, `DETSHARE_GPU="3" (env): no such GPU; present: 0 (SIM-`},
-		{Request{ID: "n4", Annotations: map[string]string{"detshare.io/gpu": "GPU-nope"}}, `detshare.io/gpu="GPU-nope" (annotation): no such GPU`},
+		{Request{ID: "n2", Quota: quota.Inputs{Env: []string{"DETSHARE_MEMORY=30Gi"}}.Resolve()}, `60Gi of 80Gi are reserved by others ["big" 60Gi]`},
+		{Request{ID: "n3", Quota: quota.Inputs{Env: []string{"DETSHARE_GPU=3"}}.Resolve()}, `DETSHARE_GPU="3" (env): no such GPU; present: 0 (SIM-`},
+		{Request{ID: "n4",
+			Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/gpu": "GPU-nope"}}.Resolve()}, `detshare.io/gpu="GPU-nope" (annotation): no such GPU`},
 	} {
 		_, err := Register(context.Background(), dir, tc.req)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -143,7 +146,7 @@ func TestRegisterFailuresLeaveNothing(t *testing.T) {
 	}
 	// A failure while writing the quota files (the tenant directory path is taken by a file) rolls back.
 	os.WriteFile(table.NewPaths(dir).TenantDir("n5"), []byte("x"), 0o644)
-	if _, err := Register(context.Background(), dir, Request{ID: "n5"}); err == nil {
+	if _, err := Register(context.Background(), dir, Request{ID: "n5", Quota: quota.Inputs{}.Resolve()}); err == nil {
 		t.Error("registration with an unwritable tenant directory succeeded")
 	}
 	os.Remove(table.NewPaths(dir).TenantDir("n5"))
@@ -161,7 +164,7 @@ func TestNoGPUsKnown(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	t.Setenv("DETSHARE_SIMGPU", "")
 	os.Unsetenv("DETSHARE_SIMGPU")
-	_, err := Register(context.Background(), dir, Request{ID: "x"})
+	_, err := Register(context.Background(), dir, Request{ID: "x", Quota: quota.Inputs{}.Resolve()})
 	if err == nil || !strings.Contains(err.Error(), "no GPUs are recorded") {
 		t.Fatalf("without GPUs: %v", err)
 	}
@@ -170,23 +173,24 @@ func TestNoGPUsKnown(t *testing.T) {
 func TestAutoPlacementAndPlacer(t *testing.T) {
 	dir := simRunDir(t, 2)
 	lc := map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "64"}
-	r1, err := Register(context.Background(), dir, Request{ID: "a", Annotations: lc})
+	r1, err := Register(context.Background(), dir, Request{ID: "a", Quota: quota.Inputs{Annotations: lc}.Resolve()})
 	if err != nil || r1.Registration.GPU != 0 {
 		t.Fatalf("a: %+v %v", r1.Registration, err)
 	}
-	r2, err := Register(context.Background(), dir, Request{ID: "b", Annotations: lc})
+	r2, err := Register(context.Background(), dir, Request{ID: "b", Quota: quota.Inputs{Annotations: lc}.Resolve()})
 	if err != nil || r2.Registration.GPU != 1 {
 		t.Fatalf("b should go to GPU 1: %+v %v", r2.Registration, err)
 	}
-	_, err = Register(context.Background(), dir, Request{ID: "c", Annotations: lc})
+	_, err = Register(context.Background(), dir, Request{ID: "c", Quota: quota.Inputs{Annotations: lc}.Resolve()})
 	if err == nil || !strings.Contains(err.Error(), "no GPU can take") {
 		t.Fatalf("c: %v", err)
 	}
 	var sawActive int
-	r3, err := Register(context.Background(), dir, Request{ID: "d", Placer: placerFunc(func(id string, q quota.Quota, gpus []table.GPUState, act []quota.Registered) (int, error) {
-		sawActive = len(act)
-		return 1, nil
-	})})
+	r3, err := Register(context.Background(), dir, Request{ID: "d",
+		Quota: quota.Inputs{}.Resolve(), Placer: placerFunc(func(id string, q quota.Quota, gpus []table.GPUState, act []quota.Registered) (int, error) {
+			sawActive = len(act)
+			return 1, nil
+		})})
 	if err != nil || r3.Registration.GPU != 1 || sawActive != 2 {
 		t.Fatalf("custom placer: %+v %v saw %d", r3.Registration, err, sawActive)
 	}
@@ -210,7 +214,7 @@ func TestConcurrentAdmission(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			_, err := Register(context.Background(), dir, Request{ID: fmt.Sprintf("t%d", i),
-				Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "32"}})
+				Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "32"}}.Resolve()})
 			mu.Lock()
 			defer mu.Unlock()
 			var ae *quota.AdmissionError
@@ -232,8 +236,8 @@ func TestConcurrentAdmission(t *testing.T) {
 
 func TestHostTenant(t *testing.T) {
 	dir := simRunDir(t, 1)
-	res, err := Register(context.Background(), dir, Request{ID: "host", OwnerPID: os.Getpid(),
-		Flags: map[quota.Field]string{quota.FieldTier: "burstable", quota.FieldSMs: "16"}})
+	res, err := Register(context.Background(), dir, Request{ID: "host",
+		Quota: quota.Inputs{Flags: map[quota.Field]string{quota.FieldTier: "burstable", quota.FieldSMs: "16"}}.Resolve(), OwnerPID: os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,8 +251,8 @@ func TestHostTenant(t *testing.T) {
 func BenchmarkRegister(b *testing.B) {
 	b.Setenv("DETSHARE_SIMGPU", "1")
 	dir := filepath.Join(b.TempDir(), "run")
-	req := Request{ID: "bench", Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "32",
-		"detshare.io/memory": "8Gi"}}
+	req := Request{ID: "bench", Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "32",
+		"detshare.io/memory": "8Gi"}}.Resolve()}
 	for i := 0; i < b.N; i++ {
 		if _, err := Register(context.Background(), dir, req); err != nil {
 			b.Fatal(err)
@@ -266,7 +270,7 @@ func TestNoGPUsStartsNoScheduler(t *testing.T) {
 	started := false
 	reg := &Registrar{DiscoverGPUs: func() ([]table.GPUInfo, error) { return nil, errors.New("NVML: driver not loaded") },
 		EnsureScheduler: func(string) error { started = true; return nil }}
-	_, err := reg.Register(context.Background(), dir, Request{ID: "ctr1"})
+	_, err := reg.Register(context.Background(), dir, Request{ID: "ctr1", Quota: quota.Inputs{}.Resolve()})
 	if err == nil || !strings.Contains(err.Error(), "NVML: driver not loaded") {
 		t.Fatalf("Register on a GPU-less host: %v, want the discovery error", err)
 	}
@@ -274,7 +278,7 @@ func TestNoGPUsStartsNoScheduler(t *testing.T) {
 		t.Error("a scheduler was started for a registration refused for want of GPUs")
 	}
 	reg.DiscoverGPUs = nil
-	if _, err := reg.Register(context.Background(), dir, Request{ID: "ctr2"}); !errors.Is(err, ErrNoGPUs) {
+	if _, err := reg.Register(context.Background(), dir, Request{ID: "ctr2", Quota: quota.Inputs{}.Resolve()}); !errors.Is(err, ErrNoGPUs) {
 		t.Fatalf("Register without discovery: %v, want ErrNoGPUs", err)
 	}
 	if started {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/internal/simgpu"
 )
@@ -33,7 +34,7 @@ func TestHooksDPoststopDeregisters(t *testing.T) {
 	}
 	runDir := filepath.Join(t.TempDir(), "run")
 	if _, err := (tenant.Registrar{DiscoverGPUs: simgpu.Discover}).Register(context.Background(), runDir,
-		tenant.Request{ID: "c1", Env: []string{"DETSHARE_TIER=burstable"}}); err != nil {
+		tenant.Request{ID: "c1", Quota: quota.Inputs{Env: []string{"DETSHARE_TIER=burstable"}}.Resolve()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := tenant.Lookup(runDir, "c1"); !ok || err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/internal/simgpu"
 )
@@ -77,7 +78,8 @@ func TestTenantsListsRegistrations(t *testing.T) {
 		t.Fatalf("no table: %q, %v", out, err)
 	}
 	reg := tenant.Registrar{DiscoverGPUs: simgpu.Discover}
-	if _, err := reg.Register(context.Background(), runDir, tenant.Request{ID: "c0ffee", Env: []string{"DETSHARE_TIER=burstable", "DETSHARE_SMS=8"}}); err != nil {
+	if _, err := reg.Register(context.Background(), runDir, tenant.Request{ID: "c0ffee",
+		Quota: quota.Inputs{Env: []string{"DETSHARE_TIER=burstable", "DETSHARE_SMS=8"}}.Resolve()}); err != nil {
 		t.Fatal(err)
 	}
 	defer tenant.Deregister(runDir, "c0ffee")

@@ -147,8 +147,9 @@ func runTenant(c *cli.Context) (int, error) {
 		if c.IsSet("pinned") {
 			flags[quota.FieldPinned] = fmt.Sprint(c.Bool("pinned"))
 		}
-		asked := len(flags) > 0 || quota.HasDetShareSettings(nil, nil, env)
-		res, err := registerHost(runDir, lib, tenant.Request{ID: id, Flags: flags, Env: env, OwnerPID: os.Getpid()})
+		in := quota.Inputs{Flags: flags, Env: env}.Resolve()
+		asked := in.Asked
+		res, err := registerHost(runDir, lib, tenant.Request{ID: id, Quota: in, OwnerPID: os.Getpid()})
 		switch {
 		case err == nil:
 			registered = true

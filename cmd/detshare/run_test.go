@@ -218,7 +218,7 @@ func TestRunDetshareKilled(t *testing.T) {
 	cmd.Wait()
 	os.WriteFile(filepath.Join(e.dir, "orphan.go"), []byte("1"), 0o644) // let the orphaned script end
 	t.Setenv("DETSHARE_SIMGPU", "1")
-	if _, err := hostRegistrar().Register(context.Background(), e.runDir, tenant.Request{ID: "next"}); err != nil {
+	if _, err := hostRegistrar().Register(context.Background(), e.runDir, tenant.Request{ID: "next", Quota: quota.Inputs{}.Resolve()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := lookup(t, e.runDir, "orphan"); ok {

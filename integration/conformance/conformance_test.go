@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/internal/table"
@@ -184,7 +185,7 @@ func setupTenant(t *testing.T, runDir, id string) (*tenantEnv, error) {
 // given SM groups.
 func addTenant(t *testing.T, tb *table.Table, runDir, id string, groups uint64, sms uint32) (*tenantEnv, error) {
 	res, err := (&tenant.Registrar{DiscoverGPUs: simgpu.Discover}).Register(context.Background(), runDir, tenant.Request{ID: id,
-		Env: []string{"DETSHARE_TIER=best-effort"}})
+		Quota: quota.Inputs{Env: []string{"DETSHARE_TIER=best-effort"}}.Resolve()})
 	if err != nil {
 		return nil, fmt.Errorf("register tenant %s: %w", id, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/shimv2"
@@ -169,7 +170,7 @@ func TestCRIBadQuotaFailsStartAndNothingLeaks(t *testing.T) {
 			if c.blocker {
 				t.Setenv("DETSHARE_SIMGPU", "1")
 				if _, err := registrar.Register(context.Background(), e.runDir, tenant.Request{ID: "blocker",
-					Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}); err != nil {
+					Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}.Resolve()}); err != nil {
 					t.Fatalf("register blocker: %v", err)
 				}
 				defer tenant.Deregister(e.runDir, "blocker")

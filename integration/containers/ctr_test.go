@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/internal/table"
@@ -254,7 +255,7 @@ func TestCtrBadQuotaRefusedAndNothingLeaks(t *testing.T) {
 		t.Setenv("DETSHARE_SIMGPU", "1")
 		ctx := context.Background()
 		if _, err := registrar.Register(ctx, e.runDir, tenant.Request{ID: "blocker",
-			Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}); err != nil {
+			Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}.Resolve()}); err != nil {
 			t.Fatalf("register blocker: %v", err)
 		}
 		defer tenant.Deregister(e.runDir, "blocker")

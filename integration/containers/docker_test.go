@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/internal/table"
 )
@@ -154,7 +155,7 @@ func TestDockerBadQuotaRefusedAndNothingLeaks(t *testing.T) {
 	t.Run("admission refused", func(t *testing.T) {
 		t.Setenv("DETSHARE_SIMGPU", "1")
 		if _, err := registrar.Register(context.Background(), e.runDir, tenant.Request{ID: "blocker",
-			Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}); err != nil {
+			Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "latency-critical", "detshare.io/sms": "90%"}}.Resolve()}); err != nil {
 			t.Fatalf("register blocker: %v", err)
 		}
 		defer tenant.Deregister(e.runDir, "blocker")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/internal/table"
@@ -30,7 +31,8 @@ func TestTableFullRefusedOrFailOpenLoudly(t *testing.T) {
 	}()
 	for i := 0; ; i++ {
 		id := fmt.Sprintf("filler-%d", i)
-		_, err := registrar.Register(context.Background(), e.runDir, tenant.Request{ID: id, Env: []string{"DETSHARE_TIER=best-effort"}})
+		_, err := registrar.Register(context.Background(), e.runDir, tenant.Request{ID: id,
+			Quota: quota.Inputs{Env: []string{"DETSHARE_TIER=best-effort"}}.Resolve()})
 		if err != nil {
 			if !strings.Contains(err.Error(), "table full") {
 				t.Fatalf("filling the table: %v", err)

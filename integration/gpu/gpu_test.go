@@ -119,7 +119,7 @@ func TestPythonTableMatchesGoMirror(t *testing.T) {
 	}
 	want := []struct {
 		id     string
-		tier   uint32
+		tier   table.Tier
 		groups uint64
 		sms    uint32
 		mem    uint64
@@ -128,7 +128,7 @@ func TestPythonTableMatchesGoMirror(t *testing.T) {
 	for slot, w := range want {
 		c := tb.Container(slot)
 		id := strings.TrimRight(string(c.ID[:]), "\x00")
-		if id != w.id || c.Tier != w.tier || c.State != table.SlotActive || c.MemLimit != w.mem {
+		if id != w.id || table.Tier(c.Tier) != w.tier || c.State != table.SlotActive || c.MemLimit != w.mem {
 			t.Errorf("slot %d: id %q tier %d state %d mem %d, want %+v", slot, id, c.Tier, c.State, c.MemLimit, w)
 		}
 		g, err := tb.ReadGrant(slot)
@@ -144,7 +144,7 @@ func TestPythonTableMatchesGoMirror(t *testing.T) {
 		}
 		cp.Close()
 	}
-	if tb.Container(2).Role != table.RoleDecode {
+	if table.Role(tb.Container(2).Role) != table.RoleDecode {
 		t.Errorf("dec role = %d, want decode", tb.Container(2).Role)
 	}
 	q, err := os.ReadFile(filepath.Join(dir, "tenants", "lc", "quota"))

@@ -61,14 +61,6 @@ type Tenants struct {
 	DemandWindow Duration `toml:"demand_window"`
 }
 
-// TierRank orders the tier names of tenants.max_tier: best-effort 0, burstable 1, latency-critical 2.
-func TierRank(tier string) (int, error) {
-	if v, ok := table.ParseTier(tier); ok {
-		return int(v), nil
-	}
-	return 0, fmt.Errorf("%q: allowed values are best-effort, burstable, latency-critical", tier)
-}
-
 // Trusts reports whether the host consented to tenant id going above the ceilings.
 func (t Tenants) Trusts(id string) bool {
 	for _, p := range t.Trusted {
@@ -204,7 +196,7 @@ func (c Config) Validate() error {
 	if c.Tenants.MaxWeight < 1 || c.Tenants.MaxWeight > 10000 {
 		return fmt.Errorf("tenants.max_weight = %d: allowed values are 1..10000", c.Tenants.MaxWeight)
 	}
-	if _, err := TierRank(c.Tenants.MaxTier); err != nil {
+	if _, err := table.ParseTier(c.Tenants.MaxTier); err != nil {
 		return fmt.Errorf("tenants.max_tier = %w", err)
 	}
 	for _, p := range c.Tenants.Trusted {

@@ -66,16 +66,16 @@ const (
 
 // Container.Tier values.
 const (
-	TierBestEffort      uint32 = 0
-	TierBurstable       uint32 = 1
-	TierLatencyCritical uint32 = 2
+	TierBestEffort      Tier = 0
+	TierBurstable       Tier = 1
+	TierLatencyCritical Tier = 2
 )
 
 // Container.Role values.
 const (
-	RoleNone    uint32 = 0
-	RolePrefill uint32 = 1
-	RoleDecode  uint32 = 2
+	RoleNone    Role = 0
+	RolePrefill Role = 1
+	RoleDecode  Role = 2
 )
 
 // Container.Flags bits.

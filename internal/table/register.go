@@ -27,8 +27,8 @@ var ErrFull = errors.New("table full")
 // (cgroupgpu/quota); the table stores them as given.
 type RegisterRequest struct {
 	ID       string
-	Tier     uint32 // Tier*
-	Role     uint32 // Role*
+	Tier     Tier
+	Role     Role
 	GPU      int    // GPU index
 	Weight   uint32 // >= 1
 	SMGroups uint32 // guaranteed groups (0 for best-effort)
@@ -56,8 +56,8 @@ type Registration struct {
 	Slot         int
 	Gen          uint32
 	ID           string
-	Tier         uint32
-	Role         uint32
+	Tier         Tier
+	Role         Role
 	GPU          int
 	Weight       uint32
 	SMGroups     uint32
@@ -138,7 +138,7 @@ func (t *Table) Register(req RegisterRequest) (Registration, error) {
 	atomic.StoreUint32(&c.State, SlotReserved)
 	gen := atomic.AddUint32(&c.Gen, 1)
 	putCString(c.ID[:], req.ID)
-	c.Tier, c.Role, c.GPU, c.Weight = req.Tier, req.Role, int32(req.GPU), req.Weight
+	c.Tier, c.Role, c.GPU, c.Weight = uint32(req.Tier), uint32(req.Role), int32(req.GPU), req.Weight
 	c.SMGroupsReq, c.SMReq, c.MemLimit = req.SMGroups, req.SMs, req.MemLimit
 	c.RegisteredNs = uint64(time.Now().UnixNano())
 	c.OwnerPID, c.OwnerStart = uint64(req.OwnerPID), ownerStart
@@ -305,7 +305,7 @@ func (t *Table) snapshot(slot int) Registration {
 	c := t.Container(slot)
 	id := cString(c.ID[:])
 	return Registration{
-		Slot: slot, Gen: atomic.LoadUint32(&c.Gen), ID: id, Tier: c.Tier, Role: c.Role, GPU: int(c.GPU),
+		Slot: slot, Gen: atomic.LoadUint32(&c.Gen), ID: id, Tier: Tier(c.Tier), Role: Role(c.Role), GPU: int(c.GPU),
 		Weight: c.Weight, SMGroups: c.SMGroupsReq, SMs: c.SMReq, MemLimit: c.MemLimit, Flags: c.Flags,
 		SLOP99Us: atomic.LoadUint32(&c.SLOP99Us),
 		OwnerPID: int(c.OwnerPID), OwnerStart: c.OwnerStart, RegisteredNs: c.RegisteredNs,

@@ -188,7 +188,7 @@ func (inv Inventory) Allocation(resource string, ids []string) (map[string]strin
 			sms += s
 		}
 		ann[quota.FieldSMs.AnnotationKey()] = strconv.FormatUint(uint64(sms), 10)
-		ann[quota.FieldTier.AnnotationKey()] = string(quota.TierBurstable)
+		ann[quota.FieldTier.AnnotationKey()] = table.TierBurstable.String()
 	}
 	for k, v := range ann { // what we hand out must parse as a quota; one parser, cgroupgpu/quota
 		q := quota.Default()

@@ -28,6 +28,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/k8s/deviceplugin"
 )
 
@@ -132,7 +133,7 @@ func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletp
 	if err != nil {
 		return fail(err)
 	}
-	kv := map[quota.Field]string{quota.FieldGPU: strconv.Itoa(gpu), quota.FieldTier: string(quota.TierBurstable),
+	kv := map[quota.Field]string{quota.FieldGPU: strconv.Itoa(gpu), quota.FieldTier: table.TierBurstable.String(),
 		quota.FieldSMs: strconv.FormatUint(uint64(sms), 10)}
 	if cfg.Tier != "" {
 		kv[quota.FieldTier] = cfg.Tier

@@ -59,7 +59,7 @@ func BenchmarkPass(b *testing.B) {
 		b.Run(fmt.Sprint("tenants=", n), func(b *testing.B) {
 			dir, tb := benchRunDir(b)
 			for i := 0; i < n; i++ {
-				tier := uint32(i % 3)
+				tier := table.Tier(i % 3)
 				g := uint32(0)
 				if tier != table.TierBestEffort && i < 4 {
 					g = 1
@@ -95,7 +95,7 @@ func benchRunDir(b *testing.B) (string, *table.Table) {
 	return dir, tb
 }
 
-func mustRegister(b *testing.B, tb *table.Table, id string, tier, groups uint32, lend bool) table.Registration {
+func mustRegister(b *testing.B, tb *table.Table, id string, tier table.Tier, groups uint32, lend bool) table.Registration {
 	r, err := tb.Register(table.RegisterRequest{ID: id, Tier: tier, GPU: 0, Weight: 1, SMGroups: groups, SMs: groups * 8, Lend: lend})
 	if err != nil {
 		b.Fatal(err)

@@ -35,7 +35,7 @@ func newRunDir(t *testing.T) (string, *table.Table) {
 	return dir, tb
 }
 
-func register(t *testing.T, tb *table.Table, id string, tier, role uint32, groups uint32, lend bool, owner int) table.Registration {
+func register(t *testing.T, tb *table.Table, id string, tier table.Tier, role table.Role, groups uint32, lend bool, owner int) table.Registration {
 	t.Helper()
 	r, err := tb.Register(table.RegisterRequest{ID: id, Tier: tier, Role: role, GPU: 0, Weight: 1, SMGroups: groups,
 		SMs: groups * 8, Lend: lend, OwnerPID: owner})

@@ -44,7 +44,7 @@ func readLatency(pg *table.ClientPage) (h [policy.LatencyBuckets]uint64) {
 
 // sizeSLO sets t.Shrink and t.SLOMiss for a latency-critical tenant with an SLO from the P99 of its last window.
 func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, now time.Time) {
-	if t.Tier != policy.LatencyCritical || t.Pinned || r.reg.SLOP99Us == 0 {
+	if t.Tier != table.TierLatencyCritical || t.Pinned || r.reg.SLOP99Us == 0 {
 		return
 	}
 	slo := time.Duration(r.reg.SLOP99Us) * time.Microsecond

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/internal/table"
@@ -31,7 +32,8 @@ func TestEnsureSchedulerOnRegistration(t *testing.T) {
 	if ensure.LeaderRunning(dir) {
 		t.Fatal("leader before start")
 	}
-	res, err := reg.Register(context.Background(), dir, tenant.Request{ID: "first", Env: []string{"DETSHARE_TIER=best-effort"}})
+	res, err := reg.Register(context.Background(), dir, tenant.Request{ID: "first",
+		Quota: quota.Inputs{Env: []string{"DETSHARE_TIER=best-effort"}}.Resolve()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,8 @@ func TestEnsureSchedulerOnRegistration(t *testing.T) {
 	pid := tb.Leader().PID
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGTERM) })
 	// Already running: a second registration starts nothing new.
-	if _, err := reg.Register(context.Background(), dir, tenant.Request{ID: "second", Env: []string{"DETSHARE_TIER=best-effort"}}); err != nil {
+	if _, err := reg.Register(context.Background(), dir, tenant.Request{ID: "second",
+		Quota: quota.Inputs{Env: []string{"DETSHARE_TIER=best-effort"}}.Resolve()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ensure.EnsureScheduler(dir); err != nil {

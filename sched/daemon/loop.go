@@ -285,19 +285,12 @@ func toPolicy(r tenantRow) policy.Tenant {
 	t := policy.Tenant{Slot: r.reg.Slot, ID: r.reg.ID, Weight: r.reg.Weight, Guarantee: int(r.reg.SMGroups),
 		Lend: r.reg.Flags&table.FlagLend != 0, Busy: r.demand > 0, Prev: r.grant.Groups,
 		Pinned: r.reg.Flags&table.FlagPinned != 0}
-	switch r.reg.Tier {
-	case table.TierLatencyCritical:
-		t.Tier = policy.LatencyCritical
-	case table.TierBurstable:
-		t.Tier = policy.Burstable
-	default:
-		t.Tier = policy.BestEffort
+	// the table refuses values outside the enums at registration; a damaged slot reads as the lowest
+	if r.reg.Tier.Valid() {
+		t.Tier = r.reg.Tier
 	}
-	switch r.reg.Role {
-	case table.RolePrefill:
-		t.Role = policy.RolePrefill
-	case table.RoleDecode:
-		t.Role = policy.RoleDecode
+	if r.reg.Role.Valid() {
+		t.Role = r.reg.Role
 	}
 	if r.grant.Mode != table.ModeSpatial {
 		t.Prev = 0

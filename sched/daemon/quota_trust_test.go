@@ -16,7 +16,7 @@ import (
 	"github.com/detshare/detshare/sched/mps"
 )
 
-func registerWeighted(t *testing.T, tb *table.Table, id string, tier, weight, groups uint32, lend bool) table.Registration {
+func registerWeighted(t *testing.T, tb *table.Table, id string, tier table.Tier, weight, groups uint32, lend bool) table.Registration {
 	t.Helper()
 	r, err := tb.Register(table.RegisterRequest{ID: id, Tier: tier, GPU: 0, Weight: weight, SMGroups: groups,
 		SMs: groups * 8, Lend: lend})

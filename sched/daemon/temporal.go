@@ -52,7 +52,7 @@ func (s *Scheduler) decideTemporal(g table.GPUState, tk *token, rows []tenantRow
 		s.setGate(rows[i], gate)
 	}
 	turns := policy.Rotation(ts, popt)
-	tierOf := map[int]policy.Tier{}
+	tierOf := map[int]table.Tier{}
 	genOf := map[int]uint32{}
 	for i, r := range rows {
 		tierOf[r.reg.Slot] = ts[i].Tier

@@ -86,16 +86,16 @@ func (b demandBook) ceilings(reg table.Registration, t config.Tenants) table.Reg
 	if t.Trusts(reg.ID) {
 		return reg
 	}
-	maxTier, err := config.TierRank(t.MaxTier)
+	maxTier, err := table.ParseTier(t.MaxTier)
 	if err != nil { // validated at load; keep the most restrictive reading of a bad value
-		maxTier = 0
+		maxTier = table.TierBestEffort
 	}
 	orig := reg
 	if reg.Weight > t.MaxWeight {
 		reg.Weight = t.MaxWeight
 	}
-	if tierRank(reg.Tier) > maxTier {
-		reg.Tier = tierOfRank(maxTier)
+	if reg.Tier.Valid() && reg.Tier > maxTier { // an invalid tier is scheduled as best-effort anyway (toPolicy)
+		reg.Tier = maxTier
 		if reg.Tier == table.TierBestEffort {
 			reg.SMGroups = 0 // best-effort has no guarantee
 		}
@@ -110,26 +110,6 @@ func (b demandBook) ceilings(reg table.Registration, t config.Tenants) table.Reg
 		}
 	}
 	return reg
-}
-
-func tierRank(tier uint32) int {
-	switch tier {
-	case table.TierLatencyCritical:
-		return 2
-	case table.TierBurstable:
-		return 1
-	}
-	return 0
-}
-
-func tierOfRank(r int) uint32 {
-	switch r {
-	case 2:
-		return table.TierLatencyCritical
-	case 1:
-		return table.TierBurstable
-	}
-	return table.TierBestEffort
 }
 
 // applyMemCap sets the MPS server-side per-client memory limit of g to the largest memory quota of the tenants on

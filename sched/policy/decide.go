@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/bits"
 	"sort"
+
+	"github.com/detshare/detshare/internal/table"
 )
 
 // Decide computes the spatial grants of tenants on a GPU whose split has groupSMs[i] SMs in group i. Each step
@@ -77,14 +79,14 @@ func (p *pass) placeGuarantees() {
 	var taken uint64
 	for _, i := range p.order {
 		t := p.tenants[i]
-		if t.Guarantee <= 0 || t.Tier == BestEffort {
+		if t.Guarantee <= 0 || t.Tier == table.TierBestEffort {
 			continue
 		}
 		m := pick(t.Prev&p.all&^taken&^othersPrev(p.tenants, i), 0, t.Guarantee)
 		m |= pick(t.Prev&p.all&^taken&^m, p.all&^taken&^m, t.Guarantee-bits.OnesCount64(m))
 		p.guar[i] = m
 		taken |= m
-		if t.Busy || (t.Tier == LatencyCritical && !t.Lend) {
+		if t.Busy || (t.Tier == table.TierLatencyCritical && !t.Lend) {
 			p.exclusive |= m
 			p.d.Exclusive[i] = m
 		}
@@ -100,7 +102,7 @@ func (p *pass) placeGuarantees() {
 func (p *pass) findThrottle() {
 	lcPresent, reclaims := false, false
 	for _, t := range p.tenants {
-		if t.Tier == LatencyCritical {
+		if t.Tier == table.TierLatencyCritical {
 			lcPresent = true
 			p.lcBusy = p.lcBusy || t.Busy
 			p.sloMiss = p.sloMiss || (t.Busy && t.SLOMiss)
@@ -147,7 +149,7 @@ func (p *pass) shareByWeight(busy []int) {
 func (p *pass) shareThrottled(busy []int) {
 	var lower, exp []int
 	for _, i := range busy {
-		if p.tenants[i].Tier == LatencyCritical {
+		if p.tenants[i].Tier == table.TierLatencyCritical {
 			exp = append(exp, i)
 		} else {
 			lower = append(lower, i)
@@ -214,10 +216,10 @@ func (p *pass) grantGroups() {
 			g.Groups = (p.guar[i] & p.d.Exclusive[i]) | p.got[i]
 		case p.guar[i] != 0:
 			g.Groups = p.guar[i]
-			if t.Tier == LatencyCritical && !t.Pinned {
+			if t.Tier == table.TierLatencyCritical && !t.Pinned {
 				g.Groups |= p.idleOffer(i)
 			}
-		case p.throttle && t.Tier != LatencyCritical:
+		case p.throttle && t.Tier != table.TierLatencyCritical:
 			g.Groups = p.idleFloor(t)
 		default:
 			g.Groups = t.Prev & p.shared
@@ -225,7 +227,7 @@ func (p *pass) grantGroups() {
 				g.Groups = p.shared
 			}
 		}
-		if t.Tier != LatencyCritical {
+		if t.Tier != table.TierLatencyCritical {
 			g.Gate = p.gate
 		}
 		g.SMs = groupsSMs(g.Groups, p.groupSMs, uniform)
@@ -250,7 +252,7 @@ func (p *pass) idleOffer(i int) uint64 {
 func (p *pass) floorsAtWake() uint64 {
 	var floors uint64
 	for j, u := range p.tenants {
-		if u.Tier != LatencyCritical && (u.Busy || u.Prev != 0) {
+		if u.Tier != table.TierLatencyCritical && (u.Busy || u.Prev != 0) {
 			floors |= floorGroups(u, p.shared&^floors, max(0, p.o.throttledFloor(true)-bits.OnesCount64(p.guar[j]&p.d.Exclusive[j])))
 		}
 	}
@@ -284,7 +286,7 @@ func (p *pass) describe() {
 	for i, t := range p.tenants {
 		g := &p.d.Grants[i]
 		cut := ""
-		if t.Guarantee > 0 && t.Tier != BestEffort && bits.OnesCount64(p.guar[i]) < t.Guarantee {
+		if t.Guarantee > 0 && t.Tier != table.TierBestEffort && bits.OnesCount64(p.guar[i]) < t.Guarantee {
 			cut = fmt.Sprintf("guarantee cut to %d of %d groups (not enough groups)", bits.OnesCount64(p.guar[i]), t.Guarantee)
 		}
 		switch {
@@ -314,7 +316,7 @@ func (p *pass) throttleWhy() string {
 // busyWhy is the reason of a busy tenant whose guarantee was placed in full.
 func (p *pass) busyWhy(i int, why string) string {
 	t, g := p.tenants[i], p.d.Grants[i]
-	lower := t.Tier != LatencyCritical
+	lower := t.Tier != table.TierLatencyCritical
 	switch {
 	case p.throttle && lower && g.Groups == 0:
 		return fmt.Sprintf("paused (%s, floor 0)", why)
@@ -339,7 +341,7 @@ func (p *pass) idleWhy(i int, why, cut string) string {
 	switch {
 	case p.guar[i] != 0:
 		return p.keptWhy(i, cut)
-	case p.throttle && p.tenants[i].Tier != LatencyCritical:
+	case p.throttle && p.tenants[i].Tier != table.TierLatencyCritical:
 		switch {
 		case cut != "":
 			return cut

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/detshare/detshare/internal/table"
 )
 
 // choices turns bytes into the choices of an input generator; past the end every choice is 0, so that any byte
@@ -70,20 +72,20 @@ func decideInput(c *choices) ([]uint32, []Tenant, Options) {
 	}
 	ts := make([]Tenant, c.intn(13))
 	for s := range ts {
-		t := Tenant{Slot: s, Tier: Tier(c.intn(3)), Role: Role(c.intn(3)), Weight: uint32(c.intn(6))}
+		t := Tenant{Slot: s, Tier: table.Tier(c.intn(3)), Role: table.Role(c.intn(3)), Weight: uint32(c.intn(6))}
 		switch c.intn(64) {
 		case 0:
 			t.Slot = c.intn(len(ts))
 		case 1:
-			t.Tier = Tier(3)
+			t.Tier = table.Tier(3)
 		case 2:
-			t.Role = Role(3)
+			t.Role = table.Role(3)
 		case 3:
 			t.Weight = math.MaxUint32
 		case 4:
 			t.Weight = 1 << 20
 		}
-		if t.Tier != BestEffort || c.intn(8) == 0 {
+		if t.Tier != table.TierBestEffort || c.intn(8) == 0 {
 			t.Guarantee = c.intn(n/2+3) - c.intn(2)
 		}
 		f := c.byte()

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/detshare/detshare/internal/table"
 )
 
 // A busy latency-critical tenant must run on its guarantee plus everything lower tiers can give; when it goes
@@ -15,9 +17,9 @@ func TestBusyLatencyCriticalExpandsAndGivesBack(t *testing.T) {
 	gs := groups(15, 8)
 	o := DefaultOptions()
 	ts := []Tenant{
-		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
-		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
-		{Slot: 2, ID: "bu", Tier: Burstable, Weight: 1, Guarantee: 2, Busy: true},
+		{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4},
+		{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+		{Slot: 2, ID: "bu", Tier: table.TierBurstable, Weight: 1, Guarantee: 2, Busy: true},
 	}
 	step := func(busy bool) Decision {
 		ts[0].Busy = busy
@@ -70,10 +72,10 @@ func TestLowerTiersThrottledWhileLatencyCriticalBusy(t *testing.T) {
 				o := DefaultOptions()
 				o.Floor = floor
 				ts := []Tenant{
-					{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Busy: true, Pinned: pinned},
-					{Slot: 1, ID: "be1", Tier: BestEffort, Weight: 3, Busy: true, Prev: 0x7ff0},
-					{Slot: 2, ID: "be2", Tier: BestEffort, Weight: 1, Busy: true},
-					{Slot: 3, ID: "bu", Tier: Burstable, Weight: 1, Guarantee: 2, Busy: true},
+					{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Busy: true, Pinned: pinned},
+					{Slot: 1, ID: "be1", Tier: table.TierBestEffort, Weight: 3, Busy: true, Prev: 0x7ff0},
+					{Slot: 2, ID: "be2", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+					{Slot: 3, ID: "bu", Tier: table.TierBurstable, Weight: 1, Guarantee: 2, Busy: true},
 				}
 				d := Decide(gs, ts, o)
 				checkInvariants(t, gs, ts, d)
@@ -113,8 +115,8 @@ func TestPowerNearLimitThrottlesLowerTiers(t *testing.T) {
 	gs := groups(15, 8)
 	o := DefaultOptions()
 	ts := []Tenant{
-		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
-		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+		{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4},
+		{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 	}
 	d := Decide(gs, ts, o)
 	if n := bits.OnesCount64(d.Grants[1].Groups); n != 11 || d.Grants[1].Gate.Depth != o.GateDepth {
@@ -145,8 +147,8 @@ func TestSLOSizing(t *testing.T) {
 	gs := groups(15, 8)
 	o := DefaultOptions()
 	ts := []Tenant{
-		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Busy: true},
-		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+		{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Busy: true},
+		{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 	}
 	slo := 5 * time.Millisecond
 	shrink := 0
@@ -193,8 +195,8 @@ func TestSLOSizing(t *testing.T) {
 func TestIdleWideLatencyCriticalIsStable(t *testing.T) {
 	gs := groups(15, 8)
 	ts := []Tenant{
-		{Slot: 0, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
-		{Slot: 1, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
+		{Slot: 0, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+		{Slot: 1, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4},
 	}
 	var prev Decision
 	for pass := 0; pass < 4; pass++ {
@@ -227,8 +229,8 @@ func TestIdleOfferExcludesTheFloorKeptAtWake(t *testing.T) {
 			o := DefaultOptions()
 			o.Floor = floor
 			ts := []Tenant{
-				{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: lend},
-				{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+				{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Lend: lend},
+				{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 			}
 			var idle Decision
 			for pass := 0; pass < 2; pass++ {
@@ -266,9 +268,9 @@ func TestFloorZeroPausesLowerTiers(t *testing.T) {
 	o := DefaultOptions()
 	o.Floor = 0
 	ts := []Tenant{
-		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true},
-		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
-		{Slot: 2, ID: "idle-be", Tier: BestEffort, Weight: 1},
+		{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Lend: true},
+		{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+		{Slot: 2, ID: "idle-be", Tier: table.TierBestEffort, Weight: 1},
 	}
 	idle := Decide(gs, ts, o)
 	checkInvariants(t, gs, ts, idle)
@@ -347,9 +349,9 @@ func TestDecideRandomDynamic(t *testing.T) {
 		var ts []Tenant
 		left := n
 		for s := 0; s < 1+r.Intn(6); s++ {
-			tier := Tier(r.Intn(3))
+			tier := table.Tier(r.Intn(3))
 			g := 0
-			if tier != BestEffort && left > 0 {
+			if tier != table.TierBestEffort && left > 0 {
 				g = r.Intn(left + 1)
 				left -= g
 			}
@@ -364,15 +366,15 @@ func TestDecideRandomDynamic(t *testing.T) {
 		checkInvariants(t, gs, ts, d)
 		lcBusy := false
 		for _, x := range ts {
-			lcBusy = lcBusy || (x.Tier == LatencyCritical && x.Busy)
+			lcBusy = lcBusy || (x.Tier == table.TierLatencyCritical && x.Busy)
 		}
 		for i, x := range ts {
 			got := bits.OnesCount64(d.Grants[i].Groups)
-			if lcBusy && x.Tier != LatencyCritical && x.Busy && got > max(o.Floor, x.Guarantee) {
+			if lcBusy && x.Tier != table.TierLatencyCritical && x.Busy && got > max(o.Floor, x.Guarantee) {
 				t.Fatalf("it %d: %s (%v) has %d groups while an LC is busy (floor %d, guarantee %d): %q", it, x.ID,
 					x.Tier, got, o.Floor, x.Guarantee, d.Grants[i].Reason)
 			}
-			if lcBusy && x.Tier != LatencyCritical && d.Grants[i].Gate.Depth == 0 {
+			if lcBusy && x.Tier != table.TierLatencyCritical && d.Grants[i].Gate.Depth == 0 {
 				t.Fatalf("it %d: %s not gated while an LC is busy", it, x.ID)
 			}
 		}
@@ -386,9 +388,9 @@ func TestTemporalGatesBoundLowerTiersBesideLatencyCritical(t *testing.T) {
 	o := DefaultOptions()
 	tight := Gate{Depth: 1, Budget: o.GateBudget / 2}
 	ts := []Tenant{
-		{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
-		{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
-		{Slot: 2, ID: "burst", Tier: Burstable, Weight: 1, Guarantee: 2, Busy: true},
+		{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4},
+		{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+		{Slot: 2, ID: "burst", Tier: table.TierBurstable, Weight: 1, Guarantee: 2, Busy: true},
 	}
 	g := TemporalGates(ts, o)
 	if g[0] != (Gate{}) || g[1] != tight || g[2] != tight {

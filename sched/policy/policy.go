@@ -1,5 +1,5 @@
 // Package policy decides who gets which SM groups (or time tokens) of one GPU. It is pure: no I/O, no clocks, no
-// table access (only the names of its enums), so every rule is table-tested. The daemon (sched/daemon) feeds it a snapshot of the tenants of a GPU
+// table access (only its Tier and Role types), so every rule is table-tested. The daemon (sched/daemon) feeds it a snapshot of the tenants of a GPU
 // and publishes what it returns.
 //
 // Rules (DESIGN.md §4):
@@ -18,7 +18,7 @@
 //   - Power: when the board nears its power limit (Options.PowerNearLimit, read through NVML by the daemon) and a
 //     latency-critical tenant is present, lower tiers are throttled as if it were busy, so that the SM clock it
 //     gets when it wakes is not the one a power-capped trainer left behind.
-//   - Burstable: guarantee + borrow. Its guarantee is exclusive while it is busy and lendable while it is idle.
+//   - table.TierBurstable: guarantee + borrow. Its guarantee is exclusive while it is busy and lendable while it is idle.
 //   - Best-effort: no guarantee; work-conserving, soaks up whatever is idle.
 //   - What is not held exclusively is shared by the busy tenants in proportion to their weights (largest remainder,
 //     every busy tenant gets at least one group while there are enough). Throughput-oriented uses the plain weights;
@@ -40,30 +40,6 @@ import (
 
 	"github.com/detshare/detshare/internal/table"
 )
-
-// Tier is a tenant's SLO tier.
-type Tier int
-
-// Tiers, ordered by priority.
-const (
-	BestEffort Tier = iota
-	Burstable
-	LatencyCritical
-)
-
-func (t Tier) String() string { return table.TierName(uint32(t)) }
-
-// Role is a tenant's LLM-serving phase (TPOT-First).
-type Role int
-
-// Roles.
-const (
-	RoleNone Role = iota
-	RolePrefill
-	RoleDecode
-)
-
-func (r Role) String() string { return table.RoleName(uint32(r)) }
 
 // Kind selects how the shared part is split.
 type Kind string
@@ -145,8 +121,8 @@ func DefaultOptions() Options {
 type Tenant struct {
 	Slot      int
 	ID        string
-	Tier      Tier
-	Role      Role
+	Tier      table.Tier
+	Role      table.Role
 	Weight    uint32 // >= 1 (0 is treated as 1)
 	Guarantee int    // guaranteed SM groups (0 for best-effort)
 	Lend      bool   // latency-critical only: its idle groups may be lent
@@ -202,11 +178,11 @@ func dispatchGate(o Options, on, tight bool) Gate {
 func TemporalGates(tenants []Tenant, o Options) []Gate {
 	lcPresent := false
 	for _, t := range tenants {
-		lcPresent = lcPresent || t.Tier == LatencyCritical
+		lcPresent = lcPresent || t.Tier == table.TierLatencyCritical
 	}
 	gates := make([]Gate, len(tenants))
 	for i, t := range tenants {
-		if t.Tier != LatencyCritical {
+		if t.Tier != table.TierLatencyCritical {
 			gates[i] = dispatchGate(o, lcPresent, true)
 		}
 	}
@@ -243,7 +219,9 @@ func othersPrev(ts []Tenant, i int) uint64 {
 }
 
 // borrows: every tenant but a pinned latency-critical one with a guarantee may run beyond its guarantee.
-func borrows(t Tenant) bool { return t.Tier != LatencyCritical || t.Guarantee <= 0 || !t.Pinned }
+func borrows(t Tenant) bool {
+	return t.Tier != table.TierLatencyCritical || t.Guarantee <= 0 || !t.Pinned
+}
 
 // place gives each of idx (priority order) extra[i] groups of free: first those it already had, then new ones.
 // It returns what is left.
@@ -285,7 +263,7 @@ func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) []
 		if x == 0 {
 			x = 1
 		}
-		if o.Kind == TPOTFirst && ts[i].Role == RoleDecode {
+		if o.Kind == TPOTFirst && ts[i].Role == table.RoleDecode {
 			b := uint64(o.DecodeBoost)
 			if b == 0 {
 				b = 1
@@ -364,12 +342,12 @@ func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) []
 
 func busyReason(t Tenant, extra int, k Kind) string {
 	s := "busy"
-	if t.Guarantee > 0 && t.Tier != BestEffort {
+	if t.Guarantee > 0 && t.Tier != table.TierBestEffort {
 		s = fmt.Sprintf("busy, guarantee %d", t.Guarantee)
 	}
 	if extra > 0 {
 		s += fmt.Sprintf(" + %d shared (weight %d", extra, max(t.Weight, 1))
-		if k == TPOTFirst && t.Role == RoleDecode {
+		if k == TPOTFirst && t.Role == table.RoleDecode {
 			s += ", decode first"
 		}
 		s += ")"
@@ -388,11 +366,11 @@ func lessPriority(a, b Tenant, k Kind) bool {
 	return a.Slot < b.Slot
 }
 
-func roleRank(r Role) int {
+func roleRank(r table.Role) int {
 	switch r {
-	case RoleDecode:
+	case table.RoleDecode:
 		return 0
-	case RolePrefill:
+	case table.RolePrefill:
 		return 2
 	}
 	return 1
@@ -444,13 +422,13 @@ func QuantumFor(t Tenant, o Options) time.Duration {
 	}
 	f := time.Duration(1)
 	switch t.Tier {
-	case Burstable:
+	case table.TierBurstable:
 		f = 2
-	case LatencyCritical:
+	case table.TierLatencyCritical:
 		f = 4
 	}
 	w := time.Duration(max(t.Weight, 1))
-	if o.Kind == TPOTFirst && t.Role == RoleDecode && o.DecodeBoost > 1 {
+	if o.Kind == TPOTFirst && t.Role == table.RoleDecode && o.DecodeBoost > 1 {
 		w *= time.Duration(o.DecodeBoost)
 	}
 	q := base * f * w

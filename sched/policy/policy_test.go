@@ -6,6 +6,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/detshare/detshare/internal/table"
 )
 
 func groups(n int, sms uint32) []uint32 {
@@ -30,7 +32,7 @@ func checkInvariants(t *testing.T, gs []uint32, ts []Tenant, d Decision) {
 	var busyUnion uint64
 	borrower, throttled := false, false
 	for i, a := range ts {
-		throttled = throttled || (a.Tier == LatencyCritical && a.Busy) || d.Grants[i].Gate.Depth > 0
+		throttled = throttled || (a.Tier == table.TierLatencyCritical && a.Busy) || d.Grants[i].Gate.Depth > 0
 	}
 	for i, a := range ts {
 		if a.Busy && borrows(a) {
@@ -55,7 +57,7 @@ func checkInvariants(t *testing.T, gs []uint32, ts []Tenant, d Decision) {
 				t.Fatalf("busy grants overlap at %s: %b", a.ID, g&busyUnion)
 			}
 			busyUnion |= g
-			if a.Tier != BestEffort && bits.OnesCount64(g) < a.Guarantee && a.Guarantee <= len(gs) {
+			if a.Tier != table.TierBestEffort && bits.OnesCount64(g) < a.Guarantee && a.Guarantee <= len(gs) {
 				t.Fatalf("busy %s got %d groups, guarantee %d", a.ID, bits.OnesCount64(g), a.Guarantee)
 			}
 		}
@@ -81,80 +83,80 @@ func TestDecideRules(t *testing.T) {
 		mask    []uint64 // exact masks when given (0 entries are not checked)
 	}{
 		{"pinned LC idle keeps guarantee, BE takes the rest", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Pinned: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Pinned: true},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 		}, []int{4, 4}, []uint64{0x0f, 0xf0}},
 		{"LC idle keeps guarantee and is offered the rest but BE's floor, BE takes the rest", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 		}, []int{7, 4}, []uint64{0x7f, 0xf0}},
 		{"pinned LC idle lending: BE borrows everything, LC keeps its grant", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Pinned: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Pinned: true},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 		}, []int{4, 8}, []uint64{0x0f, 0xff}},
 		{"pinned LC busy does not borrow idle groups; idle BE offered its floor", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 4, Guarantee: 2, Busy: true, Pinned: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1},
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 4, Guarantee: 2, Busy: true, Pinned: true},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1},
 		}, []int{2, 1}, []uint64{0x03, 0x04}},
 		{"pinned LC busy lending: guarantee back, BE throttled to its floor", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true, Pinned: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0xff},
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true, Pinned: true},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true, Prev: 0xff},
 		}, []int{4, 1}, []uint64{0x0f, 0x80}},
 		{"LC busy expands over an idle BE", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 4, Guarantee: 2, Busy: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1},
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 4, Guarantee: 2, Busy: true},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1},
 		}, []int{8, 1}, []uint64{0xff, 0}},
 		{"LC busy lending expands, busy BE keeps the highest group it had", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0xf0},
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true, Prev: 0xf0},
 		}, []int{7, 1}, []uint64{0x7f, 0x80}},
 		{"burstable busy: guarantee + weighted borrow", 8, o, []Tenant{
-			{Slot: 0, ID: "bu", Tier: Burstable, Weight: 1, Guarantee: 2, Busy: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+			{Slot: 0, ID: "bu", Tier: table.TierBurstable, Weight: 1, Guarantee: 2, Busy: true},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 		}, []int{4, 4}, nil},
 		{"burstable idle lends to best-effort", 8, o, []Tenant{
-			{Slot: 0, ID: "bu", Tier: Burstable, Weight: 1, Guarantee: 2},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+			{Slot: 0, ID: "bu", Tier: table.TierBurstable, Weight: 1, Guarantee: 2},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 		}, []int{2, 8}, nil},
 		{"weights split the shared part 3:1", 8, o, []Tenant{
-			{Slot: 0, ID: "a", Tier: BestEffort, Weight: 3, Busy: true},
-			{Slot: 1, ID: "b", Tier: BestEffort, Weight: 1, Busy: true},
+			{Slot: 0, ID: "a", Tier: table.TierBestEffort, Weight: 3, Busy: true},
+			{Slot: 1, ID: "b", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 		}, []int{6, 2}, nil},
 		{"guarantee above weighted share is a floor", 8, o, []Tenant{
-			{Slot: 0, ID: "bu", Tier: Burstable, Weight: 1, Guarantee: 6, Busy: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 3, Busy: true},
+			{Slot: 0, ID: "bu", Tier: table.TierBurstable, Weight: 1, Guarantee: 6, Busy: true},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 3, Busy: true},
 		}, []int{6, 2}, nil},
 		{"every busy tenant gets a group", 4, o, []Tenant{
-			{Slot: 0, ID: "a", Tier: BestEffort, Weight: 100, Busy: true},
-			{Slot: 1, ID: "b", Tier: BestEffort, Weight: 1, Busy: true},
+			{Slot: 0, ID: "a", Tier: table.TierBestEffort, Weight: 100, Busy: true},
+			{Slot: 1, ID: "b", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 		}, []int{3, 1}, nil},
 		{"idle best-effort offered the shared groups", 8, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2, Pinned: true},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1},
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Pinned: true},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1},
 		}, []int{2, 6}, []uint64{0x03, 0xfc}},
 		{"all reserved: best-effort gets nothing", 4, o, []Tenant{
-			{Slot: 0, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 4},
-			{Slot: 1, ID: "be", Tier: BestEffort, Weight: 1, Busy: true},
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4},
+			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 		}, []int{4, 0}, nil},
 		{"throughput-oriented: prefill and decode equal", 8, o, []Tenant{
-			{Slot: 0, ID: "prefill", Tier: BestEffort, Role: RolePrefill, Weight: 1, Busy: true},
-			{Slot: 1, ID: "decode", Tier: BestEffort, Role: RoleDecode, Weight: 1, Busy: true},
+			{Slot: 0, ID: "prefill", Tier: table.TierBestEffort, Role: table.RolePrefill, Weight: 1, Busy: true},
+			{Slot: 1, ID: "decode", Tier: table.TierBestEffort, Role: table.RoleDecode, Weight: 1, Busy: true},
 		}, []int{4, 4}, []uint64{0x0f, 0xf0}},
 		{"TPOT-First: decode picks first, prefill the rest", 8, tp, []Tenant{
-			{Slot: 0, ID: "prefill", Tier: BestEffort, Role: RolePrefill, Weight: 1, Busy: true},
-			{Slot: 1, ID: "decode", Tier: BestEffort, Role: RoleDecode, Weight: 1, Busy: true},
+			{Slot: 0, ID: "prefill", Tier: table.TierBestEffort, Role: table.RolePrefill, Weight: 1, Busy: true},
+			{Slot: 1, ID: "decode", Tier: table.TierBestEffort, Role: table.RoleDecode, Weight: 1, Busy: true},
 		}, []int{2, 6}, []uint64{0xc0, 0x3f}},
 		{"TPOT-First: decode guarantee placed first", 4, tp, []Tenant{
-			{Slot: 0, ID: "prefill", Tier: Burstable, Role: RolePrefill, Weight: 1, Guarantee: 1, Busy: true},
-			{Slot: 1, ID: "decode", Tier: Burstable, Role: RoleDecode, Weight: 1, Guarantee: 1, Busy: true},
+			{Slot: 0, ID: "prefill", Tier: table.TierBurstable, Role: table.RolePrefill, Weight: 1, Guarantee: 1, Busy: true},
+			{Slot: 1, ID: "decode", Tier: table.TierBurstable, Role: table.RoleDecode, Weight: 1, Guarantee: 1, Busy: true},
 		}, []int{1, 3}, []uint64{0x02, 0x0d}},
 		{"TPOT-First: idle decode leaves all to prefill", 8, tp, []Tenant{
-			{Slot: 0, ID: "prefill", Tier: BestEffort, Role: RolePrefill, Weight: 1, Busy: true},
-			{Slot: 1, ID: "decode", Tier: BestEffort, Role: RoleDecode, Weight: 1},
+			{Slot: 0, ID: "prefill", Tier: table.TierBestEffort, Role: table.RolePrefill, Weight: 1, Busy: true},
+			{Slot: 1, ID: "decode", Tier: table.TierBestEffort, Role: table.RoleDecode, Weight: 1},
 		}, []int{8, 8}, nil},
 		{"guarantees that no longer fit are cut, not overlapped", 4, o, []Tenant{
-			{Slot: 0, ID: "a", Tier: LatencyCritical, Weight: 1, Guarantee: 3},
-			{Slot: 1, ID: "b", Tier: LatencyCritical, Weight: 1, Guarantee: 3},
+			{Slot: 0, ID: "a", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 3},
+			{Slot: 1, ID: "b", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 3},
 		}, []int{3, 1}, nil},
 	}
 	for _, c := range cases {
@@ -182,9 +184,9 @@ func TestDecideRules(t *testing.T) {
 func TestDecideStable(t *testing.T) {
 	gs := groups(15, 8)
 	ts := []Tenant{
-		{Slot: 0, ID: "a", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0x7000},
-		{Slot: 1, ID: "b", Tier: BestEffort, Weight: 1, Busy: true, Prev: 0x00f0},
-		{Slot: 2, ID: "lc", Tier: LatencyCritical, Weight: 1, Guarantee: 2, Prev: 0x0300, Pinned: true},
+		{Slot: 0, ID: "a", Tier: table.TierBestEffort, Weight: 1, Busy: true, Prev: 0x7000},
+		{Slot: 1, ID: "b", Tier: table.TierBestEffort, Weight: 1, Busy: true, Prev: 0x00f0},
+		{Slot: 2, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Prev: 0x0300, Pinned: true},
 	}
 	d := Decide(gs, ts, DefaultOptions())
 	checkInvariants(t, gs, ts, d)
@@ -205,7 +207,7 @@ func TestDecideStable(t *testing.T) {
 		}
 	}
 	// One more best-effort tenant arriving moves as few groups as possible: the others only give some away.
-	ts = append(ts, Tenant{Slot: 3, ID: "c", Tier: BestEffort, Weight: 1, Busy: true})
+	ts = append(ts, Tenant{Slot: 3, ID: "c", Tier: table.TierBestEffort, Weight: 1, Busy: true})
 	d3 := Decide(gs, ts, DefaultOptions())
 	checkInvariants(t, gs, ts, d3)
 	for i := 0; i < 3; i++ {
@@ -224,13 +226,13 @@ func TestDecideRandom(t *testing.T) {
 		var ts []Tenant
 		left := n
 		for s := 0; s < 1+r.Intn(8); s++ {
-			tier := Tier(r.Intn(3))
+			tier := table.Tier(r.Intn(3))
 			g := 0
-			if tier != BestEffort && left > 0 {
+			if tier != table.TierBestEffort && left > 0 {
 				g = r.Intn(left + 1)
 				left -= g
 			}
-			ts = append(ts, Tenant{Slot: s, ID: fmt.Sprint("t", s), Tier: tier, Role: Role(r.Intn(3)), Weight: uint32(1 + r.Intn(4)),
+			ts = append(ts, Tenant{Slot: s, ID: fmt.Sprint("t", s), Tier: tier, Role: table.Role(r.Intn(3)), Weight: uint32(1 + r.Intn(4)),
 				Guarantee: g, Lend: r.Intn(2) == 0, Busy: r.Intn(2) == 0, Prev: r.Uint64() & (1<<n - 1)})
 		}
 		o := DefaultOptions()
@@ -245,11 +247,11 @@ func TestDecideRandom(t *testing.T) {
 func TestRotation(t *testing.T) {
 	o := DefaultOptions()
 	ts := []Tenant{
-		{Slot: 0, ID: "be", Tier: BestEffort, Weight: 2, Busy: true},
-		{Slot: 1, ID: "idle", Tier: LatencyCritical, Weight: 1},
-		{Slot: 2, ID: "lc", Tier: LatencyCritical, Weight: 1, Busy: true},
-		{Slot: 3, ID: "bu", Tier: Burstable, Weight: 1, Busy: true},
-		{Slot: 4, ID: "heavy", Tier: LatencyCritical, Weight: 100, Busy: true},
+		{Slot: 0, ID: "be", Tier: table.TierBestEffort, Weight: 2, Busy: true},
+		{Slot: 1, ID: "idle", Tier: table.TierLatencyCritical, Weight: 1},
+		{Slot: 2, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Busy: true},
+		{Slot: 3, ID: "bu", Tier: table.TierBurstable, Weight: 1, Busy: true},
+		{Slot: 4, ID: "heavy", Tier: table.TierLatencyCritical, Weight: 100, Busy: true},
 	}
 	r := Rotation(ts, o)
 	want := []Turn{{2, 20 * time.Millisecond}, {4, 50 * time.Millisecond}, {3, 10 * time.Millisecond}, {0, 10 * time.Millisecond}}
@@ -258,8 +260,8 @@ func TestRotation(t *testing.T) {
 	}
 	o.Kind = TPOTFirst
 	ts2 := []Tenant{
-		{Slot: 0, ID: "p", Tier: BestEffort, Role: RolePrefill, Weight: 1, Busy: true},
-		{Slot: 1, ID: "d", Tier: BestEffort, Role: RoleDecode, Weight: 1, Busy: true},
+		{Slot: 0, ID: "p", Tier: table.TierBestEffort, Role: table.RolePrefill, Weight: 1, Busy: true},
+		{Slot: 1, ID: "d", Tier: table.TierBestEffort, Role: table.RoleDecode, Weight: 1, Busy: true},
 	}
 	r2 := Rotation(ts2, o)
 	if r2[0].Slot != 1 || r2[0].Quantum != 15*time.Millisecond || r2[1].Quantum != 5*time.Millisecond {
@@ -295,8 +297,8 @@ func BenchmarkDecide(b *testing.B) {
 			gs := groups(64, 2)
 			ts := make([]Tenant, n)
 			for i := range ts {
-				ts[i] = Tenant{Slot: i, ID: fmt.Sprint(i), Tier: Tier(i % 3), Weight: uint32(1 + i%4), Busy: i%2 == 0}
-				if ts[i].Tier != BestEffort && i < 16 {
+				ts[i] = Tenant{Slot: i, ID: fmt.Sprint(i), Tier: table.Tier(i % 3), Weight: uint32(1 + i%4), Busy: i%2 == 0}
+				if ts[i].Tier != table.TierBestEffort && i < 16 {
 					ts[i].Guarantee = 1
 				}
 			}

@@ -161,7 +161,7 @@ func Take(t *table.Table) Snapshot {
 		s.GPUs = append(s.GPUs, v)
 	}
 	for _, r := range regs {
-		v := Tenant{ID: r.ID, Slot: r.Slot, GPU: r.GPU, Tier: table.TierName(r.Tier), Role: table.RoleName(r.Role), Weight: r.Weight,
+		v := Tenant{ID: r.ID, Slot: r.Slot, GPU: r.GPU, Tier: r.Tier.String(), Role: r.Role.String(), Weight: r.Weight,
 			Lend: r.Flags&table.FlagLend != 0, HostTenant: r.HostTenant(), GuaranteedSMs: r.SMs, MemLimit: r.MemLimit}
 		id := workload.Read(t.Paths(), r.ID)
 		v.Pod, v.Namespace, v.Container = id.Pod, id.Namespace, id.Container
