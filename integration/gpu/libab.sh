@@ -13,27 +13,6 @@ cd "$(dirname "$0")/../.."
 old=${1:?usage: libab.sh OLD_LIB NEW_LIB [ROUNDS]} new=${2:?usage: libab.sh OLD_LIB NEW_LIB [ROUNDS]} rounds=${3:-3}
 export PYTHONUNBUFFERED=1 DETSHARE_RUN_DIR=$(mktemp -d /tmp/detshare-ab.XXXX)
 DS=$PWD/build/bin/detshare
-cat >/tmp/libab_r50.py <<'PY'
-import torch, torchvision, time
-torch.backends.cudnn.benchmark = False
-m = torchvision.models.resnet50().cuda().eval(); x = torch.randn(1, 3, 224, 224, device="cuda")
-def lat(f, n=400):
-    for _ in range(30): f()
-    torch.cuda.synchronize(); ts = []
-    for _ in range(n):
-        t = time.perf_counter(); f(); torch.cuda.synchronize(); ts.append((time.perf_counter() - t) * 1e3)
-    ts.sort(); return ts[n // 2], ts[int(n * 0.99)]
-with torch.no_grad():
-    e50, e99 = lat(lambda: m(x))
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3): m(x)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g): y = m(x)
-    g50, g99 = lat(g.replay)
-print("RESULT eager_p50 %.4f eager_p99 %.4f graph_p50 %.4f graph_p99 %.4f" % (e50, e99, g50, g99))
-PY
 nvidia-smi --query-gpu=timestamp,power.draw,clocks.sm --format=csv,noheader -lms 100 >/tmp/libab-power.csv 2>&1 &
 smi=$!
 setsid "$DS" sched >/tmp/libab-sched.log 2>&1 &
@@ -44,7 +23,8 @@ one() { # one LABEL CMD...
   local r
   r=$(timeout -k 5 120 "${@:2}" 2>/tmp/libab-err.txt | grep '^RESULT')
   [ -n "$r" ] || { echo "$1 FAILED: $(tail -3 /tmp/libab-err.txt)"; return; }
-  echo "$1 ${r#RESULT }"
+  # "RESULT eager p50=A p99=B ms graph p50=C p99=D ms" -> "eager_p50 A eager_p99 B graph_p50 C graph_p99 D"
+  echo "$1 $(sed -E 's/^RESULT +eager p50=([0-9.]+) p99=([0-9.]+) ms +graph p50=([0-9.]+) p99=([0-9.]+) ms$/eager_p50 \1 eager_p99 \2 graph_p50 \3 graph_p99 \4/' <<<"$r")"
 }
 for r in $(seq "$rounds"); do
   order="old new"
@@ -52,9 +32,9 @@ for r in $(seq "$rounds"); do
   for build in $order; do
     lib=$old
     [ $build = new ] && lib=$new
-    one "round $r $build" "$DS" run --lib "$lib" --tier best-effort --name "ab-$build-$r" -- python3 /tmp/libab_r50.py
+    one "round $r $build" "$DS" run --lib "$lib" --tier best-effort --name "ab-$build-$r" -- python3 integration/gpu/probes/r50lat.py RESULT
   done
-  one "round $r native" python3 /tmp/libab_r50.py
+  one "round $r native" python3 integration/gpu/probes/r50lat.py RESULT
 done | tee /tmp/libab.txt
 echo "== medians of the rounds"
 python3 - /tmp/libab.txt <<'PY'
