@@ -71,7 +71,7 @@ Examples:
 			&cli.StringFlag{Name: "role", Usage: "TPOT-First role: none, prefill, decode"},
 			&cli.StringFlag{Name: "gpu", Usage: "GPU: auto, an index, or a UUID"},
 			&cli.BoolFlag{Name: "lend", Usage: "latency-critical only: let idle guaranteed SM groups be lent"},
-			&cli.BoolFlag{Name: "pinned", Usage: "latency-critical only: run on exactly the guaranteed SMs (never expand over lower tiers)"},
+			&cli.BoolFlag{Name: "pinned", Usage: "latency-critical only: a static partition: run on exactly the guaranteed SMs (never expand); lower tiers keep the rest at full depth"},
 			&cli.StringFlag{Name: "slo-p99", Usage: "latency-critical only: P99 latency target, e.g. 5ms (sizes the expansion from observed latency)"},
 			&cli.StringFlag{Name: "name", Usage: "tenant name (default run-<pid>); letters, digits, _ . -"},
 			&cli.StringFlag{Name: "join", Usage: "run CMD in the existing tenant `NAME` instead of registering one"},

@@ -98,16 +98,22 @@ func (p *pass) placeGuarantees() {
 // groups now, and near the board's power limit one that is present needs a high SM clock when it wakes. Their gate
 // bounds what they have in flight whenever their groups may be taken back at any moment (throttled, or beside a
 // latency-critical tenant that expands or lends), so that a reclaim is bounded from its first kernel; it is the
-// tightest near the power limit or while a latency-critical tenant is above its SLO.
+// tightest near the power limit or while a latency-critical tenant is above its SLO. A pinned latency-critical
+// tenant is a static partition: it runs on exactly its guarantee, busy or idle, so it throttles nobody and its
+// neighbours keep the complement at full depth (gated only where it lends and so may take groups back).
 func (p *pass) findThrottle() {
 	lcPresent, reclaims := false, false
 	for _, t := range p.tenants {
-		if t.Tier == table.TierLatencyCritical {
-			lcPresent = true
-			p.lcBusy = p.lcBusy || t.Busy
-			p.sloMiss = p.sloMiss || (t.Busy && t.SLOMiss)
-			reclaims = reclaims || !t.Pinned || t.Lend
+		if t.Tier != table.TierLatencyCritical {
+			continue
 		}
+		reclaims = reclaims || !t.Pinned || t.Lend
+		if t.Pinned {
+			continue
+		}
+		lcPresent = true
+		p.lcBusy = p.lcBusy || t.Busy
+		p.sloMiss = p.sloMiss || (t.Busy && t.SLOMiss)
 	}
 	p.throttle = p.lcBusy || (p.o.PowerNearLimit && lcPresent)
 	p.floor = p.o.throttledFloor(p.lcBusy)

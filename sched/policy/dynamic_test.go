@@ -63,10 +63,10 @@ func TestBusyLatencyCriticalExpandsAndGivesBack(t *testing.T) {
 }
 
 // While a latency-critical tenant is busy, best-effort and burstable tenants shrink to the floor (or their
-// guarantee) and carry a dispatch gate; a pinned LC stays on its guarantee but still throttles them.
+// guarantee) and carry a dispatch gate. (A pinned one throttles nobody: TestPinnedIsAStaticPartition.)
 func TestLowerTiersThrottledWhileLatencyCriticalBusy(t *testing.T) {
 	gs := groups(15, 8)
-	for _, pinned := range []bool{false, true} {
+	for _, pinned := range []bool{false} {
 		for _, floor := range []int{1, 3} {
 			t.Run(fmt.Sprintf("pinned=%v floor=%d", pinned, floor), func(t *testing.T) {
 				o := DefaultOptions()
@@ -364,9 +364,9 @@ func TestDecideRandomDynamic(t *testing.T) {
 		o.PowerNearLimit = r.Intn(4) == 0
 		d := Decide(gs, ts, o)
 		checkInvariants(t, gs, ts, d)
-		lcBusy := false
+		lcBusy := false // a busy latency-critical tenant that throttles: a pinned one is a static partition
 		for _, x := range ts {
-			lcBusy = lcBusy || (x.Tier == table.TierLatencyCritical && x.Busy)
+			lcBusy = lcBusy || (x.Tier == table.TierLatencyCritical && x.Busy && !x.Pinned)
 		}
 		for i, x := range ts {
 			got := bits.OnesCount64(d.Grants[i].Groups)
@@ -406,5 +406,51 @@ func TestTemporalGatesBoundLowerTiersBesideLatencyCritical(t *testing.T) {
 	o.GateBudget = 0
 	if g := TemporalGates(ts, o); g[1] != (Gate{Depth: 1, Budget: DefaultOptions().GateBudget / 2}) {
 		t.Fatalf("an unset budget must fall back to the default: %+v", g[1])
+	}
+}
+
+// A pinned latency-critical tenant is a static partition (issue 26): busy or idle it runs on exactly its
+// guarantee, and its neighbours keep the whole complement at full depth — no floor, no dispatch gate — also near
+// the board's power limit. Only when it lends (and so may take groups back at any moment) are they gated, still
+// without being squeezed.
+func TestPinnedIsAStaticPartition(t *testing.T) {
+	gs := groups(15, 8)
+	for _, c := range []struct {
+		name       string
+		lend, busy bool
+		power      bool
+	}{{"busy", false, true, false}, {"idle", false, false, false}, {"busy near the power limit", false, true, true},
+		{"busy lending", true, true, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			o := DefaultOptions()
+			o.PowerNearLimit = c.power
+			ts := []Tenant{
+				{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Busy: c.busy, Pinned: true,
+					Lend: c.lend},
+				{Slot: 1, ID: "be1", Tier: table.TierBestEffort, Weight: 3, Busy: true, Prev: 0x7ff0},
+				{Slot: 2, ID: "be2", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+				{Slot: 3, ID: "bu", Tier: table.TierBurstable, Weight: 1, Guarantee: 2, Busy: true},
+			}
+			d := Decide(gs, ts, o)
+			checkInvariants(t, gs, ts, d)
+			if n := bits.OnesCount64(d.Grants[0].Groups); n != 4 {
+				t.Errorf("pinned LC got %d groups, want exactly its guarantee 4", n)
+			}
+			lower := 0
+			for i := 1; i < len(ts); i++ {
+				n := bits.OnesCount64(d.Grants[i].Groups)
+				lower += n
+				if n < ts[i].Guarantee || (ts[i].Guarantee == 0 && n <= o.Floor) {
+					t.Errorf("%s: %d groups (%q): squeezed to its floor beside a pinned LC", ts[i].ID, n, d.Grants[i].Reason)
+				}
+				gated := d.Grants[i].Gate != (Gate{})
+				if gated != c.lend {
+					t.Errorf("%s: gate %+v; want a gate only when the pinned LC lends (lend=%v)", ts[i].ID, d.Grants[i].Gate, c.lend)
+				}
+			}
+			if lower != 11 {
+				t.Errorf("lower tiers hold %d groups together, want the whole complement, 11", lower)
+			}
+		})
 	}
 }

@@ -12,7 +12,8 @@
 //     take from lower tiers (best-effort and burstable tenants keep only Options.Floor groups, or their own
 //     guarantee, and their in-flight depth is capped by the dispatch gate, Grant.Gate), so its latency approaches
 //     its latency alone on the whole GPU. When it goes idle the groups flow back. A pinned latency-critical tenant
-//     (quota key pinned) runs on exactly its guarantee and does not borrow; its neighbours are still throttled.
+//     (quota key pinned) is a static partition: it runs on exactly its guarantee and does not borrow, and its
+//     neighbours keep the complement at full depth (no throttle, no gate unless it lends).
 //     With an SLO the scheduler may give part of the expansion back (Tenant.Shrink, see NextShrink) while the
 //     observed latency is well inside it.
 //   - Power: when the board nears its power limit (Options.PowerNearLimit, read through NVML by the daemon) and a

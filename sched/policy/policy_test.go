@@ -94,14 +94,14 @@ func TestDecideRules(t *testing.T) {
 			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Pinned: true},
 			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
 		}, []int{4, 8}, []uint64{0x0f, 0xff}},
-		{"pinned LC busy does not borrow idle groups; idle BE offered its floor", 8, o, []Tenant{
+		{"pinned LC busy does not borrow idle groups; idle BE offered the complement (a static partition)", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 4, Guarantee: 2, Busy: true, Pinned: true},
 			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1},
-		}, []int{2, 1}, []uint64{0x03, 0x04}},
-		{"pinned LC busy lending: guarantee back, BE throttled to its floor", 8, o, []Tenant{
+		}, []int{2, 6}, []uint64{0x03, 0xfc}},
+		{"pinned LC busy lending: guarantee back, BE keeps the complement", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 4, Lend: true, Busy: true, Pinned: true},
 			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true, Prev: 0xff},
-		}, []int{4, 1}, []uint64{0x0f, 0x80}},
+		}, []int{4, 4}, []uint64{0x0f, 0xf0}},
 		{"LC busy expands over an idle BE", 8, o, []Tenant{
 			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 4, Guarantee: 2, Busy: true},
 			{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1},
