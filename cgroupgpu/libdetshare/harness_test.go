@@ -120,7 +120,7 @@ func (e *env) withTenant(memLimit uint64, mpsPipeDir string) *env {
 		t.Fatal(err)
 	}
 	data := quota.Render(quota.File{Version: quota.QuotaFileVersion, ID: id, Slot: reg.Slot, SlotGen: reg.Gen,
-		Memory: memLimit, GPU: 0, FilePaths: quota.FilePaths{Table: tbl.Paths().Table(), ClientPage: reg.ClientPagePath,
+		GPU: 0, FilePaths: quota.FilePaths{Table: tbl.Paths().Table(), ClientPage: reg.ClientPagePath,
 			Doorbell: tbl.Paths().Doorbell(), MPSPipeDir: mpsPipeDir}})
 	if err := os.WriteFile(qf, data, 0o644); err != nil {
 		t.Fatal(err)

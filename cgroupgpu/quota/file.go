@@ -16,14 +16,14 @@ const QuotaFileVersion = 1
 
 // File is the quota file libdetshare reads at start (docs/internals.md "The quota file"): exactly the keys the
 // library reads (cgroupgpu/libdetshare/src/ds_tenant.c). Everything else about a tenant (tier, SMs, weight, role,
-// lend) is in its table registration, which the library and the scheduler read; a copy here could only go stale.
+// lend, the memory limit) is in its table registration, which the library and the scheduler read; a copy here
+// could only go stale.
 type File struct {
 	Version int
 	ID      string
 	Slot    int
 	SlotGen uint32
-	Memory  uint64 // bytes, 0 = unlimited
-	GPU     int
+	GPU     int // the tenant's GPU, where the table slot does not name one
 	FilePaths
 }
 
@@ -55,7 +55,6 @@ func Render(f File) []byte {
 	fmt.Fprintf(&b, "id=%s\n", f.ID)
 	fmt.Fprintf(&b, "slot=%d\n", f.Slot)
 	fmt.Fprintf(&b, "slot_gen=%d\n", f.SlotGen)
-	fmt.Fprintf(&b, "memory=%d\n", f.Memory)
 	fmt.Fprintf(&b, "gpu=%d\n", f.GPU)
 	fmt.Fprintf(&b, "table=%s\n", f.Table)
 	fmt.Fprintf(&b, "client_page=%s\n", f.ClientPage)
@@ -65,7 +64,7 @@ func Render(f File) []byte {
 }
 
 // ParseFile parses a quota file. Unknown keys are ignored (newer writers may add keys, and files written before the
-// format held only what the library reads still carry tier, sms, weight and role); missing required keys and
+// format held only what the library reads still carry tier, sms, memory, weight and role); missing required keys and
 // malformed values are errors naming the line.
 func ParseFile(data []byte) (File, error) {
 	f := File{Slot: -1}
@@ -103,8 +102,6 @@ func ParseFile(data []byte) (File, error) {
 			f.Slot = int(num(16))
 		case "slot_gen":
 			f.SlotGen = uint32(num(32))
-		case "memory":
-			f.Memory = num(64)
 		case "gpu":
 			f.GPU = int(num(16))
 		case "table":

@@ -264,12 +264,12 @@ func TestAdmit(t *testing.T) {
 }
 
 func TestQuotaFileRoundTrip(t *testing.T) {
-	f := File{Version: 1, ID: "abc", Slot: 3, SlotGen: 7, Memory: 8 << 30, GPU: 1,
+	f := File{Version: 1, ID: "abc", Slot: 3, SlotGen: 7, GPU: 1,
 		FilePaths: FilePaths{Table: "/run/detshare/table", ClientPage: "/run/detshare/client.page",
 			Doorbell: "/run/detshare/doorbell", MPSPipeDir: ""}}
 	data := Render(f)
-	// Exactly the keys libdetshare reads (ds_tenant.c read_quota_file), in this order: tier, SMs, weight and role
-	// are the registration's, not the file's.
+	// Exactly the keys libdetshare reads (ds_tenant.c read_quota_file), in this order: tier, SMs, memory, weight
+	// and role are the registration's, not the file's.
 	var keys []string
 	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
 		if !strings.HasPrefix(line, "#") {
@@ -277,10 +277,10 @@ func TestQuotaFileRoundTrip(t *testing.T) {
 			keys = append(keys, k)
 		}
 	}
-	if want := "version id slot slot_gen memory gpu table client_page doorbell mps_pipe_dir"; strings.Join(keys, " ") != want {
+	if want := "version id slot slot_gen gpu table client_page doorbell mps_pipe_dir"; strings.Join(keys, " ") != want {
 		t.Errorf("rendered keys %q, want %q:\n%s", keys, want, data)
 	}
-	for _, line := range []string{"version=1\n", "id=abc\n", "slot=3\n", "slot_gen=7\n", "memory=8589934592\n", "gpu=1\n",
+	for _, line := range []string{"version=1\n", "id=abc\n", "slot=3\n", "slot_gen=7\n", "gpu=1\n",
 		"table=/run/detshare/table\n", "client_page=/run/detshare/client.page\n", "doorbell=/run/detshare/doorbell\n",
 		"mps_pipe_dir=\n"} {
 		if !strings.Contains(string(data), line) {
@@ -292,7 +292,7 @@ func TestQuotaFileRoundTrip(t *testing.T) {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
 	// A file written before the format was cut to what the library reads still parses: its extra keys are ignored.
-	old := "version=1\nid=a\nslot=0\nslot_gen=1\ntier=burstable\nsms=16\nweight=2\nrole=decode\ntable=x\nclient_page=y\n"
+	old := "version=1\nid=a\nslot=0\nslot_gen=1\ntier=burstable\nsms=16\nmemory=1024\nweight=2\nrole=decode\ntable=x\nclient_page=y\n"
 	if got, err := ParseFile([]byte(old)); err != nil || got.ID != "a" || got.Table != "x" || got.ClientPage != "y" {
 		t.Errorf("older file: %+v %v", got, err)
 	}

@@ -171,7 +171,7 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 			return nil
 		},
 		Prepare: func(reg table.Registration) error {
-			if err := writeQuotaFiles(paths, reg, res.Placement, res.GPU); err != nil {
+			if err := writeQuotaFiles(paths, reg, res.GPU); err != nil {
 				return err
 			}
 			// The pod and container the tenant is, for metrics labels (Kubernetes only).
@@ -246,12 +246,12 @@ func gpuList(gpus []table.GPUState) string {
 
 // writeQuotaFiles writes the tenant's quota file twice from one File: with host paths (detshare run) and with the
 // paths the hook mounts them at in the container. The copies differ only in their FilePaths.
-func writeQuotaFiles(p table.Paths, reg table.Registration, pl quota.Placement, gpu table.GPUState) error {
+func writeQuotaFiles(p table.Paths, reg table.Registration, gpu table.GPUState) error {
 	dir := p.TenantDir(reg.ID)
 	if err := os.MkdirAll(dir, table.RunDirMode); err != nil {
 		return fmt.Errorf("create tenant directory: %w", err)
 	}
-	f := quota.File{ID: reg.ID, Slot: reg.Slot, SlotGen: reg.Gen, Memory: pl.MemLimit, GPU: pl.GPU}
+	f := quota.File{ID: reg.ID, Slot: reg.Slot, SlotGen: reg.Gen, GPU: reg.GPU}
 	host := quota.FilePaths{Table: p.Table(), ClientPage: p.ClientPage(reg.ID), Doorbell: p.Doorbell(), MPSPipeDir: gpu.MPSPipeDir}
 	container := quota.FilePaths{Table: table.ContainerTablePath, ClientPage: table.ContainerClientPagePath,
 		Doorbell: table.ContainerDoorbellPath}

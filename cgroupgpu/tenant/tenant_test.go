@@ -75,13 +75,13 @@ func TestRegisterEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := table.NewPaths(dir)
-	// The tier, SMs and role the quota file used to repeat are the registration's (checked above, and in the table
-	// the library reads below); the file holds only what libdetshare reads.
-	if hf.ID != "ctr1" || hf.Slot != r.Slot || hf.SlotGen != r.Gen || hf.Memory != 8<<30 || hf.GPU != r.GPU ||
+	// The tier, SMs, memory and role the quota file used to repeat are the registration's (checked above, and in
+	// the table the library reads below); the file holds only what libdetshare reads.
+	if hf.ID != "ctr1" || hf.Slot != r.Slot || hf.SlotGen != r.Gen || hf.GPU != r.GPU ||
 		hf.Table != p.Table() || hf.ClientPage != p.ClientPage("ctr1") || hf.Doorbell != p.Doorbell() {
 		t.Errorf("host quota file %+v", hf)
 	}
-	for _, k := range []string{"tier=", "sms=", "weight=", "role="} {
+	for _, k := range []string{"tier=", "sms=", "memory=", "weight=", "role="} {
 		if strings.Contains(string(host), "\n"+k) {
 			t.Errorf("host quota file carries %s, which libdetshare does not read:\n%s", k, host)
 		}
@@ -100,9 +100,10 @@ func TestRegisterEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := tb.Container(hf.Slot)
-	if table.Tier(c.Tier) != table.TierLatencyCritical || c.SMReq != 40 || table.Role(c.Role) != table.RoleDecode || c.Gen != hf.SlotGen {
-		t.Errorf("the table slot the quota file names: tier %d sms %d role %d gen %d, want latency-critical, 40, decode, %d",
-			c.Tier, c.SMReq, c.Role, c.Gen, hf.SlotGen)
+	if table.Tier(c.Tier) != table.TierLatencyCritical || c.SMReq != 40 || table.Role(c.Role) != table.RoleDecode ||
+		c.MemLimit != 8<<30 || c.Gen != hf.SlotGen {
+		t.Errorf("the table slot the quota file names: tier %d sms %d role %d memory %d gen %d, want latency-critical, 40, decode, 8 GiB, %d",
+			c.Tier, c.SMReq, c.Role, c.MemLimit, c.Gen, hf.SlotGen)
 	}
 	tb.Close()
 	for _, f := range []string{res.QuotaFile, res.ContainerQuotaFile} {

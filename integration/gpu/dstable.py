@@ -409,11 +409,11 @@ class Table:
             os.makedirs(tdir, exist_ok=True)
             qf = os.path.join(tdir, "quota")
             g = self.gpu(gpu)
-            # The keys cgroupgpu/quota.Render writes, in its order: what libdetshare reads (tier, SMs, weight and
-            # role are in the table slot above). TestPythonTableMatchesGoMirror compares the two.
+            # The keys cgroupgpu/quota.Render writes, in its order: what libdetshare reads (tier, SMs, memory limit,
+            # weight and role are in the table slot above). TestPythonTableMatchesGoMirror compares the two.
             lines = ["# written by integration/gpu/dstable.py (the Python stand-in for detshare run/sched)",
                      "version=1", "id=%s" % tenant_id, "slot=%d" % slot, "slot_gen=%d" % gen,
-                     "memory=%d" % mem_limit, "gpu=%d" % gpu, "table=%s" % p["table"], "client_page=%s" % page_path,
+                     "gpu=%d" % gpu, "table=%s" % p["table"], "client_page=%s" % page_path,
                      "doorbell=%s" % p["doorbell"], "mps_pipe_dir=%s" % g.get_str("mps_pipe_dir")]
             with open(qf + ".tmp", "w") as f:
                 f.write("\n".join(lines) + "\n")
