@@ -1,10 +1,10 @@
 package testenv
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,7 +33,7 @@ func TestOwnTierScriptReadsItsOwnSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 		qf := filepath.Join(dir, c.id+".quota")
-		if err := os.WriteFile(qf, []byte(fmt.Sprintf("version=1\nid=%s\nslot=%d\n", c.id, reg.Slot)), 0o644); err != nil {
+		if err := os.WriteFile(qf, []byte("version=1\nid="+c.id+"\nslot="+strconv.Itoa(reg.Slot)+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		script := strings.NewReplacer(table.ContainerQuotaPath, qf, table.ContainerTablePath, tb.Paths().Table(),
