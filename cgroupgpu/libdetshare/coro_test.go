@@ -861,8 +861,8 @@ func TestHostTenantPublishesSplit(t *testing.T) {
 	h.tbl, h.reg = tbl, reg
 	qf := filepath.Join(t.TempDir(), "quota")
 	if err := os.WriteFile(qf, quota.Render(quota.File{Version: quota.QuotaFileVersion, ID: reg.ID, Slot: reg.Slot,
-		SlotGen: reg.Gen, Tier: table.TierBestEffort, Weight: 1, Role: table.RoleNone, Table: tbl.Paths().Table(),
-		ClientPage: reg.ClientPagePath, Doorbell: tbl.Paths().Doorbell()}), 0o644); err != nil {
+		SlotGen: reg.Gen, FilePaths: quota.FilePaths{Table: tbl.Paths().Table(), ClientPage: reg.ClientPagePath,
+			Doorbell: tbl.Paths().Doorbell()}}), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	h.vars = append(h.vars, "DETSHARE_QUOTA_FILE="+qf)

@@ -120,9 +120,8 @@ func (e *env) withTenant(memLimit uint64, mpsPipeDir string) *env {
 		t.Fatal(err)
 	}
 	data := quota.Render(quota.File{Version: quota.QuotaFileVersion, ID: id, Slot: reg.Slot, SlotGen: reg.Gen,
-		Tier: table.TierBestEffort, Memory: memLimit, Weight: 1, Role: table.RoleNone, GPU: 0,
-		Table: tbl.Paths().Table(), ClientPage: reg.ClientPagePath, Doorbell: tbl.Paths().Doorbell(),
-		MPSPipeDir: mpsPipeDir})
+		GPU: 0, FilePaths: quota.FilePaths{Table: tbl.Paths().Table(), ClientPage: reg.ClientPagePath,
+			Doorbell: tbl.Paths().Doorbell(), MPSPipeDir: mpsPipeDir}})
 	if err := os.WriteFile(qf, data, 0o644); err != nil {
 		t.Fatal(err)
 	}

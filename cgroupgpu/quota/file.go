@@ -9,28 +9,31 @@ import (
 	"strings"
 
 	"github.com/detshare/detshare/internal/quote"
-	"github.com/detshare/detshare/internal/table"
 )
 
 // QuotaFileVersion is the version= of the quota file format.
 const QuotaFileVersion = 1
 
-// File is the quota file libdetshare reads at start (docs/internals.md "The quota file").
+// File is the quota file libdetshare reads at start (docs/internals.md "The quota file"): exactly the keys the
+// library reads (cgroupgpu/libdetshare/src/ds_tenant.c). Everything else about a tenant (tier, SMs, weight, role,
+// lend, the memory limit) is in its table registration, which the library and the scheduler read; a copy here
+// could only go stale.
 type File struct {
-	Version    int
-	ID         string
-	Slot       int
-	SlotGen    uint32
-	Tier       table.Tier
-	SMs        uint32 // guaranteed SMs after rounding, 0 = none
-	Memory     uint64 // bytes, 0 = unlimited
-	Weight     uint32
-	Role       table.Role
-	GPU        int
+	Version int
+	ID      string
+	Slot    int
+	SlotGen uint32
+	GPU     int // the tenant's GPU, where the table slot does not name one
+	FilePaths
+}
+
+// FilePaths are the paths a quota file names. They are all that differs between a tenant's host copy and its
+// container copy (the same files as the container sees them).
+type FilePaths struct {
 	Table      string
 	ClientPage string
 	Doorbell   string
-	MPSPipeDir string
+	MPSPipeDir string // "" = no MPS server
 }
 
 // Validate checks that f can be written: one value per line, so no value may contain a line break or NUL.
@@ -52,11 +55,6 @@ func Render(f File) []byte {
 	fmt.Fprintf(&b, "id=%s\n", f.ID)
 	fmt.Fprintf(&b, "slot=%d\n", f.Slot)
 	fmt.Fprintf(&b, "slot_gen=%d\n", f.SlotGen)
-	fmt.Fprintf(&b, "tier=%s\n", f.Tier)
-	fmt.Fprintf(&b, "sms=%d\n", f.SMs)
-	fmt.Fprintf(&b, "memory=%d\n", f.Memory)
-	fmt.Fprintf(&b, "weight=%d\n", f.Weight)
-	fmt.Fprintf(&b, "role=%s\n", f.Role)
 	fmt.Fprintf(&b, "gpu=%d\n", f.GPU)
 	fmt.Fprintf(&b, "table=%s\n", f.Table)
 	fmt.Fprintf(&b, "client_page=%s\n", f.ClientPage)
@@ -65,10 +63,11 @@ func Render(f File) []byte {
 	return b.Bytes()
 }
 
-// ParseFile parses a quota file. Unknown keys are ignored (newer writers may add keys); missing required keys and
+// ParseFile parses a quota file. Unknown keys are ignored (newer writers may add keys, and files written before the
+// format held only what the library reads still carry tier, sms, memory, weight and role); missing required keys and
 // malformed values are errors naming the line.
 func ParseFile(data []byte) (File, error) {
-	f := File{Slot: -1, Role: table.RoleNone}
+	f := File{Slot: -1}
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
@@ -103,16 +102,6 @@ func ParseFile(data []byte) (File, error) {
 			f.Slot = int(num(16))
 		case "slot_gen":
 			f.SlotGen = uint32(num(32))
-		case "tier":
-			f.Tier, err = ParseTier(v)
-		case "sms":
-			f.SMs = uint32(num(32))
-		case "memory":
-			f.Memory = num(64)
-		case "weight":
-			f.Weight = uint32(num(32))
-		case "role":
-			f.Role, err = ParseRole(v)
 		case "gpu":
 			f.GPU = int(num(16))
 		case "table":
@@ -131,7 +120,7 @@ func ParseFile(data []byte) (File, error) {
 	if err := sc.Err(); err != nil {
 		return File{}, fmt.Errorf("read quota file: %w", err)
 	}
-	for _, k := range []string{"version", "id", "slot", "slot_gen", "tier", "table", "client_page"} {
+	for _, k := range []string{"version", "id", "slot", "slot_gen", "table", "client_page"} {
 		if !seen[k] {
 			return File{}, fmt.Errorf("quota file: required key %q missing", k)
 		}

@@ -82,8 +82,8 @@ func FuzzResolve(f *testing.F) {
 }
 
 func FuzzParseFile(f *testing.F) {
-	f.Add(string(Render(File{ID: "a", Slot: 1, SlotGen: 2, Tier: table.TierBurstable, SMs: 16, Memory: 1 << 30, Weight: 1,
-		Role: table.RoleNone, Table: "/run/detshare/table", ClientPage: "/run/detshare/client.page"})))
+	f.Add(string(Render(File{ID: "a", Slot: 1, SlotGen: 2,
+		FilePaths: FilePaths{Table: "/run/detshare/table", ClientPage: "/run/detshare/client.page"}})))
 	f.Add("version=1\nid=x\nslot=0\nslot_gen=0\ntier=best-effort\ntable=t\nclient_page=c\n# c\nzzz=1\n")
 	f.Add("version=1\n=\n\x00\n")
 	f.Fuzz(func(t *testing.T, data string) {

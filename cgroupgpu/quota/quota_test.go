@@ -264,13 +264,25 @@ func TestAdmit(t *testing.T) {
 }
 
 func TestQuotaFileRoundTrip(t *testing.T) {
-	f := File{Version: 1, ID: "abc", Slot: 3, SlotGen: 7, Tier: table.TierBurstable, SMs: 32, Memory: 8 << 30, Weight: 2,
-		Role: table.RoleDecode, GPU: 1, Table: "/run/detshare/table", ClientPage: "/run/detshare/client.page",
-		Doorbell: "/run/detshare/doorbell", MPSPipeDir: ""}
+	f := File{Version: 1, ID: "abc", Slot: 3, SlotGen: 7, GPU: 1,
+		FilePaths: FilePaths{Table: "/run/detshare/table", ClientPage: "/run/detshare/client.page",
+			Doorbell: "/run/detshare/doorbell", MPSPipeDir: ""}}
 	data := Render(f)
-	for _, line := range []string{"version=1\n", "id=abc\n", "slot=3\n", "slot_gen=7\n", "tier=burstable\n", "sms=32\n",
-		"memory=8589934592\n", "weight=2\n", "role=decode\n", "gpu=1\n", "table=/run/detshare/table\n",
-		"client_page=/run/detshare/client.page\n", "doorbell=/run/detshare/doorbell\n", "mps_pipe_dir=\n"} {
+	// Exactly the keys libdetshare reads (ds_tenant.c read_quota_file), in this order: tier, SMs, memory, weight
+	// and role are the registration's, not the file's.
+	var keys []string
+	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			k, _, _ := strings.Cut(line, "=")
+			keys = append(keys, k)
+		}
+	}
+	if want := "version id slot slot_gen gpu table client_page doorbell mps_pipe_dir"; strings.Join(keys, " ") != want {
+		t.Errorf("rendered keys %q, want %q:\n%s", keys, want, data)
+	}
+	for _, line := range []string{"version=1\n", "id=abc\n", "slot=3\n", "slot_gen=7\n", "gpu=1\n",
+		"table=/run/detshare/table\n", "client_page=/run/detshare/client.page\n", "doorbell=/run/detshare/doorbell\n",
+		"mps_pipe_dir=\n"} {
 		if !strings.Contains(string(data), line) {
 			t.Errorf("rendered file lacks %q:\n%s", line, data)
 		}
@@ -279,14 +291,20 @@ func TestQuotaFileRoundTrip(t *testing.T) {
 	if err != nil || got != f {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
+	// A file written before the format was cut to what the library reads still parses: its extra keys are ignored.
+	old := "version=1\nid=a\nslot=0\nslot_gen=1\ntier=burstable\nsms=16\nmemory=1024\nweight=2\nrole=decode\ntable=x\nclient_page=y\n"
+	if got, err := ParseFile([]byte(old)); err != nil || got.ID != "a" || got.Table != "x" || got.ClientPage != "y" {
+		t.Errorf("older file: %+v %v", got, err)
+	}
 	if err := (File{ID: "a\nslot=9"}).Validate(); err == nil || !strings.Contains(err.Error(), "line breaks") {
 		t.Errorf("a value with a line break validated: %v", err)
 	}
 	if err := f.Validate(); err != nil {
 		t.Error(err)
 	}
-	for _, bad := range []string{"version=2\nid=a\nslot=0\nslot_gen=1\ntier=burstable\ntable=x\nclient_page=y\n",
-		"id=a\n", "version=1\nnot a pair\n", "version=1\nid=a\nslot=x\n"} {
+	for _, bad := range []string{"version=2\nid=a\nslot=0\nslot_gen=1\ntable=x\nclient_page=y\n",
+		"id=a\n", "version=1\nnot a pair\n", "version=1\nid=a\nslot=x\n",
+		"version=1\nid=a\nslot=0\nslot_gen=1\ntable=x\n"} {
 		if _, err := ParseFile([]byte(bad)); err == nil {
 			t.Errorf("accepted %q", bad)
 		}

@@ -171,7 +171,7 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 			return nil
 		},
 		Prepare: func(reg table.Registration) error {
-			if err := writeQuotaFiles(paths, reg, q, res.Placement, res.GPU); err != nil {
+			if err := writeQuotaFiles(paths, reg, res.GPU); err != nil {
 				return err
 			}
 			// The pod and container the tenant is, for metrics labels (Kubernetes only).
@@ -244,25 +244,33 @@ func gpuList(gpus []table.GPUState) string {
 	return s
 }
 
-func writeQuotaFiles(p table.Paths, reg table.Registration, q quota.Quota, pl quota.Placement, gpu table.GPUState) error {
+// writeQuotaFiles writes the tenant's quota file twice from one File: with host paths (detshare run) and with the
+// paths the hook mounts them at in the container. The copies differ only in their FilePaths.
+func writeQuotaFiles(p table.Paths, reg table.Registration, gpu table.GPUState) error {
 	dir := p.TenantDir(reg.ID)
 	if err := os.MkdirAll(dir, table.RunDirMode); err != nil {
 		return fmt.Errorf("create tenant directory: %w", err)
 	}
-	f := quota.File{ID: reg.ID, Slot: reg.Slot, SlotGen: reg.Gen, Tier: q.Tier, SMs: pl.SMs, Memory: pl.MemLimit,
-		Weight: q.Weight, Role: q.Role, GPU: pl.GPU,
-		Table: p.Table(), ClientPage: p.ClientPage(reg.ID), Doorbell: p.Doorbell(), MPSPipeDir: gpu.MPSPipeDir}
-	if err := f.Validate(); err != nil {
-		return err
+	f := quota.File{ID: reg.ID, Slot: reg.Slot, SlotGen: reg.Gen, GPU: reg.GPU}
+	host := quota.FilePaths{Table: p.Table(), ClientPage: p.ClientPage(reg.ID), Doorbell: p.Doorbell(), MPSPipeDir: gpu.MPSPipeDir}
+	container := quota.FilePaths{Table: table.ContainerTablePath, ClientPage: table.ContainerClientPagePath,
+		Doorbell: table.ContainerDoorbellPath}
+	if gpu.MPSPipeDir != "" {
+		container.MPSPipeDir = table.ContainerMPSPipeDir
 	}
-	if err := atomicfile.Write(p.QuotaFile(reg.ID), quota.Render(f), table.QuotaFileMode, false); err != nil {
-		return err
+	for _, c := range []struct {
+		path  string
+		paths quota.FilePaths
+	}{{p.QuotaFile(reg.ID), host}, {p.ContainerQuotaFile(reg.ID), container}} {
+		f.FilePaths = c.paths
+		if err := f.Validate(); err != nil {
+			return err
+		}
+		if err := atomicfile.Write(c.path, quota.Render(f), table.QuotaFileMode, false); err != nil {
+			return err
+		}
 	}
-	f.Table, f.ClientPage, f.Doorbell = table.ContainerTablePath, table.ContainerClientPagePath, table.ContainerDoorbellPath
-	if f.MPSPipeDir != "" {
-		f.MPSPipeDir = table.ContainerMPSPipeDir
-	}
-	return atomicfile.Write(p.ContainerQuotaFile(reg.ID), quota.Render(f), table.QuotaFileMode, false)
+	return nil
 }
 
 // Deregister removes tenant id (slot, client page, quota files). An unknown ID returns an error wrapping

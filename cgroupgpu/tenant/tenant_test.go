@@ -75,15 +75,37 @@ func TestRegisterEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := table.NewPaths(dir)
-	if hf.ID != "ctr1" || hf.Slot != r.Slot || hf.SlotGen != r.Gen || hf.SMs != 40 || hf.Memory != 8<<30 || hf.Tier != table.TierLatencyCritical ||
-		hf.Table != p.Table() || hf.ClientPage != p.ClientPage("ctr1") || hf.Doorbell != p.Doorbell() || hf.Role != table.RoleDecode {
+	// The tier, SMs, memory and role the quota file used to repeat are the registration's (checked above, and in
+	// the table the library reads below); the file holds only what libdetshare reads.
+	if hf.ID != "ctr1" || hf.Slot != r.Slot || hf.SlotGen != r.Gen || hf.GPU != r.GPU ||
+		hf.Table != p.Table() || hf.ClientPage != p.ClientPage("ctr1") || hf.Doorbell != p.Doorbell() {
 		t.Errorf("host quota file %+v", hf)
+	}
+	for _, k := range []string{"tier=", "sms=", "memory=", "weight=", "role="} {
+		if strings.Contains(string(host), "\n"+k) {
+			t.Errorf("host quota file carries %s, which libdetshare does not read:\n%s", k, host)
+		}
 	}
 	cq, _ := os.ReadFile(res.ContainerQuotaFile)
 	cf, err := quota.ParseFile(cq)
 	if err != nil || cf.Table != "/run/detshare/table" || cf.ClientPage != "/run/detshare/client.page" || cf.Doorbell != "/run/detshare/doorbell" || cf.Slot != r.Slot {
 		t.Errorf("container quota file %+v %v", cf, err)
 	}
+	// The container copy is the host copy with in-container paths.
+	if cf.FilePaths = hf.FilePaths; cf != hf {
+		t.Errorf("container quota file differs from the host's in more than its paths:\nhost      %+v\ncontainer %+v", hf, cf)
+	}
+	tb, err := table.OpenReadOnly(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tb.Container(hf.Slot)
+	if table.Tier(c.Tier) != table.TierLatencyCritical || c.SMReq != 40 || table.Role(c.Role) != table.RoleDecode ||
+		c.MemLimit != 8<<30 || c.Gen != hf.SlotGen {
+		t.Errorf("the table slot the quota file names: tier %d sms %d role %d memory %d gen %d, want latency-critical, 40, decode, 8 GiB, %d",
+			c.Tier, c.SMReq, c.Role, c.MemLimit, c.Gen, hf.SlotGen)
+	}
+	tb.Close()
 	for _, f := range []string{res.QuotaFile, res.ContainerQuotaFile} {
 		if st, _ := os.Stat(f); st.Mode() != 0o644 {
 			t.Errorf("%s mode %v", f, st.Mode())

@@ -141,7 +141,7 @@ func TestRunRegistersWhileCommandRuns(t *testing.T) {
 		}
 	}
 	qf, err := quota.ParseFile(waitFile(t, filepath.Join(e.dir, "job1.quota")))
-	if err != nil || qf.ID != "job1" || qf.SMs != 16 || qf.Slot != r.Slot {
+	if err != nil || qf.ID != "job1" || qf.Slot != r.Slot || qf.SlotGen != r.Gen {
 		t.Errorf("quota file seen by CMD: %+v %v", qf, err)
 	}
 	os.WriteFile(filepath.Join(e.dir, "job1.go"), []byte("1"), 0o644)

@@ -165,15 +165,15 @@ func TestCtrRunAnnotationsDeregisterOnExit(t *testing.T) {
 	out, err := e.ctr("run", "--rm", "--runtime", shimRuntime, "--annotation", "detshare.io/tier=latency-critical",
 		"--annotation", "detshare.io/sms=16", "--annotation", "detshare.io/memory=512MiB",
 		"--env", "DETSHARE_TIER=best-effort", // annotations win over env
-		imageRef, id, "sh", "-c", "simgpu-probe meminfo; grep ^tier= /run/detshare/quota")
+		imageRef, id, "sh", "-c", "simgpu-probe meminfo; "+testenv.OwnTierScript())
 	if err != nil {
 		t.Fatalf("ctr run: %v: %s", err, out)
 	}
 	if got := meminfoTotal(t, out); got != 512<<20 {
 		t.Errorf("main process sees %d bytes, want 512 MiB", got)
 	}
-	if !strings.Contains(out, "tier=latency-critical") {
-		t.Errorf("quota file tier:\n%s", out)
+	if !strings.Contains(out, testenv.TierLine(table.TierLatencyCritical)) {
+		t.Errorf("the container's table slot is not latency-critical (annotation over env):\n%s", out)
 	}
 	e.assertNoLeak(t, id)
 }

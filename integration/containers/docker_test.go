@@ -8,6 +8,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/internal/table"
 )
 
@@ -72,7 +73,7 @@ func TestDockerLabelTierAndExit(t *testing.T) {
 	e := needDocker(t)
 	out, err := e.docker("run", "--runtime=detshare", "--network", "none", "--name", "ds-docker-label",
 		"--label", "detshare.io/tier=latency-critical", "--label", "detshare.io/sms=16",
-		"--label", "detshare.io/memory=256MiB", dockerImage, "sh", "-c", "simgpu-probe meminfo; grep ^tier= /run/detshare/quota")
+		"--label", "detshare.io/memory=256MiB", dockerImage, "sh", "-c", "simgpu-probe meminfo; "+testenv.OwnTierScript())
 	if err != nil {
 		t.Fatalf("docker run: %v: %s", err, out)
 	}
@@ -81,7 +82,7 @@ func TestDockerLabelTierAndExit(t *testing.T) {
 	if got := meminfoTotal(t, out); got != 256<<20 {
 		t.Errorf("main process sees %d bytes, want 256 MiB", got)
 	}
-	if !strings.Contains(out, "tier=latency-critical") {
+	if !strings.Contains(out, testenv.TierLine(table.TierLatencyCritical)) {
 		t.Errorf("tier from the Docker label did not arrive:\n%s", out)
 	}
 	e.docker("rm", id)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/detshare/detshare/integration/hostleft"
 	"github.com/detshare/detshare/integration/testenv"
+	"github.com/detshare/detshare/internal/table"
 )
 
 func here() string {
@@ -205,7 +206,8 @@ func TestFreshHostShimContainer(t *testing.T) {
 	}
 	env := []string{"FRESH_DIR=" + dir, "DETSHARE_SIMGPU=1", "DETSHARE_LIB=" + filepath.Join(build, "lib/libdetshare.so"),
 		"DETSHARE_HOOK=" + filepath.Join(bin, "detshare-hook"), "DETSHARE_BIN=" + filepath.Join(bin, "detshare"),
-		"DETSHARE_CONFIG=" + filepath.Join(dir, "absent-config.toml"), "DETSHARE_LOG_LEVEL=warning"}
+		"DETSHARE_CONFIG=" + filepath.Join(dir, "absent-config.toml"), "DETSHARE_LOG_LEVEL=warning",
+		"OWN_TIER=" + testenv.OwnTierScript()}
 	out, err := onFreshHost(t, 90*time.Second, env, filepath.Join(here(), "shimrun.sh"))
 	if log, rerr := os.ReadFile(filepath.Join(dir, "containerd.log")); err != nil && rerr == nil {
 		t.Logf("containerd.log:\n%s", log)
@@ -218,8 +220,8 @@ func TestFreshHostShimContainer(t *testing.T) {
 		t.Fatalf("no container output:\n%s", out)
 	}
 	cout := out[start:end]
-	if !strings.Contains(cout, "tier=latency-critical") {
-		t.Errorf("the container's /run/detshare/quota does not say tier=latency-critical:\n%s", cout)
+	if !strings.Contains(cout, testenv.TierLine(table.TierLatencyCritical)) {
+		t.Errorf("the container's table slot (named by its /run/detshare/quota) is not latency-critical:\n%s", cout)
 	}
 	var total uint64
 	for _, line := range strings.Split(cout, "\n") {

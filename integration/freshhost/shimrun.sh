@@ -4,7 +4,8 @@
 # Run by freshhost_test.go under freshhost.sh (a private mount namespace with an empty /run). FRESH_DIR holds what
 # the test prepared: containerd.toml (root FRESH_DIR/ctrd/root, state /run/containerd, socket
 # /run/containerd/containerd.sock: none of them exists yet), workload.tar (the simulated-GPU workload image) and
-# bin/ (the shim and detshare). DetShare's run directory is the default, /run/detshare, which does not exist either:
+# bin/ (the shim and detshare); OWN_TIER is the shell command that prints the container's tier from its table slot
+# (testenv.OwnTierScript). DetShare's run directory is the default, /run/detshare, which does not exist either:
 # the shim creates it when it starts the scheduler on demand. Prints the container's output between "shimrun: out"
 # and "shimrun: end"; removes what it started (container, containerd, the scheduler) on every exit.
 set -euo pipefail
@@ -51,6 +52,6 @@ ctr_ version >/dev/null 2>&1 || { tail -30 "$dir/containerd.log" >&2; echo "shim
 ctr_ images import "$dir/workload.tar" >/dev/null
 echo "shimrun: out"
 ctr_ run --rm --runtime io.containerd.detshare.v1 --env DETSHARE_TIER=latency-critical --env DETSHARE_SMS=16 \
-  --env DETSHARE_MEMORY=256MiB "$image" "$id" sh -c 'simgpu-probe meminfo; cat /run/detshare/quota' </dev/null
+  --env DETSHARE_MEMORY=256MiB "$image" "$id" sh -c "simgpu-probe meminfo; cat /run/detshare/quota; $OWN_TIER" </dev/null
 echo "shimrun: end"
 if [ -d /run/detshare ]; then echo "shimrun: /run/detshare created"; else echo "shimrun: no /run/detshare" >&2; exit 1; fi

@@ -408,11 +408,11 @@ class Table:
             tdir = os.path.join(p["tenants"], tenant_id)
             os.makedirs(tdir, exist_ok=True)
             qf = os.path.join(tdir, "quota")
-            sm_req = c.get("sm_req")
             g = self.gpu(gpu)
+            # The keys cgroupgpu/quota.Render writes, in its order: what libdetshare reads (tier, SMs, memory limit,
+            # weight and role are in the table slot above). TestPythonTableMatchesGoMirror compares the two.
             lines = ["# written by integration/gpu/dstable.py (the Python stand-in for detshare run/sched)",
-                     "version=1", "id=%s" % tenant_id, "slot=%d" % slot, "slot_gen=%d" % gen, "tier=%s" % tier,
-                     "sms=%d" % sm_req, "memory=%d" % mem_limit, "weight=%d" % weight, "role=%s" % role,
+                     "version=1", "id=%s" % tenant_id, "slot=%d" % slot, "slot_gen=%d" % gen,
                      "gpu=%d" % gpu, "table=%s" % p["table"], "client_page=%s" % page_path,
                      "doorbell=%s" % p["doorbell"], "mps_pipe_dir=%s" % g.get_str("mps_pipe_dir")]
             with open(qf + ".tmp", "w") as f:

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/internal/table"
 )
 
@@ -100,6 +101,17 @@ func TestScriptsHelpWithoutTorch(t *testing.T) {
 	}
 }
 
+// quotaKeys lists the keys of a quota file in order.
+func quotaKeys(data []byte) []string {
+	var keys []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, _, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 // The Python writer's table is what the Go mirror (internal/table) reads: header, GPU split, tenants, grants and
 // client pages, and a grant published from Go is read back by Python.
 func TestPythonTableMatchesGoMirror(t *testing.T) {
@@ -150,6 +162,15 @@ func TestPythonTableMatchesGoMirror(t *testing.T) {
 	q, err := os.ReadFile(filepath.Join(dir, "tenants", "lc", "quota"))
 	if err != nil || !strings.Contains(string(q), "slot=0\n") || !strings.Contains(string(q), "table="+dir+"/table\n") {
 		t.Fatalf("lc quota file: %v\n%s", err, q)
+	}
+	// Python writes the keys Go writes, in Go's order, and Go's parser reads them back.
+	qf, err := quota.ParseFile(q)
+	if err != nil || qf.ID != "lc" || qf.Slot != 0 || qf.SlotGen != tb.Container(0).Gen ||
+		qf.ClientPage != filepath.Join(dir, "clients", "lc.page") || qf.Doorbell != filepath.Join(dir, "doorbell") {
+		t.Errorf("lc quota file as Go parses it: %+v %v\n%s", qf, err, q)
+	}
+	if py, gokeys := quotaKeys(q), quotaKeys(quota.Render(qf)); strings.Join(py, " ") != strings.Join(gokeys, " ") {
+		t.Errorf("dstable.py writes quota keys %q, cgroupgpu/quota.Render writes %q", py, gokeys)
 	}
 	// Go writes a grant; Python reads it back through its parsed layout.
 	rw, err := table.Open(dir)

@@ -43,7 +43,6 @@ struct ds_tenant {
     int slot;
     uint32_t slot_gen;
     int gpu;
-    uint64_t quota_memory;                /* informational (file) */
     const struct ds_table_header *table;  /* read-only mapping */
     const struct ds_container *ctr;       /* this tenant's entry in it */
     const struct ds_gpu *gpu_entry;       /* its GPU */

@@ -29,7 +29,7 @@ static struct ds_tenant g_tenant; /* published once, through ds_process.tenant *
  * ------------------------------------------------------------------------------------------------------------- */
 #define QF_NONE (~0ull) /* a numeric key the file did not set */
 struct quota_file {
-    unsigned long long version, slot, slot_gen, memory, gpu; /* the numeric keys (num_key) */
+    unsigned long long version, slot, slot_gen, gpu; /* the numeric keys (num_key) */
     char id[DS_ID_LEN];
     char table[256];
     char client_page[256];
@@ -69,7 +69,6 @@ static unsigned long long *num_key(struct quota_file *q, const char *k, unsigned
         {"version", offsetof(struct quota_file, version), 1000},
         {"slot", offsetof(struct quota_file, slot), DS_MAX_CONTAINERS - 1},
         {"slot_gen", offsetof(struct quota_file, slot_gen), UINT32_MAX},
-        {"memory", offsetof(struct quota_file, memory), UINT64_MAX},
         {"gpu", offsetof(struct quota_file, gpu), DS_MAX_GPUS - 1},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
@@ -317,7 +316,6 @@ void ds_tenant_load(void) {
     if (gpu < 0 || gpu >= (int)DS_MAX_GPUS)
         gpu = (int)q.gpu;
     t->gpu = gpu;
-    t->quota_memory = q.memory;
     t->table = h;
     t->ctr = c;
     t->gpu_entry = ds_table_gpu(h, (uint32_t)gpu);
