@@ -9,11 +9,17 @@ Configurations, for each pair of a latency-critical (LC) and a best-effort (BE) 
   mps         both at once under one MPS server (private pipe directory), no limits
   mps-pct     MPS, BE with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = its share of SMs (LC's groups left out)
   mps-prio    MPS, BE with CUDA_MPS_CLIENT_PRIORITY=1 (below normal), LC at normal priority (coloc suite only)
-  detshare    MPS + libdetshare; the Python scheduler (dstable.py) grants LC --lc-groups groups, BE the rest
-LLM pair (a Llama-like prefill process with Poisson prompts + a decode process, both best-effort roles):
-  alone, timeslice, mps, detshare-to (throughput-oriented: equal split of groups while both are busy, all groups
-  to whichever is busy alone) and detshare-tpot (TPOT-First: decode gets first pick, --tpot-decode-groups groups).
-Training pair (--suite train): two trainings, alone / timeslice / mps / detshare (equal split).
+  detshare    MPS + libdetshare; the LC pinned to its --lc-groups guarantee (a static partition: exactly those
+              groups), the BE keeps the complement
+Every library configuration runs under the real `detshare sched` (its own MPS daemon, its policy from a generated
+config) with each worker started by `detshare run` (--detshare, `make build`); alone-lib is the BE alone (every
+group), alone-grant the LC alone and pinned.
+LLM pair (a Llama-like prefill process with Poisson prompts + a decode process, both best-effort tenants with their
+  roles): alone, timeslice, mps, detshare-to (policy throughput-oriented: equal split of groups while both are busy,
+  all groups to whichever is busy alone) and detshare-tpot (policy tpot-first: decode picks first, its weight times
+  --decode-boost, scheduler.decode_boost).
+Training pair (--suite train): two trainings, alone / timeslice / mps / detshare (two best-effort tenants: equal
+  split).
 Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 transformer encoder `bert`,
   `resnet50`, an LLM decode step `llama-step`, all CUDA-graph replays at Poisson load --load of their solo
   capacity) beside each trainer of --coloc-be (6 x Linear(8192) AdamW in bf16 `lin8192-bf16`, which drives an H100
@@ -27,7 +33,7 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   pauses while the LC is busy). detshare-temporal is the real scheduler without MPS (mps.enable = false): the driver
   time-slices the processes, the scheduler's time token stops the trainer's launches while the LC is busy, the LC
   launches without waiting for the token behind a lower tier, and the trainer's queue is bounded by the dispatch gate
-  (what the LC waits for). Needs --scheduler detshare. `--coloc-lc reclaim` is the reclaim probe instead of a
+  (what the LC waits for). `--coloc-lc reclaim` is the reclaim probe instead of a
   model (worker.py, probes/reclaim.cu; GPU only, never part of the default list): each request needs every SM for
   1 ms, and report.py shows how long it waited for the trainer's kernels to leave them (the dispatch gate's bound).
   `--coloc-lc llama-step-math` is llama-step with the textbook attention: SDPA's fused kernels make llama-step's
@@ -43,7 +49,8 @@ queries only) and summarised per case by report.py.
 
 Raw worker results go to OUTDIR/raw/, logs to OUTDIR/logs/, the plan and the environment to OUTDIR/meta.json;
 report.py turns them into OUTDIR/results.{md,json} and the CDF plot. Nothing here is a simulation: on a machine
-without a GPU use --device cpu (tiny models, no MPS, no library) only to check the harness itself.
+without a GPU use --device cpu (tiny models, no MPS; the scheduler describes the simulated GPU, a test double) only
+to check the harness itself.
 """
 import argparse
 import json
@@ -59,7 +66,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-import dstable  # noqa: E402  (standard library only)
 
 INFER_PAIRS = {"quick": [("resnet50", "resnet50")],
                "default": [("resnet50", "resnet50"), ("bert", "gpt2")],
@@ -94,8 +100,9 @@ def parse(argv=None):
                                                               "(default 6 with --quick, else 8)")
     ap.add_argument("--load", type=float, default=0.5, help="LC Poisson load as a fraction of its solo capacity")
     ap.add_argument("--lc-groups", type=int, default=4, help="SM groups guaranteed to LC (H100: 4 x 8 = 32 SMs)")
-    ap.add_argument("--tpot-decode-groups", type=int, default=0,
-                    help="TPOT-First: groups decode gets first (default: two thirds of the split)")
+    ap.add_argument("--decode-boost", type=int, default=0,
+                    help="detshare-tpot: scheduler.decode_boost, the decode tenant's weight multiplier under "
+                         "tpot-first (0: the scheduler's default)")
     ap.add_argument("--tpot-slo-ms", type=float, default=100.0)
     ap.add_argument("--coloc-lc", default=",".join(COLOC_LC), help="coloc suite: LC workloads (comma list of %s; also "
                     "llama-step-math, or the probe `reclaim`)" % ", ".join(COLOC_LC))
@@ -119,13 +126,11 @@ def parse(argv=None):
     ap.add_argument("--lc-slo-ms", type=float, default=0.0,
                     help="detshare-dynamic: the LC's slo-p99 in ms (0: none, the LC takes every group while busy)")
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "lib", "libdetshare.so"))
-    ap.add_argument("--scheduler", default="auto", choices=["auto", "python", "detshare"],
-                    help="who registers tenants and grants SMs in the library configurations: auto = detshare when "
-                         "the detshare binary is built, else python; python = dstable.py "
-                         "(no Go needed); detshare = the real `detshare sched` (own MPS daemon, policy from a "
-                         "generated config) with workers started by `detshare run` (needs --detshare)")
+    # accepted for old command lines: the real scheduler is the only one (the Python stand-in is gone)
+    ap.add_argument("--scheduler", default="detshare", help=argparse.SUPPRESS)
     ap.add_argument("--detshare", default=os.path.join(REPO, "build", "bin", "detshare"),
-                    help="the detshare binary for --scheduler detshare")
+                    help="the detshare binary: `detshare sched` grants SMs and `detshare run` starts the workers "
+                         "in the library configurations")
     ap.add_argument("--python", default=sys.executable, help="interpreter for the workers (needs torch)")
     ap.add_argument("--mps-control", default="nvidia-cuda-mps-control")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -146,10 +151,11 @@ def parse(argv=None):
         a.duration = 6.0 if a.quick else 8.0
     if not a.pairs:
         a.pairs = "quick" if a.quick else "default"
-    if a.scheduler == "auto":
-        a.scheduler = "detshare" if os.access(a.detshare, os.X_OK) else "python"
-    if a.scheduler == "detshare" and not os.access(a.detshare, os.X_OK):
-        ap.error("--scheduler detshare: %s is not an executable (build it with `make build`)" % a.detshare)
+    if a.scheduler != "detshare":
+        ap.error("--scheduler=%r: the only scheduler is the real `detshare sched` (allowed: detshare; the Python "
+                 "stand-in was removed)" % a.scheduler)
+    if a.decode_boost < 0:
+        ap.error("--decode-boost=%d: must be 1 or more (0: the scheduler's default)" % a.decode_boost)
     a.coloc_lcs = [x for x in a.coloc_lc.split(",") if x]
     a.coloc_bes = [x for x in a.coloc_be.split(",") if x]
     for x in a.coloc_lcs:
@@ -166,9 +172,6 @@ def parse(argv=None):
             ap.error("--coloc-be: %r is not one of %s" % (x, ", ".join(COLOC_BE + COLOC_BE_EXTRA)))
         if x in COLOC_BE_EXTRA and a.device == "cpu":
             ap.error("--coloc-be %s: already the CPU's size of lin8192-bf16; on --device cpu name lin8192-bf16" % x)
-    if "coloc" in a.suites and a.scheduler != "detshare" and (not a.only or any(c.startswith("detshare-dynamic") or c == "detshare-temporal" for c in a.only)):
-        ap.error("--suite coloc: detshare-dynamic and detshare-temporal need the real scheduler (--scheduler detshare, "
-                 "`make build`)")
     if not 0 < a.load < 1:
         ap.error("--load=%s: must be between 0 and 1 (fraction of solo capacity)" % a.load)
     return a
@@ -250,52 +253,52 @@ class PowerLog(threading.Thread):
                 self.proc.kill()
 
 
-# ------------------------------------------------------------------------------------------- schedulers ---------
-class Policy(threading.Thread):
-    """The Python stand-in for `detshare sched` during one case: republishes grants from the tenants' demand
-    (client pages written by libdetshare) every millisecond. rule(demands) -> {slot: mask}."""
+# ------------------------------------------------------------------------------------- scheduler snapshots ------
+class SchedWatch(threading.Thread):
+    """Looks at `detshare status --json` every `period` s from the start signal on and keeps the last look in which
+    every tenant of the case was registered (written to `path`): what the scheduler granted while the workers ran,
+    however late a loaded machine runs the look."""
 
-    def __init__(self, table, slots, rule, period=0.001):
+    def __init__(self, detshare, run_dir, tenants, path, period=0.25):
         super().__init__(daemon=True)
-        self.table, self.slots, self.rule, self.period = table, slots, rule, period
-        self.changes, self._stop_ev, self.last = 0, threading.Event(), {}
+        self.cmd = [detshare, "--run-dir", run_dir, "status", "--json"]
+        self.tenants, self.path, self.period = set(tenants), path, period
+        self.last, self.error, self._stop_ev = None, "", threading.Event()
 
     def run(self):
-        beat = 0
-        while not self._stop_ev.wait(self.period):
-            demand = {s: self.table.demand(s) for s in self.slots}
-            for s, m in self.rule(demand).items():
-                if self.last.get(s) != m:
-                    self.table.publish_grant(s, m)
-                    self.last[s] = m
-                    self.changes += 1
-            beat += 1
-            if beat % 50 == 0:
-                self.table.heartbeat()
+        while True:
+            r = subprocess.run(self.cmd, capture_output=True, text=True)
+            try:
+                snap = json.loads(r.stdout) if r.returncode == 0 else None
+            except ValueError:
+                snap = None
+            if snap is None:
+                self.error = r.stdout + r.stderr
+            elif self.tenants <= set(tn.get("id") for tn in snap.get("tenants") or []):
+                self.last = snap
+                with open(self.path + ".tmp", "w") as f:
+                    json.dump(snap, f, indent=1)
+                os.rename(self.path + ".tmp", self.path)
+            if self._stop_ev.wait(self.period):
+                break
+        if self.last is None:  # say why there is no snapshot rather than leave nothing
+            with open(self.path, "w") as f:
+                f.write(self.error or "no look at the scheduler saw every tenant of the case registered\n")
 
     def stop(self):
         self._stop_ev.set()
-        self.join()
-
-
-def split_rule(a_slot, b_slot, a_mask, b_mask, all_mask, work_conserving):
-    """Both busy (or demand unknown): a gets a_mask, b gets b_mask. Work-conserving: one busy alone gets all."""
-
-    def rule(d):
-        if work_conserving and d[a_slot] and not d[b_slot]:
-            return {a_slot: all_mask, b_slot: b_mask}
-        if work_conserving and d[b_slot] and not d[a_slot]:
-            return {a_slot: a_mask, b_slot: all_mask}
-        return {a_slot: a_mask, b_slot: b_mask}
-
-    return rule
+        if self.is_alive():
+            self.join()
 
 
 # ------------------------------------------------------------------------------------------------ cases --------
 class Case:
-    def __init__(self, name, config, workers, needs_mps=False, table=None, policy=None):
+    def __init__(self, name, config, workers, needs_mps=False):
         self.name, self.config, self.workers, self.needs_mps = name, config, workers, needs_mps
-        self.table, self.policy = table, policy  # table: list of tenant specs for dstable; policy: kind
+
+    def uses_lib(self):
+        """Library configurations: run under `detshare sched`, each worker started by `detshare run`."""
+        return self.config.startswith("detshare") or self.config in ("alone-lib", "alone-grant")
 
 
 class Worker:
@@ -343,11 +346,17 @@ class Runner:
                 "duration": a.duration, "load": a.load, "lc_groups": a.lc_groups, "tpot_slo_ms": a.tpot_slo_ms,
                 "device": a.device, "driver": _nvidia_smi_field("driver_version"), "lc_slo_ms": a.lc_slo_ms,
                 "lc_lend": a.lc_lend, "be_floor": a.be_floor, "gate_budget_us": a.gate_budget_us,
-                "gate_depth": a.gate_depth,
+                "gate_depth": a.gate_depth, "decode_boost": a.decode_boost, "scheduler": "detshare sched",
                 "cases": [{"name": c.name, "config": c.config, "workers": [w.label for w in c.workers]}
                           for c in plan]}
         est = len(plan) * (a.duration + (4 if a.device == "cpu" else 15))
         log("%d cases, about %.1f minutes", len(plan), est / 60)
+        if not a.dry_run and any(c.uses_lib() for c in plan):
+            for path, what in ((a.detshare, "--detshare"), (a.lib, "--lib")):
+                if not os.access(path, os.R_OK) or (what == "--detshare" and not os.access(path, os.X_OK)):
+                    raise RuntimeError("%s=%s: missing or not executable; the library configurations need "
+                                       "`detshare sched`/`detshare run` and libdetshare (run `make build`)"
+                                       % (what, path))
         if a.dry_run:
             for c in plan:
                 print("%-32s %-14s %s%s" % (c.name, c.config, " | ".join(
@@ -499,18 +508,11 @@ class Runner:
             self.mps.start()
         if not c.needs_mps and self.mps.running:
             self.mps.stop()
-        table, policy, tenants, sched = None, None, {}, None
-        lib = c.config.startswith("detshare") or c.config in ("alone-lib", "alone-grant")
-        real = lib and a.scheduler == "detshare"
-        if lib:
-            if not os.path.exists(a.lib):
-                raise RuntimeError("%s missing: run `make build/lib/libdetshare.so` first" % a.lib)
-            if real:
-                if self.mps.running:  # the scheduler runs its own MPS daemon; never two on one GPU
-                    self.mps.stop()
-                sched = self.start_sched(c, slug)
-            else:
-                table, policy, tenants = self.make_table(c, slug)
+        sched = None
+        if c.uses_lib():
+            if self.mps.running:  # the scheduler runs its own MPS daemon; never two on one GPU
+                self.mps.stop()
+            sched = self.start_sched(c, slug)
         casedir = os.path.join(self.tmp, slug)
         os.makedirs(casedir, exist_ok=True)
         go = os.path.join(casedir, "go")
@@ -519,7 +521,7 @@ class Runner:
             for w in c.workers:
                 env = dict(os.environ)
                 env["PYTHONUNBUFFERED"] = "1"
-                if real:
+                if sched:
                     env["CUDA_MPS_PIPE_DIRECTORY"] = os.path.join(sched["run_dir"], "mps", "gpu0", "pipe")
                 elif c.needs_mps and not cpu:
                     env.update(self.mps.env())
@@ -530,18 +532,11 @@ class Runner:
                     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(w.mps_pct)
                 env.pop("CUDA_MPS_CLIENT_PRIORITY", None)
                 env.update(w.env)
-                if real:
-                    env.pop("LD_PRELOAD", None)
-                    env.pop("DETSHARE_QUOTA_FILE", None)
+                env.pop("LD_PRELOAD", None)  # `detshare run` preloads the library where the case has it
+                env.pop("DETSHARE_QUOTA_FILE", None)
+                if sched:
                     env["DETSHARE_RUN_DIR"] = sched["run_dir"]
                     env.setdefault("DETSHARE_LOG", "info")
-                elif lib:
-                    env["LD_PRELOAD"] = a.lib
-                    env["DETSHARE_QUOTA_FILE"] = tenants[w.tenant].quota_file
-                    env.setdefault("DETSHARE_LOG", "info")
-                else:
-                    env.pop("LD_PRELOAD", None)
-                    env.pop("DETSHARE_QUOTA_FILE", None)
                 out = os.path.join(self.raw, "%s__%s.json" % (slug, w.label))
                 args = [a.python, os.path.join(HERE, "worker.py")] + w.args + [
                     "--out", out, "--ready", os.path.join(casedir, w.label + ".ready"), "--go", go,
@@ -554,7 +549,7 @@ class Runner:
                         args += ["--load", str(a.load)]
                 if cpu:
                     args += ["--warmup", "2"]
-                if real:
+                if sched:
                     args = [a.detshare, "--run-dir", sched["run_dir"], "run", "--name", w.tenant, "--lib", a.lib,
                             "--strict"] + sched["flags"][w.tenant] + ["--"] + args
                 logf = open(os.path.join(self.logs, "%s__%s.log" % (slug, w.label)), "w")
@@ -572,10 +567,10 @@ class Runner:
                 if time.time() > deadline:
                     raise RuntimeError("workers not ready after %.0f s" % a.worker_timeout)
                 time.sleep(0.05)
-            if policy:
-                policy.start()
             if sched:
-                threading.Timer(0.5 + a.duration / 2, self.snapshot_sched, (sched, slug)).start()
+                sched["watch"] = SchedWatch(a.detshare, sched["run_dir"], [w.tenant for w in c.workers],
+                                            os.path.join(self.logs, "%s__status.json" % slug))
+                sched["watch"].start()
             with open(go + ".tmp", "w") as f:
                 f.write("%.6f" % (time.time() + 0.5))
             os.rename(go + ".tmp", go)
@@ -595,25 +590,31 @@ class Runner:
                     log("  %s %s solo capacity -> Poisson rate %.2f/s at load %.2f", p.w.group, p.w.label,
                         res["rate"], a.load)
                 res.update(case=c.name, config=c.config, label=p.w.label, group=p.w.group)
-                if policy:
-                    res["grant_changes"] = policy.changes
-                if table is not None:
-                    res["grant_final"] = table.read_grant(tenants[p.w.tenant].slot)
                 if sched:
                     res["scheduler"] = "detshare sched (policy %s)" % sched["policy"]
+                    if p is procs[0]:
+                        sched["watch"].stop()  # every worker of the case ran until here: the last look is mid-run
+                    snap = sched["watch"].last or {}
+                    for tn in snap.get("tenants", []):
+                        if tn.get("id") == p.w.tenant:
+                            # what the scheduler had granted the tenant in the last look with every tenant present
+                            res["grant_mid_run"] = {"sms": tn.get("granted_sms"), "groups": tn.get("grant_groups"),
+                                                    "mode": tn.get("grant_mode"), "pinned": tn.get("pinned"),
+                                                    "guaranteed_sms": tn.get("guaranteed_sms")}
+                    gpus = snap.get("gpus") or [{}]
+                    if "grant_changes" in gpus[0]:
+                        res["grant_changes"] = gpus[0]["grant_changes"]
                 with open(p.out, "w") as f:
                     json.dump(res, f)
         finally:
-            if policy:
-                policy.stop()
+            if sched and sched.get("watch"):
+                sched["watch"].stop()
             for p in procs:
                 if p.poll() is None:
                     _killpg(p)
                 p.logf.close()
                 if p in self.procs:
                     self.procs.remove(p)
-            if table is not None:
-                table.close()
             if sched:
                 self.stop_sched(sched)
 
@@ -632,6 +633,7 @@ class Runner:
         with open(cfg, "w") as f:
             f.write('[scheduler]\npolicy = "%s"\n%s[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
                     % (policy, ("be_floor = %d\n" % floor if floor is not None else "") +
+                       ("decode_boost = %d\n" % a.decode_boost if a.decode_boost and policy == "tpot-first" else "") +
                        ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else "") +
                        ("gate_depth = %d\n" % a.gate_depth if a.gate_depth else ""),
                        "false" if a.device == "cpu" or c.config == "detshare-temporal" else "true", a.mps_control))
@@ -659,8 +661,9 @@ class Runner:
                 flags[w.tenant] = ["--tier", "best-effort"]
             elif w.tenant == "lc":
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sms)]
-                if c.config == "detshare-static":
-                    flags[w.tenant].append("--pinned")  # the policy before issue 12: exactly the guarantee
+                if c.config in ("detshare", "detshare-static", "alone-grant"):
+                    # a static partition: the LC runs on exactly its guarantee, the BE keeps the complement
+                    flags[w.tenant].append("--pinned")
                 elif c.config in ("detshare-dynamic", "detshare-dynamic-pause", "detshare-dynamic-noprio",
                                   "detshare-temporal"):
                     if a.lc_slo_ms:
@@ -671,12 +674,6 @@ class Runner:
                 flags[w.tenant] = ["--tier", "best-effort", "--role", w.tenant]
         return {"proc": p, "run_dir": run_dir, "policy": policy, "flags": flags}
 
-    def snapshot_sched(self, sched, slug):
-        r = subprocess.run([self.a.detshare, "--run-dir", sched["run_dir"], "status", "--json"], capture_output=True,
-                           text=True)
-        with open(os.path.join(self.logs, "%s__status.json" % slug), "w") as f:
-            f.write(r.stdout or r.stderr)
-
     def stop_sched(self, sched):
         p = sched["proc"]
         if p.poll() is None:
@@ -686,60 +683,6 @@ class Runner:
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 _killpg(p)
         p.logf.close()
-
-    def make_table(self, c, slug):
-        """Table, tenants and grants for one case (dstable.py plays detshare run + detshare sched)."""
-        a = self.a
-        groups = self.groups()
-        n = len(groups)
-        allm = dstable.full_mask(n)
-        run_dir = os.path.join(self.tmp, "run-" + slug)
-        t = dstable.Table.create(run_dir, self.gpu["sms"], groups=groups, mem_total=self.gpu.get("mem_total", 0),
-                                 gpu_name=self.gpu.get("name", "GPU"),
-                                 mps_pipe_dir="" if a.device == "cpu" else self.mps.pipe)
-        tenants, policy = {}, None
-        labels = [w.tenant for w in c.workers]
-        if c.config == "alone-lib":
-            q = t.register(labels[0], tier="best-effort")
-            t.publish_grant(q.slot, allm)
-            tenants[labels[0]] = q
-        elif c.config == "alone-grant":
-            lcm = dstable.range_mask(0, a.lc_groups)
-            q = t.register("lc", tier="latency-critical", guaranteed_groups=lcm)
-            t.publish_grant(q.slot, lcm)
-            tenants["lc"] = q
-        elif c.config in ("detshare", "detshare-static") and "lc" in labels:
-            lcm = dstable.range_mask(0, a.lc_groups)
-            q1 = t.register("lc", tier="latency-critical", guaranteed_groups=lcm)
-            q2 = t.register("be", tier="best-effort")
-            t.publish_grant(q1.slot, lcm)
-            t.publish_grant(q2.slot, allm & ~lcm)
-            tenants = {"lc": q1, "be": q2}
-        elif c.config == "detshare":  # training pair: equal weights, static halves (both always busy)
-            h = n // 2
-            q1 = t.register("a", tier="best-effort")
-            q2 = t.register("b", tier="best-effort")
-            t.publish_grant(q1.slot, dstable.range_mask(0, n - h))
-            t.publish_grant(q2.slot, dstable.range_mask(n - h, h))
-            tenants = {"a": q1, "b": q2}
-        elif c.config in ("detshare-to", "detshare-tpot"):
-            qp = t.register("prefill", tier="best-effort", role="prefill")
-            qd = t.register("decode", tier="best-effort", role="decode")
-            if c.config == "detshare-tpot":
-                dg = a.tpot_decode_groups or max(1, (2 * n) // 3)
-            else:
-                dg = n // 2
-            dm = dstable.range_mask(n - dg, dg)  # decode takes the top groups, prefill the bottom ones
-            pm = allm & ~dm
-            t.publish_grant(qp.slot, pm)
-            t.publish_grant(qd.slot, dm)
-            policy = Policy(t, [qp.slot, qd.slot], split_rule(qp.slot, qd.slot, pm, dm, allm, work_conserving=True))
-            tenants = {"prefill": qp, "decode": qd}
-        else:
-            raise RuntimeError("no table plan for configuration %s" % c.config)
-        if policy is None:
-            policy = Policy(t, [q.slot for q in tenants.values()], lambda d: {}, period=0.05)  # heartbeat only
-        return t, policy, tenants
 
     def kill_all(self):
         for p in list(self.procs):
