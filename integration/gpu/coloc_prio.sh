@@ -28,7 +28,7 @@ timeout 60 "$PY" "$here/kernelgrid.py" --model "$BE" --out "$out/kernels.json" >
 cat "$out/kernels.txt" >&2
 
 export DETSHARE_BENCH_SCHED_LOG=debug
-common=(--suite coloc --scheduler detshare --detshare "$repo/build/bin/detshare" --lib "$repo/build/lib/libdetshare.so"
+common=(--suite coloc --detshare "$repo/build/bin/detshare" --lib "$repo/build/lib/libdetshare.so"
   --python "$PY" --coloc-lc "$LC" --coloc-be "$BE" --duration "$DURATION")
 log "priority: alone, mps, mps-prio, detshare-dynamic, detshare-dynamic-noprio"
 timeout 330 "$PY" "$here/bench.py" "${common[@]}" --lc-lend --out "$out/prio" \

@@ -10,14 +10,13 @@ import (
 )
 
 // The co-location plan (issue 12): every LC workload beside every trainer in every configuration, each workload
-// alone once, DetShare-static pinned and DetShare-dynamic lending when asked; the dynamic policy needs the real
-// scheduler and says so.
+// alone once, DetShare-static pinned and DetShare-dynamic lending when asked.
 func TestColocPlan(t *testing.T) {
 	py := python(t)
 	ds := filepath.Join(buildDir(t), "bin", "detshare")
 	need(t, ds)
 	out := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
-		"coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run")
+		"coloc", "--detshare", ds, "--dry-run")
 	var lines []string
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "coloc/") {
@@ -54,7 +53,8 @@ func TestColocPlan(t *testing.T) {
 			t.Errorf("%s must leave priorities alone: %s", f[1], l)
 		}
 	}
-	benchRefuses(t, py, "detshare-dynamic and detshare-temporal need the real scheduler",
+	// the Python stand-in scheduler is gone: an old command line that asks for it is refused, naming why
+	benchRefuses(t, py, "the only scheduler is the real `detshare sched`",
 		"--device", "cpu", "--suite", "coloc", "--scheduler", "python", "--dry-run")
 }
 
@@ -198,7 +198,7 @@ func TestColocPlanWhereTheTimeGoes(t *testing.T) {
 	ds := filepath.Join(buildDir(t), "bin", "detshare")
 	need(t, ds)
 	out := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
-		"coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run", "--configs", "alone,alone-flush",
+		"coloc", "--detshare", ds, "--dry-run", "--configs", "alone,alone-flush",
 		"--coloc-lc", "bert,resnet50", "--coloc-be", "lin8192-bf16")
 	var flush []string
 	for _, l := range strings.Split(out, "\n") {
@@ -216,12 +216,12 @@ func TestColocPlanWhereTheTimeGoes(t *testing.T) {
 	}
 	// never part of the default plan
 	def := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
-		"coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run")
+		"coloc", "--detshare", ds, "--dry-run")
 	if strings.Contains(def, "alone-flush") || strings.Contains(def, "--stamp") {
 		t.Errorf("the default plan must not flush or stamp:\n%s", def)
 	}
 	benchRefuses(t, py, "--lc-stamp: the stamps are GPU kernels, it needs --device cuda",
-		"--device", "cpu", "--suite", "coloc", "--scheduler", "detshare", "--detshare", ds, "--dry-run", "--lc-stamp")
+		"--device", "cpu", "--suite", "coloc", "--detshare", ds, "--dry-run", "--lc-stamp")
 }
 
 // The stamps and the flushed solo run reach the report: per configuration, the start delay and the GPU span of the

@@ -1,9 +1,17 @@
 #!/usr/bin/env python3
-"""dstable: a Python writer of DetShare's shared-memory table, for GPU boxes without Go.
+"""dstable: a test fixture that writes DetShare's shared-memory table from Python, to move grants ON PURPOSE.
 
-It plays the parts that `detshare run` and `detshare sched` play on a full install: it creates the table, the
-doorbell, client pages and quota files in a run directory (docs/internals.md "Run directory"), registers tenants
-and publishes grants with the seqlock protocol of internal/table/detshare_table.h. The layout is NOT copied here:
+It is not a scheduler and must not register the benchmark's tenants: bench.py runs the real `detshare sched` and
+`detshare run`. What it is kept for is what a real scheduler will not do: publish a grant the test chooses, when it
+chooses. conformance.sh and determinism.py force a grant change every few milliseconds (GrantChanger) to show that
+results stay bit-identical and kernels stay confined while grants move under a tenant; rebind.py flips one tenant
+between two group sets to time the rebind; memquota.py registers one tenant with a memory quota and a full grant.
+Each of them keeps the table's leader alive with a heartbeat (Heartbeat; GrantChanger beats too). The Go tests use
+its CLI and Layout to check that this writer and internal/table agree (TestPythonTableMatchesGoMirror).
+
+It creates the table, the doorbell, client pages and quota files in a run directory (docs/internals.md "Run
+directory"), registers tenants and publishes grants with the seqlock protocol of
+internal/table/detshare_table.h. The layout is NOT copied here:
 it is computed by parsing that header (field types, array lengths, #define constants) and checked against the
 offset comments and the _Static_assert sizes in it, so a layout change there either flows through or fails loudly.
 
@@ -411,7 +419,7 @@ class Table:
             g = self.gpu(gpu)
             # The keys cgroupgpu/quota.Render writes, in its order: what libdetshare reads (tier, SMs, memory limit,
             # weight and role are in the table slot above). TestPythonTableMatchesGoMirror compares the two.
-            lines = ["# written by integration/gpu/dstable.py (the Python stand-in for detshare run/sched)",
+            lines = ["# written by integration/gpu/dstable.py (a test fixture that sets grants on purpose)",
                      "version=1", "id=%s" % tenant_id, "slot=%d" % slot, "slot_gen=%d" % gen,
                      "gpu=%d" % gpu, "table=%s" % p["table"], "client_page=%s" % page_path,
                      "doorbell=%s" % p["doorbell"], "mps_pipe_dir=%s" % g.get_str("mps_pipe_dir")]
@@ -470,17 +478,8 @@ class Table:
             self.gpu(c.get("gpu")).add("grant_changes")
         futex_wake(c.ptr("grant_epoch"))
 
-    def read_grant(self, slot):
-        c = self.container(slot)
-        return {"groups": c.get("grant_groups"), "sms": c.get("grant_sms"), "mode": c.get("grant_mode"),
-                "epoch": c.get("grant_epoch"), "seq": c.get("grant_seq")}
-
     def heartbeat(self):
         self.hdr.set("sched_heartbeat_ns", time.monotonic_ns())
-
-    def demand(self, slot):
-        """The tenant's current demand (processes with queued work), from its client page."""
-        return self.page(slot).get("demand")
 
 
 def _starttime(pid):
@@ -523,7 +522,7 @@ class GrantChanger(threading.Thread):
 
 
 class Heartbeat(threading.Thread):
-    """Keeps sched_heartbeat_ns fresh so that clients treat the Python scheduler as alive."""
+    """Keeps sched_heartbeat_ns fresh so that clients treat the fixture's table as having a live leader."""
 
     def __init__(self, table, period_s=0.1):
         super().__init__(daemon=True)
@@ -560,8 +559,9 @@ def _parse_mask(s, n):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(
-        description="Write a DetShare table/quota files from Python (stand-in for detshare run + detshare sched "
-                    "on a GPU box without Go). Layout parsed from internal/table/detshare_table.h.")
+        description="Write a DetShare table/quota files from Python: a test fixture that sets grants on purpose "
+                    "(not a scheduler; bench.py runs the real one). Layout parsed from "
+                    "internal/table/detshare_table.h.")
     ap.add_argument("--header", default=DEFAULT_HEADER, help="path of detshare_table.h")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("layout", help="print the parsed layout (sizes and offsets) as JSON")

@@ -22,7 +22,7 @@ mkdir -p "$out"
 log() { echo "[reclaim $(date -u +%H:%M:%S)] $*" >&2; }
 need_builds "$repo" || exit 1
 status=0
-common=(--suite coloc --scheduler detshare --detshare "$repo/build/bin/detshare" --lib "$repo/build/lib/libdetshare.so"
+common=(--suite coloc --detshare "$repo/build/bin/detshare" --lib "$repo/build/lib/libdetshare.so"
   --python "$PY" --coloc-lc reclaim --duration "$DURATION" --lc-lend)
 log "default gate: alone, alone-mps, mps, detshare-dynamic, detshare-dynamic-pause beside $BE"
 timeout 400 "$PY" "$here/bench.py" "${common[@]}" --coloc-be "$BE" --out "$out/default" \

@@ -3,8 +3,9 @@
 #
 #   integration/gpu/run_all.sh [--quick] [--suite infer,llm,train] [--no-bench] [--no-det] [--no-mem] [--no-rebind] OUTDIR
 #
-# Builds libdetshare (only the C library: Go is not needed on the GPU machine, the Python stand-in dstable.py
-# writes the table and grants that `detshare run`/`detshare sched` would), then runs
+# Builds libdetshare (the C library) and needs build/bin/detshare: bench.py's library configurations run under the
+# real `detshare sched` with workers started by `detshare run`. Go is not needed on the GPU machine when build/ is
+# carried there after `make build` (without the binary and without Go the benchmark is refused at once). Then runs
 #   bench.py        alone / alone-lib / time-slicing / MPS / MPS+percentage / DetShare (+ LLM and training pairs)
 #   report.py       OUTDIR/bench/results.{md,json}, latency_cdf.{png,csv}
 #   determinism.py  OUTDIR/det/determinism.{md,json}
@@ -13,15 +14,15 @@
 # and writes OUTDIR/SUMMARY.md (date, GPU, driver, command, every table) ready to paste into BENCHMARKS.md.
 # Budget: --quick about 5-6 minutes on an H100; without --quick the default suite is `infer` (about 7 minutes);
 # run `--suite llm,train --no-det --no-mem` as a second invocation for the rest. Environment: PYTHON (default
-# python3, needs torch with CUDA), DETSHARE_BENCH_ARGS (extra bench.py arguments, e.g. "--scheduler detshare" to
-# use the real `detshare sched` + `detshare run` from build/bin instead of the Python stand-in).
+# python3, needs torch with CUDA), DETSHARE_BENCH_ARGS (extra bench.py arguments, e.g. "--lc-groups 8").
+# determinism.py, memquota.py and rebind.py set their grants themselves through the table fixture dstable.py.
 set -euo pipefail
 
 orig_args="$*"
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 quick=0 suite="" bench=1 det=1 mem=1 reb=1 out=""
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -45,13 +46,20 @@ log() { printf '[run_all %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 # ---- build ------------------------------------------------------------------------------------------------------
 cd "$repo"
-# Only the C library is needed (the Python stand-in writes the table): no Go, no module downloads on the GPU box.
 log "building libdetshare (make build/lib/libdetshare.so)"
 make build/lib/libdetshare.so >"$out/build.log" 2>&1 ||
   make -f cgroupgpu/libdetshare/build.mk build/lib/libdetshare.so >>"$out/build.log" 2>&1 ||
   { log "building libdetshare failed, see $out/build.log"; tail -20 "$out/build.log" >&2; exit 1; }
 lib="$repo/build/lib/libdetshare.so"
 [ -f "$lib" ] || { log "$lib was not built"; exit 1; }
+ds="$repo/build/bin/detshare"
+if [ $bench = 1 ] && [ ! -x "$ds" ]; then
+  # the scheduler is Go: build it here when Go is there, else it must have come with build/ (`make build` elsewhere)
+  command -v go >/dev/null ||
+    { log "$ds is missing and Go is not installed: run \`make build\` where Go is and carry build/ (or --no-bench)"; exit 1; }
+  log "building detshare (make build)"
+  make build >>"$out/build.log" 2>&1 || { log "make build failed, see $out/build.log"; tail -20 "$out/build.log" >&2; exit 1; }
+fi
 
 # ---- environment ------------------------------------------------------------------------------------------------
 rc=0
@@ -85,7 +93,7 @@ fi
 if [ $bench = 1 ]; then
   log "bench.py --suite $suite ${quickarg[*]:-}"
   # shellcheck disable=SC2086
-  "$PY" "$here/bench.py" --out "$out/bench" --suite "$suite" --lib "$lib" --python "$PY" "${quickarg[@]}" \
+  "$PY" "$here/bench.py" --out "$out/bench" --suite "$suite" --lib "$lib" --detshare "$ds" --python "$PY" "${quickarg[@]}" \
     ${DETSHARE_BENCH_ARGS:-} || { status=1; log "bench.py reported failed cases (see $out/bench/meta.json)"; }
   "$PY" "$here/report.py" "$out/bench" >/dev/null || status=1
 fi
