@@ -636,10 +636,12 @@ class Runner:
                        ("decode_boost = %d\n" % a.decode_boost if a.decode_boost and policy == "tpot-first" else "") +
                        ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else "") +
                        ("gate_depth = %d\n" % a.gate_depth if a.gate_depth else ""),
-                       "false" if a.device == "cpu" or c.config == "detshare-temporal" else "true", a.mps_control))
+                       "false" if c.config == "detshare-temporal" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":
-            env["DETSHARE_SIMGPU"] = "1"  # harness check: the scheduler describes the simulated GPU (test double)
+            # harness check: the scheduler describes the simulated GPU (a test double), whose MPS is simulated too, so
+            # grants are spatial as on a GPU
+            env["DETSHARE_SIMGPU"] = "1"
         logf = open(os.path.join(self.logs, "%s__sched.log" % slug), "w")
         p = subprocess.Popen([a.detshare, "--run-dir", run_dir, "sched", "--config", cfg], env=env, stdout=logf,
                              stderr=subprocess.STDOUT, start_new_session=True)
