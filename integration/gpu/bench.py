@@ -593,7 +593,7 @@ class Runner:
                 if sched:
                     res["scheduler"] = "detshare sched (policy %s)" % sched["policy"]
                     if p is procs[0]:
-                        sched["watch"].stop()  # every worker of the case ran until here: the last look is mid-run
+                        sched["watch"].stop()  # a worker has finished: later looks would not be mid-run
                     snap = sched["watch"].last or {}
                     for tn in snap.get("tenants", []):
                         if tn.get("id") == p.w.tenant:
