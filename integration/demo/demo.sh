@@ -280,9 +280,10 @@ explain "The GPU is split into SM groups (15 of 8 SMs here, as on an H100; 12 SM
   "best-effort one gives up (sched/policy): the trainer shrinks to scheduler.be_floor groups (shipped default 1" \
   "group = 8 SMs, about 6% of the GPU; this run reads $DETSHARE_CONFIG) and a dispatch gate bounds its kernels" \
   "in flight, so that taken groups are free within about gate_budget. The groups flow back while the service is" \
-  "idle. In 'detshare top' below, SM g/q is SMs granted now / guaranteed; a sample taken between two requests" \
-  "shows the trainer with the shared groups back while the idle service still holds its grant (it runs nothing," \
-  "so the overlap costs nothing until its next request takes the groups back)."
+  "idle. In 'detshare top' below, GUAR is a tenant's guaranteed SMs and NOW the SMs granted to it now (* when" \
+  "another tenant holds some of them too); a sample taken between two requests shows the trainer with the shared" \
+  "groups back while the idle service still holds its grant (it runs nothing, so the overlap costs nothing until" \
+  "its next request takes the groups back), and the footer counts each SM once."
 run_phase detshare detshare 1 1
 
 read -r a50 a99 < <(lc_stats "$tmp/alone-lc.lc.out")
