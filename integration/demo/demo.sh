@@ -307,5 +307,6 @@ echo "With DetShare the LC keeps about its latency alone: it runs on its own SMs
 echo "not behind training kernels. The BE pays: this LC is busy almost all the time, so the BE runs on its be_floor"
 echo "share nearly all the time and keeps little of its throughput. To keep a trainer going beside a busy service,"
 echo "raise scheduler.be_floor: with be_floor = 11 (DETSHARE_CONFIG=<a copy of the config> make demo) the BE keeps"
-echo "every group outside the LC's 4 and the LC runs on its 32 SMs."
+echo "every group outside the LC's 4 and the LC runs on its 32 SMs; pinning the service (detshare.io/pinned=true, a"
+echo "static partition) does the same for that one tenant. Measured on an H100: BENCHMARKS.md, issue 26."
 echo "Simulated GPU: shapes, not H100 numbers. Real-GPU results: BENCHMARKS.md."
