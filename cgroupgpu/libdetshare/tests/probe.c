@@ -867,6 +867,55 @@ static int step(const char *s) {
         printf("nvml rc=%d total=%llu free=%llu used=%llu\n", rc, m.total, m.free, m.used);
     } else if (!strcmp(s, "conform")) {
         conform();
+    } else if (sscanf(s, "churn:%llu", &a) == 1) {
+        /* a streams created, launched on once and destroyed, one after the other (the logical stream table must
+         * reuse what was destroyed: issue 28) */
+        CUfunction fn;
+        r = func("ds_spin", &fn);
+        uint32_t us = 0;
+        void *args[] = {&us};
+        for (unsigned long long i = 0; i < a && r == CUDA_SUCCESS; i++) {
+            CUstream st;
+            r = D.cuStreamCreate(&st, CU_STREAM_DEFAULT);
+            if (r == CUDA_SUCCESS)
+                r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, st, args, NULL);
+            if (r == CUDA_SUCCESS)
+                r = D.cuStreamSynchronize(st);
+            if (r == CUDA_SUCCESS)
+                r = D.cuStreamDestroy_v2(st);
+        }
+        printf("churn rc=%d n=%llu\n", r, a);
+    } else if (sscanf(s, "synccost:%llu", &a) == 1) {
+        /* a rounds of a small allocation freed and a context synchronisation, with a kernel on the current stream
+         * first; ns is the median round in nanoseconds (what a free and a synchronisation cost the application) */
+        CUfunction fn;
+        r = func("ds_spin", &fn);
+        uint32_t us = 0;
+        void *args[] = {&us};
+        static uint64_t d[100000];
+        if (a > 100000)
+            a = 100000;
+        for (unsigned long long i = 0; i < a && r == CUDA_SUCCESS; i++) {
+            CUdeviceptr p;
+            struct timespec t0, t1;
+            r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
+            if (r == CUDA_SUCCESS)
+                r = D.cuMemAlloc_v2(&p, 256);
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            if (r == CUDA_SUCCESS)
+                r = D.cuMemFree_v2(p);
+            if (r == CUDA_SUCCESS)
+                r = D.cuCtxSynchronize();
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            d[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)(t1.tv_nsec - t0.tv_nsec);
+        }
+        for (unsigned long long i = 1; i < a; i++) /* insertion sort: a is small */
+            for (unsigned long long j = i; j > 0 && d[j - 1] > d[j]; j--) {
+                uint64_t x = d[j];
+                d[j] = d[j - 1];
+                d[j - 1] = x;
+            }
+        printf("synccost rc=%d ns=%llu\n", r, a ? (unsigned long long)d[a / 2] : 0ull);
     } else if (!strcmp(s, "stream")) {
         r = D.cuStreamCreate(&g_stream, CU_STREAM_DEFAULT);
         printf("%s rc=%d\n", s, r);

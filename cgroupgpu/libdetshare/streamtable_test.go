@@ -1,0 +1,69 @@
+package libdetshare_test
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/detshare/detshare/internal/table"
+)
+
+// Issue 28: the logical stream table reuses what the application destroyed. A process that created and destroyed
+// more streams than the table ever held at once (the table had 4096 slots, never freed) still runs a new stream's
+// kernels inside its grant, and a free and a context synchronisation cost what they cost with one stream.
+//
+// The cost is compared as a ratio within one probe process (median of 300 rounds before and after the churn), not
+// as an absolute time, so a loaded machine slows both sides alike. Before the fix the ratio was far above the bound
+// (every destroyed stream stayed in the table and was walked by every free and synchronisation); after it, the two
+// medians differ by noise. The bound of 3 leaves room for a 2-core machine shared with other jobs.
+func TestStreamTableReusesDestroyedStreams(t *testing.T) {
+	const churn = "churn:20000"
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b11) // groups 0-1: SMs 0-15
+	p := e.start("ds_probe_rt", "init", "stream", "smid:8", "synccost:300", churn, "stream", "smid:64",
+		"synccost:300")
+	r := p.finish()
+	if n := r.num(t, "churn", "n"); n != 20000 {
+		t.Fatalf("churn created %d streams, want 20000", n)
+	}
+	if rc := r.get(t, "churn", "rc"); rc != "0" {
+		t.Fatalf("churn failed: rc %s", rc)
+	}
+	each := groupsOfEach(t, r, "smid")
+	if len(each) != 2 {
+		t.Fatalf("want two smid results, got %d", len(each))
+	}
+	if !within(each[1], 0b11) || len(each[1]) != 2 {
+		t.Errorf("a new stream after the churn ran on groups %v, outside the grant {0,1}", each[1])
+	}
+	costs := r.nums(t, "synccost", "ns")
+	if len(costs) != 2 {
+		t.Fatalf("want two synccost results, got %v", costs)
+	}
+	before, after := float64(costs[0]), float64(costs[1])
+	t.Logf("free+context sync median: %.0f ns with one stream, %.0f ns after %s", before, after, churn)
+	if before <= 0 || after/before > 3 {
+		t.Errorf("free+context sync cost grew with destroyed streams: %.0f ns -> %.0f ns (ratio %.1f > 3)",
+			before, after, after/before)
+	}
+}
+
+// nums is num for every line of step, in order.
+func (r result) nums(t testing.TB, step, key string) []uint64 {
+	t.Helper()
+	var out []uint64
+	for _, l := range r.order {
+		if l.step != step {
+			continue
+		}
+		if l.kv["rc"] != "0" {
+			t.Fatalf("%s failed: %v", step, l.kv)
+		}
+		n, err := strconv.ParseUint(l.kv[key], 10, 64)
+		if err != nil {
+			t.Fatalf("step %q %s=%q is not a number", step, key, l.kv[key])
+		}
+		out = append(out, n)
+	}
+	return out
+}
