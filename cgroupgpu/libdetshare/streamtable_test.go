@@ -2,6 +2,7 @@ package libdetshare_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/detshare/detshare/internal/table"
@@ -66,4 +67,30 @@ func (r result) nums(t testing.TB, step, key string) []uint64 {
 		out = append(out, n)
 	}
 	return out
+}
+
+// A logical stream taken back from the pool carries nothing of the stream it served before: the stream-semantics
+// checks (blocking, non-blocking and legacy streams, events, copies, capture) pass on streams that each took back
+// the logical stream of a destroyed blocking stream (300 destroyed before each of two rounds), kernels confined.
+func TestReusedLogicalStreamsKeepStreamSemantics(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b110)
+	r := e.run("ds_probe_rt", "init", "churn:300", "conform", "churn:300", "conform", "smid:64")
+	if g := groupsOf(t, r, "smid"); !within(g, 0b110) || len(g) != 2 {
+		t.Errorf("kernels ran on groups %v, granted exactly {1,2}", g)
+	}
+	checks := 0
+	for _, l := range r.order {
+		if !strings.HasPrefix(l.step, "conform:") {
+			continue
+		}
+		checks++
+		if l.kv["ok"] != "1" || l.kv["rc"] != "0" {
+			t.Errorf("%s on reused logical streams: %v", l.step, l.kv)
+		}
+	}
+	if checks < 20 {
+		t.Fatalf("only %d conformance checks ran (two rounds):\n%s", checks, strings.Join(r.lines, "\n"))
+	}
 }
