@@ -94,3 +94,24 @@ func TestReusedLogicalStreamsKeepStreamSemantics(t *testing.T) {
 		t.Fatalf("only %d conformance checks ran (two rounds):\n%s", checks, strings.Join(r.lines, "\n"))
 	}
 }
+
+// Streams created, launched on and destroyed by four threads at once, while the main thread frees and synchronises
+// the context (walking every logical stream) all along: every kernel ran inside the grant and nothing failed. The
+// grant leaves out group 0, so a kernel that never ran (its output word left 0: SM 0) fails the test too.
+func TestStreamTableReuseUnderConcurrentThreads(t *testing.T) {
+	e := newEnv(t, true).withTenant(0, "")
+	e.playScheduler()
+	e.grant(table.ModeSpatial, 0b1100) // groups 2-3: SMs 16-31
+	r := e.run("ds_probe_rt", "init", "churnmt:4", "stream", "smid:64")
+	for _, l := range r.lines {
+		if strings.HasPrefix(l, "churnmt") {
+			t.Log(l)
+		}
+	}
+	if g := groupsOf(t, r, "churnmt"); !within(g, 0b1100) {
+		t.Errorf("kernels of streams churned by four threads ran on groups %v, granted {2,3}", g)
+	}
+	if g := groupsOf(t, r, "smid"); !within(g, 0b1100) || len(g) != 2 {
+		t.Errorf("a stream after the churn ran on groups %v, granted exactly {2,3}", g)
+	}
+}
