@@ -101,3 +101,24 @@ func BenchmarkRebind(b *testing.B) {
 		b.ReportMetric(float64(first.Nanoseconds()), "ns/first-step-new-group-set")
 	}
 }
+
+// BenchmarkStreamTableScaling reports, on the simulated GPU (a test double), what a free plus a context
+// synchronisation costs a process with one live stream after it created (and destroyed) 1, 4096 and 1 000 000
+// streams over its life (issue 28: it used to grow with every stream ever created, and streams past 4096 ran
+// unconfined). Each case is one probe process under a partial grant; the metric is the median of 300 rounds.
+//
+//	go test ./cgroupgpu/libdetshare -run '^$' -bench StreamTableScaling -benchtime 1x
+func BenchmarkStreamTableScaling(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		for _, n := range []int{1, 4096, 1000000} {
+			e := newEnv(b, true).withTenant(0, "")
+			e.playScheduler()
+			e.grant(table.ModeSpatial, 0b11)
+			r := e.start("ds_probe_rt", "init", "churn:"+strconv.Itoa(n), "stream", "synccost:300").finish()
+			if got := r.num(b, "churn", "n"); got != uint64(n) || r.get(b, "churn", "rc") != "0" {
+				b.Fatalf("churn of %d streams: rc %s n %d", n, r.get(b, "churn", "rc"), got)
+			}
+			b.ReportMetric(float64(r.num(b, "synccost", "ns")), "ns/free+sync-after-"+strconv.Itoa(n)+"-streams")
+		}
+	}
+}

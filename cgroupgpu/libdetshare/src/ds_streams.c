@@ -26,9 +26,27 @@
  *
  * Fast path (a kernel on a stream already bound to the current grant, nothing new on A): one acquire load of
  * grant_epoch, a lock-free hash probe for the logical stream, a few relaxed loads, the launch, one store. No lock,
- * no syscall. Edges, rebinding and re-learning take the logical stream's lock, registering a new logical stream
+ * no syscall. Edges and rebinding take the logical stream's lock, registering or forgetting a logical stream
  * g_reg_lock. The grant (ds_grant.c) says which green context (ds_pool.c) launches bind to.
  *
+ * The stream table (issue 28). What costs O(streams) — a free, a context synchronisation, the demand monitor, the
+ * legacy-stream rules, fork — walks the pool of logical streams, and the pool holds only what is alive: when the
+ * application destroys a stream, its entry leaves the hash and its logical stream goes back to the pool, where the
+ * next new stream takes it (events, lock, physical streams and all). So the walk is as long as the most streams
+ * ever alive at once, not as the streams ever created, and there is no ceiling on the latter (the table used to
+ * keep every handle and stop at 4096: later streams ran outside the grant). A destroyed handle may come back from
+ * the driver for a new stream: it is a new key, looked up and learnt afresh.
+ *
+ * What makes reclaiming safe without a lock on the lookup:
+ *   - logical streams are never freed, only reused (the pool's chunks live as long as the process), so a walker
+ *     that read a pointer just before its stream was destroyed still touches valid memory; what it can do with it
+ *     is a join under the stream's lock, which is harmless on a stream with nothing pending or on the new stream
+ *     that reused it. Fields a walker reads without the lock (app, kind, phys, pending, unconfined) are atomic;
+ *   - the hash is read under a sequence count (g_tab_seq): a removal moves other entries (backward-shift deletion)
+ *     and a growth publishes a new array, both bumping the count, and a lookup that saw it change looks again;
+ *   - the RULE relied on: the application does not destroy a stream while another of its threads still launches
+ *     on it or names it (CUDA leaves that undefined anyway), so the entry of the stream a launch looks up is not
+ *     removed under it, and the logical stream a launch holds is not reused before the launch completes.
  */
 #include "ds_streams.h"
 
@@ -41,37 +59,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_LSLOTS 4096u
+#define LS_CHUNK 64u     /* logical streams per pool chunk */
+#define LS_DIR 65536u    /* pool chunks: at most 4 Mi logical streams ALIVE at once (no limit on those ever made) */
 
 enum { LS_NONBLOCKING = 0, LS_BLOCKING = 1, LS_LEGACY = 2 };
 
 struct lstream {
-    CUstream app;                 /* the application's handle (CU_STREAM_LEGACY / _PER_THREAD for the defaults) */
+    _Atomic(CUstream) app;        /* the application's handle (CU_STREAM_LEGACY / _PER_THREAD for the defaults) */
     CUevent e_in, e_out;
-    pthread_mutex_t lock;         /* edges, rebinding, re-learning a reused handle */
+    pthread_mutex_t lock;         /* edges, rebinding, forgetting a destroyed stream */
     _Atomic(struct ds_gctx *) bound; /* green context phys belongs to; NULL: kernels run on app */
     _Atomic(CUstream) phys;
     CUstream phys_by_ctx[DS_MAX_GCTX];
-    int kind;                     /* LS_*: which legacy-stream rules apply */
+    atomic_int kind;              /* LS_*: which legacy-stream rules apply */
     int prio;                     /* the application stream's priority, given to its physical streams */
     atomic_int need_in;           /* app got work the physical stream has not waited for */
     atomic_int pending;           /* the physical stream has kernels app has not waited for */
     atomic_int unconfinable;
-    atomic_int stale;             /* the application destroyed the stream: learn the handle again at next use */
     atomic_int unconfined;        /* work went to app itself (every group granted): drained only when app is */
     atomic_uint seen_order, seen_cross;
     struct ds_gate gate;          /* dispatch gate (ds_gate.c) */
+    struct lstream *free_next;    /* in the pool's free list (g_reg_lock) */
 };
 
-static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER; /* registers logical streams */
-/* lock-free lookup: keys are written once (under g_reg_lock) and never removed */
-static _Atomic(uintptr_t) g_keys[N_LSLOTS];
-static _Atomic(struct lstream *) g_vals[N_LSLOTS];
-/* every logical stream (per-thread default streams included), for joins over all of them; append-only */
-static _Atomic(struct lstream *) g_all[N_LSLOTS];
+static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER; /* registers and forgets logical streams */
+/* The pool: every logical stream (per-thread default streams included) lives in a chunk that is never freed;
+ * g_nall counts those handed out so far (the most alive at once), for walks over all of them; g_free (g_reg_lock)
+ * holds those whose application stream was destroyed, for the next new stream. */
+static _Atomic(struct lstream *) g_chunks[LS_DIR];
 static atomic_uint g_nall;
-static _Atomic(struct lstream *) g_blocking[N_LSLOTS];
-static atomic_uint g_nblocking;
+static struct lstream *g_free;
+/* The hash from application handle to logical stream: open addressing, linear probing, at most half full. Written
+ * under g_reg_lock; read without a lock under g_tab_seq (odd while a removal or growth is under way). A replaced
+ * array is kept (a lookup may still be reading it): arrays double, so the kept ones add up to less than the one in
+ * use, which is sized by the most streams alive at once. */
+struct lslot {
+    _Atomic(uintptr_t) key; /* 0: empty */
+    _Atomic(struct lstream *) val;
+};
+struct lstab {
+    unsigned bits, used;    /* 2^bits slots; used: g_reg_lock */
+    struct lslot s[];
+};
+static _Atomic(struct lstab *) g_tab;
+static atomic_uint g_tab_seq;
+static atomic_uint g_nblocking; /* a blocking stream was registered (the legacy rules apply from then on) */
 static _Atomic(struct lstream *) g_legacy;
 static atomic_uint g_order_gen, g_legacy_gen, g_blocking_gen;
 static atomic_uint g_nbound; /* logical streams bound to a green context (launches under a full grant unbind them) */
@@ -91,7 +123,121 @@ void ds_streams_force_strict(const char *why) {
 /* ---------------------------------------------------------------------------------------------------------------
  * Logical streams
  * ------------------------------------------------------------------------------------------------------------- */
-static unsigned slot_of(uintptr_t key) { return (unsigned)((key * 0x9E3779B97F4A7C15ull) >> 52) & (N_LSLOTS - 1); }
+static unsigned slot_of(const struct lstab *t, uintptr_t key) {
+    return (unsigned)((key * 0x9E3779B97F4A7C15ull) >> (64 - t->bits));
+}
+
+/* The i-th logical stream of the pool (i < g_nall). */
+static struct lstream *pool_at(unsigned i) {
+    return &atomic_load_explicit(&g_chunks[i / LS_CHUNK], memory_order_acquire)[i % LS_CHUNK];
+}
+
+/* The logical stream of key in the hash, or NULL. Lock-free: a removal or growth under way makes it look again. */
+static struct lstream *tab_find(uintptr_t key) {
+    for (;;) {
+        unsigned q = atomic_load_explicit(&g_tab_seq, memory_order_acquire);
+        struct lstream *ls = NULL;
+        struct lstab *t = atomic_load_explicit(&g_tab, memory_order_acquire);
+        if (t && !(q & 1)) {
+            unsigned mask = (1u << t->bits) - 1;
+            for (unsigned i = slot_of(t, key), n = 0; n <= mask; n++, i = (i + 1) & mask) {
+                uintptr_t k = atomic_load_explicit(&t->s[i].key, memory_order_acquire);
+                if (k == key) {
+                    ls = atomic_load_explicit(&t->s[i].val, memory_order_acquire);
+                    break;
+                }
+                if (k == 0)
+                    break;
+            }
+        }
+        atomic_thread_fence(memory_order_acquire);
+        if (!(q & 1) && atomic_load_explicit(&g_tab_seq, memory_order_relaxed) == q)
+            return ls;
+    }
+}
+
+static void tab_write_begin(void) {
+    atomic_store_explicit(&g_tab_seq, atomic_load_explicit(&g_tab_seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+static void tab_write_end(void) {
+    atomic_store_explicit(&g_tab_seq, atomic_load_explicit(&g_tab_seq, memory_order_relaxed) + 1,
+                          memory_order_release);
+}
+
+/* g_reg_lock held: a slot of t for key (absent from t); t has room. */
+static void tab_put(struct lstab *t, uintptr_t key, struct lstream *ls) {
+    unsigned mask = (1u << t->bits) - 1, i = slot_of(t, key);
+    while (atomic_load_explicit(&t->s[i].key, memory_order_relaxed))
+        i = (i + 1) & mask;
+    atomic_store_explicit(&t->s[i].val, ls, memory_order_release); /* a reader that sees the key sees the value */
+    atomic_store_explicit(&t->s[i].key, key, memory_order_release);
+    t->used++;
+}
+
+/* g_reg_lock held: key (absent) maps to ls from now on; false when out of memory. */
+static bool tab_insert(uintptr_t key, struct lstream *ls) {
+    struct lstab *t = atomic_load_explicit(&g_tab, memory_order_relaxed);
+    if (!t || (t->used + 1) * 2 > (1u << t->bits)) {
+        unsigned bits = t ? t->bits + 1 : 6;
+        if (bits > 30)
+            return false;
+        struct lstab *n = calloc(1, sizeof *n + ((size_t)1 << bits) * sizeof n->s[0]);
+        if (!n)
+            return false;
+        n->bits = bits;
+        for (unsigned i = 0; t && i < (1u << t->bits); i++) {
+            uintptr_t k = atomic_load_explicit(&t->s[i].key, memory_order_relaxed);
+            if (k)
+                tab_put(n, k, atomic_load_explicit(&t->s[i].val, memory_order_relaxed));
+        }
+        tab_write_begin();
+        atomic_store_explicit(&g_tab, n, memory_order_release);
+        tab_write_end();
+        t = n; /* the old array is kept: a lookup may be reading it */
+    }
+    tab_put(t, key, ls);
+    return true;
+}
+
+/* g_reg_lock held: forgets key if it maps to ls (backward-shift deletion: no tombstones, so a lookup of a missing
+ * handle stops at the first empty slot however many streams came and went). */
+static bool tab_remove(uintptr_t key, const struct lstream *ls) {
+    struct lstab *t = atomic_load_explicit(&g_tab, memory_order_relaxed);
+    if (!t)
+        return false;
+    unsigned mask = (1u << t->bits) - 1, i = slot_of(t, key);
+    for (;; i = (i + 1) & mask) {
+        uintptr_t k = atomic_load_explicit(&t->s[i].key, memory_order_relaxed);
+        if (k == 0)
+            return false;
+        if (k == key)
+            break;
+    }
+    if (atomic_load_explicit(&t->s[i].val, memory_order_relaxed) != ls)
+        return false;
+    tab_write_begin();
+    for (unsigned j = i;;) {
+        j = (j + 1) & mask;
+        uintptr_t k = atomic_load_explicit(&t->s[j].key, memory_order_relaxed);
+        if (k == 0)
+            break;
+        unsigned h = slot_of(t, k);
+        /* an entry whose home lies cyclically in (i, j] stays where it is */
+        if (i <= j ? (i < h && h <= j) : (i < h || h <= j))
+            continue;
+        atomic_store_explicit(&t->s[i].val, atomic_load_explicit(&t->s[j].val, memory_order_relaxed),
+                              memory_order_relaxed);
+        atomic_store_explicit(&t->s[i].key, k, memory_order_relaxed);
+        i = j;
+    }
+    atomic_store_explicit(&t->s[i].key, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->s[i].val, NULL, memory_order_relaxed);
+    t->used--;
+    tab_write_end();
+    return true;
+}
 
 static CUstream app_handle(CUstream s, int per_thread) {
     if (s == NULL)
@@ -118,34 +264,47 @@ static void learn(struct lstream *ls) {
         ls->prio = p;
 }
 
-/* g_reg_lock held */
-static void register_locked(struct lstream *ls, bool all) {
-    if (all) {
-        unsigned n = atomic_load(&g_nall);
-        if (n < N_LSLOTS) {
-            atomic_store(&g_all[n], ls);
-            atomic_store_explicit(&g_nall, n + 1, memory_order_release);
-        }
-    }
-    if (ls->kind == LS_BLOCKING) {
-        unsigned n = atomic_load(&g_nblocking);
-        for (unsigned i = 0; i < n; i++)
-            if (atomic_load(&g_blocking[i]) == ls)
-                return;
-        if (n < N_LSLOTS) {
-            atomic_store(&g_blocking[n], ls);
-            atomic_store_explicit(&g_nblocking, n + 1, memory_order_release);
-        }
-    } else if (ls->kind == LS_LEGACY) {
+/* g_reg_lock held: the legacy-stream rules learn of a new logical stream */
+static void register_locked(struct lstream *ls) {
+    if (ls->kind == LS_BLOCKING && !atomic_load_explicit(&g_nblocking, memory_order_relaxed))
+        atomic_store_explicit(&g_nblocking, 1, memory_order_release);
+    else if (ls->kind == LS_LEGACY)
         atomic_store_explicit(&g_legacy, ls, memory_order_release);
-    }
 }
 
+/* g_reg_lock held: a logical stream for app, from the pool's free list (its events, lock, gate and physical streams
+ * kept) or new. It is not in the hash yet. */
 static struct lstream *lstream_new(CUstream app) {
-    struct lstream *ls = calloc(1, sizeof *ls);
-    if (!ls)
+    struct lstream *ls = g_free;
+    if (ls) {
+        g_free = ls->free_next;
+        ls->free_next = NULL;
+        int prio = ls->prio;
+        atomic_store(&ls->app, app);
+        CUstreamCaptureMode m = ds_relaxed_begin();
+        learn(ls);
+        ds_relaxed_end(m);
+        if (ls->prio != prio) /* its physical streams were made with the old stream's priority */
+            for (unsigned i = 0; i < DS_MAX_GCTX; i++)
+                if (ls->phys_by_ctx[i]) {
+                    DS_SOP_REAL(cuStreamDestroy_v2)(ls->phys_by_ctx[i]);
+                    ls->phys_by_ctx[i] = NULL;
+                }
+        atomic_store(&ls->unconfinable, 0);
+        atomic_store(&ls->need_in, 1);
+        return ls;
+    }
+    unsigned n = atomic_load_explicit(&g_nall, memory_order_relaxed);
+    if (n / LS_CHUNK >= LS_DIR)
         return NULL;
-    ls->app = app;
+    struct lstream *chunk = atomic_load_explicit(&g_chunks[n / LS_CHUNK], memory_order_relaxed);
+    if (!chunk) {
+        if (!(chunk = calloc(LS_CHUNK, sizeof *chunk)))
+            return NULL;
+        atomic_store_explicit(&g_chunks[n / LS_CHUNK], chunk, memory_order_release);
+    }
+    ls = &chunk[n % LS_CHUNK]; /* zeroed: never handed out */
+    atomic_store(&ls->app, app);
     CUstreamCaptureMode m = ds_relaxed_begin();
     bool ok = ds_real.cuEventCreate(&ls->e_in, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
               ds_real.cuEventCreate(&ls->e_out, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
@@ -153,81 +312,71 @@ static struct lstream *lstream_new(CUstream app) {
         learn(ls);
     ds_relaxed_end(m);
     if (!ok) {
-        free(ls);
+        memset(ls, 0, sizeof *ls); /* not handed out: the next new stream tries this one again */
         return NULL;
     }
     pthread_mutex_init(&ls->lock, NULL);
     ds_gate_init(&ls->gate);
     atomic_store(&ls->need_in, 1);
+    atomic_store_explicit(&g_nall, n + 1, memory_order_release); /* walkers may lock it from now on */
     return ls;
 }
 
 static void table_full_warning(void) {
     static atomic_int warned;
     if (!atomic_exchange(&warned, 1))
-        DS_LOG(DS_LOG_WARN, "logical stream table full or out of memory: some kernels run unconfined");
+        DS_LOG(DS_LOG_WARN, "no memory for a logical stream: some kernels run unconfined");
 }
 
 /* The logical stream of an application stream handle (app_handle applied), or NULL if none was made yet. */
 static struct lstream *lstream_find(CUstream app) {
     if (app == CU_STREAM_PER_THREAD)
         return t_ptds;
-    uintptr_t key = (uintptr_t)app;
-    unsigned s = slot_of(key);
-    for (unsigned n = 0; n < N_LSLOTS; n++, s = (s + 1) & (N_LSLOTS - 1)) {
-        uintptr_t k = atomic_load_explicit(&g_keys[s], memory_order_acquire);
-        if (k == key)
-            return atomic_load_explicit(&g_vals[s], memory_order_acquire);
-        if (k == 0)
-            return NULL;
-    }
-    return NULL;
+    return tab_find((uintptr_t)app);
 }
-
-static void relearn(struct lstream *ls);
 
 static struct lstream *lstream_get(CUstream app) {
     struct lstream *ls = lstream_find(app);
-    if (DS_LIKELY(ls != NULL)) {
-        if (DS_UNLIKELY(atomic_load_explicit(&ls->stale, memory_order_acquire)))
-            relearn(ls);
+    if (DS_LIKELY(ls != NULL))
         return ls;
-    }
-    if (app == CU_STREAM_PER_THREAD) {
-        ls = lstream_new(app);
-        if (!ls) {
-            table_full_warning();
-            return NULL;
-        }
-        pthread_mutex_lock(&g_reg_lock);
-        register_locked(ls, true);
-        pthread_mutex_unlock(&g_reg_lock);
-        t_ptds = ls;
-        return ls;
-    }
-    uintptr_t key = (uintptr_t)app;
     pthread_mutex_lock(&g_reg_lock);
-    unsigned s = slot_of(key);
-    for (unsigned n = 0; n < N_LSLOTS; n++, s = (s + 1) & (N_LSLOTS - 1)) {
-        uintptr_t k = atomic_load_explicit(&g_keys[s], memory_order_acquire);
-        if (k == key) {
-            ls = atomic_load(&g_vals[s]);
-            break;
+    if (app == CU_STREAM_PER_THREAD) {
+        if ((ls = lstream_new(app)) != NULL) {
+            register_locked(ls);
+            t_ptds = ls;
         }
-        if (k == 0) {
-            ls = lstream_new(app);
-            if (ls) {
-                register_locked(ls, true);
-                atomic_store_explicit(&g_vals[s], ls, memory_order_release);
-                atomic_store_explicit(&g_keys[s], key, memory_order_release);
+    } else if (!(ls = tab_find((uintptr_t)app))) { /* another thread may have made it meanwhile */
+        if ((ls = lstream_new(app)) != NULL) {
+            register_locked(ls);
+            if (!tab_insert((uintptr_t)app, ls)) {
+                ls->free_next = g_free;
+                g_free = ls;
+                ls = NULL;
             }
-            break;
         }
     }
     pthread_mutex_unlock(&g_reg_lock);
     if (!ls)
         table_full_warning();
     return ls;
+}
+
+/* The application destroyed ls's stream (joined before the destroy: nothing is pending): ls leaves the hash and
+ * goes back to the pool. By the rule at the top, no launch on that stream is under way in another thread. */
+static void lstream_forget(struct lstream *ls) {
+    pthread_mutex_lock(&ls->lock);
+    if (atomic_exchange(&ls->bound, NULL)) /* unbound, so it no longer counts in g_nbound */
+        atomic_fetch_sub(&g_nbound, 1);
+    atomic_store(&ls->phys, NULL);
+    atomic_store(&ls->pending, 0);
+    atomic_store(&ls->unconfined, 0); /* the demand monitor must not query the destroyed handle */
+    pthread_mutex_unlock(&ls->lock);
+    pthread_mutex_lock(&g_reg_lock); /* after ls->lock: the fork order takes stream locks before g_reg_lock */
+    if (tab_remove((uintptr_t)atomic_load(&ls->app), ls)) {
+        ls->free_next = g_free;
+        g_free = ls;
+    }
+    pthread_mutex_unlock(&g_reg_lock);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -276,8 +425,8 @@ static bool foreign_ptds(const struct lstream *ls) { return ls->app == CU_STREAM
 void ds_join_all(void) {
     unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
     for (unsigned i = 0; i < n; i++) {
-        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_acquire);
-        if (!ls || !atomic_load_explicit(&ls->pending, memory_order_acquire))
+        struct lstream *ls = pool_at(i);
+        if (!atomic_load_explicit(&ls->pending, memory_order_acquire))
             continue;
         if (!foreign_ptds(ls))
             join(ls);
@@ -290,10 +439,11 @@ void ds_join_all(void) {
  * blocking stream's kernels, a blocking stream sees the legacy stream's. */
 static void cross_pre(int k, CUstream app) {
     if (k == LS_LEGACY) {
-        unsigned n = atomic_load_explicit(&g_nblocking, memory_order_acquire);
+        unsigned n = atomic_load_explicit(&g_nblocking, memory_order_acquire) ?
+                         atomic_load_explicit(&g_nall, memory_order_acquire) : 0;
         for (unsigned i = 0; i < n; i++) {
-            struct lstream *b = atomic_load_explicit(&g_blocking[i], memory_order_acquire);
-            if (b && b->kind == LS_BLOCKING && atomic_load_explicit(&b->pending, memory_order_acquire))
+            struct lstream *b = pool_at(i);
+            if (b->kind == LS_BLOCKING && atomic_load_explicit(&b->pending, memory_order_acquire))
                 join_into(b, CU_STREAM_LEGACY);
         }
     } else if (k == LS_BLOCKING) {
@@ -390,36 +540,6 @@ static void unbind(struct lstream *ls) {
     pthread_mutex_unlock(&ls->lock);
 }
 
-/* The application destroyed the stream and its handle may come back as another stream: learn it again. Its
- * physical streams were joined at the destroy; they are kept unless the priority differs. */
-static void relearn(struct lstream *ls) {
-    pthread_mutex_lock(&ls->lock);
-    if (atomic_load(&ls->stale)) {
-        int prio = ls->prio;
-        CUstreamCaptureMode m = ds_relaxed_begin();
-        learn(ls);
-        ds_relaxed_end(m);
-        if (ls->prio != prio) {
-            for (unsigned i = 0; i < DS_MAX_GCTX; i++)
-                if (ls->phys_by_ctx[i]) {
-                    DS_SOP_REAL(cuStreamDestroy_v2)(ls->phys_by_ctx[i]);
-                    ls->phys_by_ctx[i] = NULL;
-                }
-            if (atomic_exchange(&ls->bound, NULL))
-                atomic_fetch_sub(&g_nbound, 1);
-            atomic_store(&ls->phys, NULL);
-        }
-        atomic_store(&ls->pending, 0);
-        atomic_store(&ls->unconfinable, 0);
-        atomic_store(&ls->need_in, 1);
-        pthread_mutex_lock(&g_reg_lock);
-        register_locked(ls, false);
-        pthread_mutex_unlock(&g_reg_lock);
-        atomic_store_explicit(&ls->stale, 0, memory_order_release);
-    }
-    pthread_mutex_unlock(&ls->lock);
-}
-
 /* ---------------------------------------------------------------------------------------------------------------
  * Stream operations (ds_stream_ops.c calls these around the driver's entry point)
  * ------------------------------------------------------------------------------------------------------------- */
@@ -427,8 +547,6 @@ static void relearn(struct lstream *ls) {
  * rules need the kind of a stream not seen yet). */
 static int op_kind(CUstream app, struct lstream **out) {
     struct lstream *ls = lstream_find(app);
-    if (ls && DS_UNLIKELY(atomic_load_explicit(&ls->stale, memory_order_acquire)))
-        relearn(ls);
     *out = ls;
     if (app == CU_STREAM_LEGACY)
         return LS_LEGACY;
@@ -477,16 +595,8 @@ void ds_stream_after(struct ds_sop *op, int kind, CUresult r) {
         cross_post(op->lkind);
         return;
     case DS_OP_DESTROY:
-        if (ls && r == CUDA_SUCCESS && ls->app != CU_STREAM_LEGACY && ls->app != CU_STREAM_PER_THREAD) {
-            /* joined before the destroy: nothing is pending; unbound, so it no longer counts in g_nbound */
-            pthread_mutex_lock(&ls->lock);
-            if (atomic_exchange(&ls->bound, NULL))
-                atomic_fetch_sub(&g_nbound, 1);
-            atomic_store(&ls->phys, NULL);
-            atomic_store(&ls->pending, 0);
-            pthread_mutex_unlock(&ls->lock);
-            atomic_store_explicit(&ls->stale, 1, memory_order_release);
-        }
+        if (ls && r == CUDA_SUCCESS && ls->app != CU_STREAM_LEGACY && ls->app != CU_STREAM_PER_THREAD)
+            lstream_forget(ls);
         return;
     default:
         return;
@@ -499,13 +609,13 @@ bool ds_streams_drained(void) {
         return false; /* a physical stream may be capturing: querying it would break the capture */
     unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
     for (unsigned i = 0; i < n; i++) {
-        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_acquire);
-        CUstream p = ls ? atomic_load(&ls->phys) : NULL;
+        struct lstream *ls = pool_at(i);
+        CUstream p = atomic_load(&ls->phys);
         if (p && DS_SOP_REAL(cuStreamQuery)(p) == CUDA_ERROR_NOT_READY)
             return false;
         /* a per-thread default stream can only be queried from its own thread: its unconfined work is seen by the
          * synchronisations of that thread, not here */
-        if (ls && atomic_load_explicit(&ls->unconfined, memory_order_acquire) && ls->app != CU_STREAM_PER_THREAD &&
+        if (atomic_load_explicit(&ls->unconfined, memory_order_acquire) && ls->app != CU_STREAM_PER_THREAD &&
             DS_SOP_REAL(cuStreamQuery)(ls->app) == CUDA_ERROR_NOT_READY)
             return false;
     }
@@ -523,8 +633,8 @@ void ds_streams_after_context_sync(void) {
         return;
     unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
     for (unsigned i = 0; i < n; i++) {
-        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_acquire);
-        CUstream p = ls ? atomic_load(&ls->phys) : NULL;
+        struct lstream *ls = pool_at(i);
+        CUstream p = atomic_load(&ls->phys);
         if (!p || DS_SOP_REAL(cuStreamQuery)(p) != CUDA_ERROR_NOT_READY)
             continue;
         static atomic_int said;
@@ -536,11 +646,11 @@ void ds_streams_after_context_sync(void) {
 }
 
 /* fork (the lock order is in ds_init.c): every logical stream's lock and its gate's lock, then g_reg_lock. No
- * stream lock may be taken with g_reg_lock held (relearn nests ls->lock -> g_reg_lock), so a logical stream
+ * stream lock may be taken with g_reg_lock held (lstream_forget takes ls->lock, then g_reg_lock), so a logical stream
  * registered while the stream locks are being taken (registration holds g_reg_lock) is seen by the re-check under
  * g_reg_lock, which is then released while that stream's locks are taken. Two stream locks are never nested
- * elsewhere, so holding some while taking more cannot deadlock. Streams beyond the N_LSLOTS that g_all lists have
- * no lock taken. */
+ * elsewhere, so holding some while taking more cannot deadlock. Logical streams in the pool's free list are locked
+ * too (a walker may still hold one). */
 static unsigned g_fork_nall; /* the streams whose locks the fork handler holds */
 
 void ds_streams_fork_lock(void) {
@@ -548,7 +658,7 @@ void ds_streams_fork_lock(void) {
     for (;;) {
         unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
         for (; done < n; done++) {
-            struct lstream *ls = atomic_load_explicit(&g_all[done], memory_order_acquire);
+            struct lstream *ls = pool_at(done);
             pthread_mutex_lock(&ls->lock);
             pthread_mutex_lock(&ls->gate.lock);
         }
@@ -562,7 +672,7 @@ void ds_streams_fork_lock(void) {
 
 static void unlock_streams(void) {
     for (unsigned i = g_fork_nall; i-- > 0;) {
-        struct lstream *ls = atomic_load_explicit(&g_all[i], memory_order_relaxed);
+        struct lstream *ls = pool_at(i);
         pthread_mutex_unlock(&ls->gate.lock);
         pthread_mutex_unlock(&ls->lock);
     }

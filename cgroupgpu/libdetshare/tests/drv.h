@@ -62,6 +62,7 @@
     X(cuKernelGetFunction, cuKernelGetFunction, 12000, 0)                                                            \
     X(cuStreamCreate, cuStreamCreate, 2000, 0)                                                                       \
     X(cuStreamSynchronize, cuStreamSynchronize, 2000, 0)                                                             \
+    X(cuStreamDestroy_v2, cuStreamDestroy, 4000, 0)                                                                  \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                                       \
     X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1)                                                                  \
     X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0)                                                                  \

@@ -96,8 +96,10 @@ static void print_sms(const char *step, CUresult r, const uint32_t *sm, unsigned
     memset(seen, 0, sizeof seen);
     unsigned distinct = 0;
     for (unsigned i = 0; r == CUDA_SUCCESS && i < n; i++)
-        if (sm[i] < sizeof seen && !seen[sm[i]]++)
+        if (sm[i] < sizeof seen && !seen[sm[i]]) { /* set, not counted: 256 blocks on one SM must not wrap it */
+            seen[sm[i]] = 1;
             distinct++;
+        }
     printf("%s rc=%d distinct=%u sms=", step, r, distinct);
     int first = 1;
     for (unsigned i = 0; i < sizeof seen; i++) {
@@ -307,6 +309,82 @@ static void *mt_thread(void *p) {
         D.cuMemFree_v2(out);
     return NULL;
 }
+/* churnmt: threads that each create, launch on (one block of ds_smid) and destroy streams, while the main thread frees
+ * and synchronises the context: the stream table's reuse under concurrent lookups and walks */
+#define CHURN_MT_N 1500u /* four threads: 6000 streams, past the 4096 the table once held */
+struct churn_arg {
+    CUcontext ctx;
+    unsigned idx;
+    CUresult r;
+    uint32_t sm[CHURN_MT_N];
+};
+static atomic_int g_churn_left;
+static void *churn_thread(void *p) {
+    struct churn_arg *a = p;
+    CUfunction fn;
+    CUdeviceptr out = 0;
+    a->r = D.cuCtxSetCurrent(a->ctx);
+    if (!a->r)
+        a->r = func("ds_smid", &fn);
+    if (!a->r)
+        a->r = D.cuMemAlloc_v2(&out, sizeof a->sm);
+    uint32_t us = 1;
+    for (unsigned i = 0; i < CHURN_MT_N && !a->r; i++) {
+        CUstream st;
+        CUdeviceptr at = out + (CUdeviceptr)i * 4;
+        void *args[] = {&at, &us};
+        a->r = D.cuStreamCreate(&st, (i + a->idx) & 1 ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT);
+        if (!a->r)
+            a->r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, st, args, NULL);
+        if (!a->r)
+            a->r = D.cuStreamSynchronize(st);
+        if (!a->r)
+            a->r = D.cuStreamDestroy_v2(st);
+    }
+    if (!a->r)
+        a->r = D.cuMemcpyDtoH_v2(a->sm, out, sizeof a->sm);
+    if (out)
+        D.cuMemFree_v2(out);
+    atomic_fetch_sub(&g_churn_left, 1);
+    return NULL;
+}
+static void churn_mt(unsigned n) {
+    static struct churn_arg args[8];
+    static uint32_t all[8 * CHURN_MT_N];
+    pthread_t th[8];
+    CUcontext ctx;
+    CUfunction warm;
+    if (n > 8)
+        n = 8;
+    CUresult r = D.cuDevicePrimaryCtxRetain(&ctx, g_dev);
+    if (!r)
+        r = func("ds_smid", &warm); /* load the module before the threads race for it */
+    atomic_store(&g_churn_left, (int)n);
+    for (unsigned i = 0; i < n && !r; i++) {
+        args[i] = (struct churn_arg){.idx = i, .ctx = ctx};
+        if (pthread_create(&th[i], NULL, churn_thread, &args[i]))
+            r = CUDA_ERROR_OPERATING_SYSTEM, n = i, atomic_store(&g_churn_left, (int)i);
+    }
+    unsigned walks = 0;
+    while (!r && atomic_load(&g_churn_left) > 0) {
+        CUdeviceptr p;
+        r = D.cuMemAlloc_v2(&p, 256);
+        if (!r)
+            r = D.cuMemFree_v2(p);
+        if (!r)
+            r = D.cuCtxSynchronize();
+        walks++;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        if (!r)
+            r = args[i].r;
+        memcpy(&all[i * CHURN_MT_N], args[i].sm, sizeof args[i].sm);
+    }
+    fprintf(stderr, "churnmt: %u frees and synchronisations during the churn\n", walks);
+    print_sms("churnmt", r, all, n * CHURN_MT_N);
+}
+
 static void mt(unsigned n, unsigned k) {
     struct mt_arg args[64];
     pthread_t th[64];
@@ -867,6 +945,57 @@ static int step(const char *s) {
         printf("nvml rc=%d total=%llu free=%llu used=%llu\n", rc, m.total, m.free, m.used);
     } else if (!strcmp(s, "conform")) {
         conform();
+    } else if (sscanf(s, "churnmt:%llu", &a) == 1) {
+        churn_mt((unsigned)a);
+    } else if (sscanf(s, "churn:%llu", &a) == 1) {
+        /* a streams created, launched on once and destroyed, one after the other (the logical stream table must
+         * reuse what was destroyed: issue 28) */
+        CUfunction fn;
+        r = func("ds_spin", &fn);
+        uint32_t us = 0;
+        void *args[] = {&us};
+        for (unsigned long long i = 0; i < a && r == CUDA_SUCCESS; i++) {
+            CUstream st;
+            r = D.cuStreamCreate(&st, CU_STREAM_DEFAULT);
+            if (r == CUDA_SUCCESS)
+                r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, st, args, NULL);
+            if (r == CUDA_SUCCESS)
+                r = D.cuStreamSynchronize(st);
+            if (r == CUDA_SUCCESS)
+                r = D.cuStreamDestroy_v2(st);
+        }
+        printf("churn rc=%d n=%llu\n", r, a);
+    } else if (sscanf(s, "synccost:%llu", &a) == 1) {
+        /* a rounds of a small allocation freed and a context synchronisation, with a kernel on the current stream
+         * first; ns is the median round in nanoseconds (what a free and a synchronisation cost the application) */
+        CUfunction fn;
+        r = func("ds_spin", &fn);
+        uint32_t us = 0;
+        void *args[] = {&us};
+        static uint64_t d[100000];
+        if (a > 100000)
+            a = 100000;
+        for (unsigned long long i = 0; i < a && r == CUDA_SUCCESS; i++) {
+            CUdeviceptr p;
+            struct timespec t0, t1;
+            r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
+            if (r == CUDA_SUCCESS)
+                r = D.cuMemAlloc_v2(&p, 256);
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            if (r == CUDA_SUCCESS)
+                r = D.cuMemFree_v2(p);
+            if (r == CUDA_SUCCESS)
+                r = D.cuCtxSynchronize();
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            d[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)(t1.tv_nsec - t0.tv_nsec);
+        }
+        for (unsigned long long i = 1; i < a; i++) /* insertion sort: a is small */
+            for (unsigned long long j = i; j > 0 && d[j - 1] > d[j]; j--) {
+                uint64_t x = d[j];
+                d[j] = d[j - 1];
+                d[j - 1] = x;
+            }
+        printf("synccost rc=%d ns=%llu\n", r, a ? (unsigned long long)d[a / 2] : 0ull);
     } else if (!strcmp(s, "stream")) {
         r = D.cuStreamCreate(&g_stream, CU_STREAM_DEFAULT);
         printf("%s rc=%d\n", s, r);
