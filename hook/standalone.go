@@ -2,6 +2,7 @@ package hook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -117,28 +118,40 @@ func containerInitPID() int {
 
 // bindInto bind-mounts m.Source at m.Destination under rootfs, creating the target (a file for a file, a directory
 // for a directory), and makes it read-only unless the options say rw. The target is resolved inside rootfs so a
-// symlink in the image cannot redirect the mount onto the host.
+// symlink in the image cannot redirect the mount onto the host. Source and target are opened with O_PATH, which
+// neither waits for a FIFO's writer nor calls a device's driver, and their types are checked on those fds: the
+// image can put anything at a target, and a FIFO there blocked the hook forever while it held a table slot. The bind
+// goes through the fds, so the file checked is the file mounted on.
 func bindInto(rootfs string, m specmod.Mount) (string, error) {
 	target, err := securejoin.SecureJoin(rootfs, m.Destination)
 	if err != nil {
 		return "", fmt.Errorf("resolve %s in %s: %w", m.Destination, rootfs, err)
 	}
-	st, err := os.Stat(m.Source)
+	// The source is DetShare's own host file; a symlink there (a versioned library) is followed.
+	src, srcType, err := openPath(m.Source, true)
 	if err != nil {
 		return "", fmt.Errorf("mount source: %w", err)
 	}
-	if st.IsDir() {
-		err = os.MkdirAll(target, 0o755)
-	} else if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
-		var f *os.File
-		if f, err = os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
-			f.Close()
+	defer unix.Close(src)
+	if srcType != unix.S_IFREG && srcType != unix.S_IFDIR {
+		return "", fmt.Errorf("mount source %s is a %s: only regular files and directories are bound", m.Source,
+			fileKind(srcType))
+	}
+	dst, dstType, err := openPath(target, false)
+	if errors.Is(err, unix.ENOENT) {
+		if err = createMountPoint(target, srcType == unix.S_IFDIR); err == nil {
+			dst, dstType, err = openPath(target, false)
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("create mount point %s: %w", target, err)
+		return "", fmt.Errorf("mount point %s in the container (%s): %w", m.Destination, target, err)
 	}
-	if err := unix.Mount(m.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	defer unix.Close(dst)
+	if dstType != srcType {
+		return "", fmt.Errorf("mount point %s in the container is a %s, want a %s: refusing to mount over it",
+			m.Destination, fileKind(dstType), fileKind(srcType))
+	}
+	if err := unix.Mount(procFD(src), procFD(dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return "", fmt.Errorf("bind %s at %s: %w", m.Source, target, err)
 	}
 	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
@@ -156,4 +169,63 @@ func bindInto(rootfs string, m specmod.Mount) (string, error) {
 		return "", fmt.Errorf("remount %s: %w", target, err)
 	}
 	return target, nil
+}
+
+// createMountPoint creates a missing mount point: a directory, or an empty file. O_EXCL|O_NOFOLLOW: the file is new
+// or the call fails; whatever appeared there meanwhile is never opened.
+func createMountPoint(target string, dir bool) error {
+	if dir {
+		return os.MkdirAll(target, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	fd, err := unix.Open(target, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil // checked by the caller's open
+		}
+		return fmt.Errorf("create: %w", err)
+	}
+	return unix.Close(fd)
+}
+
+// openPath opens p with O_PATH (no I/O, so no FIFO or device semantics) and returns the fd and its file type.
+func openPath(p string, follow bool) (int, uint32, error) {
+	flags := unix.O_PATH | unix.O_CLOEXEC
+	if !follow {
+		flags |= unix.O_NOFOLLOW
+	}
+	fd, err := unix.Open(p, flags, 0)
+	if err != nil {
+		return -1, 0, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, 0, &os.PathError{Op: "fstat", Path: p, Err: err}
+	}
+	return fd, st.Mode & unix.S_IFMT, nil
+}
+
+func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+func fileKind(t uint32) string {
+	switch t {
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFLNK:
+		return "symlink"
+	}
+	return fmt.Sprintf("file of type %#o", t)
 }

@@ -1,0 +1,165 @@
+package hook
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/internal/table"
+)
+
+// inPrivateMountNS runs fn on a thread of its own in a new private mount namespace, as the runtime runs the
+// standalone hook in the container's: whatever the hook mounts stays out of the host's namespace. The thread is
+// never unlocked, so it dies with its namespace.
+func inPrivateMountNS(t *testing.T, fn func() error) <-chan error {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: the standalone hook bind-mounts into the rootfs")
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			done <- err
+			return
+		}
+		if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			done <- err
+			return
+		}
+		done <- fn()
+	}()
+	return done
+}
+
+// mountsUnder counts the mounts of the calling thread's namespace at or below dir.
+func mountsUnder(dir string) int {
+	f, err := os.Open("/proc/thread-self/mountinfo")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fs := strings.Fields(sc.Text()); len(fs) > 4 && strings.HasPrefix(fs[4], dir) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestCreateContainerRefusesSpecialFilesAtTargets: a FIFO (or a device or socket) that a container image puts
+// where a DetShare mount goes is refused at once with an error naming the path and its type; opening it blocked
+// the hook forever while it held a table slot. Nothing is left registered or mounted.
+func TestCreateContainerRefusesSpecialFilesAtTargets(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	for name, c := range map[string]struct {
+		target string
+		make   func(string) error
+		kind   string
+	}{
+		"fifo at ld.so.preload": {table.ContainerLdPreloadPath, func(p string) error { return unix.Mkfifo(p, 0o644) }, "FIFO"},
+		"fifo at quota":         {table.ContainerQuotaPath, func(p string) error { return unix.Mkfifo(p, 0o644) }, "FIFO"},
+		"device at quota": {table.ContainerQuotaPath, func(p string) error {
+			return unix.Mknod(p, unix.S_IFCHR|0o644, int(unix.Mkdev(1, 3)))
+		}, "device"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig(t)
+			b := writeBundle(t, `{"process":{"env":["DETSHARE_TIER=burstable","DETSHARE_SMS=8"]},"root":{"path":"rootfs"}}`)
+			rootfs := filepath.Join(b, "rootfs")
+			special := filepath.Join(rootfs, c.target)
+			if err := os.MkdirAll(filepath.Dir(special), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.make(special); err != nil {
+				t.Fatal(err)
+			}
+			left := -1
+			done := inPrivateMountNS(t, func() error {
+				err := CreateContainer(context.Background(), cfg, State{ID: "c1", Bundle: b})
+				left = mountsUnder(rootfs)
+				return err
+			})
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				// Unblock the hook's open (a writer appears) so the test binary can go on.
+				if f, oerr := os.OpenFile(special, os.O_WRONLY|unix.O_NONBLOCK, 0); oerr == nil {
+					f.Close()
+				}
+				t.Fatalf("the hook blocked on the %s at %s", c.kind, c.target)
+			}
+			if err == nil || !strings.Contains(err.Error(), c.target) || !strings.Contains(err.Error(), c.kind) {
+				t.Fatalf("CreateContainer: %v; want a refusal naming %s and %q", err, c.target, c.kind)
+			}
+			if left != 0 {
+				t.Errorf("%d mounts left under the rootfs", left)
+			}
+			if _, ok, _ := tenant.Lookup(cfg.RunDir, "c1"); ok {
+				t.Error("the refused container is still registered")
+			}
+			for _, d := range []string{"clients", "tenants"} {
+				if ents, _ := os.ReadDir(filepath.Join(cfg.RunDir, d)); len(ents) != 0 {
+					t.Errorf("%s/ still holds %d entries", d, len(ents))
+				}
+			}
+		})
+	}
+}
+
+// TestCreateContainerBindsThroughFDs: on a clean rootfs every DetShare mount lands, read-only unless it is meant to
+// be written (the client page), and shows the host file's content; the mounts go through /proc/self/fd.
+func TestCreateContainerBindsThroughFDs(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	cfg := testConfig(t)
+	b := writeBundle(t, `{"process":{"env":["DETSHARE_TIER=burstable","DETSHARE_SMS=8"]},"root":{"path":"rootfs"}}`)
+	rootfs := filepath.Join(b, "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var lib []byte
+	var libErr, preloadWrite, pageWrite error
+	done := inPrivateMountNS(t, func() error {
+		if err := CreateContainer(context.Background(), cfg, State{ID: "c1", Bundle: b}); err != nil {
+			return err
+		}
+		lib, libErr = os.ReadFile(filepath.Join(rootfs, table.ContainerLibPath))
+		preloadWrite = os.WriteFile(filepath.Join(rootfs, table.ContainerLdPreloadPath), []byte("x"), 0o644)
+		f, err := os.OpenFile(filepath.Join(rootfs, table.ContainerClientPagePath), os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+		}
+		pageWrite = err
+		return nil
+	})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("CreateContainer: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("CreateContainer blocked")
+	}
+	defer tenant.Deregister(cfg.RunDir, "c1")
+	if libErr != nil || string(lib) != "x" {
+		t.Errorf("library in the container: %q, %v; want the host file's content", lib, libErr)
+	}
+	if !errors.Is(preloadWrite, unix.EROFS) {
+		t.Errorf("writing /etc/ld.so.preload: %v; want EROFS (read-only bind)", preloadWrite)
+	}
+	if pageWrite != nil {
+		t.Errorf("opening the client page for writing: %v; want it writable", pageWrite)
+	}
+}
