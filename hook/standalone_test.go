@@ -163,3 +163,86 @@ func TestCreateContainerBindsThroughFDs(t *testing.T) {
 		t.Errorf("opening the client page for writing: %v; want it writable", pageWrite)
 	}
 }
+
+// TestCreateContainerSwappedDirectoryStaysInRoot: /run/detshare is swapped for a symlink to a host directory between
+// the resolution of a mount target and its use (the race a container sharing the rootfs can run). The hook created
+// root-owned files in that host directory; now it works on descriptors, so whatever it creates stays in the rootfs.
+func TestCreateContainerSwappedDirectoryStaysInRoot(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	cfg := testConfig(t)
+	b := writeBundle(t, `{"process":{"env":["DETSHARE_TIER=burstable","DETSHARE_SMS=8"]},"root":{"path":"rootfs"}}`)
+	rootfs := filepath.Join(b, "rootfs")
+	host := t.TempDir() // stands for any host directory
+	runDir := filepath.Join(rootfs, "run", "detshare")
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	swapped := false
+	testAfterResolve = func(dest string) {
+		if swapped || !strings.HasPrefix(dest, "/run/detshare/") {
+			return
+		}
+		swapped = true
+		if err := os.Rename(runDir, runDir+".old"); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(host, runDir); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testAfterResolve = nil }()
+	var err error
+	done := inPrivateMountNS(t, func() error {
+		return CreateContainer(context.Background(), cfg, State{ID: "c1", Bundle: b})
+	})
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("CreateContainer blocked")
+	}
+	if err == nil {
+		defer tenant.Deregister(cfg.RunDir, "c1")
+	}
+	if !swapped {
+		t.Fatal("the swap never ran: no mount under /run/detshare was resolved")
+	}
+	ents, _ := os.ReadDir(host)
+	for _, e := range ents {
+		t.Errorf("the hook created %s in the host directory (CreateContainer: %v)", filepath.Join(host, e.Name()), err)
+	}
+}
+
+// TestCreateContainerSymlinkOutOfRootStaysInRoot: an image whose /run is a symlink to a host directory never gets
+// DetShare files created in that directory: the symlink is resolved inside the root, where its target is missing, and
+// the hook refuses to create directories through a dangling symlink (pathrs), leaving nothing registered.
+func TestCreateContainerSymlinkOutOfRootStaysInRoot(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	cfg := testConfig(t)
+	b := writeBundle(t, `{"process":{"env":["DETSHARE_TIER=burstable","DETSHARE_SMS=8"]},"root":{"path":"rootfs"}}`)
+	rootfs := filepath.Join(b, "rootfs")
+	host := t.TempDir()
+	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(host, filepath.Join(rootfs, "run")); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	done := inPrivateMountNS(t, func() error {
+		return CreateContainer(context.Background(), cfg, State{ID: "c1", Bundle: b})
+	})
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("CreateContainer blocked")
+	}
+	if ents, _ := os.ReadDir(host); len(ents) != 0 {
+		t.Errorf("the hook created %d entries in the host directory the image's /run points to", len(ents))
+	}
+	if err == nil || !strings.Contains(err.Error(), table.ContainerQuotaPath) {
+		t.Errorf("CreateContainer: %v; want a refusal naming %s", err, table.ContainerQuotaPath)
+	}
+	if _, ok, _ := tenant.Lookup(cfg.RunDir, "c1"); ok {
+		t.Error("the refused container is still registered")
+	}
+}
