@@ -41,6 +41,26 @@ func inPrivateMountNS(t *testing.T, fn func() error) <-chan error {
 	return done
 }
 
+// createInNS runs the standalone hook for container c1 of bundle b in a private mount namespace, then inside (when
+// set) in that namespace, and fails the test if they take more than 10 s.
+func createInNS(t *testing.T, cfg Config, b string, inside func()) error {
+	t.Helper()
+	done := inPrivateMountNS(t, func() error {
+		err := CreateContainer(context.Background(), cfg, State{ID: "c1", Bundle: b})
+		if inside != nil {
+			inside()
+		}
+		return err
+	})
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("CreateContainer blocked")
+		return nil
+	}
+}
+
 // mountsUnder counts the mounts of the calling thread's namespace at or below dir.
 func mountsUnder(dir string) int {
 	f, err := os.Open("/proc/thread-self/mountinfo")
@@ -131,10 +151,7 @@ func TestCreateContainerBindsThroughFDs(t *testing.T) {
 	}
 	var lib []byte
 	var libErr, preloadWrite, pageWrite error
-	done := inPrivateMountNS(t, func() error {
-		if err := CreateContainer(context.Background(), cfg, State{ID: "c1", Bundle: b}); err != nil {
-			return err
-		}
+	err := createInNS(t, cfg, b, func() {
 		lib, libErr = os.ReadFile(filepath.Join(rootfs, table.ContainerLibPath))
 		preloadWrite = os.WriteFile(filepath.Join(rootfs, table.ContainerLdPreloadPath), []byte("x"), 0o644)
 		f, err := os.OpenFile(filepath.Join(rootfs, table.ContainerClientPagePath), os.O_WRONLY, 0)
@@ -142,15 +159,9 @@ func TestCreateContainerBindsThroughFDs(t *testing.T) {
 			f.Close()
 		}
 		pageWrite = err
-		return nil
 	})
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("CreateContainer: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("CreateContainer blocked")
+	if err != nil {
+		t.Fatalf("CreateContainer: %v", err)
 	}
 	defer tenant.Deregister(cfg.RunDir, "c1")
 	if libErr != nil || string(lib) != "x" {
@@ -191,15 +202,7 @@ func TestCreateContainerSwappedDirectoryStaysInRoot(t *testing.T) {
 		}
 	}
 	defer func() { testAfterResolve = nil }()
-	var err error
-	done := inPrivateMountNS(t, func() error {
-		return CreateContainer(context.Background(), cfg, State{ID: "c1", Bundle: b})
-	})
-	select {
-	case err = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("CreateContainer blocked")
-	}
+	err := createInNS(t, cfg, b, nil)
 	if err == nil {
 		defer tenant.Deregister(cfg.RunDir, "c1")
 	}
@@ -227,15 +230,7 @@ func TestCreateContainerSymlinkOutOfRootStaysInRoot(t *testing.T) {
 	if err := os.Symlink(host, filepath.Join(rootfs, "run")); err != nil {
 		t.Fatal(err)
 	}
-	var err error
-	done := inPrivateMountNS(t, func() error {
-		return CreateContainer(context.Background(), cfg, State{ID: "c1", Bundle: b})
-	})
-	select {
-	case err = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("CreateContainer blocked")
-	}
+	err := createInNS(t, cfg, b, nil)
 	if ents, _ := os.ReadDir(host); len(ents) != 0 {
 		t.Errorf("the hook created %d entries in the host directory the image's /run points to", len(ents))
 	}
