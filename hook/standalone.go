@@ -2,13 +2,14 @@ package hook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
@@ -60,16 +61,21 @@ func rootOf(spec *specmod.Spec, st State) string {
 
 // bindAll is the standalone applier: it bind-mounts every mount under rootfs, or none (undoing what it did).
 func bindAll(rootfs string, mounts []specmod.Mount) error {
-	var done []string
+	root, err := os.OpenFile(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("container rootfs: %w", err)
+	}
+	defer root.Close()
+	var undo []func()
 	for _, m := range mounts {
-		target, err := bindInto(rootfs, m)
+		u, err := bindInto(root, m)
 		if err != nil {
-			for i := len(done) - 1; i >= 0; i-- {
-				unix.Unmount(done[i], unix.MNT_DETACH)
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
 			}
 			return err
 		}
-		done = append(done, target)
+		undo = append(undo, u)
 	}
 	return nil
 }
@@ -115,31 +121,72 @@ func containerInitPID() int {
 	return ppid
 }
 
-// bindInto bind-mounts m.Source at m.Destination under rootfs, creating the target (a file for a file, a directory
-// for a directory), and makes it read-only unless the options say rw. The target is resolved inside rootfs so a
-// symlink in the image cannot redirect the mount onto the host.
-func bindInto(rootfs string, m specmod.Mount) (string, error) {
-	target, err := securejoin.SecureJoin(rootfs, m.Destination)
+// bindInto bind-mounts m.Source at m.Destination under the rootfs root, creating the target (a file for a file, a
+// directory for a directory), makes it read-only unless the options say rw, and returns how to undo it.
+//
+// The rootfs belongs to the container (and to any container sharing it): it can hold symlinks, FIFOs or devices
+// anywhere and swap them while the hook works. So no path under it is used twice. The target's directory is
+// resolved and created inside the root (pathrs: openat2 RESOLVE_IN_ROOT, or a checked O_PATH walk where openat2 is
+// missing) into a descriptor; the target itself is created and opened relative to that descriptor with
+// O_NOFOLLOW, and with O_PATH, which neither waits for a FIFO's writer nor calls a device's driver; its type is
+// checked on the descriptor; and the bind, the read-only remount and the undo go through /proc/self/fd. A swap
+// after the lookup changes nothing: the descriptors keep naming what was checked, inside the rootfs.
+func bindInto(root *os.File, m specmod.Mount) (func(), error) {
+	// The source is DetShare's own host file; a symlink there (a versioned library) is followed.
+	src, srcType, err := openPath(unix.AT_FDCWD, m.Source, true)
 	if err != nil {
-		return "", fmt.Errorf("resolve %s in %s: %w", m.Destination, rootfs, err)
+		return nil, fmt.Errorf("mount source: %w", err)
 	}
-	st, err := os.Stat(m.Source)
+	defer unix.Close(src)
+	if srcType != unix.S_IFREG && srcType != unix.S_IFDIR {
+		return nil, fmt.Errorf("mount source %s is a %s: only regular files and directories are bound", m.Source,
+			fileKind(srcType))
+	}
+	dest := filepath.Clean("/" + m.Destination)
+	name := filepath.Base(dest)
+	if dest == "/" {
+		return nil, fmt.Errorf("mount destination %q: the container's root cannot be a DetShare mount point", m.Destination)
+	}
+	parent, err := pathrs.MkdirAllHandle(root, filepath.Dir(dest), 0o755)
 	if err != nil {
-		return "", fmt.Errorf("mount source: %w", err)
+		return nil, fmt.Errorf("mount point %s in the container: directory: %w", m.Destination, err)
 	}
-	if st.IsDir() {
-		err = os.MkdirAll(target, 0o755)
-	} else if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
-		var f *os.File
-		if f, err = os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
-			f.Close()
+	defer parent.Close()
+	if testAfterResolve != nil {
+		testAfterResolve(m.Destination)
+	}
+	pfd := int(parent.Fd())
+	dst, dstType, err := openPath(pfd, name, false)
+	if errors.Is(err, unix.ENOENT) {
+		if err = createMountPoint(pfd, name, srcType == unix.S_IFDIR); err == nil {
+			dst, dstType, err = openPath(pfd, name, false)
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("create mount point %s: %w", target, err)
+		return nil, fmt.Errorf("mount point %s in the container: %w", m.Destination, err)
 	}
-	if err := unix.Mount(m.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return "", fmt.Errorf("bind %s at %s: %w", m.Source, target, err)
+	defer unix.Close(dst)
+	if dstType != srcType {
+		return nil, fmt.Errorf("mount point %s in the container is a %s, want a %s: refusing to mount over it",
+			m.Destination, fileKind(dstType), fileKind(srcType))
+	}
+	if err := unix.Mount(procFD(src), procFD(dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return nil, fmt.Errorf("bind %s at %s in the container: %w", m.Source, m.Destination, err)
+	}
+	// dst still names the covered file; the new mount is what the name leads to now, looked up again in the
+	// same directory and checked to be a bind of the source (same device and inode).
+	mnt, _, err := openPath(pfd, name, false)
+	if err == nil && !sameFile(mnt, src) {
+		unix.Close(mnt)
+		err = fmt.Errorf("%s changed under the hook", m.Destination)
+	}
+	if err != nil {
+		unix.Unmount(procFD(dst), unix.MNT_DETACH)
+		return nil, fmt.Errorf("mount point %s in the container after the bind: %w", m.Destination, err)
+	}
+	undo := func() {
+		unix.Unmount(procFD(mnt), unix.MNT_DETACH)
+		unix.Close(mnt)
 	}
 	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
 	ro := true
@@ -151,9 +198,79 @@ func bindInto(rootfs string, m specmod.Mount) (string, error) {
 	if ro {
 		flags |= unix.MS_RDONLY
 	}
-	if err := unix.Mount("", target, "", flags, ""); err != nil {
-		unix.Unmount(target, unix.MNT_DETACH)
-		return "", fmt.Errorf("remount %s: %w", target, err)
+	if err := unix.Mount("", procFD(mnt), "", flags, ""); err != nil {
+		undo()
+		return nil, fmt.Errorf("remount %s in the container: %w", m.Destination, err)
 	}
-	return target, nil
+	return undo, nil
+}
+
+// createMountPoint creates a missing mount point name in directory dir: a directory, or an empty file.
+// O_EXCL|O_NOFOLLOW: the file is new or the call fails; whatever appeared there meanwhile is never opened, and the
+// caller's O_PATH open checks what is there.
+func createMountPoint(dir int, name string, isDir bool) error {
+	if isDir {
+		if err := unix.Mkdirat(dir, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("mkdir %s: %w", name, err)
+		}
+		return nil
+	}
+	fd, err := unix.Openat(dir, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil
+		}
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	return unix.Close(fd)
+}
+
+func sameFile(a, b int) bool {
+	var sa, sb unix.Stat_t
+	return unix.Fstat(a, &sa) == nil && unix.Fstat(b, &sb) == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+// openPath opens p (relative to dir) with O_PATH (no I/O, so no FIFO or device semantics) and returns the fd and
+// its file type.
+func openPath(dir int, p string, follow bool) (int, uint32, error) {
+	flags := unix.O_PATH | unix.O_CLOEXEC
+	if !follow {
+		flags |= unix.O_NOFOLLOW
+	}
+	fd, err := unix.Openat(dir, p, flags, 0)
+	if err != nil {
+		return -1, 0, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, 0, &os.PathError{Op: "fstat", Path: p, Err: err}
+	}
+	return fd, st.Mode & unix.S_IFMT, nil
+}
+
+// testAfterResolve, set by tests only, runs between the resolution of a mount's destination and its use: the moment
+// a container that shares the rootfs could swap a directory for a symlink.
+var testAfterResolve func(dest string)
+
+func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+func fileKind(t uint32) string {
+	switch t {
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFLNK:
+		return "symlink"
+	}
+	return fmt.Sprintf("file of type %#o", t)
 }

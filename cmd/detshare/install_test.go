@@ -284,8 +284,9 @@ func TestConfigsMatchTheInstaller(t *testing.T) {
 		var h struct {
 			Version string `json:"version"`
 			Hook    struct {
-				Path string   `json:"path"`
-				Args []string `json:"args"`
+				Path    string   `json:"path"`
+				Args    []string `json:"args"`
+				Timeout int      `json:"timeout"` // seconds; without it a hook blocked on the container's files hangs the create
 			} `json:"hook"`
 			When   map[string]any `json:"when"`
 			Stages []string       `json:"stages"`
@@ -294,7 +295,7 @@ func TestConfigsMatchTheInstaller(t *testing.T) {
 			t.Fatalf("configs/%s: %v", file, err)
 		}
 		if h.Version != "1.0.0" || h.Hook.Path != "/usr/bin/detshare-hook" || len(h.Hook.Args) != 2 || h.Hook.Args[1] != stage ||
-			len(h.Stages) != 1 || h.Stages[0] != stage || h.When["always"] != true {
+			len(h.Stages) != 1 || h.Stages[0] != stage || h.When["always"] != true || h.Hook.Timeout <= 0 || h.Hook.Timeout > 60 {
 			t.Errorf("configs/%s: %+v", file, h)
 		}
 	}

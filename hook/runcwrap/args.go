@@ -37,7 +37,7 @@ var deleteValue = map[string]bool{}
 type Invocation struct {
 	Own       map[string]string // own flags (FlagFailClosed maps to "true")
 	RuncArgs  []string          // what runc gets (own flags removed, order kept)
-	Command   string            // runc subcommand ("" when none, e.g. --version)
+	Command   string            // runc subcommand ("" only when none, e.g. --version; Parse refuses an empty one)
 	ID        string            // container ID of create/run/delete
 	Bundle    string            // --bundle of create/run ("" = runc's default, the working directory)
 	Log       string            // runc --log
@@ -102,6 +102,12 @@ func Parse(args []string) (Invocation, error) {
 	}
 	if i >= len(args) {
 		return inv, nil
+	}
+	if args[i] == "" {
+		// Command "" means "no subcommand" (--version, --help); an empty argument in the subcommand's place
+		// would make the rest of the line look like global flags that were never parsed as such.
+		return inv, fmt.Errorf("argument %d is empty where runc's subcommand belongs: want a subcommand such as "+
+			"create, run, start, delete, kill, state", i+1)
 	}
 	inv.Command = args[i]
 	inv.RuncArgs = append(inv.RuncArgs, args[i:]...)

@@ -61,6 +61,10 @@ func TestParse(t *testing.T) {
 		!strings.Contains(err.Error(), FlagRunDir) {
 		t.Errorf("unknown own flag: err = %v, want it named with the allowed flags", err)
 	}
+	if _, err := Parse([]string{"--root", "/r", "", "--detshare-runc", "x"}); err == nil ||
+		!strings.Contains(err.Error(), "argument 3 is empty") {
+		t.Errorf("empty subcommand: %v; want an error naming argument 3", err)
+	}
 	if _, err := Parse([]string{"--detshare-run-dir"}); err == nil || !strings.Contains(err.Error(), "needs a value") {
 		t.Errorf("missing value: err = %v", err)
 	}

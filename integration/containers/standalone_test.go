@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/ensure"
@@ -180,6 +182,31 @@ func TestStandaloneHookBadQuotaFailsRunc(t *testing.T) {
 	}
 	if !strings.Contains(strings.ReplaceAll(out, `\"`, `"`), `DETSHARE_SMS="200%"`) {
 		t.Errorf("runc's error does not name the field:\n%s", out)
+	}
+	run(30*time.Second, nil, "runc", "--root", root, "delete", "--force", id)
+	e.assertNoLeak(t, id)
+}
+
+// A FIFO the image puts at a DetShare mount target makes the standalone hook refuse the container at once, naming
+// the path and the type; opening it blocked the hook (and the create) forever while it held a table slot.
+func TestStandaloneHookRefusesFIFOAtTarget(t *testing.T) {
+	e := need(t)
+	id := "ds-standalone-fifo"
+	b := e.standaloneBundle(t, []string{"DETSHARE_TIER=burstable"}, "true")
+	preload := filepath.Join(b, "rootfs", table.ContainerLdPreloadPath)
+	os.Remove(preload)
+	if err := unix.Mkfifo(preload, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(e.dir, "runc-root")
+	start := time.Now()
+	out, err := run(60*time.Second, nil, "runc", "--root", root, "run", "--bundle", b, id)
+	if err == nil {
+		t.Fatalf("runc run succeeded with a FIFO at %s: %s", table.ContainerLdPreloadPath, out)
+	}
+	if d := time.Since(start); d > 30*time.Second || !strings.Contains(out, table.ContainerLdPreloadPath) ||
+		!strings.Contains(out, "FIFO") {
+		t.Errorf("after %s, runc's error does not name the path and the FIFO:\n%s", d, out)
 	}
 	run(30*time.Second, nil, "runc", "--root", root, "delete", "--force", id)
 	e.assertNoLeak(t, id)
