@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -77,6 +78,10 @@ func Create(runDir string) (*Table, error) {
 		}
 	} else if err != nil {
 		return nil, fmt.Errorf("stat doorbell: %w", err)
+	} else if _, err := repairDoorbellFile(p.Doorbell()); err != nil {
+		// A doorbell a tenant damaged while no scheduler ran is put right before it is mapped; one that cannot be
+		// is left out (waits by timeout) rather than refusing the table.
+		logrus.WithError(err).Warn("doorbell damaged and not repaired; waiting by timeout")
 	}
 	return Open(runDir)
 }

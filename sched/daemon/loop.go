@@ -141,6 +141,13 @@ func (s *Scheduler) reap() {
 	if !s.lead.stillOurs() {
 		return
 	}
+	// Housekeeping, not the launch path: a doorbell a tenant truncated within its first page, chmodded or scribbled
+	// over faults nobody, so only this check notices it (issue 27).
+	if fixed, err := s.t.RepairDoorbell(); err != nil {
+		logrus.WithError(err).Warn("doorbell damaged and not repaired; waiting by timeout")
+	} else if fixed {
+		logrus.Warn("doorbell was damaged by a tenant (size, mode or magic); repaired")
+	}
 	var rep table.ReapReport
 	var err error
 	if s.loop.scanning.Load() {
