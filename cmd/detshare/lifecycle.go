@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -47,6 +48,65 @@ func tenantsCommand() *cli.Command {
 				}
 				fmt.Fprintln(c.App.Writer, line)
 			}
+			return nil
+		},
+	}
+}
+
+// evictCommand deregisters a tenant on the operator's word, through the same table.Deregister the reaper's path
+// ends in: the reaper trusts identities the tenant writes (its process entries), so a tenant that keeps a process
+// alive, or fakes one, is never reaped; this is the remedy (docs/threat-model.md).
+func evictCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "evict",
+		Usage:     "deregister a tenant: free its slot and SM guarantee and remove its files, as the reaper does for a dead one",
+		ArgsUsage: "<tenant-id>",
+		Description: "Removes the tenant <tenant-id> (an ID as `detshare tenants` lists it) from the table: its slot, its\n" +
+			"guaranteed SM groups and its memory quota go back to the others at the scheduler's next pass, and its\n" +
+			"client page and tenant directory are removed.\n\n" +
+			"Its processes are NOT killed, but they belong to no tenant any more: at their next launch their GPU work\n" +
+			"(launches, copies, memsets) is held until they exit, so they never run on SMs that are now someone\n" +
+			"else's, and they keep their device memory until they exit (under MPS the scheduler ends their MPS\n" +
+			"client, which frees it). Stop them (docker stop, kubectl delete pod, kill) to clean up; the container's deletion\n" +
+			"then finds the tenant gone and succeeds. Needs write access to the run directory (root).",
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("evict: want exactly one <tenant-id>, got %d arguments (`detshare tenants` lists the IDs)", c.NArg())
+			}
+			id := c.Args().First()
+			if err := table.ValidateID(id); err != nil {
+				return fmt.Errorf("evict %q: %w", id, err)
+			}
+			runDir := table.RunDir(c.String("run-dir"))
+			if !view.RunDirExists(runDir) {
+				return fmt.Errorf("evict %q: no DetShare table in %s (wrong --run-dir?)", id, runDir)
+			}
+			t, err := table.Open(runDir)
+			if err != nil {
+				return fmt.Errorf("evict %q: %w", id, err)
+			}
+			defer t.Close()
+			var slot = -1
+			for _, r := range t.List() {
+				if r.ID == id {
+					slot = r.Slot
+				}
+			}
+			if err := t.Deregister(id); errors.Is(err, table.ErrNotFound) {
+				var ids []string
+				for _, r := range t.List() {
+					ids = append(ids, r.ID)
+				}
+				registered := "none"
+				if len(ids) > 0 {
+					registered = strings.Join(ids, ", ")
+				}
+				return fmt.Errorf("evict %q: not registered in %s; registered tenants: %s", id, runDir, registered)
+			} else if err != nil {
+				return fmt.Errorf("evict %q: %w", id, err)
+			}
+			t.RingDoorbell() // the scheduler hands the freed groups out now, not at its next tick
+			fmt.Fprintf(c.App.Writer, "evicted %s (slot %d); its processes, if any still run, have their GPU work held until they exit: stop them\n", id, slot)
 			return nil
 		},
 	}

@@ -16,7 +16,7 @@ import (
 // commands lists the subcommands, in the order help shows them.
 func commands() []*cli.Command {
 	return []*cli.Command{doctorCommand(), installCommand(), uninstallCommand(), runCommand(), schedCommand(),
-		statusCommand(), topCommand(), tenantsCommand(), schedRestartCommand(), cdiCommand(), versionCommand()}
+		statusCommand(), topCommand(), tenantsCommand(), evictCommand(), schedRestartCommand(), cdiCommand(), versionCommand()}
 }
 
 func newApp() *cli.App {
