@@ -888,28 +888,51 @@ func TestThreadsUnderChangingGrants(t *testing.T) {
 	e := newEnv(t, true).withTenant(0, "")
 	e.playScheduler()
 	e.grant(table.ModeSpatial, 0b11)
+	// The flipper publishes from its own goroutine, so it reports errors instead of failing the test there
+	// (t.Fatalf must run on the test's goroutine), and it is stopped on every way out of the test: were e.run to
+	// fail, a flipper left running would publish into a closed table after the test ended.
 	stop := make(chan struct{})
-	flipped := make(chan int)
+	type flips struct {
+		n   int
+		err error
+	}
+	flipped := make(chan flips, 1)
 	go func() {
 		n := 0
 		for {
 			select {
 			case <-stop:
-				flipped <- n
+				flipped <- flips{n: n}
 				return
 			case <-time.After(2 * time.Millisecond):
-				if n%2 == 0 {
-					e.grant(table.ModeSpatial, 0b1100)
-				} else {
-					e.grant(table.ModeSpatial, 0b11)
+				g := table.Grant{Groups: 0b1100, SMs: 16, Mode: table.ModeSpatial}
+				if n%2 != 0 {
+					g.Groups = 0b11
+				}
+				if err := e.tbl.PublishGrant(e.reg.Slot, g); err != nil {
+					flipped <- flips{n: n, err: err}
+					return
 				}
 				n++
 			}
 		}
 	}()
+	stopped := false
+	stopFlipper := func() flips {
+		if stopped {
+			return flips{}
+		}
+		stopped = true
+		close(stop)
+		return <-flipped
+	}
+	t.Cleanup(func() { stopFlipper() })
 	r := e.run("ds_probe_rt", "init", "mt:8x1500")
-	close(stop)
-	n := <-flipped
+	f := stopFlipper()
+	if f.err != nil {
+		t.Fatalf("publish grant: %v", f.err)
+	}
+	n := f.n
 	if r.get(t, "mthash", "same") != "1" || r.get(t, "mthash", "hash") != want {
 		t.Errorf("results under changing grants: %v, want every thread %s", r.steps["mthash"], want)
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,9 +13,16 @@ import (
 // BenchmarkReaction measures the time from a tenant's doorbell ring to the grant that answers it being published
 // (futex wake of the scheduler, one decision pass, seqlock publish, futex wake of the waiter), on the simulated GPU.
 // Each iteration a lending latency-critical tenant turns busy (or idle) and the borrowing best-effort tenant's grant
-// must shrink (or grow) before the LC may rely on its groups. Reports mean (ns/op), p50 and p99.
+// must shrink (or grow) before the LC may rely on its groups; the other tenants are registered and idle. Two is the
+// fewest tenants with a reaction to measure: a lone tenant holds every group busy or idle, so its grant never moves.
+// Reports mean (ns/op), p50 and p99.
+//
+// The borrowing tenant counts a launch each iteration, as a busy tenant does: the scheduler believes demand only
+// while a tenant's counters move (tenants.demand_window, trust.go), so a borrower that turned busy once and then
+// sat still stopped counting as busy once the run outlasted the window (2 s by default: 256 tenants at the default
+// benchtime, or any count at -benchtime=3s), and its grant stopped answering the LC.
 func BenchmarkReaction(b *testing.B) {
-	for _, n := range []int{2, 16, 64} {
+	for _, n := range []int{2, 16, 64, 128, 256} {
 		b.Run(fmt.Sprint("tenants=", n), func(b *testing.B) {
 			dir, tb := benchRunDir(b)
 			lc := mustRegister(b, tb, "lc", table.TierLatencyCritical, 2, true)
@@ -27,11 +35,13 @@ func BenchmarkReaction(b *testing.B) {
 			pb.busy(true)
 			waitEpochChangeB(b, tb, be.Slot, 0, time.Second)
 			time.Sleep(20 * time.Millisecond)
+			launches := &pb.cl.Page().Procs[pb.idx].Launches
 			lat := make([]time.Duration, 0, b.N)
 			busy := false
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				busy = !busy
+				atomic.AddUint64(launches, 1)
 				ep := tb.GrantEpoch(be.Slot)
 				start := time.Now()
 				pl.busy(busy)
