@@ -8,6 +8,7 @@ import (
 
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/gpuinfo"
+	"github.com/detshare/detshare/sched/view"
 )
 
 // A board near its power limit (a fake NVML sample) throttles best-effort beside an idle latency-critical tenant;
@@ -103,6 +104,80 @@ func TestSLOSizingFromObservedLatency(t *testing.T) {
 	}
 	if p := s.TenantStats()["lc"].ObservedP99; p < 5*time.Millisecond {
 		t.Fatalf("observed P99 %v, want above the 5 ms SLO", p)
+	}
+}
+
+// Without an SLO of its own (scheduler.slo_auto), a latency-critical tenant is held to slo_auto x the P99 it has at
+// the most protective share: the scheduler measures that floor first (everything it can take), then gives groups
+// back while the windows stay well inside the target, stops when they come close, and status shows the automatic
+// target, the floor and the share. With slo_auto = 0 nothing is given back (issue 12's behaviour).
+func TestAutoTargetGivesBackAndIsShown(t *testing.T) {
+	for _, auto := range []float64{1.5, 0} {
+		dir, tb := newRunDir(t)
+		lc, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, GPU: 0, Weight: 1,
+			SMGroups: 2, SMs: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
+		c := testConfig()
+		c.Scheduler.SLOAuto = auto
+		startSched(t, dir, c, nil)
+		pl, pb := play(t, tb, lc), play(t, tb, be)
+		pb.busy(true)
+		pl.busy(true)
+		waitGrant(t, tb, lc.Slot, time.Second, "busy LC expands to 7 groups", groupsIs(7))
+		pg := pl.cl.Page()
+		// What libdetshare does at each completion: both histograms. 1.024-1.152 ms at the most protective share
+		// (fine bucket: octave 10, sub 0, upper edge 1.152 ms), then 1.28-1.408 ms (sub 2) once groups were given back.
+		report := func(sub int, n uint64) {
+			atomic.AddUint64(&pg.LatHist[10], n)
+			atomic.AddUint64(&pg.LatFine[(10-table.LatFineMinOct)*table.LatFineSub+sub], n)
+			atomic.AddUint64(&pg.LatCount, n)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			g, _ := tb.ReadGrant(lc.Slot)
+			if n := bits.OnesCount64(g.Groups); n < 7 {
+				if auto == 0 {
+					t.Fatalf("slo_auto = 0: the LC gave groups back (%d left)", n)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				if auto == 0 {
+					break
+				}
+				t.Fatalf("slo_auto %v: nothing given back after 3 s of completions at the floor", auto)
+			}
+			report(0, 50)
+			tb.RingDoorbell()
+			time.Sleep(20 * time.Millisecond)
+		}
+		if auto == 0 {
+			continue
+		}
+		// 1.408 ms against a target of 1.5 x 1.152 = 1.728 ms: 81%, inside the dead band, the share holds and
+		// the BE keeps more than its floor while the LC is busy.
+		for i := 0; i < 10; i++ {
+			report(2, 50)
+			tb.RingDoorbell()
+			time.Sleep(30 * time.Millisecond)
+		}
+		if g, _ := tb.ReadGrant(be.Slot); bits.OnesCount64(g.Groups) < 2 {
+			t.Fatalf("BE keeps %d groups beside a busy LC inside its automatic target, want more than its floor", bits.OnesCount64(g.Groups))
+		}
+		v := view.Take(tb)
+		var lv view.Tenant
+		for _, x := range v.Tenants {
+			if x.ID == "lc" {
+				lv = x
+			}
+		}
+		if !lv.SLOAuto || lv.SLOState != "meeting" || lv.SLOFloorMs != 1.152 || lv.SLOGivenBackGroups == 0 {
+			t.Fatalf("status of the LC: auto %v state %q floor %v ms given back %d; want true, meeting, 1.152, > 0",
+				lv.SLOAuto, lv.SLOState, lv.SLOFloorMs, lv.SLOGivenBackGroups)
+		}
 	}
 }
 

@@ -174,7 +174,8 @@ type tenantRow struct {
 	seq    uint32
 	since  uint64
 	grant  table.Grant
-	lat    [policy.LatencyBuckets]uint64 // cumulative latency histogram of its client page
+	lat    [policy.LatencyBuckets]uint64 // cumulative latency histograms of its client page (SLO tenants only)
+	fine   [policy.FineBuckets]uint64
 }
 
 // pageOf maps reg's client page once per registration; a page that does not name reg's slot and generation is not
@@ -251,7 +252,9 @@ func (s *Scheduler) decide(now time.Time) {
 				row.demand = s.loop.demand.observed(r, pg, now, tcfg.DemandWindow.Duration)
 				row.seq = atomic.LoadUint32(&pg.DemandSeq)
 				row.since = atomic.LoadUint64(&pg.DemandSinceNs)
-				row.lat = readLatency(pg)
+				if r.Tier == table.TierLatencyCritical {
+					row.lat, row.fine = readLatency(pg)
+				}
 			}); err != nil {
 				// The tenant truncated its own page: it loses its demand hint (keeps its guarantee and current
 				// grant); the page is mapped again, size-checked, at the next pass.
@@ -310,11 +313,12 @@ func (s *Scheduler) decideSpatial(g table.GPUState, rows []tenantRow, popt polic
 	now := time.Now()
 	for i, r := range rows {
 		ts[i] = toPolicy(r)
-		s.stats.sizeSLO(r, &ts[i], len(g.Split.Groups), now)
+		s.stats.sizeSLO(r, &ts[i], len(g.Split.Groups), popt, now)
 	}
 	d := policy.Decide(g.Split.Groups, ts, popt)
 	for i, r := range rows {
 		s.setGate(r, d.Grants[i].Gate)
+		s.setSLOReport(r)
 		ng := table.Grant{Groups: d.Grants[i].Groups, SMs: d.Grants[i].SMs, Mode: table.ModeSpatial}
 		s.publish(r, ng, d.Grants[i].Reason)
 	}

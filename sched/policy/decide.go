@@ -255,11 +255,27 @@ func (p *pass) idleOffer(i int) uint64 {
 
 // floorsAtWake are the groups lower tiers (busy, or idle holding groups) would keep as their floor if a
 // latency-critical tenant turned busy: chosen as keepFloors will choose them then.
+//
+// What SLO sizing gives back (Tenant.Shrink) stays with them too, split evenly here (giveBack splits it by weight
+// among the busy ones; an offer only needs to avoid their groups, not to match it exactly).
 func (p *pass) floorsAtWake() uint64 {
+	shrink, lower := 0, 0
+	for _, u := range p.tenants {
+		switch {
+		case u.Tier == table.TierLatencyCritical && !u.Pinned:
+			shrink += max(u.Shrink, 0)
+		case u.Tier != table.TierLatencyCritical && (u.Busy || u.Prev != 0):
+			lower++
+		}
+	}
+	each := p.o.throttledFloor(true)
+	if lower > 0 {
+		each += (shrink + lower - 1) / lower
+	}
 	var floors uint64
 	for j, u := range p.tenants {
 		if u.Tier != table.TierLatencyCritical && (u.Busy || u.Prev != 0) {
-			floors |= floorGroups(u, p.shared&^floors, max(0, p.o.throttledFloor(true)-bits.OnesCount64(p.guar[j]&p.d.Exclusive[j])))
+			floors |= floorGroups(u, p.shared&^floors, max(0, each-bits.OnesCount64(p.guar[j]&p.d.Exclusive[j])))
 		}
 	}
 	return floors

@@ -95,6 +95,9 @@ type Options struct {
 	GateBudget time.Duration
 	// PowerNearLimit is set per pass by the daemon when the board draws close to its power limit (NVML).
 	PowerNearLimit bool
+	// SLOAuto: a latency-critical tenant without an SLO is held to SLOAuto x its floor (SLOControl.StepAuto);
+	// 0 = off.
+	SLOAuto float64
 }
 
 // Gate is the dispatch gate the library applies to a throttled tenant's launches (zero value: no gate).
@@ -115,7 +118,7 @@ func (o Options) throttledFloor(lcBusy bool) int {
 // DefaultOptions are the defaults of configs/detshare/config.toml.
 func DefaultOptions() Options {
 	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond,
-		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond}
+		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond, SLOAuto: 1.5}
 }
 
 // Tenant is one tenant of the GPU being decided.
