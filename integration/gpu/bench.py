@@ -79,7 +79,8 @@ COLOC_CONFIGS = ["alone", "alone-mps", "timeslice", "mps", "mps-pct", "mps-prio"
 COLOC_LC = ["bert", "resnet50", "llama-step"]
 COLOC_PROBES = ["reclaim"]  # accepted by --coloc-lc, never run unless named
 COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook attention (bit-stable under MPS)
-               "bert-2l", "llama-step-5l"]  # issue 26's short LC (<= 0.4 ms) and ~1 ms decode step
+               "bert-2l", "llama-step-5l",  # issue 26's short LC (~0.4 ms) and ~1 ms decode step
+               "llama-step-math-5l"]  # the 1 ms step with the textbook attention (bit-stable under MPS)
 # Issue 26's frontier sweep: configurations with a number in their name (coloc suite only, run in the order given).
 #   mps-pct<P>         MPS, the trainer at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P
 #   detshare-floor<N>  the real scheduler, LC expanding fully, scheduler.be_floor = N groups, slo_auto = 0

@@ -287,7 +287,7 @@ def build_infer(a, torch, dev):
         models.FORCE_MATH_ATTENTION = "-math" in a.model
         # one LLM decode step, batch 1, against a KV cache of a fixed length: every request is the same step (same
         # position, the same cache entry rewritten with the same values), so outputs are comparable bit for bit
-        kw = models.MODEL_SIZES["llama-tiny" if tiny else ("llama-5l" if a.model.startswith("llama-step-5l") else "llama")]
+        kw = models.MODEL_SIZES["llama-tiny" if tiny else ("llama-5l" if "-5l" in a.model else "llama")]
         dtype = torch.float16 if dev == "cuda" else torch.float32
         with torch.device(dev):
             llm = models.Llama(**kw).to(dtype).eval()

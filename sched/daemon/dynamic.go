@@ -99,13 +99,16 @@ func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, o policy.Op
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.entryLocked(r.reg.ID)
+	maxShrink := nGroups - t.Guarantee - max(o.Floor, 1)
 	if st.slo.winStart.IsZero() {
+		// a new tenant starts on its guarantee, its neighbours on the rest: nothing changes for them until its
+		// completions show it needs more
 		st.slo.winStart, st.slo.lastHist, st.slo.lastFine = now, r.lat, r.fine
+		st.slo.ctl.Shrink = max(maxShrink, 0)
 	}
 	if age := now.Sub(st.slo.winStart); age >= sloWindow {
 		p99, n := policy.WindowP99(policy.HistDelta(r.lat, st.slo.lastHist), policy.FineDelta(r.fine, st.slo.lastFine))
 		if n >= policy.MinLatencySamples || age >= sloWindowMax {
-			maxShrink := nGroups - t.Guarantee - max(o.Floor, 1)
 			if slo > 0 {
 				st.slo.ctl.Step(slo, p99, n, maxShrink)
 			} else {
@@ -117,7 +120,7 @@ func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, o policy.Op
 			st.slo.stepped = true
 		}
 	}
-	t.Shrink, t.SLOMiss = st.slo.ctl.Shrink, st.slo.ctl.Miss
+	t.Shrink, t.SLOMiss, t.Sized = st.slo.ctl.Shrink, st.slo.ctl.Miss, true
 }
 
 // setGate publishes a tenant's dispatch gate when it changed. It is written before the grant of the same

@@ -12,6 +12,7 @@ import (
 // computes one thing from what the steps before it decided; the reasons are written last, from the decision, so
 // that what a tenant is told is what it got.
 func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
+	tenants = sizeReserves(len(groupSMs), tenants, o)
 	p := newPass(groupSMs, tenants, o)
 	p.placeGuarantees()
 	p.findThrottle()
@@ -19,6 +20,40 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	p.grantGroups()
 	p.describe()
 	return p.d
+}
+
+// sizeReserves turns each Sized latency-critical tenant into a pinned partition of ReserveOf groups (a copy: the
+// caller's tenants are not changed). Without a Sized tenant it returns tenants as they are.
+func sizeReserves(nGroups int, tenants []Tenant, o Options) []Tenant {
+	sized := false
+	for _, t := range tenants {
+		sized = sized || (t.Sized && t.Tier == table.TierLatencyCritical && !t.Pinned)
+	}
+	if !sized {
+		return tenants
+	}
+	out := append([]Tenant(nil), tenants...)
+	guaranteed, lower := 0, 0
+	for _, t := range tenants {
+		switch {
+		case t.Tier != table.TierLatencyCritical:
+			lower++
+			if t.Tier == table.TierBurstable {
+				guaranteed += max(t.Guarantee, 0)
+			}
+		default:
+			guaranteed += max(t.Guarantee, 0)
+		}
+	}
+	for i, t := range out {
+		if !t.Sized || t.Tier != table.TierLatencyCritical || t.Pinned {
+			continue
+		}
+		out[i].Guarantee = ReserveOf(t, min(nGroups, 64), guaranteed-max(t.Guarantee, 0), lower, o)
+		out[i].Pinned, out[i].Shrink = true, 0
+		guaranteed += out[i].Guarantee - max(t.Guarantee, 0)
+	}
+	return out
 }
 
 // pass is one Decide: its inputs and what each step has decided so far (slices aligned with tenants).

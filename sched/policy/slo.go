@@ -144,7 +144,6 @@ type SLOControl struct {
 	Floor      time.Duration
 	// LastP99 is the P99 of the last window that had enough samples.
 	LastP99 time.Duration
-	good    int // windows in a row comfortably inside the SLO
 	missed0 int // windows in a row missed at Shrink 0
 	// automatic target (StepAuto): windows since the floor was last measured, whether this window measures it,
 	// and the share to return to afterwards
@@ -168,13 +167,20 @@ func (c *SLOControl) StepAuto(factor float64, p99 time.Duration, samples uint64,
 		return
 	}
 	if samples < MinLatencySamples {
-		c.Shrink = min(c.Shrink, maxShrink)
+		if !c.probing {
+			c.Shrink = min(c.Shrink+1, maxShrink)
+		}
 		return
 	}
-	if c.Floor == 0 || c.probing {
+	switch {
+	case c.probing || (c.Floor == 0 && c.Shrink == 0):
 		// this window ran at the most protective share: its P99 is the floor
 		c.Floor, c.LastP99, c.Miss = p99, p99, false
 		c.Shrink, c.probing, c.sinceProbe = min(c.resume, maxShrink), false, 0
+		return
+	case c.Floor == 0:
+		// completions at last, after idle windows gave groups away: measure the floor first
+		c.probing, c.resume, c.Shrink = true, c.Shrink, 0
 		return
 	}
 	c.Step(time.Duration(factor*float64(c.Floor)), p99, samples, maxShrink)
@@ -185,16 +191,19 @@ func (c *SLOControl) StepAuto(factor float64, p99 time.Duration, samples uint64,
 }
 
 // Step moves the controller by one window: multiplicative decrease of the share given back when the SLO is missed
-// (a Poisson burst must be absorbed within a window or two), additive increase only after two comfortable windows
-// in a row, a dead band between. maxShrink is the expansion the tenant can give back (its neighbours' complement).
-// A window with too few completions changes nothing: a lightly loaded tenant's P99 is not known.
+// (a Poisson burst must be absorbed within a window or two), additive increase while comfortably inside it (two
+// groups a window below half of it), a dead band between. maxShrink is what the tenant can give back. A whole
+// window with too few completions gives one group: an idle latency-critical tenant has nothing to protect.
 func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int) {
 	if slo <= 0 || maxShrink <= 0 {
 		*c = SLOControl{}
 		return
 	}
 	if samples < MinLatencySamples {
-		c.Shrink = min(c.Shrink, maxShrink)
+		// a whole window with too few completions: nothing to protect, so the share moves one group towards
+		// the neighbours (a latency-critical tenant that stays idle ends on its guarantee)
+		c.Shrink = min(c.Shrink+1, maxShrink)
+		c.Miss = false
 		return
 	}
 	c.LastP99 = p99
@@ -205,26 +214,22 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 	}
 	switch {
 	case r > 1:
-		c.good = 0
 		if c.Shrink == 0 {
 			c.missed0++
 			c.Infeasible = c.missed0 >= infeasibleAfter
 		}
 		c.Shrink /= 2
 	case r > sloTight:
-		c.good, c.missed0, c.Infeasible = 0, 0, false
+		c.missed0, c.Infeasible = 0, false
 		c.Shrink = max(c.Shrink-1, 0)
 	case r < sloSlack:
 		c.missed0, c.Infeasible = 0, false
 		c.Shrink += 2
 	case r < sloLoose:
 		c.missed0, c.Infeasible = 0, false
-		if c.good++; c.good >= 2 {
-			c.good = 0
-			c.Shrink++
-		}
+		c.Shrink++
 	default:
-		c.good, c.missed0, c.Infeasible = 0, 0, false
+		c.missed0, c.Infeasible = 0, false
 	}
 	c.Shrink = min(max(c.Shrink, 0), maxShrink)
 }
