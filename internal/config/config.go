@@ -119,7 +119,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 // DefaultSLOAuto is scheduler.slo_auto's default (BENCHMARKS.md, issue 26, measured it against fixed floors).
-const DefaultSLOAuto = 1.5
+const DefaultSLOAuto = 1.25
 
 // Policies are the values of scheduler.policy, sched/policy's kinds (sched/daemon's TestPolicyOptions checks that
 // they are the same).

@@ -120,7 +120,7 @@ func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, o policy.Op
 			st.slo.stepped = true
 		}
 	}
-	t.Shrink, t.SLOMiss, t.Sized = st.slo.ctl.Shrink, st.slo.ctl.Miss, true
+	t.Shrink, t.SLOMiss, t.Sized = st.slo.ctl.Shrink, st.slo.ctl.Miss, !st.slo.ctl.Probing()
 }
 
 // setGate publishes a tenant's dispatch gate when it changed. It is written before the grant of the same

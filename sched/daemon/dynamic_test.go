@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/view"
@@ -85,7 +86,7 @@ func untilGrant(t *testing.T, tb *table.Table, slot int, within time.Duration, w
 // requests: it never drops below its floor and is never gated.
 func TestSLOSizingFromObservedLatency(t *testing.T) {
 	dir, tb, lc, be := sloPair(t)
-	s := startSched(t, dir, testConfig(), nil)
+	s := startSched(t, dir, steadyDemand(testConfig()), nil)
 	pl, pb := play(t, tb, lc), play(t, tb, be)
 	pb.busy(true)
 	pl.busy(true)
@@ -114,6 +115,13 @@ func TestSLOSizingFromObservedLatency(t *testing.T) {
 	}
 }
 
+// steadyDemand keeps a tenant that set its busy flag busy for the whole test (without launches the scheduler
+// stops believing a busy flag after tenants.demand_window).
+func steadyDemand(c config.Config) config.Config {
+	c.Tenants.DemandWindow = config.Duration{Duration: time.Minute}
+	return c
+}
+
 // lcView is the status view of the tenant "lc".
 func lcView(t *testing.T, tb *table.Table) view.Tenant {
 	t.Helper()
@@ -140,7 +148,7 @@ func TestAutoTargetSizesThePartition(t *testing.T) {
 			t.Fatal(err)
 		}
 		be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
-		c := testConfig()
+		c := steadyDemand(testConfig())
 		c.Scheduler.SLOAuto = auto
 		startSched(t, dir, c, nil)
 		pl, pb := play(t, tb, lc), play(t, tb, be)

@@ -169,21 +169,23 @@ func TestSLOSizing(t *testing.T) {
 		t.Fatalf("shrink 6: LC %d BE %d groups, want 8 and 7", lc, be)
 	}
 	before := c.Shrink
-	c.Step(slo, 3200*time.Microsecond, 100, 10) // 64%: one more group
+	c.Step(slo, 3500*time.Microsecond, 100, 10) // 70%: one more group
 	if c.Shrink != before+1 {
-		t.Fatalf("a window at 64%% of the SLO must give one group: %d -> %d", before, c.Shrink)
+		t.Fatalf("a window at 70%% of the SLO must give one group: %d -> %d", before, c.Shrink)
 	}
-	c.Step(slo, 4*time.Millisecond, 100, 10) // 80%: dead band
-	if c.Shrink != before+1 {
-		t.Fatalf("between 75%% and 90%% of the SLO the share must hold: %d -> %d", before+1, c.Shrink)
+	c.Step(slo, 4600*time.Microsecond, 100, 10) // 92%: dead band
+	if c.Shrink != before+1 || c.Miss {
+		t.Fatalf("between 85%% and 100%% of the SLO the share must hold: %d -> %d (miss %v)", before+1, c.Shrink, c.Miss)
 	}
-	c.Step(slo, 4700*time.Microsecond, 100, 10)
-	if c.Shrink != before {
-		t.Fatalf("above 90%% of the SLO one group must come back: %d -> %d", before+1, c.Shrink)
-	}
+	c.Shrink = 8
 	c.Step(slo, 8*time.Millisecond, 100, 10)
-	if c.Shrink != before/2 || !c.Miss {
-		t.Fatalf("above the SLO: shrink %d miss %v, want %d true", c.Shrink, c.Miss, before/2)
+	if c.Shrink != 6 || !c.Miss {
+		t.Fatalf("above the SLO: shrink %d miss %v, want 6 (a quarter back) and true", c.Shrink, c.Miss)
+	}
+	c.Shrink = 2
+	c.Step(slo, 8*time.Millisecond, 100, 10)
+	if c.Shrink != 1 {
+		t.Fatalf("above the SLO at shrink 2: %d, want 1 (at least one group back)", c.Shrink)
 	}
 	ts[0].Shrink, ts[0].SLOMiss = 0, true
 	d = Decide(gs, ts, o)
@@ -256,10 +258,12 @@ func TestSLOControllerConvergesInTheModel(t *testing.T) {
 		}
 	}
 	mean := float64(sum) / float64(n)
-	if misses > n/20 {
+	// The controller holds a window's P99 between 85% and 100% of the SLO, so with +-7% noise some windows miss;
+	// a sustained miss (or oscillation) shows as many more.
+	if misses > n/8 {
 		t.Fatalf("%d of %d windows missed the SLO after convergence: the controller is not stable", misses, n)
 	}
-	if mean < 4 || mean > 6.5 {
+	if mean < 4.5 || mean > 6.5 {
 		t.Fatalf("mean share given back %.2f groups, want within two of the best feasible 6", mean)
 	}
 }

@@ -116,13 +116,14 @@ func WindowP99(coarse [LatencyBuckets]uint64, fine [FineBuckets]uint64) (time.Du
 	return p, n
 }
 
-// The SLO controller's thresholds, as fractions of the SLO: above 1 a window missed; above Tight it was too close
-// (give a group back to the latency-critical tenant); below Loose the lower tiers may have one more group, below
-// Slack two. Between Tight and Loose nothing moves (hysteresis).
+// The SLO controller's thresholds, as fractions of the SLO. A window's P99 is taken over a few dozen to a few
+// hundred completions (close to their maximum) and from the upper edge of its histogram bucket (up to 1/8 over),
+// so a window at the SLO already means a run well inside it: above 1 the window missed and a quarter of what was
+// given back returns (at least one group); between Hold and 1 nothing moves; below Hold one more group goes to
+// the neighbours, below Slack two.
 const (
-	sloTight = 0.90
-	sloLoose = 0.75
-	sloSlack = 0.50
+	sloHold  = 0.85
+	sloSlack = 0.65
 	// infeasibleAfter: windows missed in a row at the most protective share before the SLO is reported as not
 	// attainable on this GPU beside these neighbours.
 	infeasibleAfter = 3
@@ -157,6 +158,11 @@ type SLOControl struct {
 // the target follows a change of load or neighbours.
 const AutoReprobe = 40
 
+// Probing tells whether the current window measures the floor of the automatic target: the tenant then runs at the
+// most protective share there is, expanding over its neighbours while they are throttled and gated (not as a
+// partition, whose neighbours' queued kernels would inflate the floor).
+func (c *SLOControl) Probing() bool { return c.probing }
+
 // StepAuto is Step for a latency-critical tenant without an SLO of its own: its target is factor x its floor, the
 // P99 it gets at the most protective share, measured in the first window with enough completions and again every
 // AutoReprobe windows. So without being told a number, a latency-critical tenant stays within factor of the best
@@ -190,9 +196,8 @@ func (c *SLOControl) StepAuto(factor float64, p99 time.Duration, samples uint64,
 	}
 }
 
-// Step moves the controller by one window: multiplicative decrease of the share given back when the SLO is missed
-// (a Poisson burst must be absorbed within a window or two), additive increase while comfortably inside it (two
-// groups a window below half of it), a dead band between. maxShrink is what the tenant can give back. A whole
+// Step moves the controller by one window: multiplicative decrease of the share given back when the SLO is missed,
+// additive increase while comfortably inside it, a dead band between (sloHold, sloSlack). maxShrink is what the tenant can give back. A whole
 // window with too few completions gives one group: an idle latency-critical tenant has nothing to protect.
 func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int) {
 	if slo <= 0 || maxShrink <= 0 {
@@ -218,14 +223,11 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 			c.missed0++
 			c.Infeasible = c.missed0 >= infeasibleAfter
 		}
-		c.Shrink /= 2
-	case r > sloTight:
-		c.missed0, c.Infeasible = 0, false
-		c.Shrink = max(c.Shrink-1, 0)
+		c.Shrink -= max(1, c.Shrink/4)
 	case r < sloSlack:
 		c.missed0, c.Infeasible = 0, false
 		c.Shrink += 2
-	case r < sloLoose:
+	case r < sloHold:
 		c.missed0, c.Infeasible = 0, false
 		c.Shrink++
 	default:
