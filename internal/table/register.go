@@ -352,13 +352,8 @@ func (t *Table) Lookup(id string) (Registration, bool) {
 
 func (t *Table) createClientPage(reg Registration) error {
 	b := make([]byte, ClientPageSize)
+	copy(b, clientPageHeader(reg))
 	cp := (*ClientPage)(unsafe.Pointer(&b[0]))
-	cp.Magic = ClientMagic
-	cp.ABIVersion = ABIVersion
-	cp.Slot = uint32(reg.Slot)
-	cp.SlotGen = reg.Gen
-	cp.MaxProcs = MaxProcs
-	putCString(cp.ID[:], reg.ID)
 	now := MonotonicNs()
 	for i := range cp.Procs {
 		cp.Procs[i].HeartbeatNs = now // see ReapDeadProcesses: a stuck claim is judged by heartbeat age

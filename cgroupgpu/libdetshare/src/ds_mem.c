@@ -194,7 +194,16 @@ void ds_uncharge(uint64_t size) {
 #define PASS_THROUGH()                                                                                               \
     (!ds_process.tenant || ds_depth || atomic_load_explicit(&ds_process.exiting, memory_order_relaxed))
 
+/* A process of a tenant whose files do not hold up (ds_tenant.c, fail-closed) never initialises the driver: every
+ * later driver call answers CUDA_ERROR_NOT_INITIALIZED, so it runs no CUDA work outside its quota and grant. The
+ * interposed dlsym and cuGetProcAddress hand out this wrapper for cuInit in such a process too (ds_dlsym.c). */
 DS_EXPORT CUresult cuInit(unsigned int Flags) {
+    if (DS_UNLIKELY(ds_process.refused)) {
+        static atomic_int told;
+        if (!atomic_exchange(&told, 1))
+            ds_log(DS_LOG_ERROR, "cuInit refused (CUDA_ERROR_NOT_PERMITTED): %s", ds_process.refused_why);
+        return CUDA_ERROR_NOT_PERMITTED;
+    }
     REAL_OR_FAIL(cuInit);
     if (PASS_THROUGH())
         return real(Flags);
