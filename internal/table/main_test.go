@@ -3,8 +3,8 @@ package table
 import (
 	"fmt"
 	"os"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 )
