@@ -1,6 +1,8 @@
 package libdetshare_test
 
 import (
+	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,5 +191,69 @@ func TestProgramSIGBUSHandlerStillRuns(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 || !strings.Contains(string(out), "app-sigbus") {
 		t.Fatalf("the program's SIGBUS handler did not run (err %v):\n%s", err, out)
+	}
+}
+
+// TestSameUserCannotReopenDroppedTenantsPage is issue 27's "a same-uid local user writes a privilege-dropped host
+// tenant's page through /proc/<pid>/fd/3": a tenant process runs as nobody on the page descriptor a root process kept
+// for it, and another process of nobody tries to reopen that descriptor read-write through /proc. Before the fix it
+// could (and wrote "1 TiB used" so the victim could not allocate); now the victim is not dumpable, so /proc/<pid>/fd
+// is root's.
+func TestSameUserCannotReopenDroppedTenantsPage(t *testing.T) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) is needed: %v", err)
+	}
+	e := newEnv(t, true).withTenant(1<<30, "")
+	for d := filepath.Dir(e.runDir); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asNobody := []string{"--reuid=65534", "--regid=65534", "--clear-groups", "--"}
+	cmd := exec.Command(setpriv, append(asNobody, need(t, "tests/ds_probe_rt"), "init", "alloc:1048576", "pause",
+		"alloc:1048576")...)
+	cmd.Env = e.vars
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	victim := &stepper{t: t, cmd: cmd, in: in, sc: bufio.NewScanner(out)}
+	if r := victim.until(); r.get(t, "alloc:1048576", "rc") != "0" {
+		t.Fatalf("victim as nobody did not run under DetShare: %v", r.lines)
+	}
+	// Which descriptor of the victim is its page (root can look).
+	fdDir := fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid)
+	ents, err := os.ReadDir(fdDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageFD := ""
+	for _, en := range ents {
+		if l, err := os.Readlink(filepath.Join(fdDir, en.Name())); err == nil && l == e.reg.ClientPagePath {
+			pageFD = en.Name()
+		}
+	}
+	if pageFD == "" {
+		t.Fatalf("the victim holds no descriptor of its page %s", e.reg.ClientPagePath)
+	}
+	attack := exec.Command(setpriv, append(asNobody, "sh", "-c",
+		fmt.Sprintf("exec 4<>%s/%s && echo REOPENED", fdDir, pageFD))...)
+	got, _ := attack.CombinedOutput()
+	if strings.Contains(string(got), "REOPENED") {
+		t.Fatalf("another process of the same user reopened the victim's page read-write through %s/%s", fdDir, pageFD)
+	}
+	victim.resume()
+	if r := victim.finish(); r.get(t, "alloc:1048576", "rc") != "0" {
+		t.Errorf("victim after the attempt: %v", r.lines)
 	}
 }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -227,6 +228,17 @@ static int map_inherited_page(const char *path, struct ds_client_page **out) {
     return 0;
 }
 
+/* The descriptor this process inherited is the only way its user reaches the page (clients/ is root's), and any
+ * other process of the same user could reopen it read-write through /proc/<pid>/fd/<n> and write the tenant's page
+ * (issue 27). A process that is not dumpable keeps /proc/<pid>/fd, /proc/<pid>/mem and ptrace to root. The price,
+ * for these privilege-dropped processes only: no core dumps and no debugger attach by the same user (root still can).
+ * The kernel makes every exec'd program dumpable again until its own constructor runs (docs/threat-model.md). */
+static void protect_inherited_page(void) {
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        DS_LOG(DS_LOG_WARN, "PR_SET_DUMPABLE 0: %s; another process of this user could reopen the client page",
+               strerror(errno));
+}
+
 /* Root only: keep the page open across exec for a program that drops privileges first (see above). */
 static void keep_page_for_exec(const char *path) {
     if (geteuid() != 0 || inherited_page_fd(path) >= 0)
@@ -309,6 +321,7 @@ void ds_tenant_load(void) {
     if (rc == -EACCES && map_inherited_page(q.client_page, &pg) == 0) {
         rc = 0;
         DS_LOG(DS_LOG_INFO, "client page %s mapped from the descriptor kept before a privilege drop", q.client_page);
+        protect_inherited_page();
     }
     if (rc != 0) {
         refuse(q.id, "client page %s: %s", q.client_page,
