@@ -13,13 +13,16 @@
  * tenant's device memory.
  *
  * The tenant-wide total lives in the client page, which every process of the tenant can write: it is the shared
- * number the processes cooperate on, not a defence. Each process also keeps its own tally in private memory, so a
- * tenant that zeroes its page cannot take more than the quota through the library in any one process; the backstop
- * against processes that bypass the library is the MPS server-side limit (docs/threat-model-quota.md).
+ * number the processes cooperate on (and what `detshare status` shows), not a defence. Each process also keeps its
+ * own tally in private memory, and covers it in the tenant's memory ledger (ds_ledger.c: locks the kernel keeps on
+ * the page), so a tenant that zeroes its page cannot take more than the quota through the library, in one process or
+ * in all of them together (issue 27); the backstop against processes that bypass the library is the MPS server-side
+ * limit (docs/threat-model-quota.md).
  */
 #include "ds_mem.h"
 
 #include "ds_driver.h"
+#include "ds_ledger.h"
 #include "ds_process.h"
 #include "ds_streams.h"
 
@@ -151,6 +154,15 @@ bool ds_charge(uint64_t size) {
                (unsigned long long)size, (unsigned long long)atomic_load(&g_private_used), (unsigned long long)limit);
         return false;
     }
+    if (!ds_ledger_cover(atomic_load_explicit(&g_private_used, memory_order_acquire), limit)) {
+        /* the tenant's processes together hold the quota, whatever its page says */
+        private_uncharge(size);
+        (void)ds_ledger_cover(atomic_load_explicit(&g_private_used, memory_order_acquire), limit);
+        __atomic_fetch_add(&pg->oom_refusals, 1, __ATOMIC_RELAXED);
+        DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: the tenant's processes hold its %llu bytes (ledger)",
+               (unsigned long long)size, (unsigned long long)limit);
+        return false;
+    }
     if (DS_LIKELY(ds_attach() != NULL)) {
         rc = ds_mem_charge(pg, atomic_load_explicit(&ds_process.self_idx, memory_order_relaxed), size, limit);
     } else {
@@ -167,6 +179,7 @@ bool ds_charge(uint64_t size) {
     }
     if (rc != 0) {
         private_uncharge(size);
+        (void)ds_ledger_cover(atomic_load_explicit(&g_private_used, memory_order_acquire), limit);
         DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: tenant uses %llu of %llu", (unsigned long long)size,
                (unsigned long long)__atomic_load_n(&pg->mem_used, __ATOMIC_RELAXED), (unsigned long long)limit);
         return false;
@@ -178,6 +191,7 @@ void ds_uncharge(uint64_t size) {
     if (!size)
         return;
     private_uncharge(size);
+    (void)ds_ledger_cover(atomic_load_explicit(&g_private_used, memory_order_acquire), ds_mem_limit());
     int i = atomic_load_explicit(&ds_process.self_idx, memory_order_relaxed);
     if (i >= 0)
         ds_mem_uncharge(ds_process.tenant->page, i, size);

@@ -51,6 +51,8 @@ struct ds_tenant {
     char mps_pipe_dir[256];
     char table_path[256];
     char doorbell_path[256];
+    char ledger_path[256];                /* the page as this process opens it for the memory ledger (ds_ledger.c):
+                                           * its path, or /proc/self/fd/<n> for a descriptor kept across a drop */
 };
 
 /* Settings, read once from the environment (ds_settings_init: the constructor, or an earlier first driver use);

@@ -317,9 +317,11 @@ void ds_tenant_load(void) {
         goto fail_table;
     }
     struct ds_client_page *pg = NULL;
+    bool inherited = false;
     rc = ds_client_map(q.client_page, &pg);
     if (rc == -EACCES && map_inherited_page(q.client_page, &pg) == 0) {
         rc = 0;
+        inherited = true;
         DS_LOG(DS_LOG_INFO, "client page %s mapped from the descriptor kept before a privilege drop", q.client_page);
         protect_inherited_page();
     }
@@ -358,6 +360,11 @@ void ds_tenant_load(void) {
     memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
     memcpy(t->table_path, q.table, sizeof t->table_path);
     memcpy(t->doorbell_path, q.doorbell, sizeof t->doorbell_path);
+    int kept = inherited ? inherited_page_fd(q.client_page) : -1;
+    if (kept >= 0)
+        snprintf(t->ledger_path, sizeof t->ledger_path, "/proc/self/fd/%d", kept);
+    else
+        memcpy(t->ledger_path, q.client_page, sizeof t->ledger_path);
     if (t->mps_pipe_dir[0]) {
         /* The driver finds the MPS server through CUDA_MPS_PIPE_DIRECTORY. Processes `exec`'d into a container
          * never see env edits made at create time, so the library exports the tenant's pipe directory itself
