@@ -366,3 +366,18 @@ func TestZeroedClientPageDoesNotRaiseTheQuotaAcrossProcesses(t *testing.T) {
 		})
 	}
 }
+
+// TestForgedFullPageDoesNotStopAllocations is the other half of issue 27's "1 TiB used": a page whose mem_used says
+// 1 TiB (written by the tenant itself, or by a same-user process through /proc) no longer stops the tenant's
+// processes from allocating within their quota: the ledger decides, the page only shows.
+func TestForgedFullPageDoesNotStopAllocations(t *testing.T) {
+	e := newEnv(t, true).withTenant(64*MiB, "")
+	atomic.StoreUint64(&e.client.Page().MemUsed, 1<<40)
+	r := e.run("ds_probe_rt", "init", "alloc:67108864", "alloc:1048576")
+	if rc := r.get(t, "alloc:67108864", "rc"); rc != "0" {
+		t.Errorf("the whole quota with the page saying 1 TiB used: rc %s, want 0\n%s", rc, strings.Join(r.lines, "\n"))
+	}
+	if rc := r.get(t, "alloc:1048576", "rc"); rc != "2" {
+		t.Errorf("past the quota: rc %s, want 2", rc)
+	}
+}

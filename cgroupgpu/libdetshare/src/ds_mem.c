@@ -118,7 +118,7 @@ void ds_track_reset_child(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Charging (same algorithm as internal/table Client.ChargeMemory, which the Go tests use as the reference).
+ * Charging: this process's private tally and the tenant's ledger (ds_ledger.c) decide; the page total only shows.
  * ------------------------------------------------------------------------------------------------------------- */
 uint64_t ds_mem_limit(void) {
     return atomic_load_explicit(A64(&ds_process.tenant->ctr->mem_limit), memory_order_relaxed);
@@ -146,9 +146,8 @@ static void private_uncharge(uint64_t size) {
 bool ds_charge(uint64_t size) {
     struct ds_client_page *pg = ds_process.tenant->page;
     uint64_t limit = ds_mem_limit();
-    int rc;
     if (!private_charge(size, limit)) {
-        /* the shared total said it fits (or was rewritten by the tenant): this process alone would exceed it */
+        /* this process alone would exceed the quota */
         __atomic_fetch_add(&pg->oom_refusals, 1, __ATOMIC_RELAXED);
         DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: this process alone holds %llu of %llu",
                (unsigned long long)size, (unsigned long long)atomic_load(&g_private_used), (unsigned long long)limit);
@@ -163,27 +162,12 @@ bool ds_charge(uint64_t size) {
                (unsigned long long)size, (unsigned long long)limit);
         return false;
     }
-    if (DS_LIKELY(ds_attach() != NULL)) {
-        rc = ds_mem_charge(pg, atomic_load_explicit(&ds_process.self_idx, memory_order_relaxed), size, limit);
-    } else {
-        /* no process entry free: charge the tenant total only (a crash of this process is then not credited) */
-        uint64_t old = __atomic_load_n(&pg->mem_used, __ATOMIC_RELAXED);
-        rc = 0;
-        do {
-            if (limit && (old + size > limit || old + size < old)) {
-                __atomic_fetch_add(&pg->oom_refusals, 1, __ATOMIC_RELAXED);
-                rc = -ENOMEM;
-                break;
-            }
-        } while (!__atomic_compare_exchange_n(&pg->mem_used, &old, old + size, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
-    }
-    if (rc != 0) {
-        private_uncharge(size);
-        (void)ds_ledger_cover(atomic_load_explicit(&g_private_used, memory_order_acquire), limit);
-        DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: tenant uses %llu of %llu", (unsigned long long)size,
-               (unsigned long long)__atomic_load_n(&pg->mem_used, __ATOMIC_RELAXED), (unsigned long long)limit);
-        return false;
-    }
+    /* The page's total is what the tenant's processes show (detshare status, cuMemGetInfo), never what decides: the
+     * tenant can write it (issue 27: "1 TiB used" written into a victim's page stopped it allocating). */
+    if (DS_LIKELY(ds_attach() != NULL))
+        (void)ds_mem_charge(pg, atomic_load_explicit(&ds_process.self_idx, memory_order_relaxed), size, 0);
+    else /* no process entry free: the tenant total only (a crash of this process is then not credited) */
+        __atomic_fetch_add(&pg->mem_used, size, __ATOMIC_RELAXED);
     return true;
 }
 
