@@ -42,11 +42,12 @@ const soakMiB = 1 << 20
 var soakLast string
 
 // soakProbeEnv is the environment of a libdetshare probe of tenant reg on the simulated GPU (a test double).
-func soakProbeEnv(t *testing.T, tb *table.Table, reg table.Registration, state string) []string {
+func soakProbeEnv(t *testing.T, tb *table.Table, reg table.Registration, state, mpsPipe string) []string {
 	t.Helper()
 	qf := filepath.Join(filepath.Dir(filepath.Dir(tb.Paths().Table())), reg.ID+".quota")
 	f := quota.File{Version: quota.QuotaFileVersion, ID: reg.ID, Slot: reg.Slot, SlotGen: reg.Gen, GPU: 0,
-		FilePaths: quota.FilePaths{Table: tb.Paths().Table(), ClientPage: reg.ClientPagePath, Doorbell: tb.Paths().Doorbell()}}
+		FilePaths: quota.FilePaths{Table: tb.Paths().Table(), ClientPage: reg.ClientPagePath, Doorbell: tb.Paths().Doorbell(),
+			MPSPipeDir: mpsPipe}}
 	if err := os.WriteFile(qf, quota.Render(f), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +132,8 @@ func TestSoakTenantWritesWhileTenantsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(t.TempDir(), "simgpu-state")
-	memEnv := soakProbeEnv(t, tb, memReg, state)
-	hostileEnv := soakProbeEnv(t, tb, hostile, state)
+	memEnv := soakProbeEnv(t, tb, memReg, state, "")
+	hostileEnv := soakProbeEnv(t, tb, hostile, state, "")
 
 	sched := spawn(t, "sched", table.RunDirEnv+"="+dir, "DETSHARE_SIMGPU=1", "TEST_MPS=1")
 	waitLeader(t, tb, sched.Process.Pid)
