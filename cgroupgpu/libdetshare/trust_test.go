@@ -1,7 +1,6 @@
 package libdetshare_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -107,24 +106,14 @@ func TestOrphanDoesNotRunOnTheNewcomersGrant(t *testing.T) {
 // (setpriv, as a container entrypoint would) must keep DetShare. The client page is writable by root only, so
 // before the fix the program ran unshared, without its memory limit.
 func TestPrivilegeDropKeepsDetShare(t *testing.T) {
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Fatalf("setpriv (util-linux) is needed: %v", err)
-	}
 	e := newEnv(t, true).withTenant(1<<30, "")
-	// As in a container, the run directory's files are reachable by every user (the test's temporary directories
-	// are 0700); the simulated GPU's state file must be writable by nobody.
-	for d := filepath.Dir(e.runDir); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setpriv, nobody := asNobody(t, e)
 	// nobody cannot open the page by its path (clients/ is root's): what a root process kept open must carry it.
 	if st, err := os.Stat(filepath.Dir(e.reg.ClientPagePath)); err != nil || st.Mode().Perm() != table.ClientsDirMode {
 		t.Fatalf("clients directory mode %v (%v), want %v", st.Mode(), err, table.ClientsDirMode)
 	}
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-		need(t, "tests/ds_probe_rt"), "init", "alloc:536870912", "alloc:1073741824")
+	cmd := exec.Command(setpriv, append(nobody, need(t, "tests/ds_probe_rt"), "init", "alloc:536870912",
+		"alloc:1073741824")...)
 	cmd.Env = e.vars
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -200,34 +189,11 @@ func TestProgramSIGBUSHandlerStillRuns(t *testing.T) {
 // could (and wrote "1 TiB used" so the victim could not allocate); now the victim is not dumpable, so /proc/<pid>/fd
 // is root's.
 func TestSameUserCannotReopenDroppedTenantsPage(t *testing.T) {
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Fatalf("setpriv (util-linux) is needed: %v", err)
-	}
 	e := newEnv(t, true).withTenant(1<<30, "")
-	for d := filepath.Dir(e.runDir); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-	}
-	asNobody := []string{"--reuid=65534", "--regid=65534", "--clear-groups", "--"}
-	cmd := exec.Command(setpriv, append(asNobody, need(t, "tests/ds_probe_rt"), "init", "alloc:1048576", "pause",
-		"alloc:1048576")...)
-	cmd.Env = e.vars
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	victim := &stepper{t: t, cmd: cmd, in: in, sc: bufio.NewScanner(out)}
+	setpriv, nobody := asNobody(t, e)
+	victim := e.startCmd(exec.Command(setpriv, append(nobody, need(t, "tests/ds_probe_rt"), "init", "alloc:1048576",
+		"pause", "alloc:1048576")...))
+	cmd := victim.cmd
 	if r := victim.until(); r.get(t, "alloc:1048576", "rc") != "0" {
 		t.Fatalf("victim as nobody did not run under DetShare: %v", r.lines)
 	}
@@ -246,7 +212,7 @@ func TestSameUserCannotReopenDroppedTenantsPage(t *testing.T) {
 	if pageFD == "" {
 		t.Fatalf("the victim holds no descriptor of its page %s", e.reg.ClientPagePath)
 	}
-	attack := exec.Command(setpriv, append(asNobody, "sh", "-c",
+	attack := exec.Command(setpriv, append(nobody, "sh", "-c",
 		fmt.Sprintf("exec 4<>%s/%s && echo REOPENED", fdDir, pageFD))...)
 	got, _ := attack.CombinedOutput()
 	if strings.Contains(string(got), "REOPENED") {
@@ -256,4 +222,21 @@ func TestSameUserCannotReopenDroppedTenantsPage(t *testing.T) {
 	if r := victim.finish(); r.get(t, "alloc:1048576", "rc") != "0" {
 		t.Errorf("victim after the attempt: %v", r.lines)
 	}
+}
+
+// asNobody returns setpriv and the arguments that run a command as nobody, after making the test's run directory
+// reachable by every user as it is in a container (the test's temporary directories are 0700; the simulated GPU's
+// state file must be writable by nobody).
+func asNobody(t *testing.T, e *env) (string, []string) {
+	t.Helper()
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) is needed: %v", err)
+	}
+	for d := filepath.Dir(e.runDir); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return setpriv, []string{"--reuid=65534", "--regid=65534", "--clear-groups", "--"}
 }

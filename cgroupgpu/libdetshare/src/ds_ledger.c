@@ -57,14 +57,19 @@ static int ledger_fd(void) {
     return fd;
 }
 
+/* fcntl(cmd) on units [start, start+len); *fl is what the kernel answered (F_OFD_GETLK: a conflicting lock). */
+static int lock_units_fl(int fd, short type, uint64_t start, uint64_t len, int cmd, struct flock *fl) {
+    memset(fl, 0, sizeof *fl);
+    fl->l_type = type;
+    fl->l_whence = SEEK_SET;
+    fl->l_start = (off_t)(DS_LEDGER_BASE + start);
+    fl->l_len = (off_t)len;
+    return fcntl(fd, cmd, fl);
+}
+
 static int lock_units(int fd, short type, uint64_t start, uint64_t len, int cmd) {
     struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = type;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = (off_t)(DS_LEDGER_BASE + start);
-    fl.l_len = (off_t)len;
-    return fcntl(fd, cmd, &fl);
+    return lock_units_fl(fd, type, start, len, cmd, &fl);
 }
 
 /* Adds [start, start+len) to the runs (merged with a neighbour when adjacent). false when the table is full. */
@@ -125,12 +130,7 @@ static bool acquire(int fd, uint64_t n, uint64_t total) {
         uint64_t end = ri < g_nruns && g_runs[ri].start < total ? g_runs[ri].start : total;
         uint64_t len = end - u < n ? end - u : n;
         struct flock fl;
-        memset(&fl, 0, sizeof fl);
-        fl.l_type = F_WRLCK;
-        fl.l_whence = SEEK_SET;
-        fl.l_start = (off_t)(DS_LEDGER_BASE + u);
-        fl.l_len = (off_t)len;
-        if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        if (lock_units_fl(fd, F_WRLCK, u, len, F_OFD_GETLK, &fl) != 0)
             break;
         if (fl.l_type != F_UNLCK) { /* another process holds units from fl.l_start on: take what lies before */
             uint64_t cs = (uint64_t)fl.l_start - DS_LEDGER_BASE;
