@@ -381,3 +381,26 @@ func TestForgedFullPageDoesNotStopAllocations(t *testing.T) {
 		t.Errorf("past the quota: rc %s, want 2", rc)
 	}
 }
+
+// TestLedgerAfterInProcessPrivilegeDrop: a root process of a host tenant that drops to nobody in-process (a server
+// after its start-up) can no longer open its page by path (clients/ is root's); the memory ledger was opened in the
+// constructor, and a child it forks afterwards opens its own through /proc/self/fd. Both still allocate within the
+// quota and are refused past it.
+func TestLedgerAfterInProcessPrivilegeDrop(t *testing.T) {
+	e := newEnv(t, true).withTenant(64*MiB, "")
+	asNobody(t, e) // the run directory reachable as in a container; the process itself starts as root
+	r := e.run("ds_probe_rt", "init", "setuid:65534", "alloc:33554432", "fork:16777216", "alloc:67108864")
+	out := strings.Join(r.lines, "\n")
+	if r.get(t, "setuid:65534", "rc") != "0" {
+		t.Fatalf("setuid: %s", out)
+	}
+	if rc := r.get(t, "alloc:33554432", "rc"); rc != "0" {
+		t.Errorf("32 MiB after the in-process drop: rc %s, want 0\n%s", rc, out)
+	}
+	if rc := r.get(t, "child", "rc"); rc != "0" {
+		t.Errorf("a child forked after the drop, 16 MiB: rc %s, want 0\n%s", rc, out)
+	}
+	if rc := r.get(t, "alloc:67108864", "rc"); rc != "2" {
+		t.Errorf("64 MiB more: rc %s, want 2\n%s", rc, out)
+	}
+}

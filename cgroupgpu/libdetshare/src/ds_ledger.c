@@ -45,6 +45,7 @@ static uint64_t g_units; /* units this process holds: the sum of g_runs */
 static int ledger_fd(void) {
     if (g_fd >= 0)
         return g_fd;
+    /* Opened in the constructor (ds_ledger_open); here only when that failed, or in a child whose reopen failed. */
     const char *path = ds_process.tenant->ledger_path;
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0 && errno == ELOOP) /* /proc/self/fd/<n> is a link by design */
@@ -179,13 +180,35 @@ bool ds_ledger_cover(uint64_t held, uint64_t limit) {
     return ok;
 }
 
+/* The constructor opens the ledger while the process still has the rights it started with: a process that drops
+ * privileges in-process later (setuid) could no longer open a host tenant's page by its path (clients/ is root's). */
+void ds_ledger_open(uint64_t limit) {
+    if (!limit)
+        return;
+    pthread_mutex_lock(&g_lock);
+    (void)ledger_fd();
+    pthread_mutex_unlock(&g_lock);
+}
+
 void ds_ledger_fork_lock(void) { pthread_mutex_lock(&g_lock); }
 void ds_ledger_fork_unlock(void) { pthread_mutex_unlock(&g_lock); }
 void ds_ledger_child(void) {
-    /* The descriptor is the parent's description: closing our copy leaves the parent's locks alone. */
-    if (g_fd >= 0)
+    /* The descriptor is the parent's description: the child opens its own through /proc/self/fd (no path lookup, so
+     * it works after a privilege drop too) and closes its copy, which leaves the parent's locks alone. */
+    if (g_fd >= 0) {
+        char p[32] = "/proc/self/fd/";
+        char d[12];
+        int n = 0;
+        for (unsigned v = (unsigned)g_fd; n == 0 || v; v /= 10)
+            d[n++] = (char)('0' + v % 10);
+        size_t k = strlen(p);
+        while (n)
+            p[k++] = d[--n];
+        p[k] = 0;
+        int fd = open(p, O_RDWR | O_CLOEXEC);
         close(g_fd);
-    g_fd = -1;
+        g_fd = fd; /* -1: opened by path at the first charge */
+    }
     g_nruns = 0;
     g_units = 0;
     pthread_mutex_unlock(&g_lock);

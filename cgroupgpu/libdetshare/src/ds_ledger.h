@@ -13,6 +13,7 @@
  * against the tenant's `limit` (0: unlimited, nothing is kept). Growing may fail: false, and nothing changed.
  * Shrinking always succeeds. */
 bool ds_ledger_cover(uint64_t held, uint64_t limit);
+void ds_ledger_open(uint64_t limit); /* the constructor, once the tenant is published (ds_tenant.c) */
 void ds_ledger_fork_lock(void); /* fork handler (ds_init.c, "Lock order") */
 void ds_ledger_fork_unlock(void);
 void ds_ledger_child(void); /* in the child: it holds nothing of the parent's share */

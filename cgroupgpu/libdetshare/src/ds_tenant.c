@@ -14,6 +14,7 @@
 #include "ds_tenant.h"
 
 #include "ds_guard.h"
+#include "ds_ledger.h"
 #include "ds_process.h"
 
 #include <errno.h>
@@ -379,6 +380,7 @@ void ds_tenant_load(void) {
     set_mps_priority(__atomic_load_n(&c->tier, __ATOMIC_RELAXED));
     keep_page_for_exec(q.client_page);
     ds_process.tenant = t;
+    ds_ledger_open(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED));
     ds_guard_snapshot();
     ds_guard_region(DS_REGION_TABLE, h, DS_TABLE_SIZE);
     ds_guard_region(DS_REGION_PAGE, pg, sizeof *pg);

@@ -6,6 +6,7 @@
  * Steps: init | info | total | alloc:N | pitch:WxH | managed:N | async:N | pool:N | vmm:N | vmmhost:N |
  *        array:WxH | array3d:WxHxD | mipmap:WxH:L | free-last | free-all | launch:N | hold | env:NAME |
  *        unsetenv:NAME | setenv:NAME=VALUE (changed inside main(), after the library's constructor) |
+ *        setuid:N (setresgid and setresuid to N, in-process) |
  *        procaddr:SYMBOL:VERSION:FLAGS | dlsym:NAME | fork:N (child allocates N bytes, reports, exits) |
  *        stream (later kernels go to a new blocking stream; default: the legacy NULL stream) |
  *        spinlaunch:MS (one MS-millisecond kernel; prints how long the launch call took) | spins:NxUS (N kernels of
@@ -1107,6 +1108,9 @@ static int step(const char *s) {
     } else if (!strncmp(s, "env:", 4)) {
         const char *v = getenv(s + 4);
         printf("%s rc=0 value=%s\n", s, v ? v : "");
+    } else if (sscanf(s, "setuid:%llu", &a) == 1) { /* an in-process privilege drop (a server after its start-up) */
+        int rc = setresgid((gid_t)a, (gid_t)a, (gid_t)a) || setresuid((uid_t)a, (uid_t)a, (uid_t)a);
+        printf("%s rc=%d\n", s, rc);
     } else if (!strncmp(s, "unsetenv:", 9)) { /* inside main(), after the library's constructor: a tenant leaving MPS */
         printf("%s rc=%d\n", s, unsetenv(s + 9));
     } else if (!strncmp(s, "setenv:", 7)) {
