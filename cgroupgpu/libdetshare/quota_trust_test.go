@@ -404,3 +404,27 @@ func TestLedgerAfterInProcessPrivilegeDrop(t *testing.T) {
 		t.Errorf("64 MiB more: rc %s, want 2\n%s", rc, out)
 	}
 }
+
+// TestLedgerFillsHoles: the ledger's units are found around the units other processes hold: with a hole left by a
+// process that exited below the units of one that still runs, a newcomer gets exactly what is left, no more.
+func TestLedgerFillsHoles(t *testing.T) {
+	e := newEnv(t, true).withTenant(64*MiB, "")
+	first := e.start("ds_probe_rt", "init", "alloc:16777216", "pause")
+	if r := first.until(); r.get(t, "alloc:16777216", "rc") != "0" {
+		t.Fatalf("first: %v", r.lines)
+	}
+	second := e.start("ds_probe_rt", "init", "alloc:16777216", "pause")
+	if r := second.until(); r.get(t, "alloc:16777216", "rc") != "0" {
+		t.Fatalf("second: %v", r.lines)
+	}
+	_ = first.cmd.Process.Kill() // its units, below the second's, come back: a hole
+	_ = first.cmd.Wait()
+	r := e.run("ds_probe_rt", "init", "alloc:50331648", "alloc:1048576")
+	if rc := r.get(t, "alloc:50331648", "rc"); rc != "0" {
+		t.Errorf("48 MiB beside 16 MiB held in a 64 MiB tenant (a hole below them): rc %s, want 0\n%s", rc,
+			strings.Join(r.lines, "\n"))
+	}
+	if rc := r.get(t, "alloc:1048576", "rc"); rc != "2" {
+		t.Errorf("1 MiB more: rc %s, want 2", rc)
+	}
+}

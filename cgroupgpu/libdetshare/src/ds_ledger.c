@@ -15,8 +15,8 @@
  * locks with the parent): by its path, or through /proc/self/fd/<n> for the descriptor kept across a privilege drop.
  * A process can still give up its own units (close the descriptor, unlock them): that is a process tampering with
  * itself, which can as well call the driver past the library; the backstop for that is the MPS server-side limit
- * (docs/threat-model-quota.md). Units are taken on the allocation path (never the launch path): one F_OFD_GETLK and
- * one F_OFD_SETLK per free run of units found, under this file's lock.
+ * (docs/threat-model-quota.md). Units are taken on the allocation path (never the launch path), under this file's
+ * lock: one F_OFD_SETLK when the next units are free, one F_OFD_GETLK more per lock of another process in the way.
  */
 #include "ds_ledger.h"
 
@@ -115,45 +115,50 @@ static void release(int fd, uint64_t n) {
     }
 }
 
-/* Takes n more units among `total`, none of them already ours; on failure gives back what it took. */
+/* Takes n more units among `total`, none of them already ours; on failure gives back what it took. The common case
+ * (the next units are free) is one F_OFD_SETLK. When another process holds some, F_OFD_GETLK names one of its locks
+ * in the range tried (not necessarily the lowest): the range is cut before it, or skipped past it when it starts
+ * at u, so every failed try narrows the range or moves on, and the loop ends. */
 static bool acquire(int fd, uint64_t n, uint64_t total) {
-    uint64_t want = n, u = 0;
-    int ri = 0; /* first of our runs that may lie at or after u */
+    uint64_t want = n, u = 0, cap = total; /* cap: the end of the range to try (cut after a failed try) */
+    int ri = 0;                            /* first of our runs that may lie at or after u */
     while (n) {
         while (ri < g_nruns && g_runs[ri].start + g_runs[ri].len <= u)
             ri++;
         if (ri < g_nruns && g_runs[ri].start <= u) { /* u is ours already */
             u = g_runs[ri].start + g_runs[ri].len;
+            cap = total;
             continue;
         }
         if (u >= total)
             break;
-        uint64_t end = ri < g_nruns && g_runs[ri].start < total ? g_runs[ri].start : total;
+        uint64_t end = ri < g_nruns && g_runs[ri].start < cap ? g_runs[ri].start : cap;
         uint64_t len = end - u < n ? end - u : n;
+        if (lock_units(fd, F_WRLCK, u, len, F_OFD_SETLK) == 0) {
+            if (!runs_add(u, len)) {
+                (void)lock_units(fd, F_UNLCK, u, len, F_OFD_SETLK);
+                break;
+            }
+            g_units += len;
+            n -= len;
+            u += len;
+            cap = total;
+            continue;
+        }
+        if (errno != EAGAIN && errno != EACCES)
+            break;
         struct flock fl;
         if (lock_units_fl(fd, F_WRLCK, u, len, F_OFD_GETLK, &fl) != 0)
             break;
-        if (fl.l_type != F_UNLCK) { /* another process holds units from fl.l_start on: take what lies before */
-            uint64_t cs = (uint64_t)fl.l_start - DS_LEDGER_BASE;
-            uint64_t ce = fl.l_len ? cs + (uint64_t)fl.l_len : total;
-            len = cs > u ? cs - u : 0;
-            if (!len) {
-                u = ce;
-                continue;
-            }
+        if (fl.l_type == F_UNLCK)
+            continue; /* released meanwhile: try again */
+        uint64_t cs = (uint64_t)fl.l_start - DS_LEDGER_BASE;
+        if (cs > u) {
+            cap = cs;
+        } else {
+            u = fl.l_len ? cs + (uint64_t)fl.l_len : total;
+            cap = total;
         }
-        if (lock_units(fd, F_WRLCK, u, len, F_OFD_SETLK) != 0) {
-            if (errno == EAGAIN || errno == EACCES)
-                continue; /* taken meanwhile: look again */
-            break;
-        }
-        if (!runs_add(u, len)) {
-            (void)lock_units(fd, F_UNLCK, u, len, F_OFD_SETLK);
-            break;
-        }
-        g_units += len;
-        n -= len;
-        u += len;
     }
     if (n) {
         release(fd, want - n);
