@@ -122,3 +122,39 @@ func BenchmarkStreamTableScaling(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAllocLedger measures what the memory ledger (ds_ledger.c: OFD locks on the client page, issue 27) adds to
+// an allocation on the simulated GPU (a test double): one probe makes 4000 allocations of 64 KiB (each needs a new
+// ledger unit: one F_OFD_GETLK and one F_OFD_SETLK) and frees them, in a tenant with a 1 GiB quota (ledger used) and
+// in an unlimited one (no ledger); the difference of the probe's CPU time (user + system: the machine's wall time is
+// mostly waiting here) over 4000 is the ledger's cost per allocation, frees included.
+//
+//	go test ./cgroupgpu/libdetshare -run '^$' -bench AllocLedger -benchtime 3x
+func BenchmarkAllocLedger(b *testing.B) {
+	steps := []string{"init"}
+	for i := 0; i < 4000; i++ {
+		steps = append(steps, "alloc:65536")
+	}
+	steps = append(steps, "free-all")
+	limited := newEnv(b, true).withTenant(1<<30, "")
+	unlimited := newEnv(b, true).withTenant(0, "")
+	timeRun := func(e *env) time.Duration {
+		cmd := exec.Command(need2(b, "tests/ds_probe_rt"), steps...)
+		cmd.Env = e.vars
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.Count(string(out), "rc=0") < 4000 {
+			b.Fatalf("probe: %v\n%.2000s", err, out)
+		}
+		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	var with, without []time.Duration
+	for i := 0; i < b.N; i++ {
+		without = append(without, timeRun(unlimited))
+		with = append(with, timeRun(limited))
+	}
+	med := func(d []time.Duration) time.Duration {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return d[len(d)/2]
+	}
+	b.ReportMetric(float64(med(with)-med(without))/4000, "ns/alloc-added-by-ledger")
+}

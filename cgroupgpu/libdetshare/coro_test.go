@@ -109,9 +109,14 @@ type stepper struct {
 }
 
 func (e *env) start(prog string, steps ...string) *stepper {
+	e.t.Helper()
+	return e.startCmd(exec.Command(need(e.t, "tests/"+prog), steps...))
+}
+
+// startCmd starts cmd (a probe, or a command that execs one) in the environment as a stepper.
+func (e *env) startCmd(cmd *exec.Cmd) *stepper {
 	t := e.t
 	t.Helper()
-	cmd := exec.Command(need(t, "tests/"+prog), steps...)
 	cmd.Env = e.vars
 	in, err := cmd.StdinPipe()
 	if err != nil {

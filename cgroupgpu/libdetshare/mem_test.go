@@ -372,9 +372,9 @@ func TestNVMLShowsTheQuota(t *testing.T) {
 	}
 }
 
-// A bad quota file or a table that does not match is reported clearly and the process runs without DetShare
-// (fail-open): its GPU work is never taken down.
-func TestBrokenTenantFilesFailOpen(t *testing.T) {
+// A bad quota file or a table that does not match is reported clearly and the process's CUDA work is refused
+// (fail-closed, issue 27): a process of a tenant never runs without its quota and grant. Before, it ran unshared.
+func TestBrokenTenantFilesFailClosed(t *testing.T) {
 	cases := []struct {
 		name, edit, wantLog string
 	}{
@@ -406,16 +406,18 @@ func TestBrokenTenantFilesFailOpen(t *testing.T) {
 			if err := os.WriteFile(e.quotaFile, []byte(strings.Join(out, "\n")), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			r := e.run("ds_probe_rt", "init", "alloc:33554432", "info")
-			joined := strings.Join(r.lines, "\n")
-			if !strings.Contains(joined, c.wantLog) || !strings.Contains(joined, "running") {
-				t.Errorf("log does not explain the problem (want %q):\n%s", c.wantLog, joined)
-			}
-			if r.get(t, "alloc:33554432", "rc") != "0" || r.num(t, "info", "total") != simMem {
-				t.Errorf("process was restricted despite running without DetShare:\n%s", joined)
-			}
-			if e.memUsed() != 0 {
-				t.Errorf("a process running without DetShare charged the tenant %d bytes", e.memUsed())
+			for _, prog := range probes {
+				r := e.run(prog, "init", "alloc:33554432")
+				joined := strings.Join(r.lines, "\n")
+				if !strings.Contains(joined, c.wantLog) || !strings.Contains(joined, "refuses this process's CUDA work") {
+					t.Errorf("%s: log does not explain the refusal (want %q):\n%s", prog, c.wantLog, joined)
+				}
+				if rc := r.get(t, "init", "rc"); rc != "800" { // CUDA_ERROR_NOT_PERMITTED
+					t.Errorf("%s: init rc %s, want 800 (refused):\n%s", prog, rc, joined)
+				}
+				if rc := r.get(t, "alloc:33554432", "rc"); rc == "0" {
+					t.Errorf("%s: a refused process allocated device memory:\n%s", prog, joined)
+				}
 			}
 		})
 	}

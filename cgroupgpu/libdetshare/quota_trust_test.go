@@ -305,3 +305,126 @@ func TestMPSClientPriorityFollowsTier(t *testing.T) {
 		})
 	}
 }
+
+// zeroMemUsed is the forgery of issue 27: the tenant's total and every process entry say nothing is used.
+func zeroMemUsed(e *env) {
+	pg := e.client.Page()
+	atomic.StoreUint64(&pg.MemUsed, 0)
+	for i := range pg.Procs {
+		atomic.StoreUint64(&pg.Procs[i].MemUsed, 0)
+	}
+}
+
+// TestZeroedClientPageDoesNotRaiseTheQuotaAcrossProcesses is issue 27's "zeroing mem_used lets N processes hold
+// N x quota": with one process holding 48 MiB of a 64 MiB tenant and the page zeroed, other processes of the tenant
+// must still get only the 16 MiB left, together. Before the fix each new process saw an empty page and its own
+// empty tally and took a whole quota (4 processes held 4 x 64 MiB). The tenant's memory ledger (kernel locks on the
+// page) is what no page write can reset; a process that exits gives its share back by itself.
+func TestZeroedClientPageDoesNotRaiseTheQuotaAcrossProcesses(t *testing.T) {
+	for i, prog := range probes {
+		other := probes[1-i]
+		t.Run(prog, func(t *testing.T) {
+			e := newEnv(t, true).withTenant(64*MiB, "")
+			a := e.startHolder(prog, "init", "alloc:50331648") // 48 MiB
+			zeroMemUsed(e)
+			r := e.run(other, "init", "alloc:33554432", "alloc:16777216", "alloc:1048576")
+			if rc := r.get(t, "alloc:33554432", "rc"); rc != "2" {
+				t.Errorf("32 MiB beside 48 MiB held in a 64 MiB tenant, page zeroed: rc %s, want 2\n%s", rc,
+					strings.Join(r.lines, "\n"))
+			}
+			if rc := r.get(t, "alloc:16777216", "rc"); rc != "0" {
+				t.Errorf("the 16 MiB left refused: rc %s\n%s", rc, strings.Join(r.lines, "\n"))
+			}
+			if rc := r.get(t, "alloc:1048576", "rc"); rc != "2" {
+				t.Errorf("1 MiB past the quota: rc %s, want 2\n%s", rc, strings.Join(r.lines, "\n"))
+			}
+			// Four more processes, each asking for 8 MiB, the page zeroed again: together they get the 16 MiB left.
+			zeroMemUsed(e)
+			ok := 0
+			var ps []*stepper
+			for k := 0; k < 4; k++ {
+				p := e.start(other, "init", "alloc:8388608", "pause")
+				ps = append(ps, p)
+				if p.until().get(t, "alloc:8388608", "rc") == "0" {
+					ok++
+				}
+				zeroMemUsed(e)
+			}
+			if ok != 2 {
+				t.Errorf("%d of 4 processes got 8 MiB with 16 MiB left and the page zeroed before each; want 2", ok)
+			}
+			for _, p := range ps { // killed: the kernel gives their share back
+				_ = p.cmd.Process.Kill()
+				_ = p.cmd.Wait()
+			}
+			a.release(t)
+			// the holder gone, its share is back: a new process gets the whole quota
+			r = e.run(other, "init", "alloc:67108864")
+			if rc := r.get(t, "alloc:67108864", "rc"); rc != "0" {
+				t.Errorf("after the holder exited, the whole 64 MiB: rc %s\n%s", rc, strings.Join(r.lines, "\n"))
+			}
+		})
+	}
+}
+
+// TestForgedFullPageDoesNotStopAllocations is the other half of issue 27's "1 TiB used": a page whose mem_used says
+// 1 TiB (written by the tenant itself, or by a same-user process through /proc) no longer stops the tenant's
+// processes from allocating within their quota: the ledger decides, the page only shows.
+func TestForgedFullPageDoesNotStopAllocations(t *testing.T) {
+	e := newEnv(t, true).withTenant(64*MiB, "")
+	atomic.StoreUint64(&e.client.Page().MemUsed, 1<<40)
+	r := e.run("ds_probe_rt", "init", "alloc:67108864", "alloc:1048576")
+	if rc := r.get(t, "alloc:67108864", "rc"); rc != "0" {
+		t.Errorf("the whole quota with the page saying 1 TiB used: rc %s, want 0\n%s", rc, strings.Join(r.lines, "\n"))
+	}
+	if rc := r.get(t, "alloc:1048576", "rc"); rc != "2" {
+		t.Errorf("past the quota: rc %s, want 2", rc)
+	}
+}
+
+// TestLedgerAfterInProcessPrivilegeDrop: a root process of a host tenant that drops to nobody in-process (a server
+// after its start-up) can no longer open its page by path (clients/ is root's); the memory ledger was opened in the
+// constructor, and a child it forks afterwards opens its own through /proc/self/fd. Both still allocate within the
+// quota and are refused past it.
+func TestLedgerAfterInProcessPrivilegeDrop(t *testing.T) {
+	e := newEnv(t, true).withTenant(64*MiB, "")
+	asNobody(t, e) // the run directory reachable as in a container; the process itself starts as root
+	r := e.run("ds_probe_rt", "init", "setuid:65534", "alloc:33554432", "fork:16777216", "alloc:67108864")
+	out := strings.Join(r.lines, "\n")
+	if r.get(t, "setuid:65534", "rc") != "0" {
+		t.Fatalf("setuid: %s", out)
+	}
+	if rc := r.get(t, "alloc:33554432", "rc"); rc != "0" {
+		t.Errorf("32 MiB after the in-process drop: rc %s, want 0\n%s", rc, out)
+	}
+	if rc := r.get(t, "child", "rc"); rc != "0" {
+		t.Errorf("a child forked after the drop, 16 MiB: rc %s, want 0\n%s", rc, out)
+	}
+	if rc := r.get(t, "alloc:67108864", "rc"); rc != "2" {
+		t.Errorf("64 MiB more: rc %s, want 2\n%s", rc, out)
+	}
+}
+
+// TestLedgerFillsHoles: the ledger's units are found around the units other processes hold: with a hole left by a
+// process that exited below the units of one that still runs, a newcomer gets exactly what is left, no more.
+func TestLedgerFillsHoles(t *testing.T) {
+	e := newEnv(t, true).withTenant(64*MiB, "")
+	first := e.start("ds_probe_rt", "init", "alloc:16777216", "pause")
+	if r := first.until(); r.get(t, "alloc:16777216", "rc") != "0" {
+		t.Fatalf("first: %v", r.lines)
+	}
+	second := e.start("ds_probe_rt", "init", "alloc:16777216", "pause")
+	if r := second.until(); r.get(t, "alloc:16777216", "rc") != "0" {
+		t.Fatalf("second: %v", r.lines)
+	}
+	_ = first.cmd.Process.Kill() // its units, below the second's, come back: a hole
+	_ = first.cmd.Wait()
+	r := e.run("ds_probe_rt", "init", "alloc:50331648", "alloc:1048576")
+	if rc := r.get(t, "alloc:50331648", "rc"); rc != "0" {
+		t.Errorf("48 MiB beside 16 MiB held in a 64 MiB tenant (a hole below them): rc %s, want 0\n%s", rc,
+			strings.Join(r.lines, "\n"))
+	}
+	if rc := r.get(t, "alloc:1048576", "rc"); rc != "2" {
+		t.Errorf("1 MiB more: rc %s, want 2", rc)
+	}
+}

@@ -1,6 +1,7 @@
 package libdetshare_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,24 +106,14 @@ func TestOrphanDoesNotRunOnTheNewcomersGrant(t *testing.T) {
 // (setpriv, as a container entrypoint would) must keep DetShare. The client page is writable by root only, so
 // before the fix the program ran unshared, without its memory limit.
 func TestPrivilegeDropKeepsDetShare(t *testing.T) {
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Fatalf("setpriv (util-linux) is needed: %v", err)
-	}
 	e := newEnv(t, true).withTenant(1<<30, "")
-	// As in a container, the run directory's files are reachable by every user (the test's temporary directories
-	// are 0700); the simulated GPU's state file must be writable by nobody.
-	for d := filepath.Dir(e.runDir); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setpriv, nobody := asNobody(t, e)
 	// nobody cannot open the page by its path (clients/ is root's): what a root process kept open must carry it.
 	if st, err := os.Stat(filepath.Dir(e.reg.ClientPagePath)); err != nil || st.Mode().Perm() != table.ClientsDirMode {
 		t.Fatalf("clients directory mode %v (%v), want %v", st.Mode(), err, table.ClientsDirMode)
 	}
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-		need(t, "tests/ds_probe_rt"), "init", "alloc:536870912", "alloc:1073741824")
+	cmd := exec.Command(setpriv, append(nobody, need(t, "tests/ds_probe_rt"), "init", "alloc:536870912",
+		"alloc:1073741824")...)
 	cmd.Env = e.vars
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -135,8 +126,8 @@ func TestPrivilegeDropKeepsDetShare(t *testing.T) {
 	if rc := r.get(t, "alloc:1073741824", "rc"); rc != "2" {
 		t.Errorf("as nobody, 1.5 GiB in a 1 GiB tenant: rc %s, want 2 (DetShare lost after the privilege drop)\n%s", rc, out)
 	}
-	if strings.Contains(string(out), "running unshared") || strings.Contains(string(out), "fail-open") {
-		t.Errorf("the library fell back to running unshared:\n%s", out)
+	if strings.Contains(string(out), "running unshared") || strings.Contains(string(out), "refuses this process") {
+		t.Errorf("the library did not find the page kept across the privilege drop:\n%s", out)
 	}
 	if n := e.client.Page().OOMRefusals; n != 1 {
 		t.Errorf("refusals counted in the tenant's page: %d, want 1", n)
@@ -190,4 +181,62 @@ func TestProgramSIGBUSHandlerStillRuns(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 || !strings.Contains(string(out), "app-sigbus") {
 		t.Fatalf("the program's SIGBUS handler did not run (err %v):\n%s", err, out)
 	}
+}
+
+// TestSameUserCannotReopenDroppedTenantsPage is issue 27's "a same-uid local user writes a privilege-dropped host
+// tenant's page through /proc/<pid>/fd/3": a tenant process runs as nobody on the page descriptor a root process kept
+// for it, and another process of nobody tries to reopen that descriptor read-write through /proc. Before the fix it
+// could (and wrote "1 TiB used" so the victim could not allocate); now the victim is not dumpable, so /proc/<pid>/fd
+// is root's.
+func TestSameUserCannotReopenDroppedTenantsPage(t *testing.T) {
+	e := newEnv(t, true).withTenant(1<<30, "")
+	setpriv, nobody := asNobody(t, e)
+	victim := e.startCmd(exec.Command(setpriv, append(nobody, need(t, "tests/ds_probe_rt"), "init", "alloc:1048576",
+		"pause", "alloc:1048576")...))
+	cmd := victim.cmd
+	if r := victim.until(); r.get(t, "alloc:1048576", "rc") != "0" {
+		t.Fatalf("victim as nobody did not run under DetShare: %v", r.lines)
+	}
+	// Which descriptor of the victim is its page (root can look).
+	fdDir := fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid)
+	ents, err := os.ReadDir(fdDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageFD := ""
+	for _, en := range ents {
+		if l, err := os.Readlink(filepath.Join(fdDir, en.Name())); err == nil && l == e.reg.ClientPagePath {
+			pageFD = en.Name()
+		}
+	}
+	if pageFD == "" {
+		t.Fatalf("the victim holds no descriptor of its page %s", e.reg.ClientPagePath)
+	}
+	attack := exec.Command(setpriv, append(nobody, "sh", "-c",
+		fmt.Sprintf("exec 4<>%s/%s && echo REOPENED", fdDir, pageFD))...)
+	got, _ := attack.CombinedOutput()
+	if strings.Contains(string(got), "REOPENED") {
+		t.Fatalf("another process of the same user reopened the victim's page read-write through %s/%s", fdDir, pageFD)
+	}
+	victim.resume()
+	if r := victim.finish(); r.get(t, "alloc:1048576", "rc") != "0" {
+		t.Errorf("victim after the attempt: %v", r.lines)
+	}
+}
+
+// asNobody returns setpriv and the arguments that run a command as nobody, after making the test's run directory
+// reachable by every user as it is in a container (the test's temporary directories are 0700; the simulated GPU's
+// state file must be writable by nobody).
+func asNobody(t *testing.T, e *env) (string, []string) {
+	t.Helper()
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) is needed: %v", err)
+	}
+	for d := filepath.Dir(e.runDir); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return setpriv, []string{"--reuid=65534", "--regid=65534", "--clear-groups", "--"}
 }

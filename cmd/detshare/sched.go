@@ -13,6 +13,7 @@ import (
 
 	"github.com/detshare/detshare/cmd/internal/wiring"
 	"github.com/detshare/detshare/internal/config"
+	"github.com/detshare/detshare/internal/simgpu"
 	"github.com/detshare/detshare/sched/daemon"
 	"github.com/detshare/detshare/sched/gpuinfo"
 )
@@ -54,6 +55,9 @@ func schedCommand() *cli.Command {
 				SimulatedGPU: wiring.SimulatedGPU(), StopMPSOnExit: c.Bool("stop-mps-on-exit")}
 			if !opts.SimulatedGPU {
 				opts.Board = gpuinfo.BoardSampler()
+				opts.ComputeModes = gpuinfo.NVMLComputeModes{} // used only with mps.exclusive = true
+			} else {
+				opts.ComputeModes = simgpu.ComputeModes{State: simgpu.StatePath(os.Environ())}
 			}
 			err = daemon.Main(ctx, opts, c.String("config"), hup)
 			if errors.Is(err, daemon.ErrNotLeader) {

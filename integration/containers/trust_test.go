@@ -1,6 +1,7 @@
 package containers
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,6 +111,71 @@ func TestContainerAttacksOnSharedFiles(t *testing.T) {
 			t.Fatalf("doorbell not repaired: %v %v", st, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	e.assertNoLeak(t, id)
+}
+
+// TestContainerDamagedPageFailsClosed is issue 27's "a tenant switches DetShare off for its own later processes with
+// 8 bytes", from inside a plain runc container (standalone hook, simulated GPU and MPS: test doubles): root in the
+// container keeps overwriting the magic of its client page while it starts CUDA clients. Before the fix such a client
+// ran with no quota (the whole simulated GPU). Now each client either runs no CUDA work and says why, or (started in
+// the instant after a repair) sees its 640 MiB quota; never more. Once the container stops damaging the page, the
+// scheduler's housekeeping repairs it and a client sees its quota again.
+func TestContainerDamagedPageFailsClosed(t *testing.T) {
+	e := need(t)
+	id := "ds-failclosed"
+	t.Setenv(ensure.BinEnv, filepath.Join(e.bin, "detshare"))
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	if err := ensure.EnsureScheduler(e.runDir); err != nil {
+		t.Fatalf("start the scheduler: %v", err)
+	}
+	script := strings.Join([]string{
+		`(while :; do printf 'garbage!' | busybox dd of=/run/detshare/client.page bs=8 count=1 conv=notrunc 2>/dev/null; done) &`,
+		`D=$!`,
+		`busybox sleep 0.3`,
+		`for i in 1 2 3; do simgpu-probe meminfo >/tmp/try 2>&1; echo "TRY$i-EXIT=$?"; busybox sed "s/^/TRY$i /" /tmp/try; done`,
+		`kill $D`,
+		`busybox sleep 1.5`,
+		`simgpu-probe meminfo; echo AFTER=$?`,
+	}, "\n")
+	b := e.standaloneBundle(t, []string{"DETSHARE_TIER=burstable", "DETSHARE_MEMORY=640MiB"}, script)
+	out, err := run(60*time.Second, nil, "runc", "--root", filepath.Join(e.dir, "runc-root"), "run", "--bundle", b, id)
+	if err != nil {
+		t.Fatalf("runc run: %v: %s", err, out)
+	}
+	refused := 0
+	for i := 1; i <= 3; i++ {
+		p := fmt.Sprintf("TRY%d ", i)
+		var lines []string
+		for _, l := range strings.Split(out, "\n") {
+			if s, ok := strings.CutPrefix(l, p); ok {
+				lines = append(lines, s)
+			}
+		}
+		try := strings.Join(lines, "\n")
+		switch {
+		case strings.Contains(try, "refuses this process's CUDA work"):
+			refused++
+			if strings.Contains(out, fmt.Sprintf("TRY%d-EXIT=0", i)) {
+				t.Errorf("try %d: refused, yet exited 0:\n%s", i, try)
+			}
+		case strings.Contains(try, `"cmd":"meminfo"`):
+			if got := meminfoTotal(t, try); got != 640<<20 {
+				t.Errorf("try %d ran on a damaged page with %d bytes, want its 640 MiB quota or a refusal:\n%s", i, got, try)
+			}
+		default:
+			t.Errorf("try %d neither refused nor ran:\n%s", i, try)
+		}
+	}
+	if refused == 0 {
+		t.Errorf("no client started on the damaged page was refused:\n%s", out)
+	}
+	if !strings.Contains(out, "AFTER=0") {
+		t.Fatalf("a client after the repair failed:\n%s", out)
+	}
+	last := out[strings.LastIndex(out, "TRY3"):]
+	if got := meminfoTotal(t, last); got != 640<<20 {
+		t.Errorf("after the repair the client sees %d bytes, want 640 MiB:\n%s", got, last)
 	}
 	e.assertNoLeak(t, id)
 }

@@ -95,6 +95,9 @@ type Scheduler struct {
 type MPS struct {
 	Enable  bool   `toml:"enable"`  // false: temporal quanta only
 	Control string `toml:"control"` // nvidia-cuda-mps-control executable (name looked up in PATH, or a path)
+	// Exclusive puts every GPU in EXCLUSIVE_PROCESS compute mode while the scheduler runs (restored when it stops),
+	// so that a process which leaves MPS (CUDA_MPS_PIPE_DIRECTORY unset or changed) cannot create a context on it.
+	Exclusive bool `toml:"exclusive"`
 }
 
 // Metrics configures the Prometheus endpoint.
@@ -161,7 +164,7 @@ func Parse(name string, data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,lc_reserve}, mps.{enable,control}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window})", name, und[0].String())
+		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,lc_reserve}, mps.{enable,control,exclusive}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window})", name, und[0].String())
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
@@ -226,6 +229,10 @@ func (c Config) Validate() error {
 	}
 	if c.MPS.Enable && c.MPS.Control == "" {
 		return errors.New(`mps.control = "": name the nvidia-cuda-mps-control executable, or set mps.enable = false`)
+	}
+	if c.MPS.Exclusive && !c.MPS.Enable {
+		return errors.New("mps.exclusive = true needs mps.enable = true (in EXCLUSIVE_PROCESS mode only the MPS " +
+			"server may hold a context: without MPS one tenant process at a time could use the GPU)")
 	}
 	return nil
 }

@@ -128,9 +128,15 @@ type procKey struct {
 	nspid uint32
 }
 
+// procSeen is what a scan saw of one process: its start time and its host PID.
+type procSeen struct {
+	start uint64
+	pid   int
+}
+
 // ProcSet is a snapshot of the live processes of the host, keyed by identity; build it once per reaping pass.
 type ProcSet struct {
-	byKey map[procKey]uint64 // -> start time
+	byKey map[procKey]procSeen
 	// startedBefore is the clock tick (since boot, /proc/uptime x USER_HZ) in which the walk began: a process
 	// missing from the set is dead only if it started in an earlier tick. One that started later was simply not
 	// there to be seen, which matters once a scan is applied some time after it was taken (the scheduler scans
@@ -168,7 +174,7 @@ func ScanProcesses() (*ProcSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
 	}
-	ps := &ProcSet{byKey: make(map[procKey]uint64, len(ents)), startedBefore: startedBefore}
+	ps := &ProcSet{byKey: make(map[procKey]procSeen, len(ents)), startedBefore: startedBefore}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
@@ -178,7 +184,7 @@ func ScanProcesses() (*ProcSet, error) {
 		if err != nil || !alive {
 			continue
 		}
-		ps.byKey[procKey{id.PidNSIno, id.NSPid}] = id.StartTime
+		ps.byKey[procKey{id.PidNSIno, id.NSPid}] = procSeen{id.StartTime, pid}
 	}
 	return ps, nil
 }
@@ -195,7 +201,41 @@ func (ps *ProcSet) Dead(id ProcIdentity) bool {
 // Alive tells whether the process with this identity was alive at the scan.
 func (ps *ProcSet) Alive(id ProcIdentity) bool {
 	st, ok := ps.byKey[procKey{id.PidNSIno, id.NSPid}]
-	return ok && st == id.StartTime
+	return ok && st.start == id.StartTime
+}
+
+// HostPID returns the host PID of the process with this identity, when it was alive at the scan.
+func (ps *ProcSet) HostPID(id ProcIdentity) (int, bool) {
+	st, ok := ps.byKey[procKey{id.PidNSIno, id.NSPid}]
+	if !ok || st.start != id.StartTime {
+		return 0, false
+	}
+	return st.pid, true
+}
+
+// MapsFile tells whether host process pid has a mapping of the file with device dev and inode ino, as the kernel
+// reports it in /proc/<pid>/maps (a process that cannot be read, or is gone, maps nothing). Every process of a tenant
+// that took a process entry in its client page has the page mapped (libdetshare maps it before it claims an entry),
+// so this is how the reaper tells a real process of the tenant from an entry that names some other process: the
+// entries are written by the tenant, the mappings by the kernel (issue 27).
+func MapsFile(pid int, dev, ino uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/maps", procRoot, pid))
+	if err != nil {
+		return false
+	}
+	want := fmt.Sprintf("%02x:%02x", unix.Major(dev), unix.Minor(dev))
+	inode := strconv.FormatUint(ino, 10)
+	for _, line := range strings.Split(string(b), "\n") {
+		// address perms offset dev inode [path]
+		f := strings.Fields(line)
+		if len(f) >= 5 && f[4] == inode && strings.EqualFold(f[3], want) {
+			return true
+		}
+	}
+	return false
 }
 
 // IsProcessAlive resolves one identity through /proc. When the host PID is known that is one read; otherwise it

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 // ErrExists is returned (wrapped) by Register when the ID is already registered; the existing registration is
@@ -356,13 +357,8 @@ func (t *Table) Lookup(id string) (Registration, bool) {
 
 func (t *Table) createClientPage(reg Registration) error {
 	b := make([]byte, ClientPageSize)
+	copy(b, clientPageHeader(reg))
 	cp := (*ClientPage)(unsafe.Pointer(&b[0]))
-	cp.Magic = ClientMagic
-	cp.ABIVersion = ABIVersion
-	cp.Slot = uint32(reg.Slot)
-	cp.SlotGen = reg.Gen
-	cp.MaxProcs = MaxProcs
-	putCString(cp.ID[:], reg.ID)
 	now := MonotonicNs()
 	for i := range cp.Procs {
 		cp.Procs[i].HeartbeatNs = now // see ReapDeadProcesses: a stuck claim is judged by heartbeat age
@@ -423,10 +419,16 @@ func (t *Table) reapDeadTenantsLocked() []string {
 // orphansLogged holds the (slot, generation) pairs whose kept-for-orphans warning this process already logged.
 var orphansLogged sync.Map
 
-// liveProcessesLocked counts the processes of slot's client page that are still alive (a page that cannot be
-// read counts as none: nothing can be proven to use the slot).
+// liveProcessesLocked counts the processes of slot's client page that are still alive and really belong to the
+// tenant (a page that cannot be read counts as none: nothing can be proven to use the slot). The entries are written
+// by the tenant, so an entry counts only for a live process that maps this very page (MapsFile): 64 entries naming
+// host PID 2, or any process of the host, keep no slot (issue 27).
 func (t *Table) liveProcessesLocked(slot int, id string) int {
 	if ValidateID(id) != nil {
+		return 0
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(t.paths.ClientPage(id), &st); err != nil {
 		return 0
 	}
 	cl, err := OpenClientPageReadOnly(t.paths.ClientPage(id))
@@ -435,7 +437,7 @@ func (t *Table) liveProcessesLocked(slot int, id string) int {
 	}
 	defer cl.Close()
 	c := t.Container(slot)
-	n := 0
+	var entries []ProcIdentity
 	_ = Guard("processes of "+id, func() {
 		pg := cl.Page()
 		if pg.Slot != uint32(slot) || pg.SlotGen != atomic.LoadUint32(&c.Gen) {
@@ -446,12 +448,30 @@ func (t *Table) liveProcessesLocked(slot int, id string) int {
 			if st := atomic.LoadUint32(&p.State); st != ProcLive && st != ProcClaiming {
 				continue
 			}
-			id := ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid), PidNSIno: atomic.LoadUint64(&p.PidNSIno),
-				StartTime: atomic.LoadUint64(&p.StartTime), HostPID: atomic.LoadUint64(&p.HostPID)}
-			if IsProcessAlive(id) {
-				n++
-			}
+			entries = append(entries, ProcIdentity{NSPid: atomic.LoadUint32(&p.NSPid),
+				PidNSIno: atomic.LoadUint64(&p.PidNSIno), StartTime: atomic.LoadUint64(&p.StartTime),
+				HostPID: atomic.LoadUint64(&p.HostPID)})
 		}
 	})
+	var ps *ProcSet // one scan of /proc, only if an entry names no host PID
+	n := 0
+	for _, e := range entries {
+		pid := 0
+		if e.HostPID != 0 {
+			if HostProcessAlive(int(e.HostPID), e.StartTime) {
+				pid = int(e.HostPID)
+			}
+		} else {
+			if ps == nil {
+				if ps, err = ScanProcesses(); err != nil {
+					return 1 // cannot tell: never reap on doubt
+				}
+			}
+			pid, _ = ps.HostPID(e)
+		}
+		if pid != 0 && MapsFile(pid, uint64(st.Dev), st.Ino) {
+			n++
+		}
+	}
 	return n
 }

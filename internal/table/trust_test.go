@@ -1,6 +1,7 @@
 package table
 
 import (
+	"bufio"
 	"errors"
 	"os"
 	"os/exec"
@@ -70,18 +71,15 @@ func TestGuardTurnsTruncationIntoError(t *testing.T) {
 func TestReaperKeepsSlotWhileOrphanLives(t *testing.T) {
 	tb := newTable(t)
 	owner := exec.Command("sleep", "300")
-	orphan := exec.Command("sleep", "300")
-	for _, c := range []*exec.Cmd{owner, orphan} {
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		c := c
-		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	if err := owner.Start(); err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = owner.Process.Kill(); _ = owner.Wait() })
 	reg, err := tb.Register(RegisterRequest{ID: "host", Weight: 1, OwnerPID: owner.Process.Pid})
 	if err != nil {
 		t.Fatal(err)
 	}
+	orphan := mapPageProcess(t, reg.ClientPagePath) // a process of the tenant maps its page, as the library does
 	cl, err := OpenClientPage(reg.ClientPagePath)
 	if err != nil {
 		t.Fatal(err)
@@ -125,5 +123,86 @@ func TestReaperKeepsSlotWhileOrphanLives(t *testing.T) {
 	}
 	if _, ok := tb.Lookup("host"); ok {
 		t.Fatal("host tenant still registered after its last process exited")
+	}
+}
+
+// mapPageProcess starts a process (this test binary, see TestMain) that maps the client page at path and waits.
+func mapPageProcess(t *testing.T, path string) *exec.Cmd {
+	t.Helper()
+	c := exec.Command(os.Args[0])
+	c.Env = append(os.Environ(), "DETSHARE_TEST_MAP_PAGE="+path)
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "mapped\n" {
+		t.Fatalf("page mapper: %q %v", line, err)
+	}
+	return c
+}
+
+// TestForgedProcessEntriesKeepNoSlot is issue 27's "the reaper trusts process identities the tenant writes": the
+// tenant fills its page with 64 entries naming host PID 2 (kthreadd, which never dies) or a live host process that
+// is not its own, then its owner dies. Before the fix the slot and its guarantee were kept forever and newcomers were
+// refused; now an entry counts only for a live process that maps this very page, so the tenant is reaped.
+func TestForgedProcessEntriesKeepNoSlot(t *testing.T) {
+	tb := newTable(t)
+	owner := exec.Command("sleep", "300")
+	stranger := exec.Command("sleep", "300") // a live process of the host that has nothing to do with the tenant
+	for _, c := range []*exec.Cmd{owner, stranger} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := c
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	}
+	reg, err := tb.Register(RegisterRequest{ID: "forger", Weight: 1, OwnerPID: owner.Process.Pid, SMGroups: 4,
+		SMs: 32, Tier: TierLatencyCritical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := OpenClientPage(reg.ClientPagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	kthreadd, err := PidIdentity(2)
+	if err != nil {
+		t.Fatalf("host PID 2: %v", err)
+	}
+	other, err := PidIdentity(stranger.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := cl.Page()
+	for i := range pg.Procs {
+		id := kthreadd
+		if i%2 == 1 { // half name the stranger by its namespace identity only, as a container's entry would
+			id = other
+			id.HostPID = 0
+		}
+		p := &pg.Procs[i]
+		p.NSPid, p.PidNSIno, p.StartTime, p.HostPID = id.NSPid, id.PidNSIno, id.StartTime, id.HostPID
+		atomic.StoreUint32(&p.State, ProcLive)
+	}
+	if n := tb.liveProcessesLocked(reg.Slot, reg.ID); n != 0 {
+		t.Fatalf("%d forged entries counted as the tenant's live processes", n)
+	}
+	_ = owner.Process.Kill()
+	_ = owner.Wait()
+	rep, err := tb.Reap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tenants) != 1 || rep.Tenants[0] != "forger" {
+		t.Fatalf("tenant with forged entries and a dead owner not reaped: %+v", rep)
+	}
+	if _, ok := tb.Lookup("forger"); ok {
+		t.Fatal("its slot is still held")
 	}
 }

@@ -52,6 +52,8 @@ type Options struct {
 	MPSCheckEvery time.Duration
 	// Board samples a GPU's power and SM clock (gpuinfo.BoardSampler in production); nil: no power input.
 	Board func(index int) (gpuinfo.Board, error)
+	// ComputeModes sets the GPUs' compute mode for mps.exclusive (computemode.go); nil: compute modes are left alone.
+	ComputeModes ComputeModes
 }
 
 // Scheduler is a running leader.
@@ -59,12 +61,13 @@ type Scheduler struct {
 	opts Options
 	// t is the table the leadership opened (and closes); every job reads and writes through it.
 	t     *table.Table
-	lead  *leadership // leader.go
-	conf  settings    // read by every job, swapped by Reload
-	gpus  gpuSet      // each GPU's state, split by job
-	loop  loop        // loop.go: the Run goroutine only
-	mpsw  mpsWatcher  // mpswatch.go: its own goroutine
-	stats ledger      // stats.go: written by the jobs, read by the metrics endpoint
+	lead  *leadership    // leader.go
+	conf  settings       // read by every job, swapped by Reload
+	gpus  gpuSet         // each GPU's state, split by job
+	loop  loop           // loop.go: the Run goroutine only
+	mpsw  mpsWatcher     // mpswatch.go: its own goroutine
+	stats ledger         // stats.go: written by the jobs, read by the metrics endpoint
+	modes map[int]string // compute modes setExclusive changed: GPU -> its previous mode (computemode.go)
 }
 
 // settings is the configuration in force: SIGHUP swaps it while the loop and the watchers read it.
@@ -177,6 +180,7 @@ func New(opts Options) (*Scheduler, error) {
 		m = &mps.Manager{Paths: t.Paths(), Control: opts.Config.MPS.Control, Simulated: opts.SimulatedGPU}
 	}
 	s.mpsw = newMPSWatcher(m, t, &s.stats.Stats, opts.MPSCheckEvery)
+	s.setExclusive() // before the MPS daemons start: their servers then hold the GPUs' only contexts
 	for _, g := range t.GPUs() {
 		s.gpus.add(s.startGPU(g))
 	}

@@ -90,6 +90,7 @@ func (l *leadership) release(t *table.Table) error {
 
 // Close releases the leadership; grants, tokens and MPS daemons stay (fail-static).
 func (s *Scheduler) Close() error {
+	s.restoreComputeModes()
 	_ = table.Guard("clear leader", func() { s.t.ClearLeader(os.Getpid()) }) // the table may have been truncated
 	s.loop.closePages()
 	return s.lead.release(s.t)

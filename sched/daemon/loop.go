@@ -148,6 +148,17 @@ func (s *Scheduler) reap() {
 	} else if fixed {
 		logrus.Warn("doorbell was damaged by a tenant (size, mode or magic); repaired")
 	}
+	// A client page written past its end (it would fill the run directory's filesystem), truncated, chmodded or with
+	// its identity overwritten: put back from the table's copy. libdetshare refuses a process that starts on such a
+	// page, so this is what lets the tenant's next processes run again (issue 27).
+	fixedPages, perr := s.t.RepairClientPages()
+	if perr != nil {
+		logrus.WithError(perr).Warn("client page damaged and not repaired")
+	}
+	for _, r := range fixedPages {
+		logrus.WithFields(logrus.Fields{"id": r.ID, "size_found": r.Size, "mode": r.Mode, "header": r.Header}).
+			Warn("client page was damaged by its tenant; repaired")
+	}
 	var rep table.ReapReport
 	var err error
 	if s.loop.scanning.Load() {

@@ -144,6 +144,9 @@ func (w *mpsWatcher) terminateOrphans(g *gpuState) {
 		}
 		pg := cl.Page()
 		_ = table.Guard("MPS clients of "+r.ID, func() { // the tenant may truncate its page meanwhile
+			if pg.Slot != uint32(r.Slot) || pg.SlotGen != r.Gen {
+				return // not this registration's page (damaged, or a reused slot's): it speaks for no client
+			}
 			for i := range pg.Procs {
 				p := &pg.Procs[i]
 				if st := atomic.LoadUint32(&p.State); st == table.ProcLive || st == table.ProcClaiming {

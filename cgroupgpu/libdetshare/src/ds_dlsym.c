@@ -116,7 +116,7 @@ DS_HIDDEN void *ds_dlsym_c(void *handle, const char *name) {
     if (!ds_real_dlsym)
         return NULL;
     void *real = ds_real_dlsym(handle, name);
-    if (!real || !name || !ds_process.tenant || ds_depth)
+    if (!real || !name || !(ds_process.tenant || ds_process.refused) || ds_depth)
         return real;
     if (name[0] == 'c' && name[1] == 'u') {
         const struct hook *h = hook_by_name(name);
@@ -188,7 +188,7 @@ DS_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaV
                                        CUdriverProcAddressQueryResult *symbolStatus) {
     DS_REAL_OR_FAIL(cuGetProcAddress_v2);
     CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
-    if (r == CUDA_SUCCESS && ds_process.tenant && !ds_depth && symbol && pfn && *pfn)
+    if (r == CUDA_SUCCESS && (ds_process.tenant || ds_process.refused) && !ds_depth && symbol && pfn && *pfn)
         *pfn = ds_map_proc(symbol, *pfn, cudaVersion, flags);
     return r;
 }
@@ -196,7 +196,7 @@ DS_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaV
 DS_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
     DS_REAL_OR_FAIL(cuGetProcAddress);
     CUresult r = real(symbol, pfn, cudaVersion, flags);
-    if (r == CUDA_SUCCESS && ds_process.tenant && !ds_depth && symbol && pfn && *pfn)
+    if (r == CUDA_SUCCESS && (ds_process.tenant || ds_process.refused) && !ds_depth && symbol && pfn && *pfn)
         *pfn = ds_map_proc(symbol, *pfn, cudaVersion, flags);
     return r;
 }

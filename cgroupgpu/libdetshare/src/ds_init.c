@@ -8,6 +8,7 @@
 #include "ds_driver.h"
 #include "ds_graph.h"
 #include "ds_guard.h"
+#include "ds_ledger.h"
 #include "ds_mem.h"
 #include "ds_pool.h"
 #include "ds_process.h"
@@ -31,7 +32,8 @@
  *   5. g_mk_lock (ds_pool.c)      the green-context thread's queue
  *   6. g_snap_lock (ds_guard.c)   the table snapshot
  *   7. g_attach_lock (ds_process.c) this process's ds_proc entry
- *   8. the allocation-table locks (ds_mem.c), in index order; leaves
+ *   8. g_lock (ds_ledger.c)       this process's share of the memory ledger; taken by charges, never around another
+ *   9. the allocation-table locks (ds_mem.c), in index order; leaves
  * The parent releases them in the reverse order; the child releases them too (it is single-threaded) and resets
  * what belonged to threads it does not have. pthread_once guards (driver, NVML, monitor start) are not locks held
  * across library code and are not taken here.
@@ -42,10 +44,12 @@ static void atfork_prepare(void) {
     ds_pool_fork_lock();
     ds_guard_fork_lock();
     ds_process_fork_lock();
+    ds_ledger_fork_lock();
     ds_track_lock_all();
 }
 static void atfork_parent(void) {
     ds_track_unlock_all();
+    ds_ledger_fork_unlock();
     ds_process_fork_unlock();
     ds_guard_fork_unlock();
     ds_pool_fork_unlock();
@@ -55,6 +59,7 @@ static void atfork_parent(void) {
 static void atfork_child(void) {
     ds_track_unlock_all();
     ds_track_reset_child();
+    ds_ledger_child();
     ds_process_child();
     ds_guard_fork_unlock();
     ds_pool_child();

@@ -13,13 +13,16 @@
  * tenant's device memory.
  *
  * The tenant-wide total lives in the client page, which every process of the tenant can write: it is the shared
- * number the processes cooperate on, not a defence. Each process also keeps its own tally in private memory, so a
- * tenant that zeroes its page cannot take more than the quota through the library in any one process; the backstop
- * against processes that bypass the library is the MPS server-side limit (docs/threat-model-quota.md).
+ * number the processes cooperate on (and what `detshare status` shows), not a defence. Each process also keeps its
+ * own tally in private memory, and covers it in the tenant's memory ledger (ds_ledger.c: locks the kernel keeps on
+ * the page), so a tenant that zeroes its page cannot take more than the quota through the library, in one process or
+ * in all of them together (issue 27); the backstop against processes that bypass the library is the MPS server-side
+ * limit (docs/threat-model-quota.md).
  */
 #include "ds_mem.h"
 
 #include "ds_driver.h"
+#include "ds_ledger.h"
 #include "ds_process.h"
 #include "ds_streams.h"
 
@@ -115,7 +118,7 @@ void ds_track_reset_child(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Charging (same algorithm as internal/table Client.ChargeMemory, which the Go tests use as the reference).
+ * Charging: this process's private tally and the tenant's ledger (ds_ledger.c) decide; the page total only shows.
  * ------------------------------------------------------------------------------------------------------------- */
 uint64_t ds_mem_limit(void) {
     return atomic_load_explicit(A64(&ds_process.tenant->ctr->mem_limit), memory_order_relaxed);
@@ -143,34 +146,28 @@ static void private_uncharge(uint64_t size) {
 bool ds_charge(uint64_t size) {
     struct ds_client_page *pg = ds_process.tenant->page;
     uint64_t limit = ds_mem_limit();
-    int rc;
     if (!private_charge(size, limit)) {
-        /* the shared total said it fits (or was rewritten by the tenant): this process alone would exceed it */
+        /* this process alone would exceed the quota */
         __atomic_fetch_add(&pg->oom_refusals, 1, __ATOMIC_RELAXED);
         DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: this process alone holds %llu of %llu",
                (unsigned long long)size, (unsigned long long)atomic_load(&g_private_used), (unsigned long long)limit);
         return false;
     }
-    if (DS_LIKELY(ds_attach() != NULL)) {
-        rc = ds_mem_charge(pg, atomic_load_explicit(&ds_process.self_idx, memory_order_relaxed), size, limit);
-    } else {
-        /* no process entry free: charge the tenant total only (a crash of this process is then not credited) */
-        uint64_t old = __atomic_load_n(&pg->mem_used, __ATOMIC_RELAXED);
-        rc = 0;
-        do {
-            if (limit && (old + size > limit || old + size < old)) {
-                __atomic_fetch_add(&pg->oom_refusals, 1, __ATOMIC_RELAXED);
-                rc = -ENOMEM;
-                break;
-            }
-        } while (!__atomic_compare_exchange_n(&pg->mem_used, &old, old + size, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
-    }
-    if (rc != 0) {
+    if (!ds_ledger_cover(atomic_load_explicit(&g_private_used, memory_order_acquire), limit)) {
+        /* the tenant's processes together hold the quota, whatever its page says */
         private_uncharge(size);
-        DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: tenant uses %llu of %llu", (unsigned long long)size,
-               (unsigned long long)__atomic_load_n(&pg->mem_used, __ATOMIC_RELAXED), (unsigned long long)limit);
+        (void)ds_ledger_cover(atomic_load_explicit(&g_private_used, memory_order_acquire), limit);
+        __atomic_fetch_add(&pg->oom_refusals, 1, __ATOMIC_RELAXED);
+        DS_LOG(DS_LOG_INFO, "allocation of %llu bytes refused: the tenant's processes hold its %llu bytes (ledger)",
+               (unsigned long long)size, (unsigned long long)limit);
         return false;
     }
+    /* The page's total is what the tenant's processes show (detshare status, cuMemGetInfo), never what decides: the
+     * tenant can write it (issue 27: "1 TiB used" written into a victim's page stopped it allocating). */
+    if (DS_LIKELY(ds_attach() != NULL))
+        (void)ds_mem_charge(pg, atomic_load_explicit(&ds_process.self_idx, memory_order_relaxed), size, 0);
+    else /* no process entry free: the tenant total only (a crash of this process is then not credited) */
+        __atomic_fetch_add(&pg->mem_used, size, __ATOMIC_RELAXED);
     return true;
 }
 
@@ -178,6 +175,7 @@ void ds_uncharge(uint64_t size) {
     if (!size)
         return;
     private_uncharge(size);
+    (void)ds_ledger_cover(atomic_load_explicit(&g_private_used, memory_order_acquire), ds_mem_limit());
     int i = atomic_load_explicit(&ds_process.self_idx, memory_order_relaxed);
     if (i >= 0)
         ds_mem_uncharge(ds_process.tenant->page, i, size);
@@ -194,7 +192,16 @@ void ds_uncharge(uint64_t size) {
 #define PASS_THROUGH()                                                                                               \
     (!ds_process.tenant || ds_depth || atomic_load_explicit(&ds_process.exiting, memory_order_relaxed))
 
+/* A process of a tenant whose files do not hold up (ds_tenant.c, fail-closed) never initialises the driver: every
+ * later driver call answers CUDA_ERROR_NOT_INITIALIZED, so it runs no CUDA work outside its quota and grant. The
+ * interposed dlsym and cuGetProcAddress hand out this wrapper for cuInit in such a process too (ds_dlsym.c). */
 DS_EXPORT CUresult cuInit(unsigned int Flags) {
+    if (DS_UNLIKELY(ds_process.refused)) {
+        static atomic_int told;
+        if (!atomic_exchange(&told, 1))
+            ds_log(DS_LOG_ERROR, "cuInit refused (CUDA_ERROR_NOT_PERMITTED): %s", ds_process.refused_why);
+        return CUDA_ERROR_NOT_PERMITTED;
+    }
     REAL_OR_FAIL(cuInit);
     if (PASS_THROUGH())
         return real(Flags);

@@ -51,6 +51,8 @@ struct ds_tenant {
     char mps_pipe_dir[256];
     char table_path[256];
     char doorbell_path[256];
+    char ledger_path[256];                /* the page as this process opens it for the memory ledger (ds_ledger.c):
+                                           * its path, or /proc/self/fd/<n> for a descriptor kept across a drop */
 };
 
 /* Settings, read once from the environment (ds_settings_init: the constructor, or an earlier first driver use);
@@ -79,6 +81,11 @@ struct ds_process {
     atomic_int capturing;               /* stream captures in progress in this process */
     _Atomic uint64_t req_start;         /* first launch since the last completed synchronisation, 0 = none */
     atomic_uint lost_mask;              /* DS_REGION_* bits of truncated mappings (ds_guard.c) */
+    /* Set once in the constructor (ds_tenant_load) when this process belongs to a DetShare tenant whose files do not
+     * hold up (fail-closed): tenant stays NULL, cuInit answers CUDA_ERROR_NOT_PERMITTED and the driver is never
+     * initialised, so the process runs no CUDA work at all instead of running without its quota and grant. */
+    int refused;
+    char refused_why[320];
     struct ds_settings settings;
 };
 extern struct ds_process ds_process;

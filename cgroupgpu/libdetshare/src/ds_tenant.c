@@ -3,21 +3,29 @@
  * (read-write), checks that both belong to the slot and generation the quota file names, sets the MPS variables the
  * driver reads when it starts, and publishes the tenant (ds_process.tenant). Called once, by the constructor.
  *
- * Fail-open: any problem with the tenant's files is logged once and the process runs as a pure pass-through; a
- * broken DetShare installation never stops a tenant's GPU work.
+ * Fail-closed: a process that belongs to a DetShare tenant (a quota file is in force) either runs under its quota and
+ * grant or runs no CUDA work at all. Any problem with the tenant's files (quota file, table, client page) is logged
+ * once with its cause and the process is refused: cuInit answers CUDA_ERROR_NOT_PERMITTED (ds_mem.c). The client page
+ * is writable by the tenant, so a page with another magic, ABI version, slot or generation, or one truncated, must
+ * never switch DetShare off (issue 27); the scheduler repairs such a page (table.RepairClientPages), and the next
+ * process of the tenant starts normally. What identifies the tenant (slot, generation, paths) comes from the quota
+ * file and the table, which the tenant cannot write.
  */
 #include "ds_tenant.h"
 
 #include "ds_guard.h"
+#include "ds_ledger.h"
 #include "ds_process.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,7 +92,7 @@ static int read_quota_file(const char *path, struct quota_file *q) {
     q->slot = QF_NONE;
     FILE *f = fopen(path, "re");
     if (!f) {
-        DS_LOG(DS_LOG_ERROR, "quota file %s: %s; running without DetShare", path, strerror(errno));
+        DS_LOG(DS_LOG_ERROR, "quota file %s: %s", path, strerror(errno));
         return -1;
     }
     char line[1024];
@@ -221,6 +229,17 @@ static int map_inherited_page(const char *path, struct ds_client_page **out) {
     return 0;
 }
 
+/* The descriptor this process inherited is the only way its user reaches the page (clients/ is root's), and any
+ * other process of the same user could reopen it read-write through /proc/<pid>/fd/<n> and write the tenant's page
+ * (issue 27). A process that is not dumpable keeps /proc/<pid>/fd, /proc/<pid>/mem and ptrace to root. The price,
+ * for these privilege-dropped processes only: no core dumps and no debugger attach by the same user (root still can).
+ * The kernel makes every exec'd program dumpable again until its own constructor runs (docs/threat-model.md). */
+static void protect_inherited_page(void) {
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        DS_LOG(DS_LOG_WARN, "PR_SET_DUMPABLE 0: %s; another process of this user could reopen the client page",
+               strerror(errno));
+}
+
 /* Root only: keep the page open across exec for a program that drops privileges first (see above). */
 static void keep_page_for_exec(const char *path) {
     if (geteuid() != 0 || inherited_page_fd(path) >= 0)
@@ -258,6 +277,19 @@ static const char *quota_path(bool *fixed) {
     return env && *env ? env : NULL;
 }
 
+/* The tenant's files do not hold up: refuse this process's CUDA work (see the file comment). Logged at error level,
+ * which DETSHARE_LOG cannot silence below the default. */
+static void refuse(const char *id, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refuse(const char *id, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ds_process.refused_why, sizeof ds_process.refused_why, fmt, ap);
+    va_end(ap);
+    ds_process.refused = 1;
+    ds_log(DS_LOG_ERROR, "tenant %s: %s; DetShare refuses this process's CUDA work (fail-closed: cuInit returns "
+                         "CUDA_ERROR_NOT_PERMITTED)", id && *id ? id : "?", ds_process.refused_why);
+}
+
 void ds_tenant_load(void) {
     bool fixed = false;
     const char *path = quota_path(&fixed);
@@ -265,41 +297,46 @@ void ds_tenant_load(void) {
         return; /* not a tenant: pure pass-through */
     struct quota_file q;
     if (read_quota_file(path, &q) != 0) {
-        DS_LOG(DS_LOG_ERROR, "quota file %s unusable; running without DetShare (no quota, no scheduling)", path);
+        refuse(q.id, "quota file %s unusable (reason above)", path);
         return;
     }
     const struct ds_table_header *h = NULL;
     int rc = ds_table_map_ro(q.table, &h);
     if (rc != 0) {
-        DS_LOG(DS_LOG_ERROR, "table %s: %s; running unshared", q.table,
+        refuse(q.id, "table %s: %s", q.table,
                rc == -DS_EVERSION   ? "another ABI version than this library's"
                : rc == -DS_ECORRUPT ? "bad magic, geometry or not ready"
                                     : strerror(-rc));
-        goto fail;
+        return;
     }
     const struct ds_container *c = ds_table_container(h, (uint32_t)q.slot);
     uint32_t gen = __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
     uint32_t state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
     if (gen != q.slot_gen || (state != DS_SLOT_ACTIVE && state != DS_SLOT_RESERVED)) {
-        DS_LOG(DS_LOG_ERROR,
-               "table slot %llu: generation %u state %u, quota file says generation %llu; running unshared", q.slot,
-               gen, state, q.slot_gen);
+        refuse(q.id, "table slot %llu: generation %u state %u, quota file says generation %llu (deregistered?)",
+               q.slot, gen, state, q.slot_gen);
         goto fail_table;
     }
     struct ds_client_page *pg = NULL;
+    bool inherited = false;
     rc = ds_client_map(q.client_page, &pg);
     if (rc == -EACCES && map_inherited_page(q.client_page, &pg) == 0) {
         rc = 0;
+        inherited = true;
         DS_LOG(DS_LOG_INFO, "client page %s mapped from the descriptor kept before a privilege drop", q.client_page);
+        protect_inherited_page();
     }
     if (rc != 0) {
-        DS_LOG(DS_LOG_ERROR, "client page %s: %s; running unshared", q.client_page,
-               rc == -DS_EVERSION ? "another ABI version" : rc == -DS_ECORRUPT ? "bad magic or size" : strerror(-rc));
+        refuse(q.id, "client page %s: %s", q.client_page,
+               rc == -DS_EVERSION   ? "another ABI version (overwritten by the tenant?)"
+               : rc == -DS_ECORRUPT ? "bad magic or size (overwritten or truncated by the tenant?)"
+                                    : strerror(-rc));
         goto fail_table;
     }
-    if (pg->slot != (uint32_t)q.slot || pg->slot_gen != q.slot_gen) {
-        DS_LOG(DS_LOG_ERROR, "client page %s belongs to slot %u generation %u, not slot %llu generation %llu; running "
-                             "unshared", q.client_page, pg->slot, pg->slot_gen, q.slot, q.slot_gen);
+    if (pg->slot != (uint32_t)q.slot || pg->slot_gen != q.slot_gen || pg->max_procs != DS_MAX_PROCS) {
+        refuse(q.id, "client page %s names slot %u generation %u (%u process entries), the quota file slot %llu "
+                     "generation %llu (overwritten by the tenant?)",
+               q.client_page, pg->slot, pg->slot_gen, pg->max_procs, q.slot, q.slot_gen);
         munmap(pg, sizeof *pg);
         goto fail_table;
     }
@@ -324,6 +361,11 @@ void ds_tenant_load(void) {
     memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
     memcpy(t->table_path, q.table, sizeof t->table_path);
     memcpy(t->doorbell_path, q.doorbell, sizeof t->doorbell_path);
+    int kept = inherited ? inherited_page_fd(q.client_page) : -1;
+    if (kept >= 0)
+        snprintf(t->ledger_path, sizeof t->ledger_path, "/proc/self/fd/%d", kept);
+    else
+        memcpy(t->ledger_path, q.client_page, sizeof t->ledger_path);
     if (t->mps_pipe_dir[0]) {
         /* The driver finds the MPS server through CUDA_MPS_PIPE_DIRECTORY. Processes `exec`'d into a container
          * never see env edits made at create time, so the library exports the tenant's pipe directory itself
@@ -338,6 +380,7 @@ void ds_tenant_load(void) {
     set_mps_priority(__atomic_load_n(&c->tier, __ATOMIC_RELAXED));
     keep_page_for_exec(q.client_page);
     ds_process.tenant = t;
+    ds_ledger_open(__atomic_load_n(&c->mem_limit, __ATOMIC_RELAXED));
     ds_guard_snapshot();
     ds_guard_region(DS_REGION_TABLE, h, DS_TABLE_SIZE);
     ds_guard_region(DS_REGION_PAGE, pg, sizeof *pg);
@@ -351,6 +394,4 @@ void ds_tenant_load(void) {
     return;
 fail_table:
     ds_table_unmap(h);
-fail:
-    DS_LOG(DS_LOG_ERROR, "tenant %s: DetShare disabled in this process (fail-open)", q.id);
 }

@@ -5,6 +5,8 @@
  *
  * Steps: init | info | total | alloc:N | pitch:WxH | managed:N | async:N | pool:N | vmm:N | vmmhost:N |
  *        array:WxH | array3d:WxHxD | mipmap:WxH:L | free-last | free-all | launch:N | hold | env:NAME |
+ *        unsetenv:NAME | setenv:NAME=VALUE (changed inside main(), after the library's constructor) |
+ *        setuid:N (setresgid and setresuid to N, in-process) |
  *        procaddr:SYMBOL:VERSION:FLAGS | dlsym:NAME | fork:N (child allocates N bytes, reports, exits) |
  *        stream (later kernels go to a new blocking stream; default: the legacy NULL stream) |
  *        spinlaunch:MS (one MS-millisecond kernel; prints how long the launch call took) | spins:NxUS (N kernels of
@@ -1106,6 +1108,22 @@ static int step(const char *s) {
     } else if (!strncmp(s, "env:", 4)) {
         const char *v = getenv(s + 4);
         printf("%s rc=0 value=%s\n", s, v ? v : "");
+    } else if (sscanf(s, "setuid:%llu", &a) == 1) { /* an in-process privilege drop (a server after its start-up) */
+        int rc = setresgid((gid_t)a, (gid_t)a, (gid_t)a) || setresuid((uid_t)a, (uid_t)a, (uid_t)a);
+        printf("%s rc=%d\n", s, rc);
+    } else if (!strncmp(s, "unsetenv:", 9)) { /* inside main(), after the library's constructor: a tenant leaving MPS */
+        printf("%s rc=%d\n", s, unsetenv(s + 9));
+    } else if (!strncmp(s, "setenv:", 7)) {
+        char name[256];
+        const char *eq = strchr(s + 7, '=');
+        size_t n = eq ? (size_t)(eq - (s + 7)) : 0;
+        if (!eq || n >= sizeof name) {
+            fprintf(stderr, "setenv: want setenv:NAME=VALUE\n");
+            return 2;
+        }
+        memcpy(name, s + 7, n);
+        name[n] = 0;
+        printf("%s rc=%d\n", s, setenv(name, eq + 1, 1));
     } else if (!strncmp(s, "procaddr:", 9)) {
         char sym[128];
         int ver = 0;

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/internal/layout"
 	"github.com/detshare/detshare/sched/ensure"
@@ -44,6 +46,8 @@ type Env struct {
 	ReadFile func(string) ([]byte, error)
 	// Driver reports the NVIDIA driver through NVML.
 	Driver func() DriverInfo
+	// HostConfig is the scheduler's configuration file (config.PathFromEnv); "" or missing: the defaults.
+	HostConfig string
 }
 
 // DriverInfo is what NVML says about the driver and GPUs.
@@ -81,8 +85,9 @@ func DefaultEnv(libDir string, simulated bool) Env {
 			out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 			return string(out), err
 		},
-		ReadFile: os.ReadFile,
-		Driver:   nvmlDriverInfo,
+		ReadFile:   os.ReadFile,
+		Driver:     nvmlDriverInfo,
+		HostConfig: config.PathFromEnv(),
 	}
 }
 
@@ -95,6 +100,7 @@ func Run(env Env) *Report {
 		r.Checks = append(r.Checks, checkDriver(env)...)
 		r.Checks = append(r.Checks, checkMPS(env))
 	}
+	r.Checks = append(r.Checks, checkExclusive(env))
 	r.Checks = append(r.Checks, checkLibrary("libdetshare (run)", layout.LibPathFor(os.Getenv(layout.EnvLib), env.BinDir)))
 	r.Checks = append(r.Checks, checkEngines(env)...)
 	r.Checks = append(r.Checks, checkScheduler(env))
@@ -152,6 +158,41 @@ func checkMPS(env Env) Check {
 		return c
 	}
 	c.Status, c.Found = OK, ctl+", "+srv
+	return c
+}
+
+// checkExclusive warns while the scheduler's configuration leaves the GPUs out of EXCLUSIVE_PROCESS compute mode
+// (mps.exclusive, issue 27): a tenant process can then leave MPS, and its server-side memory limit, by unsetting or
+// changing CUDA_MPS_PIPE_DIRECTORY.
+func checkExclusive(env Env) Check {
+	c := Check{Name: "mps exclusive", Need: "[mps] exclusive = true: every tenant process stays an MPS client"}
+	cfg := config.Default()
+	if env.HostConfig != "" {
+		data, err := env.ReadFile(env.HostConfig)
+		if err == nil {
+			cfg, err = config.Parse(env.HostConfig, data)
+		} else if errors.Is(err, os.ErrNotExist) {
+			err = nil
+		}
+		if err != nil {
+			c.Status, c.Found = Fail, err.Error()
+			c.Fix = "fix " + env.HostConfig + " (configs/detshare/config.toml documents every key)"
+			return c
+		}
+	}
+	switch {
+	case cfg.MPS.Enable && cfg.MPS.Exclusive:
+		c.Status, c.Found = OK, "mps.exclusive = true: the scheduler keeps the GPUs in EXCLUSIVE_PROCESS compute mode"
+	case !cfg.MPS.Enable:
+		c.Status, c.Found = Warn, "mps.enable = false: a process that bypasses libdetshare is bounded by nothing"
+		c.Fix = "set [mps] enable = true and exclusive = true in " + env.HostConfig + " where tenants are hostile"
+	default:
+		c.Status = Warn
+		c.Found = "mps.exclusive = false: a tenant process that unsets or changes CUDA_MPS_PIPE_DIRECTORY leaves MPS " +
+			"and its server-side memory limit"
+		c.Fix = "set [mps] exclusive = true in " + env.HostConfig + " and restart the scheduler (the GPUs are then " +
+			"used through MPS only while it runs)"
+	}
 	return c
 }
 

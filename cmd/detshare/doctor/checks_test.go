@@ -226,3 +226,31 @@ func TestSchedulerAndFailOpenChecks(t *testing.T) {
 		t.Errorf("fail-open events: %+v", c)
 	}
 }
+
+// TestExclusiveOffWarns: doctor warns while [mps] exclusive is off (issue 27: a tenant process can leave MPS), is
+// content when it is on, and fails naming the file when the configuration cannot be read.
+func TestExclusiveOffWarns(t *testing.T) {
+	for _, c := range []struct {
+		name, file string
+		want       Status
+		found      string
+	}{
+		{"defaults", "", Warn, "mps.exclusive = false"},
+		{"on", "[mps]\nexclusive = true\n", OK, "EXCLUSIVE_PROCESS"},
+		{"mps off", "[mps]\nenable = false\n", Warn, "mps.enable = false"},
+		{"bad", "[mps]\nexclusiv = true\n", Fail, "exclusiv"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			files := map[string]string{}
+			if c.file != "" {
+				files["/etc/detshare/config.toml"] = c.file
+			}
+			env := fakeEnv(t, nil, files, DriverInfo{Err: errors.New("no driver")})
+			env.HostConfig = "/etc/detshare/config.toml"
+			got := find(Run(env), "mps exclusive")
+			if got.Status != c.want || !strings.Contains(got.Found, c.found) {
+				t.Errorf("mps exclusive check: %+v, want %s and %q", got, c.want, c.found)
+			}
+		})
+	}
+}

@@ -230,7 +230,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) 
     case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = CU_COMPUTEMODE_DEFAULT; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = sim_compute_mode(dev); break;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = 0x10 + dev; break;
@@ -347,6 +347,8 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
         return r;
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
+    if (sim_exclusive_refuses(dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     pthread_mutex_lock(&g_sim.lock);
     g_sim.dev[dev].primary.refcount++;
     g_sim.dev[dev].primary_active = true;
@@ -413,6 +415,8 @@ static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev, unsign
         return r;
     if (!pctx || (flags & ~(unsigned)CU_CTX_FLAGS_MASK))
         return CUDA_ERROR_INVALID_VALUE;
+    if (sim_exclusive_refuses(dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     if (t_ctx.depth >= SIM_CTX_STACK)
         return CUDA_ERROR_INVALID_CONTEXT;
     struct CUctx_st *c = calloc(1, sizeof *c);

@@ -256,6 +256,7 @@ struct sim_global {
     uint64_t mem_total;
     struct sim_state *st;
     int state_fd;
+    char state_path[4096]; /* the state file; its compute-mode files sit beside it (sim_compute_mode) */
     int slot;
     int pid;
     struct sim_device dev[SIM_MAX_DEVICES];
@@ -282,6 +283,12 @@ uint64_t sim_next_id(void);
 uint64_t sim_now_ns(void);
 void sim_sleep_until(uint64_t t_ns);
 void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The device's compute mode (CU_COMPUTEMODE_*): <state file>.compute-mode-<dev> holds "exclusive_process" or
+ * "default" (absent: default), written by the host as `nvidia-smi -c` would set it (internal/simgpu ComputeModes). */
+int sim_compute_mode(int dev);
+/* A process that is not an MPS client may not create a context on a device in EXCLUSIVE_PROCESS mode while the MPS
+ * server holds it (the real driver answers CUDA_ERROR_DEVICE_UNAVAILABLE): true when this process is refused. */
+bool sim_exclusive_refuses(int dev);
 
 /* context.c */
 #define SIM_CHECK_INIT()                                                                                               \

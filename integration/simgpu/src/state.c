@@ -257,6 +257,7 @@ CUresult sim_state_open(void) {
         snprintf(defpath, sizeof defpath, "/dev/shm/detshare-simgpu-%u", (unsigned)getuid());
         path = defpath;
     }
+    snprintf(g_sim.state_path, sizeof g_sim.state_path, "%s", path);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) {
         fprintf(stderr, "[detshare-simgpu test double] cuInit: cannot open state file %s: %s\n", path,
@@ -335,4 +336,25 @@ CUresult sim_state_open(void) {
     sim_log("state %s: %d GPU(s), %u SMs, %llu bytes, MPS %s, slot %d", path, g_sim.ndev, g_sim.nsms,
             (unsigned long long)g_sim.mem_total, g_sim.mps ? "on" : "off", slot);
     return CUDA_SUCCESS;
+}
+
+int sim_compute_mode(int dev) {
+    char path[4200], buf[64] = {0};
+    snprintf(path, sizeof path, "%s.compute-mode-%d", g_sim.state_path, dev);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return CU_COMPUTEMODE_DEFAULT;
+    if (!fgets(buf, sizeof buf, f))
+        buf[0] = 0;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+    return !strcmp(buf, "exclusive_process") ? CU_COMPUTEMODE_EXCLUSIVE_PROCESS : CU_COMPUTEMODE_DEFAULT;
+}
+
+bool sim_exclusive_refuses(int dev) {
+    if (g_sim.mps || sim_compute_mode(dev) != CU_COMPUTEMODE_EXCLUSIVE_PROCESS)
+        return false;
+    sim_log("device %d is in EXCLUSIVE_PROCESS compute mode and this process is not an MPS client "
+            "(CUDA_MPS_PIPE_DIRECTORY unset or changed): CUDA_ERROR_DEVICE_UNAVAILABLE", dev);
+    return true;
 }

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# failclosed.sh OUTDIR — issue 27 on a real GPU with the real scheduler (MPS on; the GPU's compute mode is never
+# changed: mps.exclusive stays off): a `detshare run --memory 1Gi` tenant whose processes are libdetshare's probe
+# (build/tests/ds_probe_rt, which finds the real libcuda.so.1 with dlopen and cuGetProcAddress, as cudart does).
+#   A. an honest process: 512 MiB granted, 768 MiB more refused (rc 2)
+#   B. the page's magic overwritten just before a process starts: its cuInit is refused (rc 800), with the
+#      "refuses this process's CUDA work" line; before issue 27 it ran with no quota ("fail-open")
+#   C. a second later (the scheduler's housekeeping repaired the page): a process runs under its quota again
+#   D. one process holds 768 MiB, mem_used is zeroed in the page, a second process asks for 512 MiB: refused (the
+#      memory ledger), 256 MiB granted; before issue 27 the 512 MiB were granted (1.25 GiB in a 1 GiB tenant)
+# OUTDIR/summary.txt has one line per check, "ok" or "FAIL"; OUTDIR/*.out the probes' output.
+#   bash integration/gpu/failclosed.sh /tmp/fc     (repository root; build/ built on a Go machine and carried)
+# FC_SIM=1 runs the same on the simulated GPU (a test double), to check the script without a GPU.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+out=${1:?usage: failclosed.sh OUTDIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$repo"
+DS=$repo/build/bin/detshare
+PROBE=$repo/build/tests/ds_probe_rt
+for f in "$DS" "$PROBE"; do
+  [ -x "$f" ] || { echo "failclosed.sh: $f missing: run 'make build' on a Go machine and carry build/" >&2; exit 2; }
+done
+RUN=$(mktemp -d /tmp/detshare-fc.XXXX)
+export DETSHARE_RUN_DIR=$RUN
+if [ "${FC_SIM:-0}" = 1 ]; then
+  export DETSHARE_SIMGPU=1 DETSHARE_SIMGPU_STATE=$RUN/simgpu-state LD_LIBRARY_PATH=$repo/build/lib/simgpu
+fi
+: >"$out/summary.txt"
+log() { printf '[failclosed %s] %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/failclosed.log" >&2; }
+check() { # check NAME WANT GOT
+  local s=ok
+  [ "$2" = "$3" ] || s=FAIL
+  printf '%-4s %s: want %s, got %s\n' "$s" "$1" "$2" "$3" | tee -a "$out/summary.txt"
+}
+rc() { sed -n "s/^$2 rc=\([0-9-]*\).*/\1/p" "$out/$1.out" | tail -1; }
+smi_used() { command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+
+$DS --log-level info sched --stop-mps-on-exit >"$out/sched.log" 2>&1 &
+SCHED=$!
+HOLD=
+cleanup() { [ -n "$HOLD" ] && kill "$HOLD" 2>/dev/null; kill $SCHED $OWNER 2>/dev/null; wait 2>/dev/null; rm -rf "$RUN"; }
+trap cleanup EXIT
+sleep 3
+# The tenant lives as long as its owner's command (sleep); its processes join it.
+$DS run --memory 1Gi --name fc -- sleep 120 >"$out/owner.log" 2>&1 &
+OWNER=$!
+for _ in $(seq 50); do [ -e "$RUN/clients/fc.page" ] && break; sleep 0.1; done
+PAGE=$RUN/clients/fc.page
+[ -e "$PAGE" ] || { log "tenant fc did not register"; cat "$out/owner.log"; exit 1; }
+J() { timeout -k 5 60 "$DS" run --join fc -- "$@"; }
+
+log "A. honest process"
+J "$PROBE" init alloc:536870912 alloc:805306368 >"$out/A.out" 2>&1
+check "A init" 0 "$(rc A init)"
+check "A 512 MiB in a 1 GiB tenant" 0 "$(rc A alloc:536870912)"
+check "A 768 MiB more (over the quota)" 2 "$(rc A alloc:805306368)"
+
+log "B. page magic overwritten just before the process starts"
+J sh -c "printf 'garbage!' | dd of=$PAGE bs=8 count=1 conv=notrunc 2>/dev/null; exec $PROBE init alloc:536870912" \
+  >"$out/B.out" 2>&1
+check "B init refused (CUDA_ERROR_NOT_PERMITTED)" 800 "$(rc B init)"
+check "B says why" 1 "$(grep -c "refuses this process's CUDA work" "$out/B.out")"
+check "B allocation" nonzero "$( [ "$(rc B alloc:536870912)" = 0 ] && echo 0 || echo nonzero)"
+
+log "C. after the scheduler's repair"
+sleep 1
+J "$PROBE" init alloc:536870912 alloc:805306368 >"$out/C.out" 2>&1
+check "C init after the repair" 0 "$(rc C init)"
+check "C 512 MiB" 0 "$(rc C alloc:536870912)"
+check "C 768 MiB more" 2 "$(rc C alloc:805306368)"
+grep -q "client page was damaged by its tenant; repaired" "$out/sched.log"
+check "C scheduler logged the repair" 0 $?
+
+log "D. mem_used zeroed beside a process holding 768 MiB"
+mkfifo "$out/hold.in"
+J "$PROBE" init alloc:805306368 hold <"$out/hold.in" >"$out/D-holder.out" 2>&1 &
+HOLD=$!
+exec 7>"$out/hold.in"
+for _ in $(seq 100); do grep -q holding "$out/D-holder.out" && break; sleep 0.1; done
+check "D holder 768 MiB" 0 "$(rc D-holder alloc:805306368)"
+echo "nvidia-smi used with the holder: $(smi_used) MiB" >>"$out/failclosed.log"
+dd if=/dev/zero of="$PAGE" bs=8 seek=19 count=1 conv=notrunc 2>/dev/null # mem_used, offset 152
+J "$PROBE" init alloc:536870912 alloc:268435456 >"$out/D.out" 2>&1
+check "D 512 MiB beside 768 MiB held, page zeroed (ledger)" 2 "$(rc D alloc:536870912)"
+check "D the 256 MiB left" 0 "$(rc D alloc:268435456)"
+echo "nvidia-smi used at the end: $(smi_used) MiB" >>"$out/failclosed.log"
+exec 7>&-
+wait $HOLD
+HOLD=
+grep -c '^ok' "$out/summary.txt" | xargs printf '%s checks ok, ' | tee -a "$out/failclosed.log"
+grep -c '^FAIL' "$out/summary.txt" | xargs printf '%s failed\n' | tee -a "$out/failclosed.log"
+! grep -q '^FAIL' "$out/summary.txt"
