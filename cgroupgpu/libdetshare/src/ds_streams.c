@@ -382,7 +382,34 @@ static void lstream_forget(struct lstream *ls) {
 /* ---------------------------------------------------------------------------------------------------------------
  * Edges
  * ------------------------------------------------------------------------------------------------------------- */
+/* The capture sequence stream s is part of (0: none), asked only while a capture runs in the process. The legacy
+ * stream is never captured and is not asked: while a blocking stream captures, naming it is forbidden. A stream
+ * whose capture was invalidated still belongs to it. */
+static uint64_t capture_of(CUstream s) {
+    if (s == NULL || s == CU_STREAM_LEGACY)
+        return 0;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    if (ds_real.cuStreamGetCaptureInfo_v2) {
+        if (DS_SOP_REAL(cuStreamGetCaptureInfo_v2)(s, &st, &id, NULL, NULL, NULL) != CUDA_SUCCESS)
+            return 0;
+        return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : id ? id : 1;
+    }
+    if (!ds_real.cuStreamIsCapturing || ds_real.cuStreamIsCapturing(s, &st) != CUDA_SUCCESS)
+        return 0;
+    return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : UINT64_MAX;
+}
+
+/* into waits for what from holds. Not across a capture boundary: CUDA forbids a capturing stream to wait on an event
+ * recorded outside its capture (or in another one), and doing so invalidates the capture (a memset captured on a
+ * blocking stream while the legacy stream's physical stream had kernels did, on the H100 too: issue 28); a stream
+ * outside a capture that waited on a captured event would be pulled into it. Nothing is lost: captured work never
+ * depends on work outside its graph (a graph launch is ordered in its launch stream), and work outside does not run
+ * the captured work. Costs nothing unless a capture runs. */
 static void tie(struct lstream *ls, CUstream from, CUstream into) {
+    if (DS_UNLIKELY(atomic_load_explicit(&ds_process.capturing, memory_order_relaxed) != 0) &&
+        capture_of(from) != capture_of(into))
+        return;
     if (DS_SOP_REAL(cuEventRecord)(ls->e_out, from) == CUDA_SUCCESS)
         DS_SOP_REAL(cuStreamWaitEvent)(into, ls->e_out, 0);
 }

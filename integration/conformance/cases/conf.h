@@ -60,6 +60,8 @@
     X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, 0)                                                              \
     X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, 0)                                                              \
     X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                                                   \
+    X(cuMemsetD8Async, cuMemsetD8Async, 3020, 0)                                                                     \
+    X(cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, 0)                                                               \
     X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0)                                                              \
     X(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH, 7000, 1)                                                                   \
     X(cuStreamCreate, cuStreamCreate, 2000, 0)                                                                       \
