@@ -76,6 +76,7 @@ struct lstream {
     atomic_int need_in;           /* app got work the physical stream has not waited for */
     atomic_int pending;           /* the physical stream has kernels app has not waited for */
     atomic_int unconfinable;
+    atomic_int in_place;          /* capturing into a graph the application made: work stays on app (see below) */
     atomic_int unconfined;        /* work went to app itself (every group granted): drained only when app is */
     atomic_uint seen_order, seen_cross;
     struct ds_gate gate;          /* dispatch gate (ds_gate.c) */
@@ -291,6 +292,7 @@ static struct lstream *lstream_new(CUstream app) {
                     ls->phys_by_ctx[i] = NULL;
                 }
         atomic_store(&ls->unconfinable, 0);
+        atomic_store(&ls->in_place, 0);
         atomic_store(&ls->need_in, 1);
         return ls;
     }
@@ -790,7 +792,8 @@ static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel
         return l;
     if (ls->kind != LS_NONBLOCKING)
         cross_pre(ls->kind, app);
-    if (DS_UNLIKELY(atomic_load_explicit(&ls->unconfinable, memory_order_relaxed))) {
+    if (DS_UNLIKELY(atomic_load_explicit(&ls->unconfinable, memory_order_relaxed) |
+                    atomic_load_explicit(&ls->in_place, memory_order_relaxed))) {
         cross_post(ls->kind);
         return l;
     }
@@ -848,6 +851,20 @@ bool ds_launch_retry(struct ds_launch *l, CUresult r) {
         return false;
     join(l->ls);
     return true;
+}
+
+/* cuStreamBeginCaptureToGraph captures into a graph the application made, which may be the body of a conditional
+ * node: CUDA requires every node of a body to be in the context of its conditional node (the application's), so
+ * work captured there must not go to a physical stream of a green context. While such a capture runs on s, its work
+ * stays on s; the graph is moved to the grant's SMs, where it can be, when it is launched (ds_graph.c). */
+void ds_streams_capture_in_place(CUstream s, int per_thread, bool on) {
+    CUstream app = app_handle(s, per_thread);
+    struct lstream *ls = on ? lstream_get(app) : lstream_find(app);
+    if (!ls)
+        return;
+    atomic_store(&ls->in_place, on);
+    if (on && atomic_load(&ls->bound))
+        unbind(ls);
 }
 
 void ds_launch_unconfinable(const struct ds_launch *l) {
