@@ -10,12 +10,6 @@
 #define N 4096
 #define ROUNDS 3
 
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* Ends the capture on s and reports it as <tag>.end_rc, <tag>.status_after and <tag>.nodes; exits when there is no
  * graph (the facts so far name the failure). */
 static CUgraphExec end_capture(const char *tag, CUstream s, CUgraph *gout) {

@@ -13,12 +13,6 @@
 #define BIG ((size_t)512 << 20)
 #define ROUNDS 3
 
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* Entry points outside CONF_FUNCS (the test double has none of them): taken by name from the driver. */
 static void *drv_sym(const char *name) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

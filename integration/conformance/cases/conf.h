@@ -518,4 +518,11 @@ static inline CUevent mkevent(unsigned flags) {
 
 static inline const char *yn(bool b) { return b ? "yes" : "no"; }
 
+/* The bits of a float, for 32-bit memsets of float buffers. */
+static inline uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
 #endif
