@@ -27,7 +27,8 @@ static void *drv_sym(const char *name) {
 /* A conditional IF node in g with handle default def, its body captured on s: z = 7 (memset), w = z + z. */
 static void add_if(CUgraph g, unsigned def, CUstream s, CUdeviceptr z, CUdeviceptr w) {
     PFN_cuGraphConditionalHandleCreate mkh = (PFN_cuGraphConditionalHandleCreate)drv_sym("cuGraphConditionalHandleCreate");
-    PFN_cuGraphAddNode add = (PFN_cuGraphAddNode)drv_sym("cuGraphAddNode");
+    /* the 12.3+ entry point (CUDA 13's headers name only this one cuGraphAddNode) */
+    PFN_cuGraphAddNode_v2 add = (PFN_cuGraphAddNode_v2)drv_sym("cuGraphAddNode_v2");
     PFN_cuStreamBeginCaptureToGraph into = (PFN_cuStreamBeginCaptureToGraph)drv_sym("cuStreamBeginCaptureToGraph");
     CUgraphConditionalHandle h;
     CK(mkh(&h, g, conf_ctx, def, CU_GRAPH_COND_ASSIGN_DEFAULT));
@@ -39,7 +40,7 @@ static void add_if(CUgraph g, unsigned def, CUstream s, CUdeviceptr z, CUdevicep
     p.conditional.size = 1;
     p.conditional.ctx = conf_ctx;
     CUgraphNode n;
-    CK(add(&n, g, NULL, 0, &p));
+    CK(add(&n, g, NULL, NULL, 0, &p));
     CUgraph body = p.conditional.phGraph_out[0];
     char k[64];
     snprintf(k, sizeof k, "cond_if%u.capture_rc", def);
