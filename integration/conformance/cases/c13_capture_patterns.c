@@ -1,7 +1,7 @@
 /* Case 13: every stream-capture pattern frameworks use (issue 28; README.md). Each capture must end with a graph,
  * hold the nodes CUDA documents, run nothing while captured, and replay with the right data. PyTorch's CUDA graphs
- * and torch.compile's cudagraph trees capture memsets, copies, host functions, event edges across streams and
- * stream-ordered allocations; under the library an operation that synchronises, queries, or ties a capturing
+ * and torch.compile's cudagraph trees capture memsets, copies, host functions, event edges across streams,
+ * stream-ordered allocations and (torch.cond) into graphs they made; under the library an operation that synchronises, queries, or ties a capturing
  * stream to work outside its capture invalidates the capture. */
 #include "conf.h"
 
@@ -171,6 +171,24 @@ int main(void) {
         CK(D.cuGraphLaunch(ge, B));
     CK(D.cuStreamSynchronize(B));
     fact("mem_nodes.replay_ok", "%s", yn(all_f32(v, N, 10.0f)));
+    release(ge, g);
+
+    /* 6. A capture into a graph the application made (cuStreamBeginCaptureToGraph, how conditional bodies are
+     * filled): the capture ends with that same graph, holding what was captured */
+    CUgraph mine;
+    CK(D.cuGraphCreate(&mine, 0));
+    CK(D.cuMemsetD32_v2(v, 0, N));
+    fact("to_graph.begin_rc", "%s",
+         st(D.cuStreamBeginCaptureToGraph(B, mine, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL)));
+    status_during("to_graph", B);
+    CK(D.cuMemsetD32Async(v, bits(6.0f), N, B));
+    k_add(B, x, v, v, N);
+    ge = end_capture("to_graph", B, &g);
+    fact("to_graph.same_graph", "%s", yn(g == mine));
+    fact("to_graph.no_work_ran", "%s", yn(all_f32(v, N, 0.0f)));
+    CK(D.cuGraphLaunch(ge, B));
+    CK(D.cuStreamSynchronize(B));
+    fact("to_graph.replay_ok", "%s", yn(all_f32(x, N, 12.0f) && all_f32(v, N, 6.0f)));
     release(ge, g);
 
     CK(D.cuMemFreeHost(hin));

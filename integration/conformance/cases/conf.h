@@ -88,6 +88,8 @@
     X(cuLaunchHostFunc, cuLaunchHostFunc, 10000, 0)                                                                  \
     X(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, 10000, 1)                                                             \
     X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0)                                                       \
+    X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, 0)                                           \
+    X(cuGraphCreate, cuGraphCreate, 10000, 0)                                                                        \
     X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                              \
     X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0)                                                            \
     X(cuGraphGetNodes, cuGraphGetNodes, 10000, 0)                                                                    \
