@@ -640,6 +640,10 @@ bool ds_streams_drained(void) {
     for (unsigned i = 0; i < n; i++) {
         struct lstream *ls = pool_at(i);
         CUstream p = atomic_load(&ls->phys);
+        /* asked again before each query: a capture that began meanwhile may have pulled p into it, and a query
+         * invalidates a capture (this narrows the window; the launch path takes no lock to close it) */
+        if (atomic_load(&ds_process.capturing))
+            return false;
         if (p && DS_SOP_REAL(cuStreamQuery)(p) == CUDA_ERROR_NOT_READY)
             return false;
         /* a per-thread default stream can only be queried from its own thread: its unconfined work is seen by the
