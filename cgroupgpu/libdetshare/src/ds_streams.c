@@ -404,7 +404,7 @@ static uint64_t capture_of(CUstream s) {
 
 /* into waits for what from holds. Not across a capture boundary: CUDA forbids a capturing stream to wait on an event
  * recorded outside its capture (or in another one), and doing so invalidates the capture (a memset captured on a
- * blocking stream while the legacy stream's physical stream had kernels did, on the H100 too: issue 28); a stream
+ * blocking stream while the legacy stream's physical stream had kernels was: conformance c13, issue 28); a stream
  * outside a capture that waited on a captured event would be pulled into it. Nothing is lost: captured work never
  * depends on work outside its graph (a graph launch is ordered in its launch stream), and work outside does not run
  * the captured work. Costs nothing unless a capture runs. */
