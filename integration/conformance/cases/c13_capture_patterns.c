@@ -191,6 +191,34 @@ int main(void) {
     fact("to_graph.replay_ok", "%s", yn(all_f32(x, N, 12.0f) && all_f32(v, N, 6.0f)));
     release(ge, g);
 
+    /* 7. A capture on this thread's per-thread default stream (a blocking stream) through the _ptsz entry points,
+     * while the legacy stream still has a kernel queued: a memset and a kernel */
+    k_spin(NULL, conf_spin_us / 10);
+    k_fill(NULL, w, 9, N);
+    CK(D.cuMemsetD32_v2(v, 0, N));
+    fact("per_thread.begin_rc", "%s", st(D.cuStreamBeginCapture_v2_ptsz(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL)));
+    cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    CK(D.cuStreamIsCapturing_ptsz(NULL, &cs));
+    fact("per_thread.status_during", "%d", (int)cs);
+    fact("per_thread.memset_rc", "%s", st(D.cuMemsetD32Async_ptsz(v, bits(8.0f), N, NULL)));
+    k_fill_on(true, NULL, y, bits(0.25f), N);
+    g = NULL;
+    fact("per_thread.end_rc", "%s", st(D.cuStreamEndCapture_ptsz(NULL, &g)));
+    if (!g) {
+        printf("fatal: per_thread: no graph\n");
+        return 2;
+    }
+    size_t nn = 0;
+    CK(D.cuGraphGetNodes(g, NULL, &nn));
+    fact("per_thread.nodes", "%zu", nn);
+    CK(D.cuGraphInstantiateWithFlags(&ge, g, 0));
+    CK(D.cuGraphLaunch_ptsz(ge, NULL));
+    CK(D.cuStreamSynchronize_ptsz(NULL));
+    fact("per_thread.replay_ok", "%s", yn(all_f32(v, N, 8.0f) && all_f32(y, N, 0.25f)));
+    CK(D.cuStreamSynchronize(NULL));
+    fact("per_thread.legacy_work_ok", "%s", yn(sum_u32(w, N) == 9ull * N));
+    release(ge, g);
+
     CK(D.cuMemFreeHost(hin));
     CK(D.cuMemFreeHost(hout));
     conf_done();

@@ -89,6 +89,11 @@
     X(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, 10000, 1)                                                             \
     X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0)                                                       \
     X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, 0)                                           \
+    X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, 1)                                                 \
+    X(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1)                                                         \
+    X(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, 10000, 1)                                                       \
+    X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1)                                                              \
+    X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1)                                                                   \
     X(cuGraphCreate, cuGraphCreate, 10000, 0)                                                                        \
     X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                              \
     X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0)                                                            \
