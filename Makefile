@@ -41,9 +41,13 @@ build: c-build go-build
 
 # The Kubernetes side (device plugin, DRA plugin, their end-to-end test) is its own module, k8s/go.mod, so that the main module
 # keeps containerd v1.7's dependency set.
+# The shim is built without cgo, as containerd builds its own shims: it links no C (go-nvml stays out of it) and a
+# static binary starts faster; containerd starts it twice per container (BENCHMARKS.md, "Issue 28: container start").
+STATIC_CMDS := containerd-shim-detshare-v1
 go-build:
 	@mkdir -p $(BIN)
-	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ ./cmd/...
+	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(filter-out $(STATIC_CMDS) internal,$(CMDS)))
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(STATIC_CMDS))
 	cd k8s && $(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # C components append their outputs to C_TARGETS in their build.mk.

@@ -714,6 +714,21 @@ typedef struct CUgraphEdgeData_st { /* 12.3+ */
     unsigned char reserved[5];
 } CUgraphEdgeData;
 
+/* Conditional nodes (12.3+; the ctx field and SWITCH 12.4+/12.8+): a handle made with
+ * cuGraphConditionalHandleCreate (flag CU_GRAPH_COND_ASSIGN_DEFAULT: set to its default value at every launch), and
+ * the node's parameters; the driver creates the body graphs and returns them through phGraph_out. */
+typedef unsigned long long CUgraphConditionalHandle;
+enum { CU_GRAPH_COND_ASSIGN_DEFAULT = 1 };
+typedef enum { CU_GRAPH_COND_TYPE_IF = 0, CU_GRAPH_COND_TYPE_WHILE = 1, CU_GRAPH_COND_TYPE_SWITCH = 2 }
+    CUgraphConditionalNodeType;
+typedef struct CUDA_CONDITIONAL_NODE_PARAMS_st {
+    CUgraphConditionalHandle handle;
+    CUgraphConditionalNodeType type;
+    unsigned int size;     /* bodies: 1 for IF and WHILE */
+    CUgraph *phGraph_out;  /* set by the driver: the body graphs */
+    CUcontext ctx;         /* every body node must be in this context */
+} CUDA_CONDITIONAL_NODE_PARAMS;
+
 /* cuGraphAddNode / cuGraphNodeSetParams generic parameters (12.2+): 256 bytes. DetShare sets the context of memset
  * and memcpy nodes through it. */
 typedef struct CUgraphNodeParams_st {
@@ -726,6 +741,7 @@ typedef struct CUgraphNodeParams_st {
         CUDA_MEMSET_NODE_PARAMS_v2 memset;
         CUDA_HOST_NODE_PARAMS host;
         CUDA_MEM_ALLOC_NODE_PARAMS alloc; /* CUDA_MEM_ALLOC_NODE_PARAMS_v2: the same layout */
+        CUDA_CONDITIONAL_NODE_PARAMS conditional;
     };
     long long reserved2;
 } CUgraphNodeParams;
@@ -1090,6 +1106,14 @@ typedef struct CUctxCreateParams_st {
 #define CUDA_ABI_DECLARE_PFN_(name, params) typedef CUresult(*PFN_##name) params;
 CUDA_ABI_FUNCTIONS(CUDA_ABI_DECLARE_PFN_)
 #undef CUDA_ABI_DECLARE_PFN_
+/* Graph entry points of the real driver only (the test double has no child-graph or conditional nodes, so they are
+ * not in CUDA_ABI_FUNCTIONS, whose every entry it exports): used by GPU-only conformance cases. */
+typedef CUresult (*PFN_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                                  const CUgraphNode *dependencies, size_t numDependencies,
+                                                  CUgraph childGraph);
+typedef CUresult (*PFN_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph,
+                                                        CUcontext ctx, unsigned int defaultLaunchValue,
+                                                        unsigned int flags);
 
 #ifdef CUDA_ABI_PROTOTYPES
 #define CUDA_ABI_DECLARE_PROTO_(name, params) CUresult name params;
@@ -1112,6 +1136,7 @@ _Static_assert(sizeof(CUgraphNodeParams) == 256, "CUgraphNodeParams is 256 bytes
 _Static_assert(offsetof(CUgraphNodeParams, memset.ctx) == 56, "CUDA_MEMSET_NODE_PARAMS_v2.ctx at 40 of the union");
 _Static_assert(offsetof(CUgraphNodeParams, memcpy.copyCtx) == 24, "CUDA_MEMCPY_NODE_PARAMS.copyCtx at 8 of the union");
 _Static_assert(offsetof(CUgraphNodeParams, memcpy.copyParams) == 32, "copyParams at 16 of the union");
+_Static_assert(offsetof(CUgraphNodeParams, conditional.ctx) == 40, "CUDA_CONDITIONAL_NODE_PARAMS.ctx at 24 of the union");
 _Static_assert(sizeof(CUdevResource) == 144, "CUdevResource is 144 bytes in every 12.4+ version");
 _Static_assert(_Alignof(CUdevResource) == 8, "13.1 layout is 8-aligned (nextResource)");
 _Static_assert(offsetof(CUdevResource, type) == 0, "CUdevResource.type at 0");

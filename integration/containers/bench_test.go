@@ -1,11 +1,18 @@
 package containers
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/detshare/detshare/shimv2"
 )
 
 // BenchmarkStartLatency compares `ctr run --rm … true` with the DetShare shim and a quota against the same with
@@ -16,13 +23,7 @@ func BenchmarkStartLatency(b *testing.B) {
 		b.Fatalf("container test environment not available: %v", setupErr)
 	}
 	e := E
-	// containerd's own runc shim (v1.7.35) built with this toolchain, under another runtime name: separates the cost
-	// of a Go 1.26 shim binary from DetShare's work.
-	upstream := filepath.Join(e.bin, "containerd-shim-runcupstream-v1")
-	if out, err := run(5*time.Minute, nil, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", upstream,
-		"github.com/containerd/containerd/cmd/containerd-shim-runc-v2"); err != nil {
-		b.Fatalf("build upstream runc shim: %v: %s", err, out)
-	}
+	buildUpstreamShim(b, e)
 	const runs = 20
 	for i := 0; i < b.N; i++ {
 		var plain, det, shimOnly, up []float64
@@ -68,6 +69,121 @@ func BenchmarkStartLatency(b *testing.B) {
 		b.ReportMetric(median(up), "upstream-shim-go126-median-ms")
 		b.Logf("ctr run --rm true, median of %d: runc %.1f ms, detshare %.1f ms (added %.1f ms); detshare shim without a quota %.1f ms; containerd's runc shim rebuilt with this Go %.1f ms",
 			runs, mp, md, md-mp, median(shimOnly), median(up))
+	}
+}
+
+// BenchmarkShimLabelLookup is the shim's round trip to containerd for a container's labels (shimv2.ContainerdLabels:
+// a new gRPC connection and one Get), made once per container start outside CRI (DETSHARE_SHIM_LABELS=0 turns it
+// off). One part of the start cost BenchmarkStartLatency reports as a whole (BENCHMARKS.md, issue 28).
+func BenchmarkShimLabelLookup(b *testing.B) {
+	if setupErr != nil {
+		b.Fatalf("container test environment not available: %v", setupErr)
+	}
+	e := E
+	const id = "ds-bench-labels"
+	if out, err := e.ctr("container", "create", "--label", "detshare.io/tier=burstable", imageRef, id); err != nil {
+		b.Fatalf("ctr container create: %v: %s", err, out)
+	}
+	defer e.ctr("container", "delete", id)
+	get := shimv2.ContainerdLabels(e.ctrSock, ctrNS)
+	const lookups = 200 // per iteration, so that -benchtime=1x (BenchmarkStartLatency's) still measures
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N*lookups; i++ {
+		l, err := get(context.Background(), id)
+		if err != nil || l["detshare.io/tier"] != "burstable" {
+			b.Fatalf("labels of %s: %v, %v; want detshare.io/tier=burstable", id, l, err)
+		}
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N*lookups), "ms/lookup")
+}
+
+// buildUpstreamShim builds containerd's own runc shim (v1.7.35) with this toolchain, under another runtime name
+// (io.containerd.runcupstream.v1): it separates the cost of a Go 1.26 shim binary from DetShare's work.
+func buildUpstreamShim(b *testing.B, e *env) {
+	upstream := filepath.Join(e.bin, "containerd-shim-runcupstream-v1")
+	if out, err := run(5*time.Minute, nil, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", upstream,
+		"github.com/containerd/containerd/cmd/containerd-shim-runc-v2"); err != nil {
+		b.Fatalf("build upstream runc shim: %v: %s", err, out)
+	}
+}
+
+// BenchmarkStartCPU is BenchmarkStartLatency in CPU time: what containerd, the shim processes and runc spend per
+// `ctr run --rm … true` (containerd is moved into a cgroup v1 cpuacct group of its own for the benchmark, which the
+// shims and runc inherit; the container's own processes go to the container's cgroup), plus ctr's own CPU time, 20
+// runs of each runtime interleaved. On a machine shared with other work the wall-clock medians of
+// BenchmarkStartLatency wander by ±100 ms between runs; CPU time does not, so this is the figure to compare there.
+// Skipped where the cpuacct hierarchy is not mounted.
+func BenchmarkStartCPU(b *testing.B) {
+	if setupErr != nil {
+		b.Fatalf("container test environment not available: %v", setupErr)
+	}
+	e := E
+	root := "/sys/fs/cgroup/cpuacct"
+	if _, err := os.Stat(filepath.Join(root, "cpuacct.usage")); err != nil {
+		b.Skipf("no cgroup v1 cpuacct hierarchy at %s: %v", root, err)
+	}
+	buildUpstreamShim(b, e)
+	cg := filepath.Join(root, fmt.Sprintf("detshare-bench-%d", os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		b.Fatalf("cpuacct group: %v", err)
+	}
+	pid := strconv.Itoa(e.ctrd.Cmd.Process.Pid)
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(pid), 0o644); err != nil {
+		b.Fatalf("move containerd %s into %s: %v", pid, cg, err)
+	}
+	defer func() {
+		// containerd back to the root group; the group is removed once the last shim of the benchmark has exited
+		_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(pid), 0o644)
+		for t := 0; t < 50 && os.Remove(cg) != nil; t++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	usage := func() float64 {
+		raw, err := os.ReadFile(filepath.Join(cg, "cpuacct.usage"))
+		if err != nil {
+			b.Fatalf("read %s: %v", cg, err)
+		}
+		ns, err := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 64)
+		if err != nil {
+			b.Fatalf("cpuacct.usage %q: %v", raw, err)
+		}
+		return float64(ns) / 1e6
+	}
+	kinds := []struct {
+		name string
+		args []string
+	}{
+		{"runc", []string{"--runtime", "io.containerd.runc.v2"}},
+		{"detshare", []string{"--runtime", shimRuntime, "--env", "DETSHARE_TIER=burstable", "--env", "DETSHARE_SMS=16",
+			"--env", "DETSHARE_MEMORY=1GiB"}},
+		{"detshare-no-quota", []string{"--runtime", shimRuntime}},
+		{"upstream-go126", []string{"--runtime", "io.containerd.runcupstream.v1"}},
+	}
+	const runs = 20
+	for i := 0; i < b.N; i++ {
+		cpu := map[string][]float64{}
+		for r := 0; r < runs; r++ {
+			for _, k := range kinds {
+				id := fmt.Sprintf("ds-cpu-%d-%d-%s", i, r, k.name)
+				args := append([]string{"--address", e.ctrSock, "--namespace", ctrNS, "run", "--rm"}, k.args...)
+				cmd := exec.Command(e.ctrBin, append(args, imageRef, id, "true")...)
+				u0 := usage()
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("%s: %v: %s", id, err, out)
+				}
+				time.Sleep(200 * time.Millisecond) // the shim exits after ctr's delete returns
+				ctrCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+				cpu[k.name] = append(cpu[k.name], usage()-u0+float64(ctrCPU.Microseconds())/1000)
+			}
+		}
+		for _, k := range kinds {
+			b.ReportMetric(median(cpu[k.name]), k.name+"-cpu-ms")
+		}
+		b.ReportMetric(median(cpu["detshare"])-median(cpu["runc"]), "added-cpu-ms")
+		b.Logf("ctr run --rm true, CPU ms per start (containerd + shims + runc + ctr), median of %d: runc %.1f, detshare %.1f (added %.1f), detshare shim without a quota %.1f, containerd's runc shim rebuilt with this Go %.1f",
+			runs, median(cpu["runc"]), median(cpu["detshare"]), median(cpu["detshare"])-median(cpu["runc"]),
+			median(cpu["detshare-no-quota"]), median(cpu["upstream-go126"]))
 	}
 }
 

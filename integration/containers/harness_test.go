@@ -133,12 +133,16 @@ func setup() (*env, error) {
 			e.teardown()
 		}
 	}()
-	// Built as the Makefile builds them (stripped, lazy binding).
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -extldflags -Wl,-z,lazy", "-o", e.bin+"/", "./cmd/detshare", "./cmd/detshare-hook", "./cmd/detshare-runtime",
-		"./cmd/containerd-shim-detshare-v1")
+	// Built as the Makefile builds them (stripped, lazy binding; the shim without cgo).
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -extldflags -Wl,-z,lazy", "-o", e.bin+"/", "./cmd/detshare", "./cmd/detshare-hook", "./cmd/detshare-runtime")
 	cmd.Dir = e.repo
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build binaries: %v\n%s", err, out)
+	}
+	cmd = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", e.bin+"/", "./cmd/containerd-shim-detshare-v1")
+	cmd.Dir, cmd.Env = e.repo, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build the shim: %v\n%s", err, out)
 	}
 	if e.imageTar, err = testenv.WorkloadImage(e.dir, e.build); err != nil {
 		return nil, fmt.Errorf("build workload image: %w", err)

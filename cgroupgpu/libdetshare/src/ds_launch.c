@@ -85,7 +85,7 @@ GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
 /* Stream capture: the application stream's physical stream joins the capture through the first edge in (so its
  * kernels are captured in the green context of the grant, and the graph stays confined) and is joined back before
  * the capture ends. Captures in progress are counted: the demand monitor must not query a capturing stream. */
-#define BEGIN_CAPTURE(name, pt, params, args)                                                                        \
+#define BEGIN_CAPTURE(name, pt, in_place, params, args)                                                              \
     DS_EXPORT CUresult name params {                                                                                 \
         REAL_OR_FAIL(name);                                                                                          \
         if (PASS_THROUGH())                                                                                          \
@@ -98,15 +98,22 @@ GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
         ds_depth--;                                                                                                  \
         if (r == CUDA_SUCCESS)                                                                                       \
             atomic_fetch_add(&ds_process.capturing, 1);                                                              \
+        if (r == CUDA_SUCCESS && (in_place)) {                                                                       \
+            ds_depth++;                                                                                              \
+            ds_streams_capture_in_place(hStream, pt, true);                                                          \
+            ds_depth--;                                                                                              \
+        }                                                                                                            \
         return r;                                                                                                    \
     }
-BEGIN_CAPTURE(cuStreamBeginCapture_v2, 0, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
-BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, 1, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
-BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, 0,
+BEGIN_CAPTURE(cuStreamBeginCapture_v2, 0, 0, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, 1, 0, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+/* into a graph the application made (a conditional node's body, for one): captured in place, see
+ * ds_streams_capture_in_place */
+BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, 0, 1,
               (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *edgeData,
                size_t numDependencies, CUstreamCaptureMode mode),
               (hStream, hGraph, dependencies, edgeData, numDependencies, mode))
-BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, 1,
+BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, 1, 1,
               (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *edgeData,
                size_t numDependencies, CUstreamCaptureMode mode),
               (hStream, hGraph, dependencies, edgeData, numDependencies, mode))
@@ -127,6 +134,9 @@ BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, 1,
             int n = atomic_load(&ds_process.capturing);                                                              \
             while (n > 0 && !atomic_compare_exchange_weak(&ds_process.capturing, &n, n - 1)) {                       \
             }                                                                                                        \
+            ds_depth++;                                                                                              \
+            ds_streams_capture_in_place(hStream, pt, false);                                                         \
+            ds_depth--;                                                                                              \
         }                                                                                                            \
         return r;                                                                                                    \
     }

@@ -76,6 +76,7 @@ struct lstream {
     atomic_int need_in;           /* app got work the physical stream has not waited for */
     atomic_int pending;           /* the physical stream has kernels app has not waited for */
     atomic_int unconfinable;
+    atomic_int in_place;          /* capturing into a graph the application made: work stays on app (see below) */
     atomic_int unconfined;        /* work went to app itself (every group granted): drained only when app is */
     atomic_uint seen_order, seen_cross;
     struct ds_gate gate;          /* dispatch gate (ds_gate.c) */
@@ -291,6 +292,7 @@ static struct lstream *lstream_new(CUstream app) {
                     ls->phys_by_ctx[i] = NULL;
                 }
         atomic_store(&ls->unconfinable, 0);
+        atomic_store(&ls->in_place, 0);
         atomic_store(&ls->need_in, 1);
         return ls;
     }
@@ -382,7 +384,34 @@ static void lstream_forget(struct lstream *ls) {
 /* ---------------------------------------------------------------------------------------------------------------
  * Edges
  * ------------------------------------------------------------------------------------------------------------- */
+/* The capture sequence stream s is part of (0: none), asked only while a capture runs in the process. The legacy
+ * stream is never captured and is not asked: while a blocking stream captures, naming it is forbidden. A stream
+ * whose capture was invalidated still belongs to it. */
+static uint64_t capture_of(CUstream s) {
+    if (s == NULL || s == CU_STREAM_LEGACY)
+        return 0;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    if (ds_real.cuStreamGetCaptureInfo_v2) {
+        if (DS_SOP_REAL(cuStreamGetCaptureInfo_v2)(s, &st, &id, NULL, NULL, NULL) != CUDA_SUCCESS)
+            return 0;
+        return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : id ? id : 1;
+    }
+    if (!ds_real.cuStreamIsCapturing || ds_real.cuStreamIsCapturing(s, &st) != CUDA_SUCCESS)
+        return 0;
+    return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : UINT64_MAX;
+}
+
+/* into waits for what from holds. Not across a capture boundary: CUDA forbids a capturing stream to wait on an event
+ * recorded outside its capture (or in another one), and doing so invalidates the capture (a memset captured on a
+ * blocking stream while the legacy stream's physical stream had kernels was: conformance c13, issue 28); a stream
+ * outside a capture that waited on a captured event would be pulled into it. Nothing is lost: captured work never
+ * depends on work outside its graph (a graph launch is ordered in its launch stream), and work outside does not run
+ * the captured work. Costs nothing unless a capture runs. */
 static void tie(struct lstream *ls, CUstream from, CUstream into) {
+    if (DS_UNLIKELY(atomic_load_explicit(&ds_process.capturing, memory_order_relaxed) != 0) &&
+        capture_of(from) != capture_of(into))
+        return;
     if (DS_SOP_REAL(cuEventRecord)(ls->e_out, from) == CUDA_SUCCESS)
         DS_SOP_REAL(cuStreamWaitEvent)(into, ls->e_out, 0);
 }
@@ -611,6 +640,10 @@ bool ds_streams_drained(void) {
     for (unsigned i = 0; i < n; i++) {
         struct lstream *ls = pool_at(i);
         CUstream p = atomic_load(&ls->phys);
+        /* asked again before each query: a capture that began meanwhile may have pulled p into it, and a query
+         * invalidates a capture (this narrows the window; the launch path takes no lock to close it) */
+        if (atomic_load(&ds_process.capturing))
+            return false;
         if (p && DS_SOP_REAL(cuStreamQuery)(p) == CUDA_ERROR_NOT_READY)
             return false;
         /* a per-thread default stream can only be queried from its own thread: its unconfined work is seen by the
@@ -763,7 +796,8 @@ static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel
         return l;
     if (ls->kind != LS_NONBLOCKING)
         cross_pre(ls->kind, app);
-    if (DS_UNLIKELY(atomic_load_explicit(&ls->unconfinable, memory_order_relaxed))) {
+    if (DS_UNLIKELY(atomic_load_explicit(&ls->unconfinable, memory_order_relaxed) |
+                    atomic_load_explicit(&ls->in_place, memory_order_relaxed))) {
         cross_post(ls->kind);
         return l;
     }
@@ -821,6 +855,20 @@ bool ds_launch_retry(struct ds_launch *l, CUresult r) {
         return false;
     join(l->ls);
     return true;
+}
+
+/* cuStreamBeginCaptureToGraph captures into a graph the application made, which may be the body of a conditional
+ * node: CUDA requires every node of a body to be in the context of its conditional node (the application's), so
+ * work captured there must not go to a physical stream of a green context. While such a capture runs on s, its work
+ * stays on s; the graph is moved to the grant's SMs, where it can be, when it is launched (ds_graph.c). */
+void ds_streams_capture_in_place(CUstream s, int per_thread, bool on) {
+    CUstream app = app_handle(s, per_thread);
+    struct lstream *ls = on ? lstream_get(app) : lstream_find(app);
+    if (!ls)
+        return;
+    atomic_store(&ls->in_place, on);
+    if (on && atomic_load(&ls->bound))
+        unbind(ls);
 }
 
 void ds_launch_unconfinable(const struct ds_launch *l) {

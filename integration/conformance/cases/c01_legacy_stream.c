@@ -3,12 +3,6 @@
 
 #define N 4096
 
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 int main(void) {
     conf_init("legacy_stream");
     const unsigned T = conf_spin_us;

@@ -4,12 +4,6 @@
 #define N 4096
 #define ROUNDS 5
 
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* One round: x = 1, y += 2x, z = y + x (a memset node and two kernel nodes). */
 static void round_ops(CUstream s, CUdeviceptr x, CUdeviceptr y, CUdeviceptr z) {
     CK(D.cuMemsetD32Async(x, bits(1.0f), N, s));

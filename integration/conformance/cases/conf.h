@@ -60,6 +60,8 @@
     X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, 0)                                                              \
     X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, 0)                                                              \
     X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                                                   \
+    X(cuMemsetD8Async, cuMemsetD8Async, 3020, 0)                                                                     \
+    X(cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, 0)                                                               \
     X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0)                                                              \
     X(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH, 7000, 1)                                                                   \
     X(cuStreamCreate, cuStreamCreate, 2000, 0)                                                                       \
@@ -86,6 +88,13 @@
     X(cuLaunchHostFunc, cuLaunchHostFunc, 10000, 0)                                                                  \
     X(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, 10000, 1)                                                             \
     X(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0)                                                       \
+    X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph, 12030, 0)                                           \
+    X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, 1)                                                 \
+    X(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1)                                                         \
+    X(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, 10000, 1)                                                       \
+    X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1)                                                              \
+    X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1)                                                                   \
+    X(cuGraphCreate, cuGraphCreate, 10000, 0)                                                                        \
     X(cuStreamEndCapture, cuStreamEndCapture, 10000, 0)                                                              \
     X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0)                                                            \
     X(cuGraphGetNodes, cuGraphGetNodes, 10000, 0)                                                                    \
@@ -515,5 +524,12 @@ static inline CUevent mkevent(unsigned flags) {
 }
 
 static inline const char *yn(bool b) { return b ? "yes" : "no"; }
+
+/* The bits of a float, for 32-bit memsets of float buffers. */
+static inline uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 
 #endif

@@ -1024,9 +1024,15 @@ static int cmd_streams(void) {
     CK(D.beginCapture(blocking, CU_STREAM_CAPTURE_MODE_GLOBAL));
     check(D.streamSynchronize(blocking) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
           "synchronizing a capturing stream is STREAM_CAPTURE_UNSUPPORTED");
+    CUstreamCaptureStatus cs;
+    CK(D.streamIsCapturing(blocking, &cs));
+    check(cs == CU_STREAM_CAPTURE_STATUS_INVALIDATED, "the synchronisation invalidated the capture");
+    CUgraph bad = (CUgraph)1;
+    check(D.endCapture(blocking, &bad) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && bad == NULL,
+          "ending an invalidated capture is STREAM_CAPTURE_INVALIDATED, with no graph");
+    CK(D.beginCapture(blocking, CU_STREAM_CAPTURE_MODE_GLOBAL));
     CK(D.eventRecord(fork, blocking));
     CK(D.streamWaitEvent(nonblocking, fork, 0));
-    CUstreamCaptureStatus cs;
     CK(D.streamIsCapturing(nonblocking, &cs));
     check(cs == CU_STREAM_CAPTURE_STATUS_ACTIVE, "a stream waiting on a captured event joins the capture");
     unsigned long long n = 1024;

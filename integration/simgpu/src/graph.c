@@ -5,6 +5,12 @@
  * captured on a green stream stays on that green context's SMs wherever it is launched, and one captured on a
  * primary-context stream runs on all SMs even when launched on a green stream (as measured on the H100). Nodes run
  * in insertion order on the launching stream; dependencies are accepted but not needed for that order.
+ *
+ * Invalidation (CUDA programming guide, "Prohibited and Unhandled Operations" and "Invalidation"): an operation the
+ * driver forbids during capture — synchronising or querying a capturing stream, a capturing stream waiting on an
+ * event recorded outside its capture (without CU_EVENT_WAIT_EXTERNAL) or in another capture — fails and invalidates
+ * the capture sequence: every later operation captured into it fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, its
+ * streams report CU_STREAM_CAPTURE_STATUS_INVALIDATED, and cuStreamEndCapture returns that error and no graph.
  */
 #include "simgpu.h"
 
@@ -51,9 +57,30 @@ static CUkernel kernel_of(CUfunction f) {
     return NULL;
 }
 
-CUresult sim_capture_kernel(struct CUstream_st *s, struct CUctx_st *ctx, const sim_launch *l, CUfunction f) {
+/* An operation forbidden during capture was attempted on the capturing stream s: its capture is invalidated. */
+CUresult sim_capture_forbidden(struct CUstream_st *s, CUresult why) {
     pthread_mutex_lock(&g_sim.lock);
-    struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_KERNEL);
+    if (s->capture)
+        s->capture->cap_invalid = true;
+    pthread_mutex_unlock(&g_sim.lock);
+    return why;
+}
+
+/* g_sim.lock held: a node for the capture of s, or NULL with *r set (an invalidated capture takes no more nodes). */
+static struct CUgraphNode_st *capture_node(struct CUstream_st *s, int type, CUresult *r) {
+    if (s->capture->cap_invalid) {
+        *r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        return NULL;
+    }
+    struct CUgraphNode_st *n = node_new(s->capture, type);
+    *r = n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    return n;
+}
+
+CUresult sim_capture_kernel(struct CUstream_st *s, struct CUctx_st *ctx, const sim_launch *l, CUfunction f) {
+    CUresult r;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = capture_node(s, SIM_NODE_KERNEL, &r);
     if (n) {
         n->ctx = ctx;
         n->func = f;
@@ -62,38 +89,76 @@ CUresult sim_capture_kernel(struct CUstream_st *s, struct CUctx_st *ctx, const s
         node_fix_args(n);
     }
     pthread_mutex_unlock(&g_sim.lock);
-    return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    return r;
 }
 
 CUresult sim_capture_memset(struct CUstream_st *s, struct CUctx_st *ctx, const CUDA_MEMSET_NODE_PARAMS *p) {
+    CUresult r;
     pthread_mutex_lock(&g_sim.lock);
-    struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_MEMSET);
+    struct CUgraphNode_st *n = capture_node(s, SIM_NODE_MEMSET, &r);
     if (n) {
         n->memset = *p;
         n->ctx = ctx;
     }
     pthread_mutex_unlock(&g_sim.lock);
-    return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    return r;
 }
 
 CUresult sim_capture_memcpy(struct CUstream_st *s, struct CUctx_st *ctx, const CUDA_MEMCPY3D *p) {
+    CUresult r;
     pthread_mutex_lock(&g_sim.lock);
-    struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_MEMCPY);
+    struct CUgraphNode_st *n = capture_node(s, SIM_NODE_MEMCPY, &r);
     if (n) {
         n->memcpy = *p;
         n->ctx = ctx;
     }
     pthread_mutex_unlock(&g_sim.lock);
-    return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    return r;
 }
 
 CUresult sim_capture_host(struct CUstream_st *s, CUhostFn fn, void *ud) {
+    CUresult r;
     pthread_mutex_lock(&g_sim.lock);
-    struct CUgraphNode_st *n = node_new(s->capture, SIM_NODE_HOST);
+    struct CUgraphNode_st *n = capture_node(s, SIM_NODE_HOST, &r);
     if (n)
         n->host = (CUDA_HOST_NODE_PARAMS){fn, ud};
     pthread_mutex_unlock(&g_sim.lock);
-    return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    return r;
+}
+
+/* Stream-ordered allocation captured into a graph: a memory-allocation node whose memory the double reserves at once
+ * (as cuGraphAddMemAllocNode does), its address returned to the caller as the driver does at capture. */
+CUresult sim_capture_mem_alloc(struct CUstream_st *s, struct CUctx_st *ctx, CUdeviceptr *dptr, size_t bytes) {
+    pthread_mutex_lock(&g_sim.lock);
+    bool invalid = s->capture->cap_invalid;
+    pthread_mutex_unlock(&g_sim.lock);
+    if (invalid)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    CUresult r = sim_graph_mem_alloc(dptr, bytes, ctx->device);
+    if (r)
+        return r;
+    pthread_mutex_lock(&g_sim.lock);
+    struct CUgraphNode_st *n = capture_node(s, SIM_NODE_MEM_ALLOC, &r);
+    if (n) {
+        memset(&n->alloc, 0, sizeof n->alloc);
+        n->alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        n->alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        n->alloc.poolProps.location.id = ctx->device;
+        n->alloc.bytesize = bytes;
+        n->alloc.dptr = *dptr;
+    }
+    pthread_mutex_unlock(&g_sim.lock);
+    return r;
+}
+
+/* cuMemFreeAsync captured into a graph: a memory-free node. */
+CUresult sim_capture_mem_free(struct CUstream_st *s, CUdeviceptr dptr) {
+    (void)dptr;
+    CUresult r;
+    pthread_mutex_lock(&g_sim.lock);
+    (void)capture_node(s, SIM_NODE_MEM_FREE, &r);
+    pthread_mutex_unlock(&g_sim.lock);
+    return r;
 }
 
 /* ---- capture ---- */
@@ -177,12 +242,27 @@ static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptd) {
             x->capture = NULL; /* joined streams leave the capture with it */
     s->capture = NULL;
     s->capture_origin = false;
+    bool invalid = g->cap_invalid;
+    g->cap_invalid = false; /* a graph captured into (cuStreamBeginCaptureToGraph) may be captured into again */
     pthread_mutex_unlock(&g_sim.lock);
+    if (invalid) {
+        *phGraph = NULL; /* the driver destroys a graph it made; the double leaks it (a test double) */
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
     *phGraph = g;
     return CUDA_SUCCESS;
 }
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) { return end_capture(hStream, phGraph, false); }
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) { return end_capture(hStream, phGraph, true); }
+
+static CUstreamCaptureStatus capture_status(const struct CUstream_st *s) {
+    pthread_mutex_lock(&g_sim.lock);
+    CUstreamCaptureStatus st = !s->capture           ? CU_STREAM_CAPTURE_STATUS_NONE
+                               : s->capture->cap_invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                                         : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    pthread_mutex_unlock(&g_sim.lock);
+    return st;
+}
 
 static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *st, bool ptd) {
     struct CUstream_st *s;
@@ -192,7 +272,7 @@ static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *st, bool ptd) {
         return r;
     if (!st)
         return CUDA_ERROR_INVALID_VALUE;
-    *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    *st = capture_status(s);
     return CUDA_SUCCESS;
 }
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
@@ -211,7 +291,7 @@ static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *
         return r;
     if (!st)
         return CUDA_ERROR_INVALID_VALUE;
-    *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    *st = capture_status(s);
     if (id)
         *id = s->capture ? s->capture_id : 0;
     if (graph)

@@ -334,8 +334,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, struct CUmemPoolHan
     CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
     if (r)
         return r;
-    if (s->capture)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* graph memory nodes are not modelled */
+    if (s->capture) /* a graph memory-allocation node (from the device's graph memory pool, whatever the pool) */
+        return dptr && bytes ? sim_capture_mem_alloc(s, ctx, dptr, bytes) : CUDA_ERROR_INVALID_VALUE;
     if (!pool)
         pool = g_sim.dev[ctx->device].current_pool;
     if (pool->magic != SIM_POOL)
@@ -367,7 +367,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptd) {
     if (r)
         return r;
     if (s->capture)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        return sim_capture_mem_free(s, dptr); /* a graph memory-free node */
     return dev_free(dptr);
 }
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return free_async(dptr, hStream, false); }

@@ -163,7 +163,8 @@ typedef struct {
 } sim_launch;
 
 enum { SIM_NODE_KERNEL = 0, SIM_NODE_MEMSET = 2, SIM_NODE_MEMCPY = 1, SIM_NODE_HOST = 3, SIM_NODE_EMPTY = 5,
-       SIM_NODE_MEM_ALLOC = 10 /* runs as an empty node: the memory is reserved when the node is added */ };
+       SIM_NODE_MEM_ALLOC = 10, /* runs as an empty node: the memory is reserved when the node is added */
+       SIM_NODE_MEM_FREE = 11 /* runs as an empty node: the memory stays reserved (the graph memory pool keeps it) */ };
 struct CUgraphNode_st {
     uint32_t magic;
     int type;
@@ -182,6 +183,7 @@ struct CUgraph_st {
     uint32_t magic;
     struct CUgraphNode_st *head, *tail;
     size_t nnodes;
+    bool cap_invalid; /* the capture sequence into this graph was invalidated (graph.c, "Invalidation") */
 };
 struct CUgraphExec_st {
     uint32_t magic;
@@ -338,6 +340,9 @@ CUresult sim_capture_kernel(struct CUstream_st *s, struct CUctx_st *ctx, const s
 CUresult sim_capture_memset(struct CUstream_st *s, struct CUctx_st *ctx, const CUDA_MEMSET_NODE_PARAMS *p);
 CUresult sim_capture_memcpy(struct CUstream_st *s, struct CUctx_st *ctx, const CUDA_MEMCPY3D *p);
 CUresult sim_capture_host(struct CUstream_st *s, CUhostFn fn, void *ud);
+CUresult sim_capture_mem_alloc(struct CUstream_st *s, struct CUctx_st *ctx, CUdeviceptr *dptr, size_t bytes);
+CUresult sim_capture_mem_free(struct CUstream_st *s, CUdeviceptr dptr);
+CUresult sim_capture_forbidden(struct CUstream_st *s, CUresult why); /* invalidates s's capture, returns why */
 
 /* host functions (stream.c) */
 CUresult sim_enqueue_hostfn(struct CUstream_st *s, struct CUctx_st *ctx, CUhostFn fn, void *ud);

@@ -356,6 +356,8 @@ struct hostfn {
 static pthread_mutex_t hf_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hf_cv, hf_done;
 static struct hostfn *hf_head;
+static bool hf_running;     /* one was taken off the list and is running (hf_lock): due at hf_running_t */
+static uint64_t hf_running_t;
 static pthread_once_t hf_once = PTHREAD_ONCE_INIT;
 static bool hf_ok;
 
@@ -375,9 +377,12 @@ static void *hf_worker(void *arg) {
             continue;
         }
         hf_head = e->next;
+        hf_running = true;
+        hf_running_t = e->t;
         pthread_mutex_unlock(&hf_lock);
         e->fn(e->ud);
         pthread_mutex_lock(&hf_lock);
+        hf_running = false;
         e->s->pending_hostfn--;
         pthread_cond_broadcast(&hf_done);
         free(e);
@@ -426,9 +431,13 @@ CUresult sim_enqueue_hostfn(struct CUstream_st *s, struct CUctx_st *ctx, CUhostF
     return CUDA_SUCCESS;
 }
 
-static void wait_hostfns(struct CUstream_st *s) {
+/* A synchronisation waits for the host functions of its stream (s; NULL: every stream) and for every host function
+ * due by the time it waited for (by_ns): one on another stream that this one waited for through an event (a graph's
+ * host node launched on a physical stream) has run when a real GPU says the work is complete. */
+static void wait_hostfns(struct CUstream_st *s, uint64_t by_ns) {
     pthread_mutex_lock(&hf_lock);
-    while (s ? s->pending_hostfn > 0 : hf_head != NULL)
+    while (s ? s->pending_hostfn > 0 || (hf_head && hf_head->t <= by_ns) || (hf_running && hf_running_t <= by_ns)
+             : hf_head || hf_running)
         pthread_cond_wait(&hf_done, &hf_lock);
     pthread_mutex_unlock(&hf_lock);
 }
@@ -575,8 +584,8 @@ static CUresult stream_query(CUstream h, bool ptd) {
     CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
     if (r)
         return r;
-    if (s->capture)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (s->capture) /* querying a capturing stream is forbidden: it invalidates the capture */
+        return sim_capture_forbidden(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     pthread_mutex_lock(&g_sim.lock);
     uint64_t tail = s->tail_ns;
     pthread_mutex_unlock(&g_sim.lock);
@@ -595,7 +604,7 @@ CUresult sim_stream_sync(struct CUstream_st *s) {
     uint64_t tail = s->tail_ns;
     pthread_mutex_unlock(&g_sim.lock);
     sim_sleep_until(tail);
-    wait_hostfns(s);
+    wait_hostfns(s, tail);
     return CUDA_SUCCESS;
 }
 
@@ -605,8 +614,8 @@ static CUresult stream_sync(CUstream h, bool ptd) {
     CUresult r = sim_stream_resolve(h, ptd, &s, &ctx);
     if (r)
         return r;
-    if (s->capture)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (s->capture) /* synchronising a capturing stream is forbidden: it invalidates the capture */
+        return sim_capture_forbidden(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     return sim_stream_sync(s);
 }
 CUresult cuStreamSynchronize(CUstream hStream) { return stream_sync(hStream, false); }
@@ -628,7 +637,7 @@ static CUresult ctx_sync(struct CUctx_st *c) {
     }
     pthread_mutex_unlock(&g_sim.lock);
     sim_sleep_until(t);
-    wait_hostfns(NULL);
+    wait_hostfns(NULL, 0);
     return CUDA_SUCCESS;
 }
 
@@ -660,7 +669,19 @@ static CUresult stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool p
     if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_sim.lock);
-    if (ev->capture && ev->capture->magic == SIM_GRAPH) {
+    bool captured_ev = ev->capture && ev->capture->magic == SIM_GRAPH;
+    if (s->capture && ((captured_ev && ev->capture != s->capture) ||
+                       (!captured_ev && ev->recorded && !(flags & CU_EVENT_WAIT_EXTERNAL)))) {
+        /* A capturing stream may wait only on an event recorded in its own capture (or an external wait): an event
+         * of another capture would merge the two, one recorded outside would make the graph depend on work outside
+         * it. Both are forbidden and invalidate the capture (the other one too, for a merge). */
+        s->capture->cap_invalid = true;
+        if (captured_ev)
+            ev->capture->cap_invalid = true;
+        pthread_mutex_unlock(&g_sim.lock);
+        return captured_ev ? CUDA_ERROR_STREAM_CAPTURE_MERGE : CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    }
+    if (captured_ev) {
         if (!s->capture) {
             s->capture = ev->capture; /* fork: the waiting stream joins the capture */
             s->capture_origin = false;
