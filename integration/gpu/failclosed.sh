@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # failclosed.sh OUTDIR — issue 27 on a real GPU with the real scheduler (MPS on; the GPU's compute mode is never
-# changed: mps.exclusive stays off): a `detshare run --memory 1Gi` tenant whose processes are libdetshare's probe
+# changed: mps.exclusive stays off): a `detshare run --memory 4Gi` tenant whose processes are libdetshare's probe
 # (build/tests/ds_probe_rt, which finds the real libcuda.so.1 with dlopen and cuGetProcAddress, as cudart does).
-#   A. an honest process: 512 MiB granted, 768 MiB more refused (rc 2)
+#   A. an honest process: 2 GiB granted, 3 GiB more refused (rc 2). A 4 GiB tenant, because under MPS each
+#      process's server-side limit also counts its context (~0.75 GiB on an H100: 512 MiB of a 1 GiB tenant failed)
 #   B. the page's magic overwritten just before a process starts: its cuInit is refused (rc 800), with the
 #      "refuses this process's CUDA work" line; before issue 27 it ran with no quota ("fail-open")
 #   C. a second later (the scheduler's housekeeping repaired the page): a process runs under its quota again
-#   D. one process holds 768 MiB, mem_used is zeroed in the page, a second process asks for 512 MiB: refused (the
-#      memory ledger), 256 MiB granted; before issue 27 the 512 MiB were granted (1.25 GiB in a 1 GiB tenant)
+#   D. one process holds 3 GiB, mem_used is zeroed in the page, a second process asks for 2 GiB: refused (the
+#      memory ledger), 1 GiB granted; before issue 27 the 2 GiB were granted (5 GiB in a 4 GiB tenant)
 # OUTDIR/summary.txt has one line per check, "ok" or "FAIL"; OUTDIR/*.out the probes' output.
 #   bash integration/gpu/failclosed.sh /tmp/fc     (repository root; build/ built on a Go machine and carried)
 # FC_SIM=1 runs the same on the simulated GPU (a test double), to check the script without a GPU.
@@ -45,7 +46,7 @@ cleanup() { [ -n "$HOLD" ] && kill "$HOLD" 2>/dev/null; kill $SCHED $OWNER 2>/de
 trap cleanup EXIT
 sleep 3
 # The tenant lives as long as its owner's command (sleep); its processes join it.
-$DS run --memory 1Gi --name fc -- sleep 120 >"$out/owner.log" 2>&1 &
+$DS run --memory 4Gi --name fc -- sleep 120 >"$out/owner.log" 2>&1 &
 OWNER=$!
 for _ in $(seq 50); do [ -e "$RUN/clients/fc.page" ] && break; sleep 0.1; done
 PAGE=$RUN/clients/fc.page
@@ -53,10 +54,10 @@ PAGE=$RUN/clients/fc.page
 J() { timeout -k 5 60 "$DS" run --join fc -- "$@"; }
 
 log "A. honest process"
-J "$PROBE" init alloc:536870912 alloc:805306368 >"$out/A.out" 2>&1
+J "$PROBE" init alloc:2147483648 alloc:3221225472 >"$out/A.out" 2>&1
 check "A init" 0 "$(rc A init)"
-check "A 512 MiB in a 1 GiB tenant" 0 "$(rc A alloc:536870912)"
-check "A 768 MiB more (over the quota)" 2 "$(rc A alloc:805306368)"
+check "A 2 GiB in a 4 GiB tenant" 0 "$(rc A alloc:2147483648)"
+check "A 3 GiB more (over the quota)" 2 "$(rc A alloc:3221225472)"
 
 log "B. page magic overwritten just before the process starts"
 J sh -c "printf 'garbage!' | dd of=$PAGE bs=8 count=1 conv=notrunc 2>/dev/null; exec $PROBE init alloc:536870912" \
@@ -67,25 +68,25 @@ check "B allocation" nonzero "$( [ "$(rc B alloc:536870912)" = 0 ] && echo 0 || 
 
 log "C. after the scheduler's repair"
 sleep 1
-J "$PROBE" init alloc:536870912 alloc:805306368 >"$out/C.out" 2>&1
+J "$PROBE" init alloc:2147483648 alloc:3221225472 >"$out/C.out" 2>&1
 check "C init after the repair" 0 "$(rc C init)"
-check "C 512 MiB" 0 "$(rc C alloc:536870912)"
-check "C 768 MiB more" 2 "$(rc C alloc:805306368)"
+check "C 2 GiB" 0 "$(rc C alloc:2147483648)"
+check "C 3 GiB more" 2 "$(rc C alloc:3221225472)"
 grep -q "client page was damaged by its tenant; repaired" "$out/sched.log"
 check "C scheduler logged the repair" 0 $?
 
-log "D. mem_used zeroed beside a process holding 768 MiB"
+log "D. mem_used zeroed beside a process holding 3 GiB"
 mkfifo "$out/hold.in"
-J "$PROBE" init alloc:805306368 hold <"$out/hold.in" >"$out/D-holder.out" 2>&1 &
+J "$PROBE" init alloc:3221225472 hold <"$out/hold.in" >"$out/D-holder.out" 2>&1 &
 HOLD=$!
 exec 7>"$out/hold.in"
 for _ in $(seq 100); do grep -q holding "$out/D-holder.out" && break; sleep 0.1; done
-check "D holder 768 MiB" 0 "$(rc D-holder alloc:805306368)"
+check "D holder 3 GiB" 0 "$(rc D-holder alloc:3221225472)"
 echo "nvidia-smi used with the holder: $(smi_used) MiB" >>"$out/failclosed.log"
 dd if=/dev/zero of="$PAGE" bs=8 seek=19 count=1 conv=notrunc 2>/dev/null # mem_used, offset 152
-J "$PROBE" init alloc:536870912 alloc:268435456 >"$out/D.out" 2>&1
-check "D 512 MiB beside 768 MiB held, page zeroed (ledger)" 2 "$(rc D alloc:536870912)"
-check "D the 256 MiB left" 0 "$(rc D alloc:268435456)"
+J "$PROBE" init alloc:2147483648 alloc:1073741824 >"$out/D.out" 2>&1
+check "D 2 GiB beside 3 GiB held, page zeroed (ledger)" 2 "$(rc D alloc:2147483648)"
+check "D the 1 GiB left" 0 "$(rc D alloc:1073741824)"
 echo "nvidia-smi used at the end: $(smi_used) MiB" >>"$out/failclosed.log"
 exec 7>&-
 wait $HOLD
