@@ -248,6 +248,14 @@ func cString(b []byte) string {
 	return string(b)
 }
 
+// cStringIs tells whether the NUL-terminated string in b is s, without copying it.
+func cStringIs(b []byte, s string) bool {
+	if len(s) >= len(b) || b[len(s)] != 0 {
+		return len(s) == len(b) && string(b) == s
+	}
+	return string(b[:len(s)]) == s
+}
+
 // putCString stores s NUL-terminated in b (truncating; callers validate lengths first).
 func putCString(b []byte, s string) {
 	for i := range b {

@@ -131,6 +131,8 @@ type procKey struct {
 // ProcSet is a snapshot of the live processes of the host, keyed by identity; build it once per reaping pass.
 type ProcSet struct {
 	byKey map[procKey]uint64 // -> start time
+	// byHostPID: host PID -> start time, for the liveness of host tenants' owners (no read per owner).
+	byHostPID map[uint64]uint64
 	// startedBefore is the clock tick (since boot, /proc/uptime x USER_HZ) in which the walk began: a process
 	// missing from the set is dead only if it started in an earlier tick. One that started later was simply not
 	// there to be seen, which matters once a scan is applied some time after it was taken (the scheduler scans
@@ -168,7 +170,8 @@ func ScanProcesses() (*ProcSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
 	}
-	ps := &ProcSet{byKey: make(map[procKey]uint64, len(ents)), startedBefore: startedBefore}
+	ps := &ProcSet{byKey: make(map[procKey]uint64, len(ents)), byHostPID: make(map[uint64]uint64, len(ents)),
+		startedBefore: startedBefore}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
@@ -179,8 +182,22 @@ func ScanProcesses() (*ProcSet, error) {
 			continue
 		}
 		ps.byKey[procKey{id.PidNSIno, id.NSPid}] = id.StartTime
+		ps.byHostPID[uint64(pid)] = id.StartTime
 	}
 	return ps, nil
+}
+
+// HostDead tells whether host process pid that started at startTime is gone for sure: not in the scan (or another
+// process has its PID now) although it had started before the scan began. Zombies count as dead (ScanProcesses
+// leaves them out), as in HostProcessAlive.
+func (ps *ProcSet) HostDead(pid int, startTime uint64) bool {
+	if pid <= 0 {
+		return true
+	}
+	if st, ok := ps.byHostPID[uint64(pid)]; ok && st == startTime {
+		return false
+	}
+	return ps.startedBefore == 0 || startTime < ps.startedBefore
 }
 
 // Dead tells whether the process with this identity is gone for sure: missing from the scan although it had

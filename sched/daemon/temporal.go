@@ -44,9 +44,10 @@ func (s *Scheduler) decideTemporal(g table.GPUState, tk *token, rows []tenantRow
 		all |= 1 << i
 	}
 	ts := make([]policy.Tenant, len(rows))
+	slo := s.Config().Scheduler.LatencySLO.Duration
 	for i, r := range rows {
 		ts[i] = toPolicy(r)
-		s.publish(r, table.Grant{Groups: all, SMs: g.Split.TotalSMs(), Mode: table.ModeTemporal}, "temporal: runs while holding the token")
+		s.publish(r, table.Grant{Groups: all, SMs: g.Split.TotalSMs(), Mode: table.ModeTemporal}, "temporal: runs while holding the token", slo)
 	}
 	for i, gate := range policy.TemporalGates(ts, popt) {
 		s.setGate(rows[i], gate)
