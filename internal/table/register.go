@@ -40,7 +40,8 @@ type RegisterRequest struct {
 	// OwnerPID makes this a host tenant (`detshare run`), reaped when that process dies. 0 for containers.
 	OwnerPID int
 
-	// Check runs under the registration lock, before a slot is reserved, with every active registration. It may
+	// Check runs under the registration lock, before a slot is reserved, with every active registration (without
+	// ClientPagePath and TenantDir, which Paths gives from the ID: admission reads quotas). It may
 	// fill in the placement and quota fields of req (GPU, SMGroups, SMs, MemLimit); an error refuses the
 	// registration. This is where admission runs, so that two registrations cannot both be admitted into the same
 	// free capacity.
@@ -197,7 +198,7 @@ func (t *Table) placeLocked(req RegisterRequest) (int, []Registration, error) {
 					atomic.LoadUint32(&c.Gen))
 			}
 			if req.Check != nil {
-				active = append(active, t.snapshot(slot))
+				active = append(active, t.fields(slot)) // admission reads quotas, not paths
 			}
 		case SlotFree:
 			if free < 0 {
@@ -336,6 +337,13 @@ func (t *Table) Recover() (int, error) {
 
 // snapshot reads slot's registration fields (callers hold the lock, or use List/Lookup which re-check).
 func (t *Table) snapshot(slot int) Registration {
+	r := t.fields(slot)
+	r.ClientPagePath, r.TenantDir = t.paths.ClientPage(r.ID), t.paths.TenantDir(r.ID)
+	return r
+}
+
+// fields is snapshot without the paths (which cost two joins each).
+func (t *Table) fields(slot int) Registration {
 	c := t.Container(slot)
 	id := cString(c.ID[:])
 	return Registration{
@@ -343,8 +351,7 @@ func (t *Table) snapshot(slot int) Registration {
 		Weight: c.Weight, SMGroups: c.SMGroupsReq, SMs: c.SMReq, MemLimit: c.MemLimit, Flags: c.Flags,
 		SLOP99Us: atomic.LoadUint32(&c.SLOP99Us),
 		OwnerPID: int(c.OwnerPID), OwnerStart: c.OwnerStart, RegisteredNs: c.RegisteredNs,
-		State:          atomic.LoadUint32(&c.State),
-		ClientPagePath: t.paths.ClientPage(id), TenantDir: t.paths.TenantDir(id),
+		State: atomic.LoadUint32(&c.State),
 	}
 }
 
