@@ -86,14 +86,22 @@ func PidIdentity(pid int) (ProcIdentity, error) {
 	return id, err
 }
 
-func pidIdentity(pid int) (ProcIdentity, bool, error) {
+func pidIdentity(pid int) (ProcIdentity, bool, error) { return pidIdentityIn(pid, 0) }
+
+// pidIdentityIn is pidIdentity knowing that procRoot's own PID namespace has inode ownNS (0: unknown): a process in
+// it has its innermost PID equal to pid, so its status file need not be read (most of a host's processes, which
+// ScanProcesses walks every reap period).
+func pidIdentityIn(pid int, ownNS uint64) (ProcIdentity, bool, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(fmt.Sprintf("%s/%d/ns/pid", procRoot, pid), &st); err != nil {
 		return ProcIdentity{}, false, fmt.Errorf("stat pid namespace of %d: %w", pid, err)
 	}
-	nspid, err := innermostNSPid(pid)
-	if err != nil {
-		return ProcIdentity{}, false, err
+	nspid := uint32(pid)
+	if ownNS == 0 || st.Ino != ownNS {
+		var err error
+		if nspid, err = innermostNSPid(pid); err != nil {
+			return ProcIdentity{}, false, err
+		}
 	}
 	start, alive, err := procStat(pid)
 	if err != nil {
@@ -170,6 +178,11 @@ func ScanProcesses() (*ProcSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
 	}
+	var ownNS uint64 // the PID namespace procRoot shows PIDs of (the scanner's own)
+	var self unix.Stat_t
+	if unix.Stat(procRoot+"/self/ns/pid", &self) == nil {
+		ownNS = self.Ino
+	}
 	ps := &ProcSet{byKey: make(map[procKey]uint64, len(ents)), byHostPID: make(map[uint64]uint64, len(ents)),
 		startedBefore: startedBefore}
 	for _, e := range ents {
@@ -177,7 +190,7 @@ func ScanProcesses() (*ProcSet, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		id, alive, err := pidIdentity(pid)
+		id, alive, err := pidIdentityIn(pid, ownNS)
 		if err != nil || !alive {
 			continue
 		}
