@@ -19,7 +19,7 @@ import (
 // it, so none of it is locked. Everything a pass needs is kept here and reused, so that a pass allocates nothing
 // whatever the number of tenants (BenchmarkPass): reaping and liveness are not its business (reaper.go).
 type loop struct {
-	pages  map[int]*page // slot -> mapped client page of the current generation
+	pages  [table.MaxContainers]page // by slot: mapped client page of the current generation (cl nil: none)
 	demand demandBook    // trust.go
 	// regs caches table.List() while the table generation stays regGen: a pass without a registration reads no slot.
 	regs   []table.Registration
@@ -91,7 +91,7 @@ type page struct {
 }
 
 func newLoop() loop {
-	return loop{pages: map[int]*page{}, demand: demandBook{}}
+	return loop{demand: demandBook{}}
 }
 
 // Run is the main loop until ctx ends.
@@ -182,7 +182,7 @@ type tenantRow struct {
 // pageOf maps reg's client page once per registration; a page that does not name reg's slot and generation is not
 // read (a reused slot's previous tenant cannot speak for the new one).
 func (l *loop) pageOf(reg table.Registration) *table.Client {
-	if p, ok := l.pages[reg.Slot]; ok {
+	if p := &l.pages[reg.Slot]; p.cl != nil {
 		if p.gen == reg.Gen {
 			return p.cl
 		}
@@ -200,14 +200,14 @@ func (l *loop) pageOf(reg table.Registration) *table.Client {
 		cl.Close()
 		return nil
 	}
-	l.pages[reg.Slot] = &page{gen: reg.Gen, cl: cl}
+	l.pages[reg.Slot] = page{gen: reg.Gen, cl: cl}
 	return cl
 }
 
 func (l *loop) dropPage(slot int) {
-	if p, ok := l.pages[slot]; ok {
+	if p := &l.pages[slot]; p.cl != nil {
 		p.cl.Close()
-		delete(l.pages, slot)
+		*p = page{}
 	}
 }
 
@@ -270,6 +270,7 @@ func (s *Scheduler) decide(now time.Time) {
 	l := &s.loop
 	regs := s.registrations()
 	tcfg := s.Config().Tenants
+	maxTier := ceilingTier(tcfg)
 	read := func(guard bool) {
 		for g := range l.rows {
 			l.rows[g] = l.rows[g][:0]
@@ -279,7 +280,7 @@ func (s *Scheduler) decide(now time.Time) {
 				continue // the table refuses such a registration; a damaged slot is not scheduled
 			}
 			l.rows[r.GPU] = append(l.rows[r.GPU], tenantRow{})
-			s.readRow(&l.rows[r.GPU][len(l.rows[r.GPU])-1], r, tcfg, now, guard)
+			s.readRow(&l.rows[r.GPU][len(l.rows[r.GPU])-1], r, tcfg, maxTier, now, guard)
 		}
 	}
 	// One guard over every page; only when a tenant has truncated its page are they read again one guard each, to
@@ -314,9 +315,9 @@ func (s *Scheduler) decide(now time.Time) {
 
 // readRow fills row with registration r as this pass sees it: ceilings applied and its client page read once.
 // With guard, a page its tenant truncated costs it its demand hint instead of faulting the caller.
-func (s *Scheduler) readRow(row *tenantRow, r table.Registration, tcfg config.Tenants, now time.Time, guard bool) {
+func (s *Scheduler) readRow(row *tenantRow, r table.Registration, tcfg config.Tenants, maxTier table.Tier, now time.Time, guard bool) {
 	l := &s.loop
-	row.reg = l.demand.ceilings(r, tcfg)
+	row.reg = l.demand.ceilings(r, tcfg, maxTier)
 	row.st = l.entry(&s.stats, r)
 	if cl := l.pageOf(r); cl != nil {
 		pg := cl.Page()
@@ -335,7 +336,7 @@ func (s *Scheduler) readRow(row *tenantRow, r table.Registration, tcfg config.Te
 			// The tenant truncated its own page: it loses its demand hint (keeps its guarantee and current
 			// grant); the page is mapped again, size-checked, at the next pass.
 			logrus.WithError(err).WithField("id", r.ID).Warn("client page truncated by its tenant; demand ignored")
-			*row = tenantRow{reg: l.demand.ceilings(r, tcfg), st: row.st}
+			*row = tenantRow{reg: l.demand.ceilings(r, tcfg, maxTier), st: row.st}
 			l.dropPage(r.Slot)
 		}
 	}
