@@ -20,7 +20,7 @@ import (
 // whatever the number of tenants (BenchmarkPass): reaping and liveness are not its business (reaper.go).
 type loop struct {
 	pages  [table.MaxContainers]page // by slot: mapped client page of the current generation (cl nil: none)
-	demand demandBook    // trust.go
+	demand demandBook                // trust.go
 	// regs caches table.List() while the table generation stays regGen: a pass without a registration reads no slot.
 	regs   []table.Registration
 	regGen uint64
