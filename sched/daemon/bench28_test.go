@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"sort"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -71,33 +70,7 @@ func BenchmarkReactionMixed(b *testing.B) {
 				}
 			}()
 			defer func() { close(stop); <-done }()
-			pb.busy(true)
-			waitEpochChangeB(b, tb, be.Slot, 0, time.Second)
-			time.Sleep(20 * time.Millisecond)
-			launches := &pb.cl.Page().Procs[pb.idx].Launches
-			lat := make([]time.Duration, 0, b.N)
-			busy := false
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				busy = !busy
-				atomic.AddUint64(launches, 1)
-				ep := tb.GrantEpoch(be.Slot)
-				start := time.Now()
-				pl.busy(busy)
-				for tb.GrantEpoch(be.Slot) == ep {
-					if _, err := tb.WaitGrantChange(be.Slot, ep, time.Second); err != nil {
-						b.Fatal(err)
-					}
-					if time.Since(start) > time.Second {
-						b.Fatalf("no grant change within 1 s (iteration %d)", i)
-					}
-				}
-				lat = append(lat, time.Since(start))
-			}
-			b.StopTimer()
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+			measureReaction(b, tb, pl, pb)
 		})
 	}
 }
