@@ -90,24 +90,8 @@ func BenchmarkIdleCPU(b *testing.B) {
 				}
 				playB(b, tb, mustRegister(b, tb, fmt.Sprint("t", i), tier, g, i%2 == 0))
 			}
-			c := config.Default()
-			c.MPS.Enable = true
-			ready := make(chan struct{})
-			s, err := New(Options{RunDir: dir, Config: c, MPS: simMPS(dir), Ready: ready})
-			if err != nil {
-				b.Fatal(err)
-			}
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				ctx, cancel := ctxFromChan(stop)
-				defer cancel()
-				_ = s.Run(ctx)
-			}()
-			defer func() { close(stop); <-done; s.Close() }()
-			<-ready
-			time.Sleep(500 * time.Millisecond) // first reaps and decisions done
+			startSchedConfigB(b, dir, config.Default()) // tick 100 ms, reap_every 250 ms
+			time.Sleep(500 * time.Millisecond)          // first reaps and decisions done
 			cpu0, t0 := cpuTime(b), time.Now()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

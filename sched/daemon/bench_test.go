@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/table"
 )
 
@@ -129,8 +130,10 @@ func mustRegister(b *testing.B, tb *table.Table, id string, tier table.Tier, gro
 	return r
 }
 
-func startSchedB(b *testing.B, dir string) *Scheduler {
-	c := testConfig()
+func startSchedB(b *testing.B, dir string) *Scheduler { return startSchedConfigB(b, dir, testConfig()) }
+
+// startSchedConfigB runs a scheduler of dir with configuration c (MPS on, simulated) until the benchmark ends.
+func startSchedConfigB(b *testing.B, dir string, c config.Config) *Scheduler {
 	c.MPS.Enable = true
 	ready := make(chan struct{})
 	s, err := New(Options{RunDir: dir, Config: c, MPS: simMPS(dir), Ready: ready})
