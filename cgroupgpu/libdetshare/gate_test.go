@@ -99,6 +99,22 @@ func TestLatencyObservedInClientPage(t *testing.T) {
 	if sum := atomic.LoadUint64(&pg.LatSumNs); sum < 3*3_000_000 {
 		t.Fatalf("latency sum %d ns for %d completions, want at least 9 ms", sum, count)
 	}
+	// The fine histogram (issue 26) counts the same completions, 8 buckets per octave: its P99 must lie within the
+	// octave bucket's and be at least the 3 ms each request took.
+	var f [policy.FineBuckets]uint64
+	for i := range f {
+		f[i] = atomic.LoadUint64(&pg.LatFine[i])
+	}
+	fp99, fn, ok := policy.FineP99(f)
+	if fn != count {
+		t.Fatalf("fine histogram holds %d completions, the octave one %d", fn, count)
+	}
+	if ok && (fp99 < 3*time.Millisecond || fp99 > p99) {
+		t.Fatalf("fine p99 %v, octave p99 %v: want 3 ms <= fine <= octave", fp99, p99)
+	}
+	if wp, _ := policy.WindowP99(h, f); ok && wp != fp99 {
+		t.Fatalf("WindowP99 = %v, want the fine histogram's %v", wp, fp99)
+	}
 }
 
 // A latency-critical tenant is idle as soon as a synchronisation returns with its work drained (its request is

@@ -122,6 +122,32 @@ func smLine(t view.Tenant) string {
 	return strings.Join(parts, "; ")
 }
 
+// sloControllerLine says what the SLO controller chose for a latency-critical tenant and why (issue 26).
+func sloControllerLine(t view.Tenant) string {
+	switch t.SLOState {
+	case "":
+		return ""
+	case "starting":
+		return "controller: starting (most protective share until a window has enough completions)"
+	case "infeasible":
+		return fmt.Sprintf("controller: SLO NOT ATTAINABLE beside these neighbours: p99 %.3gms even at the most protective "+
+			"share (floor measured %.3gms; kernels in flight are never cut), lower tiers at their floor", t.SLOWindowP99Ms, t.SLOFloorMs)
+	case "missing":
+		return fmt.Sprintf("controller: last window p99 %.3gms above the SLO: %d groups left to lower tiers (halved), tightest gate",
+			t.SLOWindowP99Ms, t.SLOGivenBackGroups)
+	}
+	target := "the SLO"
+	if t.SLOAuto {
+		target = "its automatic target (scheduler.slo_auto x its floor)"
+	}
+	s := fmt.Sprintf("controller: last window p99 %.3gms within %s: %d groups of its expansion left to lower tiers while busy",
+		t.SLOWindowP99Ms, target, t.SLOGivenBackGroups)
+	if t.SLOFloorMs > 0 {
+		s += fmt.Sprintf(" (p99 %.3gms at the most protective share)", t.SLOFloorMs)
+	}
+	return s
+}
+
 // latencyLine is the issue-12 line of a tenant: pinning, SLO attainment from the latency its library observed,
 // and the dispatch gate; empty when there is nothing to say.
 func latencyLine(t view.Tenant) string {
@@ -136,6 +162,9 @@ func latencyLine(t view.Tenant) string {
 		} else {
 			parts = append(parts, fmt.Sprintf("SLO p99 %.3gms: no completions observed yet", t.SLOP99Ms))
 		}
+	}
+	if c := sloControllerLine(t); c != "" {
+		parts = append(parts, c)
 	}
 	if t.GateDepth > 0 {
 		parts = append(parts, fmt.Sprintf("gate %d kernels / %dus per stream (%d launches held, %.1f ms)", t.GateDepth,

@@ -136,6 +136,9 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 			if t.SLOP99Ms > 0 && t.LatencyCount > 0 {
 				slo = fmt.Sprintf("%.1f", 100*t.SLOAttainment)
 			}
+			if t.SLOState == "infeasible" {
+				slo += "!" // missed even at the most protective share (issue 26; `status` says more)
+			}
 			line(w, fmt.Sprintf("%-16s %-2s %-3s %4d %5s %5.1f %8.0f %15s %8.2f %5s", id, tierShort[t.Tier], roleShort[t.Role],
 				t.GuaranteedSMs, now, t.BusyPct, t.LaunchesSec, human(t.MemUsed)+"/"+limit(t.MemLimit), qd, slo))
 		}

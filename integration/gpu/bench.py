@@ -78,7 +78,29 @@ COLOC_CONFIGS = ["alone", "alone-mps", "timeslice", "mps", "mps-pct", "mps-prio"
                  "detshare-dynamic-pause", "detshare-dynamic-noprio", "detshare-temporal"]
 COLOC_LC = ["bert", "resnet50", "llama-step"]
 COLOC_PROBES = ["reclaim"]  # accepted by --coloc-lc, never run unless named
-COLOC_EXTRA = ["llama-step-math"]  # likewise: llama-step with the textbook attention (bit-stable under MPS)
+COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook attention (bit-stable under MPS)
+               "bert-2l", "llama-step-5l",  # issue 26's short LC (~0.4 ms) and ~1 ms decode step
+               "llama-step-math-5l"]  # the 1 ms step with the textbook attention (bit-stable under MPS)
+# Issue 26's frontier sweep: configurations with a number in their name (coloc suite only, run in the order given).
+#   mps-pct<P>         MPS, the trainer at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P
+#   detshare-floor<N>  the real scheduler, LC expanding fully, scheduler.be_floor = N groups, slo_auto = 0
+#   detshare-auto<F>   the real scheduler, no slo-p99, scheduler.slo_auto = F (default: the scheduler's)
+#   detshare-pinned<N> the real scheduler, LC pinned to N groups (a static partition: the trainer keeps the rest)
+#   detshare-slo<X>x   the real scheduler, the LC's slo-p99 = X x its solo service P99 measured first in this run
+#   detshare-default   the real scheduler with its defaults (LC --sm at --lc-groups, no SLO)
+PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-floor(\d+)"),
+                 ("detshare-pinned", r"detshare-pinned(\d+)"), ("detshare-slo", r"detshare-slo(\d+(?:\.\d+)?)x"),
+                 ("detshare-auto", r"detshare-auto(\d+(?:\.\d+)?)"))
+
+
+def param_config(cfg):
+    """(family, number) of a numbered configuration such as mps-pct67 or detshare-slo1.5x, else (None, None)."""
+    import re
+    for fam, rx in PARAM_CONFIGS:
+        m = re.fullmatch(rx, cfg)
+        if m:
+            return fam, float(m.group(1))
+    return None, None
 COLOC_BE = ["lin8192-bf16", "lin8192-fp32"]
 # accepted by --coloc-be on a GPU, never run unless named: the same trainer at d=256, batch 8, whose kernels last a few
 # microseconds, so that what an LC waits for beside it is the switch to its own context rather than a trainer kernel
@@ -144,9 +166,19 @@ def parse(argv=None):
             ap.error("--suite: %r is not one of %s" % (s, ", ".join(SUITES)))
     a.only = set(c for c in a.configs.split(",") if c)
     known = set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS) | set(COLOC_CONFIGS) | set(COLOC_OPTIONAL)
+    known.add("detshare-default")
     for c in a.only:
-        if c not in known:
-            ap.error("--configs: %r is not one of %s" % (c, ", ".join(sorted(known))))
+        fam, n = param_config(c)
+        if fam == "mps-pct" and not 1 <= n <= 100:
+            ap.error("--configs %s: the thread percentage must be 1..100" % c)
+        if fam == "detshare-auto" and not (n == 0 or 1.05 <= n <= 10):
+            ap.error("--configs %s: slo_auto is 0 or 1.05..10" % c)
+        if fam in ("detshare-floor", "detshare-pinned") and n < 0:
+            ap.error("--configs %s: a group count must be 0 or more" % c)
+        if c not in known and fam is None:
+            ap.error("--configs: %r is not one of %s, or mps-pct<P>, detshare-floor<N>, detshare-pinned<N>, "
+                     "detshare-slo<X>x, detshare-auto<F>" % (c, ", ".join(sorted(known))))
+    a.config_order = [c for c in a.configs.split(",") if c]
     if not a.duration:
         a.duration = 6.0 if a.quick else 8.0
     if not a.pairs:
@@ -315,6 +347,7 @@ class Runner:
         self.tmp = tempfile.mkdtemp(prefix="detshare-bench-")
         self.mps = MPS(a.mps_control, self.tmp)
         self.rates = {}
+        self.solo_p99 = {}  # coloc:<lc> -> the LC's service P99 alone, seconds (detshare-slo<X>x)
         self.gpu = None
         self.procs = []
 
@@ -451,9 +484,9 @@ class Runner:
                     cases.append(self.case("coloc/%s/alone" % be, "alone",
                                            [("be", ["--role", "train", "--model", be + tiny] + dev, "be",
                                              "coloc:" + be)]))
-            for cfg in COLOC_CONFIGS[2:]:
-                if not want(cfg):
-                    continue
+            shared = [c for c in COLOC_CONFIGS[2:] if want(c)]
+            shared += [c for c in a.config_order if c not in COLOC_CONFIGS and c not in COLOC_OPTIONAL]
+            for cfg in shared:
                 for be in a.coloc_bes:
                     for lc in a.coloc_lcs:
                         pair = "coloc:%s+%s" % (lc, be)
@@ -485,6 +518,8 @@ class Runner:
             if cfg == "mps-pct" and label == "be":
                 groups = self.groups()
                 pct = max(1, int(100 * sum(groups[self.a.lc_groups:]) / self.gpu["sms"]))
+            elif param_config(cfg)[0] == "mps-pct" and label == "be":
+                pct = int(param_config(cfg)[1])
             env = {}
             if cfg == "mps-prio" and label == "be":
                 env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the LC stays at normal (0)
@@ -585,6 +620,9 @@ class Runner:
                 with open(p.out) as f:
                     res = json.load(f)
                 rk = getattr(p.w, "rate_key", None) or (p.w.group, p.w.label)
+                if c.config == "alone" and p.w.label == "lc" and res.get("requests"):
+                    svc = sorted(e - s for _, s, e in res["requests"])
+                    self.solo_p99[p.w.group] = svc[min(len(svc) - 1, int(0.99 * len(svc)))]
                 if p.w.label in ("lc", "prefill") and "rate" in res and rk not in self.rates:
                     self.rates[rk] = res["rate"]
                     log("  %s %s solo capacity -> Poisson rate %.2f/s at load %.2f", p.w.group, p.w.label,
@@ -628,14 +666,18 @@ class Runner:
         run_dir = os.path.join(self.tmp, "ds%d" % self.nsched)
         os.makedirs(run_dir, exist_ok=True)
         policy = "tpot-first" if c.config == "detshare-tpot" else "throughput-oriented"
-        floor = 0 if c.config == "detshare-dynamic-pause" else a.be_floor
+        fam, num = param_config(c.config)
+        floor = 0 if c.config == "detshare-dynamic-pause" else int(num) if fam == "detshare-floor" else a.be_floor
         cfg = os.path.join(run_dir, "config.toml")
         with open(cfg, "w") as f:
             f.write('[scheduler]\npolicy = "%s"\n%s[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
                     % (policy, ("be_floor = %d\n" % floor if floor is not None else "") +
                        ("decode_boost = %d\n" % a.decode_boost if a.decode_boost and policy == "tpot-first" else "") +
                        ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else "") +
-                       ("gate_depth = %d\n" % a.gate_depth if a.gate_depth else ""),
+                       ("gate_depth = %d\n" % a.gate_depth if a.gate_depth else "") +
+                       ("slo_auto = %g\n" % (0 if fam == "detshare-floor" or c.config == "detshare-dynamic-pause"
+                                               else num) if fam in ("detshare-floor", "detshare-auto") or
+                        c.config == "detshare-dynamic-pause" else ""),
                        "false" if c.config == "detshare-temporal" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":
@@ -666,6 +708,16 @@ class Runner:
                 if c.config in ("detshare", "detshare-static", "alone-grant"):
                     # a static partition: the LC runs on exactly its guarantee, the BE keeps the complement
                     flags[w.tenant].append("--pinned")
+                elif fam == "detshare-pinned":
+                    flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sum(self.groups()[:int(num)])),
+                                       "--pinned"]
+                elif fam == "detshare-slo":
+                    solo = self.solo_p99.get(w.group.split("+")[0])
+                    if not solo:
+                        raise RuntimeError("%s: the LC's solo P99 is unknown (run the alone configuration first)"
+                                           % c.config)
+                    flags[w.tenant] += ["--slo-p99", "%dus" % max(1, int(round(num * solo * 1e6)))]
+                    log("  %s: slo-p99 %.3f ms (%.2fx solo P99 %.3f ms)", c.name, num * solo * 1e3, num, solo * 1e3)
                 elif c.config in ("detshare-dynamic", "detshare-dynamic-pause", "detshare-dynamic-noprio",
                                   "detshare-temporal"):
                     if a.lc_slo_ms:

@@ -237,6 +237,11 @@ MODEL_SIZES = {
     "gpt2-tiny": dict(layers=2, d=128, heads=4, vocab=1000, max_seq=128),
     "bert": dict(),
     "bert-tiny": dict(layers=2, d=128, heads=4, ff=256, vocab=1000),
+    # issue 26's short LC (a batch-1 request of at most ~0.4 ms on an H100): the encoder cut to two layers
+    "bert-2l": dict(layers=2),
+    "bert-2l-tiny": dict(layers=1, d=128, heads=4, ff=256, vocab=1000),
     "llama": dict(),
     "llama-tiny": dict(layers=2, d=128, heads=4, ff=256, vocab=1000),
+    # issue 26's ~1 ms decode step: the same Llama-like model cut to five layers (16 layers take ~3.2 ms)
+    "llama-5l": dict(layers=5),
 }

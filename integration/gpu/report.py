@@ -18,6 +18,7 @@ import csv
 import glob
 import json
 import os
+import re
 import sys
 
 TARGETS = {"lc_p99_ratio": 1.05, "be_norm_min": 0.50, "tpot_violation_cut": 0.20, "solo_overhead": 0.01}
@@ -130,6 +131,112 @@ def prefill_stats(d, skip):
     s = lc_stats(d, skip)
     return {"ttft_p50_ms": s["a2c_p50_ms"], "ttft_p99_ms": s["a2c_p99_ms"], "served_per_s": s["served_per_s"],
             "n": s["n"], "output_hash": d.get("output_hash")}
+
+
+def coloc_configs(cfgs):
+    """A pair's configurations in report order: the named ones first, then the numbered sweep (issue 26) sorted."""
+    named = [c for c in COLOC_SHARED if c in cfgs]
+    rest = sorted((c for c in cfgs if c not in COLOC_SHARED and c not in ("alone", "alone-mps", "alone-flush")),
+                  key=lambda c: (re.sub(r"[\d.]+x?$", "", c), float(re.findall(r"[\d.]+", c)[-1])
+                                 if re.findall(r"[\d.]+", c) else 0.0))
+    return named + rest
+
+
+def is_peer(cfg):
+    """A configuration of another sharing system (time-slicing, MPS, HAMi-core), not DetShare."""
+    return not cfg.startswith("detshare")
+
+
+def slo_of(cfg):
+    """X of detshare-slo<X>x, else None."""
+    m = re.fullmatch(r"detshare-slo(\d+(?:\.\d+)?)x", cfg)
+    return float(m.group(1)) if m else None
+
+
+def frontier(points):
+    """The Pareto frontier of (lc_ratio, be_norm, cfg) points: lower LC ratio and higher trainer share are better."""
+    pts = sorted(points, key=lambda p: (p[0], -p[1]))
+    out, best = [], -1.0
+    for p in pts:
+        if p[1] > best:
+            out.append(p)
+            best = p[1]
+    return out
+
+
+def coloc_frontier(out, md, outdir, res):
+    """Issue 26: per LC x trainer pair, every (LC P99 / solo, trainer share) point, DetShare's frontier, whether a
+    peer point lies beyond it (and by how much), the SLO rows, and a PNG per pair."""
+    pairs = sorted(k for k in out if "+" in k)
+    if not pairs:
+        return
+    md.append("### The latency-throughput frontier (issue 26)")
+    md.append("")
+    md.append("Per pair: LC service P99 / solo, trainer throughput / solo. A peer point is dominated when DetShare "
+              "has a measured point with LC P99 <= and trainer share >= it; otherwise the gap is what DetShare's "
+              "closest point lacks (LC ratio above, trainer share below).")
+    md.append("")
+    md.append("| pair | DetShare frontier (config: LC ratio, trainer) | peer points (config: LC, trainer: dominated?) |")
+    md.append("|---|---|---|")
+    plots = []
+    for pair in pairs:
+        pts = [(r["lc_svc_p99_ratio"], r["be_norm"], cfg) for cfg, r in out[pair].items()
+               if isinstance(r, dict) and r.get("lc_svc_p99_ratio") is not None and r.get("be_norm") is not None]
+        ds = [p for p in pts if not is_peer(p[2])]
+        peers = [p for p in pts if is_peer(p[2])]
+        fr = frontier(ds)
+        cells = []
+        for lr, bn, cfg in sorted(peers):
+            dom = [d for d in ds if d[0] <= lr and d[1] >= bn]
+            if dom:
+                cells.append("%s: %.2f, %.2f: yes (%s)" % (cfg, lr, bn, dom[0][2]))
+            else:
+                # the smallest change that would dominate: from each DetShare point, how far it misses
+                gap = min(ds, key=lambda d: max(d[0] - lr, 0) / max(lr, 1e-9) + max(bn - d[1], 0) / max(bn, 1e-9)) \
+                    if ds else None
+                cells.append("%s: %.2f, %.2f: **NO**%s" % (cfg, lr, bn, "" if gap is None else
+                             " (closest %s: LC %+.2f, trainer %+.2f)" % (gap[2], gap[0] - lr, gap[1] - bn)))
+                res["targets"].append(target("%s: %s lies beyond DetShare's frontier" % (pair[6:], cfg), 0.0, ">=", 1.0))
+        md.append("| %s | %s | %s |" % (pair[6:], "; ".join("%s: %.2f, %.2f" % (c, lr, bn) for lr, bn, c in fr),
+                                         "; ".join(cells) or "—"))
+        plots.append((pair[6:], ds, peers, fr))
+        for cfg, r in out[pair].items():
+            x = slo_of(cfg)
+            if x is None or not isinstance(r, dict) or r.get("lc_svc_p99_ratio") is None:
+                continue
+            need = 0.5 if x >= 2 else 0.4 if x >= 1.5 else None
+            res["targets"].append(target("%s, slo-p99 %gx solo: LC service P99 within the SLO" % (pair[6:], x),
+                                         r["lc_svc_p99_ratio"], "<=", x))
+            if need is not None:
+                res["targets"].append(target("%s, slo-p99 %gx solo: trainer >= %g of solo" % (pair[6:], x, need),
+                                             r["be_norm"], ">=", need))
+    md.append("")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        md.append("(matplotlib is not installed: no frontier PNGs)")
+        md.append("")
+        return
+    for name, ds, peers, fr in plots:
+        fig, ax = plt.subplots(figsize=(6, 4.2))
+        ax.scatter([p[0] for p in peers], [p[1] for p in peers], marker="x", color="tab:red", label="peers")
+        ax.scatter([p[0] for p in ds], [p[1] for p in ds], marker="o", color="tab:blue", label="DetShare")
+        ax.plot([p[0] for p in fr], [p[1] for p in fr], color="tab:blue", lw=1)
+        for lr, bn, cfg in ds + peers:
+            ax.annotate(cfg.replace("detshare-", "ds-"), (lr, bn), fontsize=6, xytext=(3, 2), textcoords="offset points")
+        ax.set_xlabel("LC service P99 / solo (lower is better)")
+        ax.set_ylabel("trainer throughput / solo (higher is better)")
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(outdir, "frontier_%s.png" % name.replace("+", "_"))
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        md.append("![%s](%s)" % (name, os.path.basename(path)))
+    md.append("")
 
 
 def build(outdir, skip, slo_ms):
@@ -309,6 +416,7 @@ def build(outdir, skip, slo_ms):
     # ---- co-location (issue 12)
     if any(g.startswith("coloc:") for g in raw):
         coloc(raw, meta, skip, outdir, res, md, cdf_rows)
+        coloc_frontier(res.get("coloc", {}), md, outdir, res)
     # ---- targets
     md.append("### Targets (issue 8)" + (" and co-location (issue 12)" if "coloc" in res else ""))
     md.append("")
@@ -423,7 +531,7 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     be, fmt(bbe["steps_per_s"]), fmt(pw.get("power_w_mean"), 0), fmt(pw.get("power_w_max"), 0),
                     fmt(pw.get("sm_mhz_mean"), 0), fmt(pw.get("sm_mhz_min"), 0)))
             pair = "coloc:%s+%s" % (lc, be)
-            for cfg in COLOC_SHARED:
+            for cfg in coloc_configs(raw.get(pair, {})):
                 c = raw.get(pair, {}).get(cfg)
                 if not c:
                     continue

@@ -29,7 +29,7 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--role", required=True, choices=["infer", "train", "prefill", "decode"])
     ap.add_argument("--model", required=True,
-                    help="infer: resnet50|bert|llama-step|llama-step-math(-tiny)|reclaim (GPU only); train: resnet50|gpt2|lin8192-bf16|lin8192-fp32(-tiny); "
+                    help="infer: resnet50|bert|bert-2l|llama-step|llama-step-5l|llama-step-math(-tiny)|reclaim (GPU only); train: resnet50|gpt2|lin8192-bf16|lin8192-fp32(-tiny); "
                          "prefill/decode: llama(-tiny)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--out", required=True, help="result JSON path")
@@ -284,10 +284,10 @@ def build_infer(a, torch, dev):
     elif a.model.startswith("llama-step"):
         # llama-step-math: the textbook attention instead of SDPA's fused kernels, whose output varies from replay
         # to replay of the graph under MPS even with no other client (mpsdet.sh)
-        models.FORCE_MATH_ATTENTION = a.model.startswith("llama-step-math")
+        models.FORCE_MATH_ATTENTION = "-math" in a.model
         # one LLM decode step, batch 1, against a KV cache of a fixed length: every request is the same step (same
         # position, the same cache entry rewritten with the same values), so outputs are comparable bit for bit
-        kw = models.MODEL_SIZES["llama-tiny" if tiny else "llama"]
+        kw = models.MODEL_SIZES["llama-tiny" if tiny else ("llama-5l" if "-5l" in a.model else "llama")]
         dtype = torch.float16 if dev == "cuda" else torch.float32
         with torch.device(dev):
             llm = models.Llama(**kw).to(dtype).eval()
@@ -308,7 +308,7 @@ def build_infer(a, torch, dev):
         m, impl = Step(), "builtin"
         x = torch.randint(0, 1000, (1, 1), device=dev)
     else:
-        sys.exit("worker: --model %r: infer takes resnet50, bert, llama-step, llama-step-math (or -tiny), reclaim"
+        sys.exit("worker: --model %r: infer takes resnet50, bert, bert-2l, llama-step, llama-step-5l, llama-step-math (or -tiny), reclaim"
                  % a.model)
     m = m.to(dev).eval()
     return m, x, impl

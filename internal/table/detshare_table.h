@@ -109,6 +109,11 @@ struct ds_gpu {                          /* 1024 bytes each */
     uint8_t  reserved[1024 - 592];
 };
 
+#define DS_SLO_ACTIVE         1u  /* the controller has stepped at least once */
+#define DS_SLO_MISS           2u  /* the last window was above the SLO */
+#define DS_SLO_INFEASIBLE     4u  /* missed at the most protective share: not attainable beside these neighbours */
+#define DS_SLO_AUTO           8u  /* no slo-p99: the target is scheduler.slo_auto x slo_floor_us */
+
 struct ds_container {                    /* 512 bytes each */
     uint32_t state;                      /*   0 DS_SLOT_* */
     uint32_t gen;                        /*   4 incremented at every registration of this slot */
@@ -141,7 +146,12 @@ struct ds_container {                    /* 512 bytes each */
                                           *     written before the grant epoch it goes with */
     uint32_t gate_budget_us;             /* 488 dispatch gate: estimated run time of those kernels; scheduler */
     uint32_t pad1;                       /* 492 */
-    uint8_t  reserved2[512 - 496];
+    /* issue 26: the SLO controller's last decision for a latency-critical tenant with slo_p99_us; scheduler,
+     * informational (status, top, metrics) */
+    uint32_t slo_given_back;             /* 496 SM groups of its expansion given to lower tiers while it is busy */
+    uint32_t slo_state;                  /* 500 DS_SLO_* bits */
+    uint32_t slo_window_p99_us;          /* 504 P99 of the controller's last window */
+    uint32_t slo_floor_us;               /* 508 P99 measured at the most protective share (0: not measured) */
 };
 
 struct ds_proc {                         /* 128 bytes; one per process of a container, in its client page */
@@ -159,6 +169,10 @@ struct ds_proc {                         /* 128 bytes; one per process of a cont
     uint32_t pad0;                       /*  76 */
     uint8_t  reserved[128 - 80];
 };
+
+#define DS_LAT_FINE_BUCKETS   64u
+#define DS_LAT_FINE_SUB       8u        /* buckets per octave */
+#define DS_LAT_FINE_MIN_OCT   6u        /* the first octave: [64, 128) us */
 
 struct ds_client_page {                  /* one file per container: clients/<id>.page */
     uint64_t magic;                      /*    0 DS_CLIENT_MAGIC */
@@ -178,7 +192,10 @@ struct ds_client_page {                  /* one file per container: clients/<id>
     uint64_t busy_ns;                    /*  200 */
     uint64_t queue_delay_ns;             /*  208 cumulative wait for SMs or token */
     uint64_t queue_delay_max_ns;         /*  216 */
-    uint8_t  reserved[736 - 224];
+    /* issue 26: the same completions as lat_hist, 8 buckets per octave from 64 us (bucket 0: below 72 us) to
+     * 16.4 ms (bucket 63: 15.36 ms and above), so that the scheduler can hold a P99 target to within ~12%
+     * (lat_hist's octaves over-report by up to 2x) */
+    uint64_t lat_fine[64];               /*  224 see DS_LAT_FINE_* */
     /* issue 12 (at the end of the header part): completion latency, measured by the library off the launch path.
      * Counters only ever increase; the scheduler works on differences. */
     uint64_t lat_count;                  /*  736 completions observed (synchronisations that waited for work) */

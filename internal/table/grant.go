@@ -68,6 +68,40 @@ func (t *Table) SetGate(slot int, depth, budgetUs uint32) error {
 	return nil
 }
 
+// SLOReport is what the SLO controller last decided for a latency-critical tenant (informational).
+type SLOReport struct {
+	GivenBack uint32 // SM groups of its expansion given to lower tiers while it is busy
+	State     uint32 // SLO* bits
+	WindowUs  uint32 // P99 of the last window
+	FloorUs   uint32 // P99 at the most protective share, 0 when not measured
+}
+
+// SetSLOReport publishes slot's SLO controller state for status, top and metrics.
+func (t *Table) SetSLOReport(slot int, r SLOReport) error {
+	if err := t.mustWrite("set SLO report"); err != nil {
+		return err
+	}
+	if slot < 0 || slot >= MaxContainers {
+		return fmt.Errorf("set SLO report: slot %d out of range 0..%d", slot, MaxContainers-1)
+	}
+	c := t.Container(slot)
+	atomic.StoreUint32(&c.SLOGivenBack, r.GivenBack)
+	atomic.StoreUint32(&c.SLOWindowUs, r.WindowUs)
+	atomic.StoreUint32(&c.SLOFloorUs, r.FloorUs)
+	atomic.StoreUint32(&c.SLOState, r.State)
+	return nil
+}
+
+// SLOReportOf reads slot's SLO controller state.
+func (t *Table) SLOReportOf(slot int) SLOReport {
+	if slot < 0 || slot >= MaxContainers {
+		return SLOReport{}
+	}
+	c := t.Container(slot)
+	return SLOReport{GivenBack: atomic.LoadUint32(&c.SLOGivenBack), State: atomic.LoadUint32(&c.SLOState),
+		WindowUs: atomic.LoadUint32(&c.SLOWindowUs), FloorUs: atomic.LoadUint32(&c.SLOFloorUs)}
+}
+
 // Gate reads slot's dispatch gate.
 func (t *Table) Gate(slot int) (depth, budgetUs uint32) {
 	if slot < 0 || slot >= MaxContainers {

@@ -15,6 +15,17 @@ const (
 	MaxSMGroups   = 64  // DS_MAX_SM_GROUPS
 	MaxProcs      = 64  // DS_MAX_PROCS
 	IDLen         = 128 // DS_ID_LEN, including the terminating NUL
+	// The fine completion-latency histogram of a client page (DS_LAT_FINE_*): LatFineSub buckets per octave from
+	// 2^LatFineMinOct microseconds.
+	LatFineBuckets = 64 // DS_LAT_FINE_BUCKETS
+	LatFineSub     = 8  // DS_LAT_FINE_SUB
+	LatFineMinOct  = 6  // DS_LAT_FINE_MIN_OCT
+
+	// Container.SLOState bits (DS_SLO_*).
+	SLOActive     = 1 // the controller has stepped at least once
+	SLOMiss       = 2 // the last window was above the SLO
+	SLOInfeasible = 4 // missed at the most protective share
+	SLOAuto       = 8 // no slo-p99: the target is scheduler.slo_auto x the floor
 
 	GPUsOffset       = 4096                                 // DS_GPUS_OFFSET
 	ContainersOffset = GPUsOffset + MaxGPUs*1024            // DS_CONTAINERS_OFFSET
@@ -173,7 +184,10 @@ type Container struct {
 	GateDepth    uint32      `c:"gate_depth"`
 	GateBudgetUs uint32      `c:"gate_budget_us"`
 	Pad1         uint32      `c:"pad1"`
-	Reserved2    [16]byte    `c:"reserved2"`
+	SLOGivenBack uint32      `c:"slo_given_back"`
+	SLOState     uint32      `c:"slo_state"`
+	SLOWindowUs  uint32      `c:"slo_window_p99_us"`
+	SLOFloorUs   uint32      `c:"slo_floor_us"`
 }
 
 // Proc is struct ds_proc (128 bytes; MaxProcs of them in each client page).
@@ -211,7 +225,7 @@ type ClientPage struct {
 	BusyNs          uint64         `c:"busy_ns"`
 	QueueDelayNs    uint64         `c:"queue_delay_ns"`
 	QueueDelayMaxNs uint64         `c:"queue_delay_max_ns"`
-	Reserved        [512]byte      `c:"reserved"`
+	LatFine         [LatFineBuckets]uint64 `c:"lat_fine"`
 	LatCount        uint64         `c:"lat_count"`
 	LatSumNs        uint64         `c:"lat_sum_ns"`
 	GateWaits       uint64         `c:"gate_waits"`

@@ -157,6 +157,10 @@ func (t *Table) Register(req RegisterRequest) (Registration, error) {
 	atomic.StoreUint32(&c.SLOP99Us, req.SLOP99Us)
 	atomic.StoreUint32(&c.GateDepth, 0)
 	atomic.StoreUint32(&c.GateBudgetUs, 0)
+	atomic.StoreUint32(&c.SLOState, 0)
+	atomic.StoreUint32(&c.SLOGivenBack, 0)
+	atomic.StoreUint32(&c.SLOWindowUs, 0)
+	atomic.StoreUint32(&c.SLOFloorUs, 0)
 	c.DemandSeenNs = 0
 	// A new tenant starts with nothing granted; epoch and seq stay monotonic across generations so a stale
 	// reader never mistakes the new grant for the one it cached.

@@ -94,7 +94,8 @@ func (c *settings) set(cfg config.Config) policy.Options {
 // for sched/policy. The kind is one of config.Policies, which config.Validate has checked.
 func policyOptions(o config.PolicyOptions) policy.Options {
 	return policy.Options{Kind: policy.Kind(o.Kind), DecodeBoost: o.DecodeBoost, Quantum: o.Quantum,
-		MaxQuantum: o.MaxQuantum, Floor: o.Floor, GateDepth: o.GateDepth, GateBudget: o.GateBudget}
+		MaxQuantum: o.MaxQuantum, Floor: o.Floor, GateDepth: o.GateDepth, GateBudget: o.GateBudget,
+		SLOAuto: o.SLOAuto}
 }
 
 // gpuState is one GPU as the scheduler runs it; each part belongs to the job named beside it.

@@ -26,43 +26,105 @@ const (
 	powerHysteresis = 0.07
 )
 
-// sloState is a tenant's SLO sizing between passes (in its ledger entry, under the ledger's mu).
+// sloState is a tenant's SLO window between passes (in its ledger entry, under the ledger's mu).
 type sloState struct {
-	shrink   int
-	miss     bool
+	ctl      policy.SLOControl
 	lastHist [policy.LatencyBuckets]uint64
+	lastFine [policy.FineBuckets]uint64
 	winStart time.Time
+	stepped  bool
 }
 
-// readLatency copies a client page's cumulative latency histogram (counters the library only increments).
-func readLatency(pg *table.ClientPage) (h [policy.LatencyBuckets]uint64) {
+// sloReport is what status, top and metrics show of a tenant's SLO controller.
+func sloReport(st sloState, auto bool) table.SLOReport {
+	c := st.ctl
+	r := table.SLOReport{GivenBack: uint32(c.Shrink), WindowUs: usOf(c.LastP99), FloorUs: usOf(c.Floor)}
+	if st.stepped {
+		r.State |= table.SLOActive
+	}
+	if c.Miss {
+		r.State |= table.SLOMiss
+	}
+	if c.Infeasible {
+		r.State |= table.SLOInfeasible
+	}
+	if auto {
+		r.State |= table.SLOAuto
+	}
+	return r
+}
+
+func usOf(d time.Duration) uint32 {
+	return uint32(min(d/time.Microsecond, time.Duration(^uint32(0))))
+}
+
+// setSLOReport publishes a tenant's SLO controller state when it changed.
+func (s *Scheduler) setSLOReport(r tenantRow) {
+	if r.reg.Tier != table.TierLatencyCritical || r.reg.Flags&table.FlagPinned != 0 {
+		return
+	}
+	s.stats.mu.Lock()
+	e := r.st
+	if e == nil {
+		e = s.stats.entryLocked(r.reg.ID)
+	}
+	st := e.slo
+	s.stats.mu.Unlock()
+	rep := sloReport(st, r.reg.SLOP99Us == 0)
+	if s.t.SLOReportOf(r.reg.Slot) == rep {
+		return
+	}
+	if err := s.t.SetSLOReport(r.reg.Slot, rep); err != nil {
+		logrus.WithError(err).WithField("id", r.reg.ID).Debug("set SLO report")
+	}
+}
+
+// readLatency copies a client page's cumulative latency histograms (counters the library only increments).
+func readLatency(pg *table.ClientPage) (h [policy.LatencyBuckets]uint64, f [policy.FineBuckets]uint64) {
 	for i := range h {
 		h[i] = atomic.LoadUint64(&pg.LatHist[i])
 	}
-	return h
+	for i := range f {
+		f[i] = atomic.LoadUint64(&pg.LatFine[i])
+	}
+	return h, f
 }
 
-// sizeSLO sets t.Shrink and t.SLOMiss for a latency-critical tenant with an SLO from the P99 of its last window.
-func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, now time.Time) {
-	if t.Tier != table.TierLatencyCritical || t.Pinned || r.reg.SLOP99Us == 0 {
+// sizeSLO sets t.Shrink and t.SLOMiss for a latency-critical tenant that expands: the SLO controller
+// (policy.SLOControl) steps once per window on the P99 of the completions in it, towards the tenant's slo-p99 or,
+// without one, towards scheduler.slo_auto x the P99 it has at the most protective share. What it may give back is
+// the expansion beyond the tenant's guarantee, less the floor lower tiers keep anyway: at the top the tenant runs
+// on exactly its guarantee and its neighbours keep the complement (a static partition).
+func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, o policy.Options, now time.Time) {
+	if t.Tier != table.TierLatencyCritical || t.Pinned || (r.reg.SLOP99Us == 0 && o.SLOAuto == 0) {
 		return
 	}
 	slo := time.Duration(r.reg.SLOP99Us) * time.Microsecond
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.entryLocked(r.reg.ID)
+	maxShrink := nGroups - t.Guarantee - max(o.Floor, 1)
 	if st.slo.winStart.IsZero() {
-		st.slo.winStart, st.slo.lastHist = now, r.lat
+		// a new tenant starts on its guarantee, its neighbours on the rest: nothing changes for them until its
+		// completions show it needs more
+		st.slo.winStart, st.slo.lastHist, st.slo.lastFine = now, r.lat, r.fine
+		st.slo.ctl.Shrink = max(maxShrink, 0)
 	}
 	if age := now.Sub(st.slo.winStart); age >= sloWindow {
-		p99, n := policy.HistP99(policy.HistDelta(r.lat, st.slo.lastHist))
+		p99, n := policy.WindowP99(policy.HistDelta(r.lat, st.slo.lastHist), policy.FineDelta(r.fine, st.slo.lastFine))
 		if n >= policy.MinLatencySamples || age >= sloWindowMax {
-			st.slo.shrink, st.slo.miss = policy.NextShrink(st.slo.shrink, slo, p99, n, nGroups-t.Guarantee-1)
-			st.ObservedP99 = p99
-			st.slo.lastHist, st.slo.winStart = r.lat, now
+			if slo > 0 {
+				st.slo.ctl.Step(slo, p99, n, maxShrink)
+			} else {
+				st.slo.ctl.StepAuto(o.SLOAuto, p99, n, maxShrink)
+			}
+			st.ObservedP99 = st.slo.ctl.LastP99
+			st.SLO = st.slo.ctl
+			st.slo.lastHist, st.slo.lastFine, st.slo.winStart = r.lat, r.fine, now
+			st.slo.stepped = true
 		}
 	}
-	t.Shrink, t.SLOMiss = st.slo.shrink, st.slo.miss
+	t.Shrink, t.SLOMiss, t.Sized = st.slo.ctl.Shrink, st.slo.ctl.Miss, !st.slo.ctl.Probing()
 }
 
 // setGate publishes a tenant's dispatch gate when it changed. It is written before the grant of the same

@@ -175,8 +175,9 @@ type tenantRow struct {
 	seq    uint32
 	since  uint64
 	grant  table.Grant
-	lat    [policy.LatencyBuckets]uint64 // cumulative latency histogram of its client page (SLO tenants only)
-	st     *TenantStats                  // its ledger entry
+	lat    [policy.LatencyBuckets]uint64 // cumulative latency histograms of its client page (latency-critical only)
+	fine   [policy.FineBuckets]uint64
+	st     *TenantStats // its ledger entry
 }
 
 // pageOf maps reg's client page once per registration; a page that does not name reg's slot and generation is not
@@ -321,13 +322,13 @@ func (s *Scheduler) readRow(row *tenantRow, r table.Registration, tcfg config.Te
 	row.st = l.entry(&s.stats, r)
 	if cl := l.pageOf(r); cl != nil {
 		pg := cl.Page()
-		slo := row.reg.SLOP99Us != 0 && row.reg.Tier == table.TierLatencyCritical
+		lc := r.Tier == table.TierLatencyCritical
 		read := func() {
 			row.demand = l.demand.observed(r, pg, now, tcfg.DemandWindow.Duration)
 			row.seq = atomic.LoadUint32(&pg.DemandSeq)
 			row.since = atomic.LoadUint64(&pg.DemandSinceNs)
-			if slo {
-				row.lat = readLatency(pg) // only SLO sizing reads it
+			if lc {
+				row.lat, row.fine = readLatency(pg) // only SLO sizing reads them
 			}
 		}
 		if !guard {
@@ -374,17 +375,22 @@ func (s *Scheduler) decideSpatial(g table.GPUState, d *gpuDecider, rows []tenant
 	now := time.Now()
 	for i, r := range rows {
 		ts = append(ts, toPolicy(r))
-		s.stats.sizeSLO(r, &ts[i], len(g.Split.Groups), now)
+		s.stats.sizeSLO(r, &ts[i], len(g.Split.Groups), popt, now)
 	}
 	d.ts = ts
 	if d.unchanged(ts, rows, popt, g.Split.Groups) {
-		return // the grants in the table are this decision's
+		// The grants and gates in the table are this decision's; the SLO controllers' reports may still have moved.
+		for _, r := range rows {
+			s.setSLOReport(r)
+		}
+		return
 	}
 	dec := d.dc.Decide(g.Split.Groups, ts, popt)
 	slo := s.Config().Scheduler.LatencySLO.Duration
 	ok := true
 	for i, r := range rows {
 		s.setGate(r, dec.Grants[i].Gate)
+		s.setSLOReport(r)
 		ng := table.Grant{Groups: dec.Grants[i].Groups, SMs: dec.Grants[i].SMs, Mode: table.ModeSpatial}
 		ok = s.publish(r, ng, dec.Grants[i].Reason, slo) && ok
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/metrics"
+	"github.com/detshare/detshare/sched/policy"
 	"github.com/detshare/detshare/sched/view"
 )
 
@@ -28,7 +29,10 @@ type TenantStats struct {
 	Reason        string
 	lastSeq       uint32
 	ObservedP99   time.Duration // P99 of the last SLO window (tenants with slo-p99)
-	slo           sloState
+	// SLO is the SLO controller's state after its last window (tenants with slo-p99): the share given back, and
+	// whether the SLO is attainable.
+	SLO policy.SLOControl
+	slo sloState
 }
 
 // ledger is the scheduler's accounting. The counters are atomic: the loop and the MPS watcher add to them while the

@@ -103,6 +103,10 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	tsw := nf("detshare_tenant_slo_within_total", "counter", "completions certainly within the tenant's slo-p99")
 	tgd := nf("detshare_tenant_gate_depth", "gauge", "dispatch gate: kernels in flight per stream (0 = no gate)")
 	tgw := nf("detshare_tenant_gate_waits_total", "counter", "launches the dispatch gate held back")
+	tsb := nf("detshare_tenant_slo_given_back_groups", "gauge", "SLO controller: SM groups of a latency-critical tenant's expansion left to lower tiers while it is busy")
+	tsp := nf("detshare_tenant_slo_window_p99_seconds", "gauge", "SLO controller: P99 of its last window")
+	tsf := nf("detshare_tenant_slo_floor_seconds", "gauge", "SLO controller: P99 measured at the most protective share (0 = not measured)")
+	tsi := nf("detshare_tenant_slo_infeasible", "gauge", "SLO controller: 1 when the SLO is missed even at the most protective share")
 	for _, t := range snap.Tenants {
 		// DCGM exporter's labels (gpu, UUID, pod, namespace, container; empty outside Kubernetes) plus DetShare's.
 		l := []string{"tenant", t.ID, "gpu", strconv.Itoa(t.GPU), "UUID", uuid[t.GPU], "pod", t.Pod, "namespace", t.Namespace,
@@ -123,6 +127,12 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 		tsw.add(float64(t.SLOWithin), l...)
 		tgd.add(float64(t.GateDepth), l...)
 		tgw.add(float64(t.GateWaits), l...)
+		if t.SLOState != "" {
+			tsb.add(float64(t.SLOGivenBackGroups), l...)
+			tsp.add(t.SLOWindowP99Ms/1e3, l...)
+			tsf.add(t.SLOFloorMs/1e3, l...)
+			tsi.add(b2f(t.SLOState == "infeasible"), l...)
+		}
 	}
 	bw := bufio.NewWriter(w)
 	for _, f := range fams {

@@ -22,10 +22,12 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 type Decider struct {
 	p       pass
 	reasons reasonCache
+	sized   []Tenant // sizeReserves' copy
 }
 
 // Decide is Decide with the Decider's buffers.
 func (dc *Decider) Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
+	tenants = sizeReserves(len(groupSMs), tenants, o, &dc.sized)
 	p := &dc.p
 	p.reset(groupSMs, tenants, o, &dc.reasons)
 	p.placeGuarantees()
@@ -34,6 +36,41 @@ func (dc *Decider) Decide(groupSMs []uint32, tenants []Tenant, o Options) Decisi
 	p.grantGroups()
 	p.describe()
 	return p.d
+}
+
+// sizeReserves turns each Sized latency-critical tenant into a pinned partition of ReserveOf groups (a copy in *buf,
+// reused: the caller's tenants are not changed). Without a Sized tenant it returns tenants as they are.
+func sizeReserves(nGroups int, tenants []Tenant, o Options, buf *[]Tenant) []Tenant {
+	sized := false
+	for _, t := range tenants {
+		sized = sized || (t.Sized && t.Tier == table.TierLatencyCritical && !t.Pinned)
+	}
+	if !sized {
+		return tenants
+	}
+	out := append((*buf)[:0], tenants...)
+	*buf = out
+	guaranteed, lower := 0, 0
+	for _, t := range tenants {
+		switch {
+		case t.Tier != table.TierLatencyCritical:
+			lower++
+			if t.Tier == table.TierBurstable {
+				guaranteed += max(t.Guarantee, 0)
+			}
+		default:
+			guaranteed += max(t.Guarantee, 0)
+		}
+	}
+	for i, t := range out {
+		if !t.Sized || t.Tier != table.TierLatencyCritical || t.Pinned {
+			continue
+		}
+		out[i].Guarantee = ReserveOf(t, min(nGroups, 64), guaranteed-max(t.Guarantee, 0), lower, o)
+		out[i].Pinned, out[i].Shrink = true, 0
+		guaranteed += out[i].Guarantee - max(t.Guarantee, 0)
+	}
+	return out
 }
 
 // pass is one Decide: its inputs and what each step has decided so far (slices aligned with tenants).
@@ -341,11 +378,27 @@ func (p *pass) idleOffer(i int) uint64 {
 
 // floorsAtWake are the groups lower tiers (busy, or idle holding groups) would keep as their floor if a
 // latency-critical tenant turned busy: chosen as keepFloors will choose them then.
+//
+// What SLO sizing gives back (Tenant.Shrink) stays with them too, split evenly here (giveBack splits it by weight
+// among the busy ones; an offer only needs to avoid their groups, not to match it exactly).
 func (p *pass) floorsAtWake() uint64 {
+	shrink, lower := 0, 0
+	for _, u := range p.tenants {
+		switch {
+		case u.Tier == table.TierLatencyCritical && !u.Pinned:
+			shrink += max(u.Shrink, 0)
+		case u.Tier != table.TierLatencyCritical && (u.Busy || u.Prev != 0):
+			lower++
+		}
+	}
+	each := p.o.throttledFloor(true)
+	if lower > 0 {
+		each += (shrink + lower - 1) / lower
+	}
 	var floors uint64
 	for j, u := range p.tenants {
 		if u.Tier != table.TierLatencyCritical && (u.Busy || u.Prev != 0) {
-			floors |= floorGroups(u, p.shared&^floors, max(0, p.o.throttledFloor(true)-bits.OnesCount64(p.guar[j]&p.d.Exclusive[j])))
+			floors |= floorGroups(u, p.shared&^floors, max(0, each-bits.OnesCount64(p.guar[j]&p.d.Exclusive[j])))
 		}
 	}
 	return floors

@@ -96,6 +96,16 @@ type Options struct {
 	GateBudget time.Duration
 	// PowerNearLimit is set per pass by the daemon when the board draws close to its power limit (NVML).
 	PowerNearLimit bool
+	// SLOAuto: a latency-critical tenant without an SLO is held to SLOAuto x its floor (SLOControl.StepAuto);
+	// 0 = off.
+	SLOAuto float64
+}
+
+// ReserveOf is the partition of a Sized latency-critical tenant: every group but those the other tenants'
+// guarantees and lower tiers' floors need, less what its SLO controller gives back (Shrink), never below its own
+// guarantee. others is the sum of the other guaranteed tenants' guarantees, lower the number of lower-tier tenants.
+func ReserveOf(t Tenant, nGroups, others, lower int, o Options) int {
+	return max(t.Guarantee, nGroups-others-max(o.Floor, 1)*max(lower, 1)-max(t.Shrink, 0))
 }
 
 // Gate is the dispatch gate the library applies to a throttled tenant's launches (zero value: no gate).
@@ -116,7 +126,7 @@ func (o Options) throttledFloor(lcBusy bool) int {
 // DefaultOptions are the defaults of configs/detshare/config.toml.
 func DefaultOptions() Options {
 	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond,
-		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond}
+		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond, SLOAuto: 1.25}
 }
 
 // Tenant is one tenant of the GPU being decided.
@@ -137,6 +147,12 @@ type Tenant struct {
 	Shrink int
 	// SLOMiss (latency-critical): its observed P99 is above its SLO; neighbours get the tightest gate.
 	SLOMiss bool
+	// Sized (latency-critical, not pinned): its share is sized by the SLO controller as a partition (Reserve):
+	// it holds ReserveOf groups exclusively, busy or idle, and its neighbours keep the rest at full depth, so that
+	// neither waits for the other's kernels and nobody's grant flips at every request (issue 26: on an H200 a
+	// 64-SM partition gave the LC the P99 of full expansion with 3x the trainer's throughput). Shrink is then the
+	// number of groups the partition leaves to lower tiers beyond their floor.
+	Sized bool
 }
 
 // Grant is the decision for one tenant.

@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/detshare/detshare/internal/table"
+)
 
 // LatencyBuckets is the number of buckets of the latency histogram libdetshare keeps in a client page: bucket i
 // counts completions that took [2^i, 2^(i+1)) microseconds (bucket 0 also holds everything below 1 µs, the last
@@ -59,24 +63,177 @@ func HistDelta(cur, prev [LatencyBuckets]uint64) [LatencyBuckets]uint64 {
 	return d
 }
 
-// NextShrink sizes a busy, not pinned latency-critical tenant with an SLO from the P99 it observed in the last
-// window: above the SLO it takes everything it can (shrink 0, and its neighbours get the tightest gate); above 80%
-// of it it takes one group more; below half of it it gives one more group back to lower tiers (at most maxShrink,
-// the groups it borrows). Without an SLO or enough samples it takes everything. The observed latency comes from
-// the tenant's own page, so the worst a forged value can do is what a tenant without an SLO gets anyway.
-func NextShrink(prev int, slo, p99 time.Duration, samples uint64, maxShrink int) (shrink int, miss bool) {
-	if slo <= 0 || samples < MinLatencySamples || maxShrink <= 0 {
-		return 0, false
+// FineBuckets is the number of buckets of the fine latency histogram (table.LatFineBuckets): LatFineSub per octave
+// from 2^LatFineMinOct microseconds, so that a P99 is known to within 1/8 of an octave (~9%) instead of 2x.
+const FineBuckets = table.LatFineBuckets
+
+// fineUpper is the upper edge of fine bucket b.
+func fineUpper(b int) time.Duration {
+	oct := table.LatFineMinOct + b/table.LatFineSub
+	step := uint64(1) << (oct - 3) // table.LatFineSub = 8 buckets per octave
+	return time.Duration(uint64(1)<<oct+uint64(b%table.LatFineSub+1)*step) * time.Microsecond
+}
+
+// FineP99 is the 99th percentile of a fine histogram (the upper edge of its bucket: never optimistic) and the
+// number of samples; ok is false when there are none or the percentile lies in the last bucket, which also holds
+// everything longer (then the octave histogram, HistP99, answers).
+func FineP99(h [FineBuckets]uint64) (p99 time.Duration, n uint64, ok bool) {
+	for _, c := range h {
+		n = satAdd(n, c)
+	}
+	if n == 0 {
+		return 0, 0, false
+	}
+	rank := n - n/100
+	var s uint64
+	for i, c := range h {
+		s = satAdd(s, c)
+		if s >= rank {
+			return fineUpper(i), n, i < FineBuckets-1
+		}
+	}
+	return 0, n, false
+}
+
+// FineDelta is HistDelta for the fine histogram.
+func FineDelta(cur, prev [FineBuckets]uint64) [FineBuckets]uint64 {
+	var d [FineBuckets]uint64
+	for i := range cur {
+		if cur[i] > prev[i] {
+			d[i] = min(cur[i]-prev[i], 1<<40)
+		}
+	}
+	return d
+}
+
+// WindowP99 is the P99 of a window: from the fine histogram where it counted every completion the octave one did
+// (a library that keeps it) and the percentile is inside its range, else from the octave histogram.
+func WindowP99(coarse [LatencyBuckets]uint64, fine [FineBuckets]uint64) (time.Duration, uint64) {
+	p, n := HistP99(coarse)
+	if fp, fn, ok := FineP99(fine); ok && fn == n {
+		return fp, n
+	}
+	return p, n
+}
+
+// The SLO controller's thresholds, as fractions of the SLO. A window's P99 is taken over a few dozen to a few
+// hundred completions (close to their maximum) and from the upper edge of its histogram bucket (up to 1/8 over),
+// so a window at the SLO already means a run well inside it: above 1 the window missed and a quarter of what was
+// given back returns (at least one group); between Hold and 1 nothing moves; below Hold one more group goes to
+// the neighbours, below Slack two.
+const (
+	sloHold  = 0.85
+	sloSlack = 0.65
+	// infeasibleAfter: windows missed in a row at the most protective share before the SLO is reported as not
+	// attainable on this GPU beside these neighbours.
+	infeasibleAfter = 3
+)
+
+// SLOControl is the per-latency-critical-tenant state of the SLO controller: how many groups of its expansion the
+// tenant gives back to lower tiers while it is busy (Shrink: 0 is the most protective share, every group the
+// scheduler can take; the maximum leaves it exactly its guarantee, a static partition), and what the controller
+// learnt. The observed latency comes from the tenant's own page, so the worst a forged value can do is make its
+// own tenant give groups back or take them all, which any latency-critical tenant without an SLO does anyway.
+type SLOControl struct {
+	Shrink int
+	// Miss: the last window was above the SLO; lower tiers get the tightest dispatch gate meanwhile.
+	Miss bool
+	// Infeasible: the SLO was missed infeasibleAfter windows in a row at the most protective share: what the
+	// neighbours have in flight (kernels are never cut) and MPS cost more than the SLO allows. Floor is the
+	// lowest P99 measured at that share, what the tenant can count on beside these neighbours.
+	Infeasible bool
+	Floor      time.Duration
+	// LastP99 is the P99 of the last window that had enough samples.
+	LastP99 time.Duration
+	missed0 int // windows in a row missed at Shrink 0
+	// automatic target (StepAuto): windows since the floor was last measured, whether this window measures it,
+	// and the share to return to afterwards
+	sinceProbe int
+	probing    bool
+	resume     int
+}
+
+// AutoReprobe is how many windows the automatic target runs between two measurements of its floor: one window in
+// this many runs at the most protective share (about 1/40 of the time, ~10 s apart with 250 ms windows), so that
+// the target follows a change of load or neighbours.
+const AutoReprobe = 40
+
+// Probing tells whether the current window measures the floor of the automatic target: the tenant then runs at the
+// most protective share there is, expanding over its neighbours while they are throttled and gated (not as a
+// partition, whose neighbours' queued kernels would inflate the floor).
+func (c *SLOControl) Probing() bool { return c.probing }
+
+// StepAuto is Step for a latency-critical tenant without an SLO of its own: its target is factor x its floor, the
+// P99 it gets at the most protective share, measured in the first window with enough completions and again every
+// AutoReprobe windows. So without being told a number, a latency-critical tenant stays within factor of the best
+// latency DetShare can give it beside these neighbours, and they get the largest share that allows.
+func (c *SLOControl) StepAuto(factor float64, p99 time.Duration, samples uint64, maxShrink int) {
+	if factor <= 1 || maxShrink <= 0 {
+		*c = SLOControl{}
+		return
+	}
+	if samples < MinLatencySamples {
+		if !c.probing {
+			c.Shrink = min(c.Shrink+1, maxShrink)
+		}
+		return
 	}
 	switch {
-	case p99 > slo:
-		return 0, true
-	case p99*5 > slo*4:
-		prev--
-	case p99*2 < slo:
-		prev++
+	case c.probing || (c.Floor == 0 && c.Shrink == 0):
+		// this window ran at the most protective share: its P99 is the floor
+		c.Floor, c.LastP99, c.Miss = p99, p99, false
+		c.Shrink, c.probing, c.sinceProbe = min(c.resume, maxShrink), false, 0
+		return
+	case c.Floor == 0:
+		// completions at last, after idle windows gave groups away: measure the floor first
+		c.probing, c.resume, c.Shrink = true, c.Shrink, 0
+		return
 	}
-	return min(max(prev, 0), maxShrink), false
+	c.Step(time.Duration(factor*float64(c.Floor)), p99, samples, maxShrink)
+	c.Infeasible = false // the target is relative to what is attainable
+	if c.sinceProbe++; c.sinceProbe >= AutoReprobe {
+		c.probing, c.resume, c.Shrink = true, c.Shrink, 0
+	}
+}
+
+// Step moves the controller by one window: multiplicative decrease of the share given back when the SLO is missed,
+// additive increase while comfortably inside it, a dead band between (sloHold, sloSlack). maxShrink is what the tenant can give back. A whole
+// window with too few completions gives one group: an idle latency-critical tenant has nothing to protect.
+func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int) {
+	if slo <= 0 || maxShrink <= 0 {
+		*c = SLOControl{}
+		return
+	}
+	if samples < MinLatencySamples {
+		// a whole window with too few completions: nothing to protect, so the share moves one group towards
+		// the neighbours (a latency-critical tenant that stays idle ends on its guarantee)
+		c.Shrink = min(c.Shrink+1, maxShrink)
+		c.Miss = false
+		return
+	}
+	c.LastP99 = p99
+	r := float64(p99) / float64(slo)
+	c.Miss = r > 1
+	if c.Shrink == 0 {
+		c.Floor = p99 // the most protective share's latency, refreshed whenever the controller is there
+	}
+	switch {
+	case r > 1:
+		if c.Shrink == 0 {
+			c.missed0++
+			c.Infeasible = c.missed0 >= infeasibleAfter
+		}
+		c.Shrink -= max(1, c.Shrink/4)
+	case r < sloSlack:
+		c.missed0, c.Infeasible = 0, false
+		c.Shrink += 2
+	case r < sloHold:
+		c.missed0, c.Infeasible = 0, false
+		c.Shrink++
+	default:
+		c.missed0, c.Infeasible = 0, false
+	}
+	c.Shrink = min(max(c.Shrink, 0), maxShrink)
 }
 
 // HistWithin counts the completions of h that certainly took at most slo (whole buckets whose upper edge is within

@@ -91,16 +91,38 @@ type Tenant struct {
 	Pinned        bool    `json:"pinned"`
 	SLOP99Ms      float64 `json:"slo_p99_ms,omitempty"`
 	LatencyCount  uint64  `json:"latency_completions"`
-	LatencyP99Ms  float64 `json:"latency_p99_ms"` // upper edge of the histogram bucket holding the P99
+	LatencyP99Ms  float64 `json:"latency_p99_ms"` // upper edge of the histogram bucket holding the P99 (1/8 octave)
 	SLOWithin     uint64  `json:"slo_within"`     // completions certainly within the SLO
 	SLOAttainment float64 `json:"slo_attainment"` // SLOWithin / LatencyCount; 0 without SLO or completions
 	GateDepth     uint32  `json:"gate_depth"`     // kernels in flight per stream, 0 = no gate
 	GateBudgetUs  uint32  `json:"gate_budget_us"` //
 	GateWaits     uint64  `json:"gate_waits"`     // launches the gate held back
 	GateWaitNs    uint64  `json:"gate_wait_ns"`   // time they waited
+	// Issue 26: the SLO controller's last decision (tenants with slo-p99): SM groups of its expansion given to lower
+	// tiers while it is busy, the P99 of its last window, the P99 measured at the most protective share (what it
+	// can count on beside these neighbours; 0 until measured) and its state: "starting", "meeting", "missing"
+	// (last window above the SLO) or "infeasible" (missed even at the most protective share).
+	SLOGivenBackGroups uint32  `json:"slo_given_back_groups,omitempty"`
+	SLOWindowP99Ms     float64 `json:"slo_window_p99_ms,omitempty"`
+	SLOFloorMs         float64 `json:"slo_floor_ms,omitempty"`
+	SLOState           string  `json:"slo_state,omitempty"`
+	SLOAuto            bool    `json:"slo_auto,omitempty"` // no slo-p99: the target is scheduler.slo_auto x the floor
 	// Rates over the interval since the previous snapshot (Rates fills them).
 	BusyPct     float64 `json:"busy_percent"`
 	LaunchesSec float64 `json:"launches_per_second"`
+}
+
+// SLOStateName names the SLO controller's state bits (table.SLO*).
+func SLOStateName(st uint32) string {
+	switch {
+	case st&table.SLOActive == 0:
+		return "starting"
+	case st&table.SLOInfeasible != 0:
+		return "infeasible"
+	case st&table.SLOMiss != 0:
+		return "missing"
+	}
+	return "meeting"
 }
 
 // MPSName names an MPS state.
@@ -171,6 +193,11 @@ func Take(t *table.Table) Snapshot {
 		v.Pinned = r.Flags&table.FlagPinned != 0
 		v.SLOP99Ms = float64(r.SLOP99Us) / 1000
 		v.GateDepth, v.GateBudgetUs = t.Gate(r.Slot)
+		if rep := t.SLOReportOf(r.Slot); r.Tier == table.TierLatencyCritical && !v.Pinned && (r.SLOP99Us > 0 || rep.State != 0) {
+			v.SLOGivenBackGroups, v.SLOState = rep.GivenBack, SLOStateName(rep.State)
+			v.SLOWindowP99Ms, v.SLOFloorMs = float64(rep.WindowUs)/1000, float64(rep.FloorUs)/1000
+			v.SLOAuto = rep.State&table.SLOAuto != 0
+		}
 		if cl, err := table.OpenClientPageReadOnly(r.ClientPagePath); err == nil {
 			p := cl.Page()
 			v0 := v
@@ -225,10 +252,14 @@ func Take(t *table.Table) Snapshot {
 // latency fills the observed-latency fields from a client page's histogram (counters the library increments).
 func latency(v *Tenant, p *table.ClientPage) {
 	var h [policy.LatencyBuckets]uint64
+	var f [policy.FineBuckets]uint64
 	for i := range h {
 		h[i] = atomic.LoadUint64(&p.LatHist[i])
 	}
-	p99, n := policy.HistP99(h)
+	for i := range f {
+		f[i] = atomic.LoadUint64(&p.LatFine[i])
+	}
+	p99, n := policy.WindowP99(h, f)
 	v.LatencyCount, v.LatencyP99Ms = n, float64(p99)/1e6
 	v.GateWaits, v.GateWaitNs = atomic.LoadUint64(&p.GateWaits), atomic.LoadUint64(&p.GateWaitNs)
 	if v.SLOP99Ms > 0 && n > 0 {

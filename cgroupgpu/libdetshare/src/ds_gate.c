@@ -57,6 +57,18 @@ static unsigned bucket_of(uint64_t ns) {
     return b;
 }
 
+/* DS_LAT_FINE_SUB buckets per octave from 2^DS_LAT_FINE_MIN_OCT us; everything below in bucket 0, everything from
+ * the last bucket's lower edge up in the last */
+static unsigned fine_bucket_of(uint64_t ns) {
+    uint64_t us = ns / 1000;
+    if (us < (1u << DS_LAT_FINE_MIN_OCT))
+        return 0;
+    unsigned oct = 63u - (unsigned)__builtin_clzll(us);
+    unsigned sub = (unsigned)(us >> (oct - 3)) & (DS_LAT_FINE_SUB - 1);
+    unsigned b = (oct - DS_LAT_FINE_MIN_OCT) * DS_LAT_FINE_SUB + sub;
+    return b < DS_LAT_FINE_BUCKETS ? b : DS_LAT_FINE_BUCKETS - 1;
+}
+
 void ds_latency_sync_done(void) {
     uint64_t st = atomic_exchange(&ds_process.req_start, 0);
     if (!st || !ds_process.tenant || !ds_process.tenant->page)
@@ -66,6 +78,7 @@ void ds_latency_sync_done(void) {
         return;
     struct ds_client_page *pg = ds_process.tenant->page;
     __atomic_fetch_add(&pg->lat_hist[bucket_of(now - st)], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&pg->lat_fine[fine_bucket_of(now - st)], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&pg->lat_sum_ns, now - st, __ATOMIC_RELAXED);
     __atomic_fetch_add(&pg->lat_count, 1, __ATOMIC_RELEASE);
 }
