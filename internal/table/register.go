@@ -105,10 +105,13 @@ func (t *Table) Register(req RegisterRequest) (Registration, error) {
 	defer unlock()
 	t.recoverLocked()
 
-	// Host tenants whose owner died are reaped only when they stand in the way (their ID is taken, the table is
-	// full, or admission refuses): reaping reads /proc for every host tenant, which made each registration cost
-	// grow with the tenants (0.3 ms for the 1st, 4.8 ms for the 256th, issue 28). The scheduler's reaper frees them
-	// within reap_every anyway.
+	// Host tenants whose owner died: while a scheduler leads, its reaper frees them within reap_every, so a
+	// registration reaps them only when they stand in its way (their ID is taken, the table is full, or admission
+	// refuses). Reaping reads /proc for every host tenant, which made each registration cost grow with the tenants
+	// (0.3 ms for the 1st, 4.8 ms for the 256th, issue 28). With no scheduler alive nobody else would: reap now.
+	if !t.leaderReaps() {
+		t.reapDeadTenantsLocked(nil)
+	}
 	var free int
 	for attempt := 0; ; attempt++ {
 		var active []Registration
@@ -185,6 +188,13 @@ func (t *Table) Register(req RegisterRequest) (Registration, error) {
 	reg.State = SlotActive
 	logrus.WithFields(logrus.Fields{"id": req.ID, "slot": free, "gen": gen}).Debug("tenant registered")
 	return reg, nil
+}
+
+// leaderReaps tells whether a scheduler is recorded as leader and its process is alive (one read of /proc): its
+// reaper reaps dead host tenants, so registrations need not.
+func (t *Table) leaderReaps() bool {
+	l := t.Leader()
+	return l.PID != 0 && HostProcessAlive(l.PID, l.StartTime)
 }
 
 // placeLocked finds the first free slot for req (-1: none) and, when req has an admission check, the active
