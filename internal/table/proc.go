@@ -40,16 +40,29 @@ func parseStatStartTime(b []byte) (uint64, error) {
 	if i < 0 {
 		return 0, fmt.Errorf("parse /proc stat: no ')' in %q", b)
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); starttime is field 22 -> f[19].
-	if len(f) < 20 {
-		return 0, fmt.Errorf("parse /proc stat: %d fields after comm, want >= 20", len(f))
+	// Field 3 (state) is the first after comm; starttime is field 22, the 20th. Fields are counted in place
+	// (the reaper parses every process of the host four times a second).
+	rest := b[i+1:]
+	n := 0
+	for len(rest) > 0 {
+		rest = bytes.TrimLeft(rest, " \t\n")
+		if len(rest) == 0 {
+			break
+		}
+		end := bytes.IndexAny(rest, " \t\n")
+		if end < 0 {
+			end = len(rest)
+		}
+		if n++; n == 20 {
+			v, err := strconv.ParseUint(string(rest[:end]), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse /proc stat starttime %q: %w", rest[:end], err)
+			}
+			return v, nil
+		}
+		rest = rest[end:]
 	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse /proc stat starttime %q: %w", f[19], err)
-	}
-	return v, nil
+	return 0, fmt.Errorf("parse /proc stat: %d fields after comm, want >= 20", n)
 }
 
 // HostProcessAlive tells whether host PID pid is alive and is the process that started at startTime (not a

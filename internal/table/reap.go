@@ -2,6 +2,7 @@ package table
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 )
@@ -91,6 +92,25 @@ func (r *Reaper) page(reg Registration) *Client {
 	return cl
 }
 
+// pageOfSlot returns the client page of slot's active tenant (nil when none, or when it cannot be mapped) and the
+// slot's entry. A page already mapped for the slot's generation is used as it is, without
+// reading the registration (a pass then allocates nothing for it); otherwise the registration is read (stably)
+// and its page mapped.
+func (r *Reaper) pageOfSlot(slot int) (*Client, *Container) {
+	c := r.t.Container(slot)
+	if atomic.LoadUint32(&c.State) != SlotActive {
+		return nil, c
+	}
+	if p, ok := r.pages[slot]; ok && p.gen == atomic.LoadUint32(&c.Gen) {
+		return p.cl, c
+	}
+	reg, ok := r.t.stableSnapshot(slot)
+	if !ok {
+		return nil, c
+	}
+	return r.page(reg), c
+}
+
 // Pass is one reaping pass: recover dead registrars' slots, deregister host tenants whose owner died (judged by ps
 // when given, else by /proc/<pid>/stat), then free the process entries of processes ps proves dead in every active
 // tenant's client page, crediting their memory (nil ps: slots only).
@@ -111,26 +131,25 @@ func (r *Reaper) Pass(ps *ProcSet) (ReapReport, error) {
 	if ps == nil {
 		return rep, nil
 	}
-	regs := t.List()
-	live := make(map[int]bool, len(regs))
-	for _, reg := range regs {
-		live[reg.Slot] = true
-		cl := r.page(reg)
+	var live [MaxContainers]bool
+	for slot := 0; slot < MaxContainers; slot++ {
+		cl, c := r.pageOfSlot(slot)
 		if cl == nil {
 			continue
 		}
+		live[slot] = true
 		var np int
 		var b uint64
 		// The tenant may truncate its page at any moment: Guard, and map it again (size-checked) next pass.
-		if err := Guard("reap "+reg.ID, func() { np, b = cl.ReapDeadProcesses(ps) }); err != nil {
-			logrus.WithError(err).WithField("id", reg.ID).Warn("reap: client page truncated by its tenant")
-			r.drop(reg.Slot)
+		if err := Guard("reap: client page", func() { np, b = cl.ReapDeadProcesses(ps) }); err != nil {
+			logrus.WithError(err).WithField("id", cString(c.ID[:])).Warn("reap: client page truncated by its tenant")
+			r.drop(slot)
 			continue
 		}
 		rep.Processes += np
 		rep.BytesCredited += b
 		if np > 0 {
-			logrus.WithFields(logrus.Fields{"id": reg.ID, "processes": np, "bytes": b}).Info("reaped dead processes")
+			logrus.WithFields(logrus.Fields{"id": cString(c.ID[:]), "processes": np, "bytes": b}).Info("reaped dead processes")
 		}
 	}
 	for slot := range r.pages {
