@@ -59,7 +59,7 @@ func usOf(d time.Duration) uint32 {
 }
 
 // setSLOReport publishes a tenant's SLO controller state when it changed.
-func (s *Scheduler) setSLOReport(r tenantRow) {
+func (s *Scheduler) setSLOReport(r *tenantRow) {
 	if r.reg.Tier != table.TierLatencyCritical || r.reg.Flags&table.FlagPinned != 0 {
 		return
 	}
@@ -95,7 +95,7 @@ func readLatency(pg *table.ClientPage) (h [policy.LatencyBuckets]uint64, f [poli
 // without one, towards scheduler.slo_auto x the P99 it has at the most protective share. What it may give back is
 // the expansion beyond the tenant's guarantee, less the floor lower tiers keep anyway: at the top the tenant runs
 // on exactly its guarantee and its neighbours keep the complement (a static partition).
-func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, o policy.Options, now time.Time) {
+func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.Options, now time.Time) {
 	if t.Tier != table.TierLatencyCritical || t.Pinned || (r.reg.SLOP99Us == 0 && o.SLOAuto == 0) {
 		return
 	}
@@ -129,7 +129,7 @@ func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, o policy.Op
 
 // setGate publishes a tenant's dispatch gate when it changed. It is written before the grant of the same
 // decision, so a tenant shrunk to its floor is gated by the time it rebinds.
-func (s *Scheduler) setGate(r tenantRow, g policy.Gate) {
+func (s *Scheduler) setGate(r *tenantRow, g policy.Gate) {
 	depth, budget := g.Depth, uint32(g.Budget/time.Microsecond)
 	if d, b := s.t.Gate(r.reg.Slot); d == depth && b == budget {
 		return

@@ -353,7 +353,7 @@ func (l *loop) entry(ld *ledger, r table.Registration) *TenantStats {
 	return e.st
 }
 
-func toPolicy(r tenantRow) policy.Tenant {
+func toPolicy(r *tenantRow) policy.Tenant {
 	t := policy.Tenant{Slot: r.reg.Slot, ID: r.reg.ID, Weight: r.reg.Weight, Guarantee: int(r.reg.SMGroups),
 		Lend: r.reg.Flags&table.FlagLend != 0, Busy: r.demand > 0, Prev: r.grant.Groups,
 		Pinned: r.reg.Flags&table.FlagPinned != 0}
@@ -373,22 +373,26 @@ func toPolicy(r tenantRow) policy.Tenant {
 func (s *Scheduler) decideSpatial(g table.GPUState, d *gpuDecider, rows []tenantRow, popt policy.Options) {
 	ts := d.ts[:0]
 	now := time.Now()
-	for i, r := range rows {
+	// Rows are handled in place: a row holds the latency histograms (2 KB and more), and copying each one a few
+	// times per pass was the largest cost of a pass at 256 tenants.
+	for i := range rows {
+		r := &rows[i]
 		ts = append(ts, toPolicy(r))
 		s.stats.sizeSLO(r, &ts[i], len(g.Split.Groups), popt, now)
 	}
 	d.ts = ts
 	if d.unchanged(ts, rows, popt, g.Split.Groups) {
 		// The grants and gates in the table are this decision's; the SLO controllers' reports may still have moved.
-		for _, r := range rows {
-			s.setSLOReport(r)
+		for i := range rows {
+			s.setSLOReport(&rows[i])
 		}
 		return
 	}
 	dec := d.dc.Decide(g.Split.Groups, ts, popt)
 	slo := s.Config().Scheduler.LatencySLO.Duration
 	ok := true
-	for i, r := range rows {
+	for i := range rows {
+		r := &rows[i]
 		s.setGate(r, dec.Grants[i].Gate)
 		s.setSLOReport(r)
 		ng := table.Grant{Groups: dec.Grants[i].Groups, SMs: dec.Grants[i].SMs, Mode: table.ModeSpatial}
@@ -403,7 +407,7 @@ func (s *Scheduler) decideSpatial(g table.GPUState, d *gpuDecider, rows []tenant
 // publish writes a grant when it differs from the one in the table, and accounts the answer to the tenant's
 // latest demand (SLO violations of the latency tiers).
 // It reports false when the grant could not be published (the slot changed hands meanwhile).
-func (s *Scheduler) publish(r tenantRow, ng table.Grant, reason string, slo time.Duration) bool {
+func (s *Scheduler) publish(r *tenantRow, ng table.Grant, reason string, slo time.Duration) bool {
 	changed := ng.Groups != r.grant.Groups || ng.SMs != r.grant.SMs || ng.Mode != r.grant.Mode
 	c := s.t.Container(r.reg.Slot)
 	if r.demand > 0 && r.since != 0 && atomic.LoadUint64(&c.DemandSeenNs) != r.since {

@@ -63,7 +63,7 @@ func (l *ledger) entry(id string) *TenantStats {
 // answered accounts a pass's answer to tenant r (its entry st): whether its grant changed, why it is what it is,
 // and whether the change came later than the SLO after the demand rose (late). A violation counts once per rise of
 // the demand.
-func (l *ledger) answered(st *TenantStats, r tenantRow, changed bool, reason string, late bool) {
+func (l *ledger) answered(st *TenantStats, r *tenantRow, changed bool, reason string, late bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if changed {
