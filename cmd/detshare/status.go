@@ -136,12 +136,8 @@ func sloControllerLine(t view.Tenant) string {
 		return fmt.Sprintf("controller: last window p99 %.3gms above the SLO: %d groups left to lower tiers (halved), tightest gate",
 			t.SLOWindowP99Ms, t.SLOGivenBackGroups)
 	}
-	target := "the SLO"
-	if t.SLOAuto {
-		target = "its automatic target (scheduler.slo_auto x its floor)"
-	}
-	s := fmt.Sprintf("controller: last window p99 %.3gms within %s: %d groups of its expansion left to lower tiers while busy",
-		t.SLOWindowP99Ms, target, t.SLOGivenBackGroups)
+	s := fmt.Sprintf("controller: last window p99 %.3gms within the SLO: %d groups of the GPU left to lower tiers",
+		t.SLOWindowP99Ms, t.SLOGivenBackGroups)
 	if t.SLOFloorMs > 0 {
 		s += fmt.Sprintf(" (p99 %.3gms at the most protective share)", t.SLOFloorMs)
 	}

@@ -85,10 +85,10 @@ type Scheduler struct {
 	GateDepth      uint32   `toml:"gate_depth"`       // kernels in flight per stream of a throttled tenant
 	GateBudget     Duration `toml:"gate_budget"`      // estimated run time of those kernels
 	PowerNearLimit float64  `toml:"power_near_limit"` // board power / limit above which lower tiers are throttled; 0 = off
-	// SLOAuto (issue 26): a latency-critical tenant without slo-p99 gets the target SLOAuto x the P99 it has at the
-	// most protective share (measured), and lower tiers the largest share that keeps it; 0 = off (it takes every
-	// group it can while busy, lower tiers keep be_floor).
-	SLOAuto float64 `toml:"slo_auto"`
+	// LCReserve (issue 26): the fraction of a GPU's SM groups a latency-critical tenant without slo-p99 holds as an
+	// exclusive partition (never less than its guarantee), its neighbours keeping the rest at full depth; also
+	// where the SLO controller starts a tenant with slo-p99. 0: issue 12's dynamic expansion.
+	LCReserve float64 `toml:"lc_reserve"`
 }
 
 // MPS controls the per-GPU MPS control daemons.
@@ -118,8 +118,8 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText implements encoding.TextMarshaler.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// DefaultSLOAuto is scheduler.slo_auto's default (BENCHMARKS.md, issue 26, measured it against fixed floors).
-const DefaultSLOAuto = 1.25
+// DefaultLCReserve is scheduler.lc_reserve's default: half the GPU (BENCHMARKS.md, issue 26, has its trade-off).
+const DefaultLCReserve = 0.5
 
 // Policies are the values of scheduler.policy, sched/policy's kinds (sched/daemon's TestPolicyOptions checks that
 // they are the same).
@@ -133,7 +133,7 @@ func Default() Config {
 			MaxQuantum: Duration{50 * time.Millisecond}, Tick: Duration{100 * time.Millisecond},
 			ReapEvery: Duration{250 * time.Millisecond}, LatencySLO: Duration{time.Millisecond},
 			BEFloor: 1, GateDepth: 8, GateBudget: Duration{500 * time.Microsecond}, PowerNearLimit: 0.92,
-			SLOAuto: DefaultSLOAuto},
+			LCReserve: DefaultLCReserve},
 		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
 		Metrics: Metrics{Listen: ""},
 		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second}},
@@ -161,7 +161,7 @@ func Parse(name string, data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,slo_auto}, mps.{enable,control}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window})", name, und[0].String())
+		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,lc_reserve}, mps.{enable,control}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window})", name, und[0].String())
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
@@ -215,8 +215,8 @@ func (c Config) Validate() error {
 	if c.Scheduler.BEFloor < 0 || c.Scheduler.BEFloor > 64 {
 		return fmt.Errorf("scheduler.be_floor = %d: allowed values are 0..64 (SM groups; 0 pauses lower tiers while a latency-critical tenant is busy)", c.Scheduler.BEFloor)
 	}
-	if a := c.Scheduler.SLOAuto; a != 0 && (a < 1.05 || a > 10) {
-		return fmt.Errorf("scheduler.slo_auto = %v: allowed values are 0 (off) or 1.05..10 (multiple of the latency a latency-critical tenant has at the most protective share)", a)
+	if a := c.Scheduler.LCReserve; a < 0 || a > 1 {
+		return fmt.Errorf("scheduler.lc_reserve = %v: allowed values are 0 (dynamic expansion) to 1 (fraction of the GPU's SM groups a latency-critical tenant without slo-p99 holds)", a)
 	}
 	if c.Scheduler.GateDepth < 1 || c.Scheduler.GateDepth > 1024 {
 		return fmt.Errorf("scheduler.gate_depth = %d: allowed values are 1..1024 (kernels)", c.Scheduler.GateDepth)
@@ -240,12 +240,12 @@ type PolicyOptions struct {
 	Floor       int // scheduler.be_floor
 	GateDepth   uint32
 	GateBudget  time.Duration
-	SLOAuto     float64 // scheduler.slo_auto
+	LCReserve   float64 // scheduler.lc_reserve
 }
 
 // PolicyOptions returns the scheduler section's policy settings.
 func (c Config) PolicyOptions() PolicyOptions {
 	return PolicyOptions{Kind: c.Scheduler.Policy, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
 		MaxQuantum: c.Scheduler.MaxQuantum.Duration, Floor: c.Scheduler.BEFloor, GateDepth: c.Scheduler.GateDepth,
-		GateBudget: c.Scheduler.GateBudget.Duration, SLOAuto: c.Scheduler.SLOAuto}
+		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve}
 }

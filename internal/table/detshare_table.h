@@ -112,7 +112,6 @@ struct ds_gpu {                          /* 1024 bytes each */
 #define DS_SLO_ACTIVE         1u  /* the controller has stepped at least once */
 #define DS_SLO_MISS           2u  /* the last window was above the SLO */
 #define DS_SLO_INFEASIBLE     4u  /* missed at the most protective share: not attainable beside these neighbours */
-#define DS_SLO_AUTO           8u  /* no slo-p99: the target is scheduler.slo_auto x slo_floor_us */
 
 struct ds_container {                    /* 512 bytes each */
     uint32_t state;                      /*   0 DS_SLOT_* */

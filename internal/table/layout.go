@@ -25,7 +25,6 @@ const (
 	SLOActive     = 1 // the controller has stepped at least once
 	SLOMiss       = 2 // the last window was above the SLO
 	SLOInfeasible = 4 // missed at the most protective share
-	SLOAuto       = 8 // no slo-p99: the target is scheduler.slo_auto x the floor
 
 	GPUsOffset       = 4096                                 // DS_GPUS_OFFSET
 	ContainersOffset = GPUsOffset + MaxGPUs*1024            // DS_CONTAINERS_OFFSET

@@ -82,9 +82,9 @@ func testConfig() config.Config {
 	c := config.Default()
 	c.MPS.Enable = false
 	c.Scheduler.ReapEvery = config.Duration{Duration: 50 * time.Millisecond}
-	// issue 12's dynamic expansion, which most tests here are about; the SLO controller's partitions (the default,
-	// scheduler.slo_auto) have their own tests in dynamic_test.go
-	c.Scheduler.SLOAuto = 0
+	// issue 12's dynamic expansion, which most tests here are about; the partitions of the default
+	// (scheduler.lc_reserve) and of the SLO controller have their own tests in dynamic_test.go
+	c.Scheduler.LCReserve = 0
 	return c
 }
 

@@ -36,7 +36,7 @@ type sloState struct {
 }
 
 // sloReport is what status, top and metrics show of a tenant's SLO controller.
-func sloReport(st sloState, auto bool) table.SLOReport {
+func sloReport(st sloState) table.SLOReport {
 	c := st.ctl
 	r := table.SLOReport{GivenBack: uint32(c.Shrink), WindowUs: usOf(c.LastP99), FloorUs: usOf(c.Floor)}
 	if st.stepped {
@@ -48,9 +48,6 @@ func sloReport(st sloState, auto bool) table.SLOReport {
 	if c.Infeasible {
 		r.State |= table.SLOInfeasible
 	}
-	if auto {
-		r.State |= table.SLOAuto
-	}
 	return r
 }
 
@@ -60,7 +57,7 @@ func usOf(d time.Duration) uint32 {
 
 // setSLOReport publishes a tenant's SLO controller state when it changed.
 func (s *Scheduler) setSLOReport(r *tenantRow) {
-	if r.reg.Tier != table.TierLatencyCritical || r.reg.Flags&table.FlagPinned != 0 {
+	if r.reg.SLOP99Us == 0 || r.reg.Tier != table.TierLatencyCritical || r.reg.Flags&table.FlagPinned != 0 {
 		return
 	}
 	s.stats.mu.Lock()
@@ -70,7 +67,7 @@ func (s *Scheduler) setSLOReport(r *tenantRow) {
 	}
 	st := e.slo
 	s.stats.mu.Unlock()
-	rep := sloReport(st, r.reg.SLOP99Us == 0)
+	rep := sloReport(st)
 	if s.t.SLOReportOf(r.reg.Slot) == rep {
 		return
 	}
@@ -90,41 +87,42 @@ func readLatency(pg *table.ClientPage) (h [policy.LatencyBuckets]uint64, f [poli
 	return h, f
 }
 
-// sizeSLO sets t.Shrink and t.SLOMiss for a latency-critical tenant that expands: the SLO controller
-// (policy.SLOControl) steps once per window on the P99 of the completions in it, towards the tenant's slo-p99 or,
-// without one, towards scheduler.slo_auto x the P99 it has at the most protective share. What it may give back is
-// the expansion beyond the tenant's guarantee, less the floor lower tiers keep anyway: at the top the tenant runs
-// on exactly its guarantee and its neighbours keep the complement (a static partition).
+// sizeSLO sizes the partition of a latency-critical tenant (policy.Tenant.Sized). With slo-p99 the SLO controller
+// (policy.SLOControl) steps once per window on the P99 of the completions in it, starting from the default
+// reserve; without one it holds scheduler.lc_reserve of the GPU. What it may give back is everything beyond its
+// guarantee less the floor lower tiers keep anyway: at the top it runs on exactly its guarantee. With
+// lc_reserve = 0 a tenant without an SLO expands over throttled neighbours instead (issue 12).
 func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.Options, now time.Time) {
-	if t.Tier != table.TierLatencyCritical || t.Pinned || (r.reg.SLOP99Us == 0 && o.SLOAuto == 0) {
+	if t.Tier != table.TierLatencyCritical || t.Pinned {
+		return
+	}
+	maxShrink := nGroups - t.Guarantee - max(o.Floor, 1)
+	if r.reg.SLOP99Us == 0 {
+		if o.LCReserve > 0 {
+			t.Shrink, t.Sized = min(policy.ReserveShrink(t.Guarantee, nGroups, o), max(maxShrink, 0)), true
+		}
 		return
 	}
 	slo := time.Duration(r.reg.SLOP99Us) * time.Microsecond
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.entryLocked(r.reg.ID)
-	maxShrink := nGroups - t.Guarantee - max(o.Floor, 1)
 	if st.slo.winStart.IsZero() {
-		// a new tenant starts on its guarantee, its neighbours on the rest: nothing changes for them until its
-		// completions show it needs more
+		// a new tenant starts on the default reserve (its guarantee if that is larger)
 		st.slo.winStart, st.slo.lastHist, st.slo.lastFine = now, r.lat, r.fine
-		st.slo.ctl.Shrink = max(maxShrink, 0)
+		st.slo.ctl.Shrink = min(policy.ReserveShrink(t.Guarantee, nGroups, o), max(maxShrink, 0))
 	}
 	if age := now.Sub(st.slo.winStart); age >= sloWindow {
 		p99, n := policy.WindowP99(policy.HistDelta(r.lat, st.slo.lastHist), policy.FineDelta(r.fine, st.slo.lastFine))
 		if n >= policy.MinLatencySamples || age >= sloWindowMax {
-			if slo > 0 {
-				st.slo.ctl.Step(slo, p99, n, maxShrink)
-			} else {
-				st.slo.ctl.StepAuto(o.SLOAuto, p99, n, maxShrink)
-			}
+			st.slo.ctl.Step(slo, p99, n, maxShrink)
 			st.ObservedP99 = st.slo.ctl.LastP99
 			st.SLO = st.slo.ctl
 			st.slo.lastHist, st.slo.lastFine, st.slo.winStart = r.lat, r.fine, now
 			st.slo.stepped = true
 		}
 	}
-	t.Shrink, t.SLOMiss, t.Sized = st.slo.ctl.Shrink, st.slo.ctl.Miss, !st.slo.ctl.Probing()
+	t.Shrink, t.SLOMiss, t.Sized = st.slo.ctl.Shrink, st.slo.ctl.Miss, true
 }
 
 // setGate publishes a tenant's dispatch gate when it changed. It is written before the grant of the same

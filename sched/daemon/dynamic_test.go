@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"math/bits"
 	"sync/atomic"
 	"testing"
@@ -80,18 +81,20 @@ func untilGrant(t *testing.T, tb *table.Table, slot int, within time.Duration, w
 	}
 }
 
-// An LC with an SLO is a partition sized by the SLO controller: it starts on its guarantee, takes groups from the
-// best-effort neighbour while its windows miss the SLO (halving what it gives back each time), and gives them back
-// one or two a window while they are comfortably inside it. The neighbour's grant does not flip with the LC's
+// An LC with an SLO is a partition sized by the SLO controller: it starts on the default reserve, takes groups from
+// the best-effort neighbour while its windows miss the SLO, and gives them back one or two a window while they are
+// comfortably inside it. The neighbour's grant does not flip with the LC's
 // requests: it never drops below its floor and is never gated.
 func TestSLOSizingFromObservedLatency(t *testing.T) {
 	dir, tb, lc, be := sloPair(t)
-	s := startSched(t, dir, steadyDemand(testConfig()), nil)
+	c := steadyDemand(testConfig())
+	c.Scheduler.LCReserve = 0.5
+	s := startSched(t, dir, c, nil)
 	pl, pb := play(t, tb, lc), play(t, tb, be)
 	pb.busy(true)
 	pl.busy(true)
-	waitGrant(t, tb, lc.Slot, time.Second, "a new LC starts on its 2-group guarantee", groupsIs(2))
-	waitGrant(t, tb, be.Slot, time.Second, "its neighbour on the other 6", groupsIs(6))
+	waitGrant(t, tb, lc.Slot, time.Second, "a new LC starts on the default reserve, half the GPU", groupsIs(4))
+	waitGrant(t, tb, be.Slot, time.Second, "its neighbour on the other half", groupsIs(4))
 	pg := pl.cl.Page()
 	// 8.2 ms completions (octave 13) against a 5 ms SLO: the partition grows to everything but the BE's floor.
 	untilGrant(t, tb, lc.Slot, 3*time.Second, "LC above its SLO takes 7 groups", func() { reportLatency(pg, 13, 0, 50) }, groupsIs(7))
@@ -134,13 +137,12 @@ func lcView(t *testing.T, tb *table.Table) view.Tenant {
 	return view.Tenant{}
 }
 
-// Without an SLO of its own (scheduler.slo_auto), a latency-critical tenant is held to slo_auto x the P99 it has at
-// the most protective share: with its first completions the scheduler measures that floor (one window with
-// everything but the neighbour's floor), then returns to the partition the target allows; slower completions make
-// it take more. Status shows the automatic target and the floor. With slo_auto = 0 it expands over its neighbour
-// at every request instead (issue 12's behaviour).
-func TestAutoTargetSizesThePartition(t *testing.T) {
-	for _, auto := range []float64{1.5, 0} {
+// Without an SLO, a latency-critical tenant holds scheduler.lc_reserve of the GPU (half by default) as an exclusive
+// partition, busy or idle, and its best-effort neighbour keeps the rest, ungated: neither waits for the other's
+// kernels and nothing flips at every request. With lc_reserve = 0 it expands over its throttled neighbour at every
+// request instead (issue 12's behaviour).
+func TestDefaultReserveIsAPartition(t *testing.T) {
+	for _, reserve := range []float64{0.5, 0.75, 0} {
 		dir, tb := newRunDir(t)
 		lc, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, GPU: 0, Weight: 1,
 			SMGroups: 2, SMs: 16})
@@ -149,34 +151,38 @@ func TestAutoTargetSizesThePartition(t *testing.T) {
 		}
 		be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
 		c := steadyDemand(testConfig())
-		c.Scheduler.SLOAuto = auto
+		c.Scheduler.LCReserve = reserve
 		startSched(t, dir, c, nil)
 		pl, pb := play(t, tb, lc), play(t, tb, be)
 		pb.busy(true)
-		pl.busy(true)
-		pg := pl.cl.Page()
-		if auto == 0 {
-			waitGrant(t, tb, lc.Slot, time.Second, "slo_auto = 0: the busy LC expands to 7 groups", groupsIs(7))
+		if reserve == 0 {
+			pl.busy(true)
+			waitGrant(t, tb, lc.Slot, time.Second, "lc_reserve = 0: the busy LC expands to 7 groups", groupsIs(7))
 			continue
 		}
-		waitGrant(t, tb, lc.Slot, time.Second, "a new LC starts on its 2-group guarantee", groupsIs(2))
-		// 1.024-1.152 ms completions: the floor is measured (one window on 7 groups), then back to 2 groups.
-		sawProbe := false
-		untilGrant(t, tb, lc.Slot, 3*time.Second, "floor measured, back on the guarantee", func() { reportLatency(pg, 10, 0, 50) },
-			func(g table.Grant) bool {
-				sawProbe = sawProbe || groupsIs(7)(g)
-				return sawProbe && groupsIs(2)(g) && lcView(t, tb).SLOFloorMs > 0
-			})
-		if v := lcView(t, tb); !v.SLOAuto || v.SLOState != "meeting" || v.SLOFloorMs != 1.152 {
-			t.Fatalf("status of the LC: auto %v state %q floor %v ms; want true, meeting, 1.152", v.SLOAuto, v.SLOState, v.SLOFloorMs)
-		}
-		// 2.05-2.3 ms: above 1.5 x 1.152 ms, the LC takes groups from its neighbour.
-		untilGrant(t, tb, lc.Slot, 3*time.Second, "LC above its automatic target grows", func() { reportLatency(pg, 11, 0, 50) },
-			func(g table.Grant) bool { return bits.OnesCount64(g.Groups) >= 4 })
-		if g, _ := tb.ReadGrant(be.Slot); bits.OnesCount64(g.Groups) < 1 {
-			t.Fatalf("BE lost its floor: %+v", g)
+		want := int(reserve * 8)
+		waitGrant(t, tb, lc.Slot, time.Second, fmt.Sprintf("idle LC holds %d groups", want), groupsIs(want))
+		waitGrant(t, tb, be.Slot, time.Second, fmt.Sprintf("BE keeps the other %d", 8-want), groupsIs(8-want))
+		idleLC, idleBE := grantOf(tb, lc.Slot), grantOf(tb, be.Slot)
+		for i := 0; i < 5; i++ {
+			pl.busy(i%2 == 0)
+			time.Sleep(30 * time.Millisecond)
+			if g := grantOf(tb, lc.Slot); g.Groups != idleLC.Groups {
+				t.Fatalf("reserve %v: the LC's partition moved with its demand: %#x -> %#x", reserve, idleLC.Groups, g.Groups)
+			}
+			if g := grantOf(tb, be.Slot); g.Groups != idleBE.Groups {
+				t.Fatalf("reserve %v: the BE's grant flipped with the LC's demand: %#x -> %#x", reserve, idleBE.Groups, g.Groups)
+			}
+			if d, _ := tb.Gate(be.Slot); d != 0 {
+				t.Fatalf("reserve %v: BE gated beside a partition (depth %d)", reserve, d)
+			}
 		}
 	}
+}
+
+func grantOf(tb *table.Table, slot int) table.Grant {
+	g, _ := tb.ReadGrant(slot)
+	return g
 }
 
 // Hostile tenants: latency counters are tenant-written. A latency-critical tenant that forges them (huge, then

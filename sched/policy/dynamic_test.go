@@ -178,12 +178,16 @@ func TestSLOSizing(t *testing.T) {
 		t.Fatalf("between 85%% and 100%% of the SLO the share must hold: %d -> %d (miss %v)", before+1, c.Shrink, c.Miss)
 	}
 	c.Shrink = 8
-	c.Step(slo, 8*time.Millisecond, 100, 10)
+	c.Step(slo, 6*time.Millisecond, 100, 10)
 	if c.Shrink != 6 || !c.Miss {
 		t.Fatalf("above the SLO: shrink %d miss %v, want 6 (a quarter back) and true", c.Shrink, c.Miss)
 	}
-	c.Shrink = 2
 	c.Step(slo, 8*time.Millisecond, 100, 10)
+	if c.Shrink != 3 {
+		t.Fatalf("far above the SLO (1.6x): shrink %d, want 3 (halved)", c.Shrink)
+	}
+	c.Shrink = 2
+	c.Step(slo, 6*time.Millisecond, 100, 10)
 	if c.Shrink != 1 {
 		t.Fatalf("above the SLO at shrink 2: %d, want 1 (at least one group back)", c.Shrink)
 	}

@@ -96,9 +96,10 @@ type Options struct {
 	GateBudget time.Duration
 	// PowerNearLimit is set per pass by the daemon when the board draws close to its power limit (NVML).
 	PowerNearLimit bool
-	// SLOAuto: a latency-critical tenant without an SLO is held to SLOAuto x its floor (SLOControl.StepAuto);
-	// 0 = off.
-	SLOAuto float64
+	// LCReserve: the fraction of the GPU's groups a latency-critical tenant without slo-p99 holds as its partition
+	// (never less than its guarantee; Tenant.Sized), its neighbours keeping the rest; 0 = issue 12's dynamic
+	// expansion over throttled neighbours. It is also where the SLO controller starts.
+	LCReserve float64
 }
 
 // ReserveOf is the partition of a Sized latency-critical tenant: every group but those the other tenants'
@@ -106,6 +107,13 @@ type Options struct {
 // guarantee. others is the sum of the other guaranteed tenants' guarantees, lower the number of lower-tier tenants.
 func ReserveOf(t Tenant, nGroups, others, lower int, o Options) int {
 	return max(t.Guarantee, nGroups-others-max(o.Floor, 1)*max(lower, 1)-max(t.Shrink, 0))
+}
+
+// ReserveShrink is the Shrink that makes ReserveOf the LCReserve fraction of nGroups for a tenant alone with one
+// lower tier (the SLO controller's starting point and the partition of a latency-critical tenant without an SLO).
+func ReserveShrink(guarantee, nGroups int, o Options) int {
+	want := max(guarantee, int(o.LCReserve*float64(nGroups)+0.5))
+	return max(nGroups-max(o.Floor, 1)-want, 0)
 }
 
 // Gate is the dispatch gate the library applies to a throttled tenant's launches (zero value: no gate).
@@ -126,7 +134,7 @@ func (o Options) throttledFloor(lcBusy bool) int {
 // DefaultOptions are the defaults of configs/detshare/config.toml.
 func DefaultOptions() Options {
 	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond,
-		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond, SLOAuto: 1.25}
+		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond, LCReserve: 0.5}
 }
 
 // Tenant is one tenant of the GPU being decided.

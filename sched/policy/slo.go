@@ -119,11 +119,12 @@ func WindowP99(coarse [LatencyBuckets]uint64, fine [FineBuckets]uint64) (time.Du
 // The SLO controller's thresholds, as fractions of the SLO. A window's P99 is taken over a few dozen to a few
 // hundred completions (close to their maximum) and from the upper edge of its histogram bucket (up to 1/8 over),
 // so a window at the SLO already means a run well inside it: above 1 the window missed and a quarter of what was
-// given back returns (at least one group); between Hold and 1 nothing moves; below Hold one more group goes to
+// given back returns (at least one group), half of it above Far; between Hold and 1 nothing moves; below Hold one more group goes to
 // the neighbours, below Slack two.
 const (
 	sloHold  = 0.85
 	sloSlack = 0.65
+	sloFar   = 1.5
 	// infeasibleAfter: windows missed in a row at the most protective share before the SLO is reported as not
 	// attainable on this GPU beside these neighbours.
 	infeasibleAfter = 3
@@ -146,54 +147,6 @@ type SLOControl struct {
 	// LastP99 is the P99 of the last window that had enough samples.
 	LastP99 time.Duration
 	missed0 int // windows in a row missed at Shrink 0
-	// automatic target (StepAuto): windows since the floor was last measured, whether this window measures it,
-	// and the share to return to afterwards
-	sinceProbe int
-	probing    bool
-	resume     int
-}
-
-// AutoReprobe is how many windows the automatic target runs between two measurements of its floor: one window in
-// this many runs at the most protective share (about 1/40 of the time, ~10 s apart with 250 ms windows), so that
-// the target follows a change of load or neighbours.
-const AutoReprobe = 40
-
-// Probing tells whether the current window measures the floor of the automatic target: the tenant then runs at the
-// most protective share there is, expanding over its neighbours while they are throttled and gated (not as a
-// partition, whose neighbours' queued kernels would inflate the floor).
-func (c *SLOControl) Probing() bool { return c.probing }
-
-// StepAuto is Step for a latency-critical tenant without an SLO of its own: its target is factor x its floor, the
-// P99 it gets at the most protective share, measured in the first window with enough completions and again every
-// AutoReprobe windows. So without being told a number, a latency-critical tenant stays within factor of the best
-// latency DetShare can give it beside these neighbours, and they get the largest share that allows.
-func (c *SLOControl) StepAuto(factor float64, p99 time.Duration, samples uint64, maxShrink int) {
-	if factor <= 1 || maxShrink <= 0 {
-		*c = SLOControl{}
-		return
-	}
-	if samples < MinLatencySamples {
-		if !c.probing {
-			c.Shrink = min(c.Shrink+1, maxShrink)
-		}
-		return
-	}
-	switch {
-	case c.probing || (c.Floor == 0 && c.Shrink == 0):
-		// this window ran at the most protective share: its P99 is the floor
-		c.Floor, c.LastP99, c.Miss = p99, p99, false
-		c.Shrink, c.probing, c.sinceProbe = min(c.resume, maxShrink), false, 0
-		return
-	case c.Floor == 0:
-		// completions at last, after idle windows gave groups away: measure the floor first
-		c.probing, c.resume, c.Shrink = true, c.Shrink, 0
-		return
-	}
-	c.Step(time.Duration(factor*float64(c.Floor)), p99, samples, maxShrink)
-	c.Infeasible = false // the target is relative to what is attainable
-	if c.sinceProbe++; c.sinceProbe >= AutoReprobe {
-		c.probing, c.resume, c.Shrink = true, c.Shrink, 0
-	}
 }
 
 // Step moves the controller by one window: multiplicative decrease of the share given back when the SLO is missed,
@@ -223,7 +176,11 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 			c.missed0++
 			c.Infeasible = c.missed0 >= infeasibleAfter
 		}
-		c.Shrink -= max(1, c.Shrink/4)
+		if r > sloFar {
+			c.Shrink /= 2 // far above: the neighbours' share was far too large, halve it at once
+		} else {
+			c.Shrink -= max(1, c.Shrink/4)
+		}
 	case r < sloSlack:
 		c.missed0, c.Infeasible = 0, false
 		c.Shrink += 2

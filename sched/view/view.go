@@ -106,7 +106,6 @@ type Tenant struct {
 	SLOWindowP99Ms     float64 `json:"slo_window_p99_ms,omitempty"`
 	SLOFloorMs         float64 `json:"slo_floor_ms,omitempty"`
 	SLOState           string  `json:"slo_state,omitempty"`
-	SLOAuto            bool    `json:"slo_auto,omitempty"` // no slo-p99: the target is scheduler.slo_auto x the floor
 	// Rates over the interval since the previous snapshot (Rates fills them).
 	BusyPct     float64 `json:"busy_percent"`
 	LaunchesSec float64 `json:"launches_per_second"`
@@ -193,10 +192,9 @@ func Take(t *table.Table) Snapshot {
 		v.Pinned = r.Flags&table.FlagPinned != 0
 		v.SLOP99Ms = float64(r.SLOP99Us) / 1000
 		v.GateDepth, v.GateBudgetUs = t.Gate(r.Slot)
-		if rep := t.SLOReportOf(r.Slot); r.Tier == table.TierLatencyCritical && !v.Pinned && (r.SLOP99Us > 0 || rep.State != 0) {
+		if rep := t.SLOReportOf(r.Slot); r.Tier == table.TierLatencyCritical && !v.Pinned && r.SLOP99Us > 0 {
 			v.SLOGivenBackGroups, v.SLOState = rep.GivenBack, SLOStateName(rep.State)
 			v.SLOWindowP99Ms, v.SLOFloorMs = float64(rep.WindowUs)/1000, float64(rep.FloorUs)/1000
-			v.SLOAuto = rep.State&table.SLOAuto != 0
 		}
 		if cl, err := table.OpenClientPageReadOnly(r.ClientPagePath); err == nil {
 			p := cl.Page()
