@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func newClient(t *testing.T, tb *Table, id string) (*Client, Registration) {
@@ -317,5 +319,79 @@ func TestScanNeverJudgesAProcessStartedDuringTheWalk(t *testing.T) {
 	if ps.Dead(id) {
 		t.Fatalf("a process started during the walk (start tick %d, scan from %d) is judged dead", id.StartTime,
 			ps.startedBefore)
+	}
+}
+
+// MonotonicNs is the clock libdetshare reads (CLOCK_MONOTONIC): read between two clock_gettime calls, it lies
+// between them.
+func TestMonotonicNsIsClockMonotonic(t *testing.T) {
+	for i := 0; i < 1000; i++ {
+		var a, b unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &a)
+		m := MonotonicNs()
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &b)
+		lo, hi := uint64(a.Sec)*1e9+uint64(a.Nsec), uint64(b.Sec)*1e9+uint64(b.Nsec)
+		if m < lo || m > hi {
+			t.Fatalf("MonotonicNs %d outside CLOCK_MONOTONIC [%d, %d]", m, lo, hi)
+		}
+	}
+}
+
+// ScanProcesses identifies a process of its own PID namespace without reading its status file; the identity must
+// be the one the process records for itself (which reads it).
+func TestScanIdentifiesOwnNamespaceProcesses(t *testing.T) {
+	ps, err := ScanProcesses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := SelfIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ps.Alive(id) || ps.HostDead(os.Getpid(), id.StartTime) {
+		t.Fatalf("scan does not see this process as %+v", id)
+	}
+	if !ps.HostDead(os.Getpid(), id.StartTime+1) {
+		t.Fatal("a different start time for this PID was not taken for a dead owner")
+	}
+}
+
+// The reaper keeps each client page mapped from one pass to the next: once mapped, a pass reads no registration and
+// maps nothing, so what it allocates does not grow with the tenants (it used to open, map and unmap every page and
+// list every registration four times a second).
+func TestReaperPassDoesNotGrowWithTenants(t *testing.T) {
+	self, err := SelfIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := ScanProcesses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := func(n int) float64 {
+		tb := newTable(t)
+		for i := 0; i < n; i++ {
+			cl, _ := newClient(t, tb, fmt.Sprint("t", i))
+			if _, err := cl.AttachProcess(self); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := tb.NewReaper()
+		defer r.Close()
+		if _, err := r.Pass(ps); err != nil { // maps the pages
+			t.Fatal(err)
+		}
+		if len(r.pages) != n {
+			t.Fatalf("reaper keeps %d pages mapped, want %d", len(r.pages), n)
+		}
+		return testing.AllocsPerRun(20, func() {
+			rep, err := r.Pass(ps)
+			if err != nil || rep.Processes != 0 {
+				t.Fatalf("pass: %+v %v", rep, err)
+			}
+		})
+	}
+	if a2, a64 := allocs(2), allocs(64); a64 > a2 {
+		t.Fatalf("a reaper pass allocates %.0f times with 64 tenants, %.0f with 2: it reads or maps per tenant", a64, a2)
 	}
 }

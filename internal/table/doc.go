@@ -22,8 +22,9 @@
 //
 // Reaping: ScanProcesses/IsProcessAlive resolve a process by (PID-namespace inode, PID in that namespace, start
 // time) through /proc; ReapDeadProcesses credits a dead process's memory back to its page; ReapDeadTenants removes
-// host tenants (`detshare run`) whose owner died. Table.Reap does the whole pass (the scheduler calls it from its
-// loop); registration reaps dead host tenants opportunistically.
+// host tenants (`detshare run`) whose owner died. Reaper.Pass does the whole pass with the client pages it keeps
+// mapped (the scheduler runs one beside its decision loop; Table.Reap is the one-shot form); registration reaps dead
+// host tenants itself only when no scheduler is alive to do it, or when one stands in its way.
 //
 // Grants of a reused slot: a slot's gen is bumped at every registration and its grant_epoch/grant_seq keep counting
 // across generations, so a client compares ds_container.gen with its page's slot_gen before trusting a grant.

@@ -208,29 +208,29 @@ type Proc struct {
 
 // ClientPage is struct ds_client_page (one file per tenant: clients/<id>.page).
 type ClientPage struct {
-	Magic           uint64         `c:"magic"`
-	ABIVersion      uint32         `c:"abi_version"`
-	Slot            uint32         `c:"slot"`
-	SlotGen         uint32         `c:"slot_gen"`
-	MaxProcs        uint32         `c:"max_procs"`
-	ID              [IDLen]byte    `c:"id"`
-	MemUsed         uint64         `c:"mem_used"`
-	MemPeak         uint64         `c:"mem_peak"`
-	OOMRefusals     uint64         `c:"oom_refusals"`
-	Launches        uint64         `c:"launches"`
-	Demand          uint32         `c:"demand"`
-	DemandSeq       uint32         `c:"demand_seq"`
-	DemandSinceNs   uint64         `c:"demand_since_ns"`
-	BusyNs          uint64         `c:"busy_ns"`
-	QueueDelayNs    uint64         `c:"queue_delay_ns"`
-	QueueDelayMaxNs uint64         `c:"queue_delay_max_ns"`
+	Magic           uint64                 `c:"magic"`
+	ABIVersion      uint32                 `c:"abi_version"`
+	Slot            uint32                 `c:"slot"`
+	SlotGen         uint32                 `c:"slot_gen"`
+	MaxProcs        uint32                 `c:"max_procs"`
+	ID              [IDLen]byte            `c:"id"`
+	MemUsed         uint64                 `c:"mem_used"`
+	MemPeak         uint64                 `c:"mem_peak"`
+	OOMRefusals     uint64                 `c:"oom_refusals"`
+	Launches        uint64                 `c:"launches"`
+	Demand          uint32                 `c:"demand"`
+	DemandSeq       uint32                 `c:"demand_seq"`
+	DemandSinceNs   uint64                 `c:"demand_since_ns"`
+	BusyNs          uint64                 `c:"busy_ns"`
+	QueueDelayNs    uint64                 `c:"queue_delay_ns"`
+	QueueDelayMaxNs uint64                 `c:"queue_delay_max_ns"`
 	LatFine         [LatFineBuckets]uint64 `c:"lat_fine"`
-	LatCount        uint64         `c:"lat_count"`
-	LatSumNs        uint64         `c:"lat_sum_ns"`
-	GateWaits       uint64         `c:"gate_waits"`
-	GateWaitNs      uint64         `c:"gate_wait_ns"`
-	LatHist         [32]uint64     `c:"lat_hist"`
-	Procs           [MaxProcs]Proc `c:"procs"`
+	LatCount        uint64                 `c:"lat_count"`
+	LatSumNs        uint64                 `c:"lat_sum_ns"`
+	GateWaits       uint64                 `c:"gate_waits"`
+	GateWaitNs      uint64                 `c:"gate_wait_ns"`
+	LatHist         [32]uint64             `c:"lat_hist"`
+	Procs           [MaxProcs]Proc         `c:"procs"`
 }
 
 // Doorbell is struct ds_doorbell (the doorbell file, one page).
@@ -259,6 +259,14 @@ func cString(b []byte) string {
 		}
 	}
 	return string(b)
+}
+
+// cStringIs tells whether the NUL-terminated string in b is s, without copying it.
+func cStringIs(b []byte, s string) bool {
+	if len(s) >= len(b) || b[len(s)] != 0 {
+		return len(s) == len(b) && string(b) == s
+	}
+	return string(b[:len(s)]) == s
 }
 
 // putCString stores s NUL-terminated in b (truncating; callers validate lengths first).

@@ -40,16 +40,29 @@ func parseStatStartTime(b []byte) (uint64, error) {
 	if i < 0 {
 		return 0, fmt.Errorf("parse /proc stat: no ')' in %q", b)
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); starttime is field 22 -> f[19].
-	if len(f) < 20 {
-		return 0, fmt.Errorf("parse /proc stat: %d fields after comm, want >= 20", len(f))
+	// Field 3 (state) is the first after comm; starttime is field 22, the 20th. Fields are counted in place
+	// (the reaper parses every process of the host four times a second).
+	rest := b[i+1:]
+	n := 0
+	for len(rest) > 0 {
+		rest = bytes.TrimLeft(rest, " \t\n")
+		if len(rest) == 0 {
+			break
+		}
+		end := bytes.IndexAny(rest, " \t\n")
+		if end < 0 {
+			end = len(rest)
+		}
+		if n++; n == 20 {
+			v, err := strconv.ParseUint(string(rest[:end]), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse /proc stat starttime %q: %w", rest[:end], err)
+			}
+			return v, nil
+		}
+		rest = rest[end:]
 	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse /proc stat starttime %q: %w", f[19], err)
-	}
-	return v, nil
+	return 0, fmt.Errorf("parse /proc stat: %d fields after comm, want >= 20", n)
 }
 
 // HostProcessAlive tells whether host PID pid is alive and is the process that started at startTime (not a
@@ -86,14 +99,22 @@ func PidIdentity(pid int) (ProcIdentity, error) {
 	return id, err
 }
 
-func pidIdentity(pid int) (ProcIdentity, bool, error) {
+func pidIdentity(pid int) (ProcIdentity, bool, error) { return pidIdentityIn(pid, 0) }
+
+// pidIdentityIn is pidIdentity knowing that procRoot's own PID namespace has inode ownNS (0: unknown): a process in
+// it has its innermost PID equal to pid, so its status file need not be read (most of a host's processes, which
+// ScanProcesses walks every reap period).
+func pidIdentityIn(pid int, ownNS uint64) (ProcIdentity, bool, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(fmt.Sprintf("%s/%d/ns/pid", procRoot, pid), &st); err != nil {
 		return ProcIdentity{}, false, fmt.Errorf("stat pid namespace of %d: %w", pid, err)
 	}
-	nspid, err := innermostNSPid(pid)
-	if err != nil {
-		return ProcIdentity{}, false, err
+	nspid := uint32(pid)
+	if ownNS == 0 || st.Ino != ownNS {
+		var err error
+		if nspid, err = innermostNSPid(pid); err != nil {
+			return ProcIdentity{}, false, err
+		}
 	}
 	start, alive, err := procStat(pid)
 	if err != nil {
@@ -137,6 +158,8 @@ type procSeen struct {
 // ProcSet is a snapshot of the live processes of the host, keyed by identity; build it once per reaping pass.
 type ProcSet struct {
 	byKey map[procKey]procSeen
+	// byHostPID: host PID -> start time, for the liveness of host tenants' owners (no read per owner).
+	byHostPID map[uint64]uint64
 	// startedBefore is the clock tick (since boot, /proc/uptime x USER_HZ) in which the walk began: a process
 	// missing from the set is dead only if it started in an earlier tick. One that started later was simply not
 	// there to be seen, which matters once a scan is applied some time after it was taken (the scheduler scans
@@ -174,19 +197,39 @@ func ScanProcesses() (*ProcSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", procRoot, err)
 	}
-	ps := &ProcSet{byKey: make(map[procKey]procSeen, len(ents)), startedBefore: startedBefore}
+	var ownNS uint64 // the PID namespace procRoot shows PIDs of (the scanner's own)
+	var self unix.Stat_t
+	if unix.Stat(procRoot+"/self/ns/pid", &self) == nil {
+		ownNS = self.Ino
+	}
+	ps := &ProcSet{byKey: make(map[procKey]procSeen, len(ents)), byHostPID: make(map[uint64]uint64, len(ents)),
+		startedBefore: startedBefore}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
 			continue
 		}
-		id, alive, err := pidIdentity(pid)
+		id, alive, err := pidIdentityIn(pid, ownNS)
 		if err != nil || !alive {
 			continue
 		}
 		ps.byKey[procKey{id.PidNSIno, id.NSPid}] = procSeen{id.StartTime, pid}
+		ps.byHostPID[uint64(pid)] = id.StartTime
 	}
 	return ps, nil
+}
+
+// HostDead tells whether host process pid that started at startTime is gone for sure: not in the scan (or another
+// process has its PID now) although it had started before the scan began. Zombies count as dead (ScanProcesses
+// leaves them out), as in HostProcessAlive.
+func (ps *ProcSet) HostDead(pid int, startTime uint64) bool {
+	if pid <= 0 {
+		return true
+	}
+	if st, ok := ps.byHostPID[uint64(pid)]; ok && st == startTime {
+		return false
+	}
+	return ps.startedBefore == 0 || startTime < ps.startedBefore
 }
 
 // Dead tells whether the process with this identity is gone for sure: missing from the scan although it had

@@ -41,7 +41,8 @@ type RegisterRequest struct {
 	// OwnerPID makes this a host tenant (`detshare run`), reaped when that process dies. 0 for containers.
 	OwnerPID int
 
-	// Check runs under the registration lock, before a slot is reserved, with every active registration. It may
+	// Check runs under the registration lock, before a slot is reserved, with every active registration (without
+	// ClientPagePath and TenantDir, which Paths gives from the ID: admission reads quotas). It may
 	// fill in the placement and quota fields of req (GPU, SMGroups, SMs, MemLimit); an error refuses the
 	// registration. This is where admission runs, so that two registrations cannot both be admitted into the same
 	// free capacity.
@@ -104,35 +105,39 @@ func (t *Table) Register(req RegisterRequest) (Registration, error) {
 	}
 	defer unlock()
 	t.recoverLocked()
-	t.reapDeadTenantsLocked()
 
-	free := -1
-	var active []Registration
-	for slot := 0; slot < MaxContainers; slot++ {
-		c := t.Container(slot)
-		switch atomic.LoadUint32(&c.State) {
-		case SlotActive:
-			r := t.snapshot(slot)
-			if r.ID == req.ID {
-				return r, fmt.Errorf("register %s: %w in slot %d (generation %d)", req.ID, ErrExists, slot, r.Gen)
-			}
-			active = append(active, r)
-		case SlotFree:
-			if free < 0 {
-				free = slot
-			}
-		}
+	// Host tenants whose owner died: while a scheduler leads, its reaper frees them within reap_every, so a
+	// registration reaps them only when they stand in its way (their ID is taken, the table is full, or admission
+	// refuses). Reaping reads /proc for every host tenant, which made each registration cost grow with the tenants
+	// (0.3 ms for the 1st, 4.8 ms for the 256th, issue 28). With no scheduler alive nobody else would: reap now.
+	if !t.leaderReaps() {
+		t.reapDeadTenantsLocked(nil)
 	}
-	if req.Check != nil {
-		if err := req.Check(active, &req); err != nil {
-			return Registration{}, err
+	var free int
+	for attempt := 0; ; attempt++ {
+		var active []Registration
+		var err error
+		free, active, err = t.placeLocked(req)
+		if err == nil && req.Check != nil {
+			if err = req.Check(active, &req); err == nil {
+				if err = validateRequest(req); err != nil {
+					err = fmt.Errorf("register %s: %w", req.ID, err)
+				}
+			}
 		}
-		if err := validateRequest(req); err != nil {
-			return Registration{}, fmt.Errorf("register %s: %w", req.ID, err)
+		if err == nil && free < 0 {
+			err = fmt.Errorf("register %s: %w: all %d slots are in use", req.ID, ErrFull, MaxContainers)
 		}
-	}
-	if free < 0 {
-		return Registration{}, fmt.Errorf("register %s: %w: all %d slots are in use", req.ID, ErrFull, MaxContainers)
+		if err == nil {
+			break
+		}
+		if attempt == 0 && len(t.reapDeadTenantsLocked(nil)) > 0 {
+			continue
+		}
+		if errors.Is(err, ErrExists) {
+			return t.snapshot(free), err
+		}
+		return Registration{}, err
 	}
 
 	c := t.Container(free)
@@ -184,6 +189,39 @@ func (t *Table) Register(req RegisterRequest) (Registration, error) {
 	reg.State = SlotActive
 	logrus.WithFields(logrus.Fields{"id": req.ID, "slot": free, "gen": gen}).Debug("tenant registered")
 	return reg, nil
+}
+
+// leaderReaps tells whether a scheduler is recorded as leader and its process is alive (one read of /proc): its
+// reaper reaps dead host tenants, so registrations need not.
+func (t *Table) leaderReaps() bool {
+	l := t.Leader()
+	return l.PID != 0 && HostProcessAlive(l.PID, l.StartTime)
+}
+
+// placeLocked finds the first free slot for req (-1: none) and, when req has an admission check, the active
+// registrations it needs. An ID already active is an error wrapping ErrExists, with free set to its slot. One pass
+// over the slot array's states; a slot's fields are read only when it is active, and its ID compared in place.
+func (t *Table) placeLocked(req RegisterRequest) (int, []Registration, error) {
+	free := -1
+	var active []Registration
+	for slot := 0; slot < MaxContainers; slot++ {
+		c := t.Container(slot)
+		switch atomic.LoadUint32(&c.State) {
+		case SlotActive:
+			if cStringIs(c.ID[:], req.ID) {
+				return slot, nil, fmt.Errorf("register %s: %w in slot %d (generation %d)", req.ID, ErrExists, slot,
+					atomic.LoadUint32(&c.Gen))
+			}
+			if req.Check != nil {
+				active = append(active, t.fields(slot)) // admission reads quotas, not paths
+			}
+		case SlotFree:
+			if free < 0 {
+				free = slot
+			}
+		}
+	}
+	return free, active, nil
 }
 
 func validateRequest(r RegisterRequest) error {
@@ -272,12 +310,19 @@ func (t *Table) activeIDLocked(id string, except int) bool {
 // lock: with the lock held, no live process can own a RESERVED or DRAINING slot.
 func (t *Table) recoverLocked() int {
 	n := 0
-	// Temporaries of client pages are only written under the lock: any left now belong to a dead registrar.
-	if tmps, err := filepath.Glob(filepath.Join(t.paths.ClientsDir(), ".*.tmp-*")); err == nil {
-		for _, f := range tmps {
-			_ = os.Remove(f)
+	defer func() {
+		// Temporaries of client pages are only written under the lock, with the slot RESERVED: any left now belong
+		// to a dead registrar, whose slot was found above. Without one there is none to look for (a registration
+		// no longer lists the clients directory, which grows with the tenants).
+		if n == 0 {
+			return
 		}
-	}
+		if tmps, err := filepath.Glob(filepath.Join(t.paths.ClientsDir(), ".*.tmp-*")); err == nil {
+			for _, f := range tmps {
+				_ = os.Remove(f)
+			}
+		}
+	}()
 	for slot := 0; slot < MaxContainers; slot++ {
 		c := t.Container(slot)
 		switch st := atomic.LoadUint32(&c.State); st {
@@ -307,6 +352,13 @@ func (t *Table) Recover() (int, error) {
 
 // snapshot reads slot's registration fields (callers hold the lock, or use List/Lookup which re-check).
 func (t *Table) snapshot(slot int) Registration {
+	r := t.fields(slot)
+	r.ClientPagePath, r.TenantDir = t.paths.ClientPage(r.ID), t.paths.TenantDir(r.ID)
+	return r
+}
+
+// fields is snapshot without the paths (which cost two joins each).
+func (t *Table) fields(slot int) Registration {
 	c := t.Container(slot)
 	id := cString(c.ID[:])
 	return Registration{
@@ -314,8 +366,7 @@ func (t *Table) snapshot(slot int) Registration {
 		Weight: c.Weight, SMGroups: c.SMGroupsReq, SMs: c.SMReq, MemLimit: c.MemLimit, Flags: c.Flags,
 		SLOP99Us: atomic.LoadUint32(&c.SLOP99Us),
 		OwnerPID: int(c.OwnerPID), OwnerStart: c.OwnerStart, RegisteredNs: c.RegisteredNs,
-		State:          atomic.LoadUint32(&c.State),
-		ClientPagePath: t.paths.ClientPage(id), TenantDir: t.paths.TenantDir(id),
+		State: atomic.LoadUint32(&c.State),
 	}
 }
 
@@ -373,7 +424,10 @@ func (t *Table) createClientPage(reg Registration) error {
 }
 
 // ReapDeadTenants deregisters host tenants (`detshare run`) whose owner process died, and returns their IDs.
-func (t *Table) ReapDeadTenants() ([]string, error) {
+func (t *Table) ReapDeadTenants() ([]string, error) { return t.reapDeadTenants(nil) }
+
+// reapDeadTenants is ReapDeadTenants judging owners by ps (nil: by /proc/<pid>/stat).
+func (t *Table) reapDeadTenants(ps *ProcSet) ([]string, error) {
 	if err := t.mustWrite("reap tenants"); err != nil {
 		return nil, err
 	}
@@ -383,24 +437,28 @@ func (t *Table) ReapDeadTenants() ([]string, error) {
 	}
 	defer unlock()
 	t.recoverLocked()
-	return t.reapDeadTenantsLocked(), nil
+	return t.reapDeadTenantsLocked(ps), nil
 }
 
-func (t *Table) reapDeadTenantsLocked() []string {
+// reapDeadTenantsLocked deregisters the host tenants whose owner died (lock held) and returns their IDs.
+// With ps (a walk of /proc taken beside the scheduler's loop) an owner's liveness is a lookup in it; with nil it is
+// a read of /proc/<pid>/stat per host tenant (registration, when it has to reap, see Register).
+func (t *Table) reapDeadTenantsLocked(ps *ProcSet) []string {
 	var ids []string
 	for slot := 0; slot < MaxContainers; slot++ {
 		c := t.Container(slot)
 		if atomic.LoadUint32(&c.State) != SlotActive || c.Flags&FlagHostTenant == 0 {
 			continue
 		}
-		if HostProcessAlive(int(c.OwnerPID), c.OwnerStart) {
+		if ps != nil && !ps.HostDead(int(c.OwnerPID), c.OwnerStart) ||
+			ps == nil && HostProcessAlive(int(c.OwnerPID), c.OwnerStart) {
 			continue
 		}
 		id := cString(c.ID[:])
 		// The owner (`detshare run`) died, but the command it started may live on (kill -9 of the owner does not
 		// reach it). Freeing the slot now would let a newcomer reuse it while the orphan still runs on it: the slot
 		// is kept until the last of its processes is gone (issue 13 item 5).
-		if n := t.liveProcessesLocked(slot, id); n > 0 {
+		if n := t.liveProcessesLocked(slot, id, ps); n > 0 {
 			if _, seen := orphansLogged.LoadOrStore([2]uint32{uint32(slot), atomic.LoadUint32(&c.Gen)}, true); !seen {
 				logrus.WithFields(logrus.Fields{"id": id, "slot": slot, "owner_pid": c.OwnerPID, "processes": n}).
 					Warn("owner of host tenant died; its slot is kept until its remaining processes exit")
@@ -422,8 +480,9 @@ var orphansLogged sync.Map
 // liveProcessesLocked counts the processes of slot's client page that are still alive and really belong to the
 // tenant (a page that cannot be read counts as none: nothing can be proven to use the slot). The entries are written
 // by the tenant, so an entry counts only for a live process that maps this very page (MapsFile): 64 entries naming
-// host PID 2, or any process of the host, keep no slot (issue 27).
-func (t *Table) liveProcessesLocked(slot int, id string) int {
+// host PID 2, or any process of the host, keep no slot (issue 27). ps is a recent walk of /proc (nil: walked here
+// when an entry needs it).
+func (t *Table) liveProcessesLocked(slot int, id string, ps *ProcSet) int {
 	if ValidateID(id) != nil {
 		return 0
 	}
@@ -453,8 +512,7 @@ func (t *Table) liveProcessesLocked(slot int, id string) int {
 				HostPID: atomic.LoadUint64(&p.HostPID)})
 		}
 	})
-	var ps *ProcSet // one scan of /proc, only if an entry names no host PID
-	n := 0
+	n, fresh := 0, false
 	for _, e := range entries {
 		pid := 0
 		if e.HostPID != 0 {
@@ -462,12 +520,18 @@ func (t *Table) liveProcessesLocked(slot int, id string) int {
 				pid = int(e.HostPID)
 			}
 		} else {
-			if ps == nil {
+			var ok bool
+			if ps != nil {
+				pid, ok = ps.HostPID(e)
+			}
+			if !ok && !fresh {
+				// not in the walk the caller gave (it may have started since): walk /proc now, once per call
 				if ps, err = ScanProcesses(); err != nil {
 					return 1 // cannot tell: never reap on doubt
 				}
+				fresh = true
+				pid, _ = ps.HostPID(e)
 			}
-			pid, _ = ps.HostPID(e)
 		}
 		if pid != 0 && MapsFile(pid, uint64(st.Dev), st.Ino) {
 			n++

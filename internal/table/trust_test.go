@@ -190,7 +190,7 @@ func TestForgedProcessEntriesKeepNoSlot(t *testing.T) {
 		p.NSPid, p.PidNSIno, p.StartTime, p.HostPID = id.NSPid, id.PidNSIno, id.StartTime, id.HostPID
 		atomic.StoreUint32(&p.State, ProcLive)
 	}
-	if n := tb.liveProcessesLocked(reg.Slot, reg.ID); n != 0 {
+	if n := tb.liveProcessesLocked(reg.Slot, reg.ID, nil); n != 0 {
 		t.Fatalf("%d forged entries counted as the tenant's live processes", n)
 	}
 	_ = owner.Process.Kill()

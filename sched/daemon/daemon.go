@@ -9,7 +9,7 @@
 //
 // One file per job, each job with the state it owns, so that what a goroutine may touch is visible in the types:
 // leader.go (the host lock and the table it leads, stepping down), loop.go (the decision loop: client pages,
-// registrations, reaping, spatial grants), temporal.go (the time token of GPUs without MPS), mpswatch.go (the MPS
+// registrations, spatial grants), reaper.go (dead processes and tenants, beside the loop), temporal.go (the time token of GPUs without MPS), mpswatch.go (the MPS
 // control daemons and their clients), stats.go (counters for metrics), trust.go (what a tenant says is checked before
 // the policy sees it) and dynamic.go (SLO sizing, dispatch gate, board power). This file composes them.
 package daemon

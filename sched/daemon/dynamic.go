@@ -56,12 +56,16 @@ func usOf(d time.Duration) uint32 {
 }
 
 // setSLOReport publishes a tenant's SLO controller state when it changed.
-func (s *Scheduler) setSLOReport(r tenantRow) {
+func (s *Scheduler) setSLOReport(r *tenantRow) {
 	if r.reg.SLOP99Us == 0 || r.reg.Tier != table.TierLatencyCritical || r.reg.Flags&table.FlagPinned != 0 {
 		return
 	}
 	s.stats.mu.Lock()
-	st := s.stats.entryLocked(r.reg.ID).slo
+	e := r.st
+	if e == nil {
+		e = s.stats.entryLocked(r.reg.ID)
+	}
+	st := e.slo
 	s.stats.mu.Unlock()
 	rep := sloReport(st)
 	if s.t.SLOReportOf(r.reg.Slot) == rep {
@@ -88,7 +92,7 @@ func readLatency(pg *table.ClientPage) (h [policy.LatencyBuckets]uint64, f [poli
 // reserve; without one it holds scheduler.lc_reserve of the GPU. What it may give back is everything beyond its
 // guarantee less the floor lower tiers keep anyway: at the top it runs on exactly its guarantee. With
 // lc_reserve = 0 a tenant without an SLO expands over throttled neighbours instead (issue 12).
-func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, o policy.Options, now time.Time) {
+func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.Options, now time.Time) {
 	if t.Tier != table.TierLatencyCritical || t.Pinned {
 		return
 	}
@@ -123,7 +127,7 @@ func (l *ledger) sizeSLO(r tenantRow, t *policy.Tenant, nGroups int, o policy.Op
 
 // setGate publishes a tenant's dispatch gate when it changed. It is written before the grant of the same
 // decision, so a tenant shrunk to its floor is gated by the time it rebinds.
-func (s *Scheduler) setGate(r tenantRow, g policy.Gate) {
+func (s *Scheduler) setGate(r *tenantRow, g policy.Gate) {
 	depth, budget := g.Depth, uint32(g.Budget/time.Microsecond)
 	if d, b := s.t.Gate(r.reg.Slot); d == depth && b == budget {
 		return

@@ -53,12 +53,19 @@ func (l *ledger) entryLocked(id string) *TenantStats {
 	return st
 }
 
-// answered accounts a pass's answer to tenant r: whether its grant changed, why it is what it is, and whether the
-// change came later than the SLO after the demand rose (late). A violation counts once per rise of the demand.
-func (l *ledger) answered(r tenantRow, changed bool, reason string, late bool) {
+// entry returns id's entry, made on first use. The pointer stays id's until forget drops it.
+func (l *ledger) entry(id string) *TenantStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := l.entryLocked(r.reg.ID)
+	return l.entryLocked(id)
+}
+
+// answered accounts a pass's answer to tenant r (its entry st): whether its grant changed, why it is what it is,
+// and whether the change came later than the SLO after the demand rose (late). A violation counts once per rise of
+// the demand.
+func (l *ledger) answered(st *TenantStats, r *tenantRow, changed bool, reason string, late bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if changed {
 		st.GrantChanges++
 	}

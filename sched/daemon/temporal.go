@@ -44,19 +44,21 @@ func (s *Scheduler) decideTemporal(g table.GPUState, tk *token, rows []tenantRow
 		all |= 1 << i
 	}
 	ts := make([]policy.Tenant, len(rows))
-	for i, r := range rows {
+	slo := s.Config().Scheduler.LatencySLO.Duration
+	for i := range rows {
+		r := &rows[i]
 		ts[i] = toPolicy(r)
-		s.publish(r, table.Grant{Groups: all, SMs: g.Split.TotalSMs(), Mode: table.ModeTemporal}, "temporal: runs while holding the token")
+		s.publish(r, table.Grant{Groups: all, SMs: g.Split.TotalSMs(), Mode: table.ModeTemporal}, "temporal: runs while holding the token", slo)
 	}
 	for i, gate := range policy.TemporalGates(ts, popt) {
-		s.setGate(rows[i], gate)
+		s.setGate(&rows[i], gate)
 	}
 	turns := policy.Rotation(ts, popt)
 	tierOf := map[int]table.Tier{}
 	genOf := map[int]uint32{}
-	for i, r := range rows {
-		tierOf[r.reg.Slot] = ts[i].Tier
-		genOf[r.reg.Slot] = r.reg.Gen
+	for i := range rows {
+		tierOf[rows[i].reg.Slot] = ts[i].Tier
+		genOf[rows[i].reg.Slot] = rows[i].reg.Gen
 	}
 	pos := -1
 	for i, tn := range turns {

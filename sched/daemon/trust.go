@@ -81,14 +81,23 @@ func (b demandBook) observed(reg table.Registration, pg *table.ClientPage, now t
 	return claimed
 }
 
-// ceilings applies the host's weight and tier ceilings to a registration unless the host trusts the tenant.
-func (b demandBook) ceilings(reg table.Registration, t config.Tenants) table.Registration {
-	if t.Trusts(reg.ID) {
-		return reg
-	}
+// ceilingTier is the tier ceiling of t (parsed once per pass).
+func ceilingTier(t config.Tenants) table.Tier {
 	maxTier, err := table.ParseTier(t.MaxTier)
 	if err != nil { // validated at load; keep the most restrictive reading of a bad value
 		maxTier = table.TierBestEffort
+	}
+	return maxTier
+}
+
+// ceilings applies the host's weight and tier ceilings (maxTier = ceilingTier(t)) to a registration unless the
+// host trusts the tenant.
+func (b demandBook) ceilings(reg table.Registration, t config.Tenants, maxTier table.Tier) table.Registration {
+	if reg.Weight <= t.MaxWeight && (!reg.Tier.Valid() || reg.Tier <= maxTier) {
+		return reg // within the ceilings: nothing to apply, trusted or not
+	}
+	if t.Trusts(reg.ID) {
+		return reg
 	}
 	orig := reg
 	if reg.Weight > t.MaxWeight {

@@ -1,19 +1,35 @@
 package policy
 
 import (
-	"fmt"
 	"math/bits"
-	"sort"
+	"slices"
 
 	"github.com/detshare/detshare/internal/table"
 )
 
 // Decide computes the spatial grants of tenants on a GPU whose split has groupSMs[i] SMs in group i. Each step
 // computes one thing from what the steps before it decided; the reasons are written last, from the decision, so
-// that what a tenant is told is what it got.
+// that what a tenant is told is what it got. It allocates its buffers afresh; the scheduler's loop uses a Decider.
 func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
-	tenants = sizeReserves(len(groupSMs), tenants, o)
-	p := newPass(groupSMs, tenants, o)
+	var dc Decider
+	return dc.Decide(groupSMs, tenants, o)
+}
+
+// Decider decides one GPU pass after pass without allocating once its buffers have grown to the number of tenants
+// (issue 28: a pass allocated about 1.3 KB per tenant): the steps' slices are reused and the reasons, which are
+// made of few distinct strings, are kept in a cache. The Decision it returns (its slices) is valid until its next
+// Decide. It decides exactly what Decide decides (TestDeciderMatchesGolden). Not safe for concurrent use.
+type Decider struct {
+	p       pass
+	reasons reasonCache
+	sized   []Tenant // sizeReserves' copy
+}
+
+// Decide is Decide with the Decider's buffers.
+func (dc *Decider) Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
+	tenants = sizeReserves(len(groupSMs), tenants, o, &dc.sized)
+	p := &dc.p
+	p.reset(groupSMs, tenants, o, &dc.reasons)
 	p.placeGuarantees()
 	p.findThrottle()
 	p.shareBusy()
@@ -22,9 +38,9 @@ func Decide(groupSMs []uint32, tenants []Tenant, o Options) Decision {
 	return p.d
 }
 
-// sizeReserves turns each Sized latency-critical tenant into a pinned partition of ReserveOf groups (a copy: the
-// caller's tenants are not changed). Without a Sized tenant it returns tenants as they are.
-func sizeReserves(nGroups int, tenants []Tenant, o Options) []Tenant {
+// sizeReserves turns each Sized latency-critical tenant into a pinned partition of ReserveOf groups (a copy in *buf,
+// reused: the caller's tenants are not changed). Without a Sized tenant it returns tenants as they are.
+func sizeReserves(nGroups int, tenants []Tenant, o Options, buf *[]Tenant) []Tenant {
 	sized := false
 	for _, t := range tenants {
 		sized = sized || (t.Sized && t.Tier == table.TierLatencyCritical && !t.Pinned)
@@ -32,7 +48,8 @@ func sizeReserves(nGroups int, tenants []Tenant, o Options) []Tenant {
 	if !sized {
 		return tenants
 	}
-	out := append([]Tenant(nil), tenants...)
+	out := append((*buf)[:0], tenants...)
+	*buf = out
 	guaranteed, lower := 0, 0
 	for _, t := range tenants {
 		switch {
@@ -84,25 +101,94 @@ type pass struct {
 	wakeFloors      uint64
 	wakeFloorsKnown bool
 
+	// othersPrev: the groups at least one tenant held, and those at least two held
+	prevAny, prevMany uint64
+
 	d Decision
+
+	// buffers reused from one Decide to the next (Decider); prio is what order was sorted from
+	prio             []prioSig
+	busy, lower, exp []int
+	sc               shareScratch
+	zero, more       []uint64
+	reasons          *reasonCache
 }
 
-// newPass starts a Decide: the split capped at the 64 groups a mask holds, and the tenants in priority order,
-// since guarantees and shares are placed highest priority first and ties go to the earlier tenant.
-func newPass(groupSMs []uint32, tenants []Tenant, o Options) pass {
+// reset starts a Decide: the split capped at the 64 groups a mask holds, and the tenants in priority order,
+// since guarantees and shares are placed highest priority first and ties go to the earlier tenant. Every slice
+// of the previous Decide is reused, cleared.
+func (p *pass) reset(groupSMs []uint32, tenants []Tenant, o Options, rc *reasonCache) {
 	n := min(len(groupSMs), 64)
 	all := ^uint64(0)
 	if n < 64 {
 		all = (uint64(1) << n) - 1
 	}
-	order := make([]int, len(tenants))
-	for i := range order {
-		order[i] = i
+	nt := len(tenants)
+	order, prio := p.order, p.prio
+	if !samePriorities(prio, tenants, o.Kind) {
+		// The order depends only on tier, role, slot and the kind: a pass whose tenants changed only in demand or
+		// held groups (nearly every pass) keeps the previous order instead of sorting again.
+		order, prio = resize(order, nt), resize(prio, nt)
+		for i := range order {
+			order[i] = i
+			prio[i] = prioSig{tenants[i].Tier, tenants[i].Role, tenants[i].Slot, o.Kind}
+		}
+		slices.SortStableFunc(order, func(a, b int) int {
+			switch {
+			case lessPriority(tenants[a], tenants[b], o.Kind):
+				return -1
+			case lessPriority(tenants[b], tenants[a], o.Kind):
+				return 1
+			}
+			return 0
+		})
 	}
-	sort.SliceStable(order, func(a, b int) bool { return lessPriority(tenants[order[a]], tenants[order[b]], o.Kind) })
-	return pass{groupSMs: groupSMs[:n], tenants: tenants, o: o, all: all, order: order,
-		guar: make([]uint64, len(tenants)), got: make([]uint64, len(tenants)),
-		d: Decision{Grants: make([]Grant, len(tenants)), Exclusive: make([]uint64, len(tenants))}}
+	var prevAny, prevMany uint64
+	for i := range tenants {
+		prevMany |= prevAny & tenants[i].Prev
+		prevAny |= tenants[i].Prev
+	}
+	*p = pass{groupSMs: groupSMs[:n], tenants: tenants, o: o, all: all, order: order, prio: prio,
+		guar: resize(p.guar, nt), got: resize(p.got, nt), prevAny: prevAny, prevMany: prevMany,
+		d:    Decision{Grants: resize(p.d.Grants, nt), Exclusive: resize(p.d.Exclusive, nt)},
+		busy: p.busy[:0], lower: p.lower[:0], exp: p.exp[:0], sc: p.sc, zero: resize(p.zero, nt),
+		more: resize(p.more, nt), reasons: rc}
+}
+
+// prioSig is what a tenant's place in the priority order depends on (lessPriority).
+type prioSig struct {
+	tier table.Tier
+	role table.Role
+	slot int
+	kind Kind
+}
+
+// samePriorities tells whether tenants under kind have the signatures prio was made from.
+func samePriorities(prio []prioSig, tenants []Tenant, kind Kind) bool {
+	if len(prio) != len(tenants) || prio == nil {
+		return false
+	}
+	for i := range tenants {
+		if prio[i] != (prioSig{tenants[i].Tier, tenants[i].Role, tenants[i].Slot, kind}) {
+			return false
+		}
+	}
+	return true
+}
+
+// resize returns s with length n and every element zero, reusing its array when it is large enough.
+func resize[T any](s []T, n int) []T {
+	if s == nil || cap(s) < n {
+		return make([]T, n) // never nil: a Decision of no tenants has empty, not nil, slices
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// othersPrev is the union of the groups the tenants other than i held.
+func (p *pass) othersPrev(i int) uint64 {
+	return p.prevMany | (p.prevAny &^ p.tenants[i].Prev)
 }
 
 // placeGuarantees places the guarantees of burstable and latency-critical tenants, in priority order, so that
@@ -117,7 +203,7 @@ func (p *pass) placeGuarantees() {
 		if t.Guarantee <= 0 || t.Tier == table.TierBestEffort {
 			continue
 		}
-		m := pick(t.Prev&p.all&^taken&^othersPrev(p.tenants, i), 0, t.Guarantee)
+		m := pick(t.Prev&p.all&^taken&^p.othersPrev(i), 0, t.Guarantee)
 		m |= pick(t.Prev&p.all&^taken&^m, p.all&^taken&^m, t.Guarantee-bits.OnesCount64(m))
 		p.guar[i] = m
 		taken |= m
@@ -159,12 +245,13 @@ func (p *pass) findThrottle() {
 // while lower tiers are throttled, their floor to them and the rest to the busy latency-critical tenants. A pinned
 // latency-critical tenant does not borrow.
 func (p *pass) shareBusy() {
-	var busy []int
+	busy := p.busy
 	for _, i := range p.order {
 		if p.tenants[i].Busy && borrows(p.tenants[i]) {
 			busy = append(busy, i)
 		}
 	}
+	p.busy = busy
 	if p.throttle {
 		p.shareThrottled(busy)
 	} else {
@@ -178,7 +265,7 @@ func (p *pass) shareBusy() {
 // shareByWeight splits the shared groups among the busy borrowers by weight, their exclusive guarantees counted in
 // their share (nobody latency-critical is busy, so this is burstable and best-effort borrowing).
 func (p *pass) shareByWeight(busy []int) {
-	extra := shareCounts(bits.OnesCount64(p.shared)+sumGuaranteeBits(p.guar, busy, p.d.Exclusive), busy, p.tenants, p.guar, p.o)
+	extra := p.sc.shareCounts(bits.OnesCount64(p.shared)+sumGuaranteeBits(p.guar, busy, p.d.Exclusive), busy, p.tenants, p.guar, p.o)
 	for _, i := range busy {
 		extra[i] = max(0, extra[i]-bits.OnesCount64(p.guar[i]&p.d.Exclusive[i]))
 	}
@@ -188,7 +275,7 @@ func (p *pass) shareByWeight(busy []int) {
 // shareThrottled serves the busy latency-critical tenants (or the power limit): lower tiers keep their floor, the
 // latency-critical tenants expand over the rest, and what SLO sizing gives back goes to the lower tiers.
 func (p *pass) shareThrottled(busy []int) {
-	var lower, exp []int
+	lower, exp := p.lower, p.exp
 	for _, i := range busy {
 		if p.tenants[i].Tier == table.TierLatencyCritical {
 			exp = append(exp, i)
@@ -196,6 +283,7 @@ func (p *pass) shareThrottled(busy []int) {
 			lower = append(lower, i)
 		}
 	}
+	p.lower, p.exp = lower, exp
 	free := p.keepFloors(lower, p.shared)
 	if len(exp) == 0 {
 		return // power only: what lower tiers do not keep stays idle
@@ -223,7 +311,7 @@ func (p *pass) keepFloors(lower []int, free uint64) uint64 {
 // guarantees counted, less what each gives back because its latency is well inside its SLO (Tenant.Shrink), so
 // that their latency approaches their latency alone on the whole GPU. It returns what is left.
 func (p *pass) expand(exp []int, free uint64) uint64 {
-	extra := shareCounts(bits.OnesCount64(free)+sumGuaranteeBits(p.guar, exp, p.d.Exclusive), exp, p.tenants, p.guar, p.o)
+	extra := p.sc.shareCounts(bits.OnesCount64(free)+sumGuaranteeBits(p.guar, exp, p.d.Exclusive), exp, p.tenants, p.guar, p.o)
 	for _, i := range exp {
 		extra[i] = max(0, extra[i]-bits.OnesCount64(p.guar[i]&p.d.Exclusive[i])-max(p.tenants[i].Shrink, 0))
 	}
@@ -233,8 +321,8 @@ func (p *pass) expand(exp []int, free uint64) uint64 {
 // giveBack shares the groups SLO sizing gave back among the busy lower tiers by weight: the point of giving them
 // back is that throughput work uses them.
 func (p *pass) giveBack(lower []int, free uint64) {
-	back := shareCounts(bits.OnesCount64(free), lower, p.tenants, make([]uint64, len(p.tenants)), p.o)
-	more := make([]uint64, len(p.tenants))
+	back := p.sc.shareCounts(bits.OnesCount64(free), lower, p.tenants, p.zero, p.o)
+	more := p.more
 	place(p.tenants, lower, back, free, more)
 	for _, i := range lower {
 		p.got[i] |= more[i]
@@ -337,95 +425,100 @@ func groupsSMs(groups uint64, groupSMs []uint32, uniform bool) uint32 {
 	return sms
 }
 
-// describe writes each grant's reason (shown by `detshare top` and logs) from the decision made.
+// describe writes each grant's reason (shown by `detshare top` and logs) from the decision made. Each reason is
+// chosen as a reasonKey (which sentence, with which numbers) and formatted once per distinct key (reasonCache).
 func (p *pass) describe() {
 	why := p.throttleWhy()
 	for i, t := range p.tenants {
 		g := &p.d.Grants[i]
-		cut := ""
+		var cut reasonKey // zero: the guarantee was placed in full (or there is none)
 		if t.Guarantee > 0 && t.Tier != table.TierBestEffort && bits.OnesCount64(p.guar[i]) < t.Guarantee {
-			cut = fmt.Sprintf("guarantee cut to %d of %d groups (not enough groups)", bits.OnesCount64(p.guar[i]), t.Guarantee)
+			cut = reasonKey{site: reasonCut, a: int64(bits.OnesCount64(p.guar[i])), b: int64(t.Guarantee)}
 		}
+		var k reasonKey
 		switch {
-		case t.Busy && cut != "":
-			g.Reason = cut
+		case t.Busy && cut.site != 0:
+			k = cut
 		case t.Busy:
-			g.Reason = p.busyWhy(i, why)
+			k = p.busyWhy(i, why)
 		default:
-			g.Reason = p.idleWhy(i, why, cut)
+			k = p.idleWhy(i, why, cut)
 		}
+		g.Reason = p.reasons.text(k)
 	}
 }
 
-// throttleWhy names what throttles lower tiers (meaningful while p.throttle).
-func (p *pass) throttleWhy() string {
+// throttleWhy names what throttles lower tiers (meaningful while p.throttle), as an index into whys.
+func (p *pass) throttleWhy() uint8 {
 	switch {
 	case p.o.PowerNearLimit && !p.lcBusy:
-		return "board near its power limit"
+		return whyPower
 	case p.o.PowerNearLimit:
-		return "latency-critical busy, board near its power limit"
+		return whyLCPower
 	case p.sloMiss:
-		return "latency-critical busy above its SLO"
+		return whySLO
 	}
-	return "latency-critical busy"
+	return whyLC
 }
 
 // busyWhy is the reason of a busy tenant whose guarantee was placed in full.
-func (p *pass) busyWhy(i int, why string) string {
+func (p *pass) busyWhy(i int, why uint8) reasonKey {
 	t, g := p.tenants[i], p.d.Grants[i]
 	lower := t.Tier != table.TierLatencyCritical
 	switch {
 	case p.throttle && lower && g.Groups == 0:
-		return fmt.Sprintf("paused (%s, floor 0)", why)
+		return reasonKey{site: reasonPaused, why: why}
 	case p.throttle && lower:
-		return fmt.Sprintf("throttled to %d groups (%s), gate %d kernels / %s per stream",
-			bits.OnesCount64(g.Groups), why, p.gate.Depth, p.gate.Budget)
+		return reasonKey{site: reasonThrottled, why: why, a: int64(bits.OnesCount64(g.Groups)), b: int64(p.gate.Depth),
+			c: int64(p.gate.Budget)}
 	case p.throttle && !t.Pinned && p.got[i] != 0:
-		s := fmt.Sprintf("busy, guarantee %d + %d reclaimed from lower tiers", bits.OnesCount64(p.guar[i]), bits.OnesCount64(p.got[i]))
-		if t.Shrink > 0 {
-			s += fmt.Sprintf(" (%d given back: latency inside its SLO)", t.Shrink)
-		}
-		return s
+		return reasonKey{site: reasonReclaimed, a: int64(bits.OnesCount64(p.guar[i])), b: int64(bits.OnesCount64(p.got[i])),
+			c: int64(max(t.Shrink, 0))}
 	case !lower && t.Pinned:
-		return fmt.Sprintf("busy, pinned to its guarantee %d", t.Guarantee)
+		return reasonKey{site: reasonPinned, a: int64(t.Guarantee)}
 	}
-	return busyReason(t, bits.OnesCount64(p.got[i]), p.o.Kind)
+	k := reasonKey{site: reasonBusy, a: -1, b: int64(bits.OnesCount64(p.got[i])), c: int64(max(t.Weight, 1))}
+	if t.Guarantee > 0 && t.Tier != table.TierBestEffort {
+		k.a = int64(t.Guarantee)
+	}
+	if p.o.Kind == TPOTFirst && t.Role == table.RoleDecode {
+		k.d = 1
+	}
+	return k
 }
 
 // idleWhy is the reason of an idle tenant; cut, when set, says its guarantee was not placed in full.
-func (p *pass) idleWhy(i int, why, cut string) string {
+func (p *pass) idleWhy(i int, why uint8, cut reasonKey) reasonKey {
 	g := p.d.Grants[i]
 	switch {
 	case p.guar[i] != 0:
 		return p.keptWhy(i, cut)
 	case p.throttle && p.tenants[i].Tier != table.TierLatencyCritical:
 		switch {
-		case cut != "":
+		case cut.site != 0:
 			return cut
 		case p.floor == 0:
-			return fmt.Sprintf("idle, paused (%s)", why)
+			return reasonKey{site: reasonIdlePaused, why: why}
 		}
-		return fmt.Sprintf("idle, throttled to %d groups (%s)", bits.OnesCount64(g.Groups), why)
+		return reasonKey{site: reasonIdleThrottled, why: why, a: int64(bits.OnesCount64(g.Groups))}
 	case g.Groups == 0:
-		return "idle, every group is reserved"
-	case cut != "":
+		return reasonKey{site: reasonIdleReserved}
+	case cut.site != 0:
 		return cut
 	}
-	return "idle"
+	return reasonKey{site: reasonIdle}
 }
 
-// keptWhy is the reason of an idle tenant that keeps (part of) its guarantee, and what it is offered beyond it.
-func (p *pass) keptWhy(i int, cut string) string {
-	s := cut
+// keptWhy is the reason of an idle tenant that keeps (part of) its guarantee, and what it is offered beyond it:
+// a = 0 its guarantee was cut to b of c groups, 1 kept, 2 lent; d = groups offered beyond it.
+func (p *pass) keptWhy(i int, cut reasonKey) reasonKey {
+	k := reasonKey{site: reasonKept, a: 2}
 	switch {
-	case s != "":
+	case cut.site != 0:
+		k.a, k.b, k.c = 0, cut.a, cut.b
 	case p.d.Exclusive[i] != 0:
-		s = "idle, guarantee kept"
-	default:
-		s = "idle, guarantee lent"
+		k.a = 1
 	}
-	if more := p.d.Grants[i].Groups &^ p.guar[i]; more != 0 {
-		s += fmt.Sprintf(", offered %d more groups to start wide", bits.OnesCount64(more))
-	}
-	return s
+	k.d = int64(bits.OnesCount64(p.d.Grants[i].Groups &^ p.guar[i]))
+	return k
 }

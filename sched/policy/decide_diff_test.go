@@ -137,6 +137,25 @@ const goldenFile = "testdata/decide_golden.txt"
 // reason Decide writes, the tight gate, mixed group sizes), so that a generator that drifted into trivial inputs
 // fails instead of proving nothing.
 func TestDecideMatchesGolden(t *testing.T) {
+	got := decideDigests(t, Decide)
+	if os.Getenv("DETSHARE_TEST_WRITE_GOLDEN") == "1" {
+		if err := os.WriteFile(goldenFile, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	compareGolden(t, got)
+}
+
+// TestDeciderMatchesGolden decides the same inputs with one Decider, its buffers and reason cache reused from each
+// input to the next (as the scheduler's loop uses it), and must match the same digests: reuse changes nothing.
+func TestDeciderMatchesGolden(t *testing.T) {
+	var dc Decider
+	compareGolden(t, decideDigests(t, dc.Decide))
+}
+
+// decideDigests decides every generated input with decide and returns the digests, one line per block.
+func decideDigests(t *testing.T, decide func([]uint32, []Tenant, Options) Decision) string {
 	seen := map[string]int{}
 	marks := []string{
 		"guarantee cut to", "paused (", "throttled to", "reclaimed from lower tiers", "given back: latency inside",
@@ -152,7 +171,7 @@ func TestDecideMatchesGolden(t *testing.T) {
 		r.Read(buf)
 		gs, ts, o := decideInput(&choices{b: buf})
 		before := slices.Clone(ts)
-		d := Decide(gs, ts, o)
+		d := decide(gs, ts, o)
 		if !slices.Equal(ts, before) {
 			t.Fatalf("Decide modified its tenants:\n%+v\n%+v", before, ts)
 		}
@@ -189,13 +208,11 @@ func TestDecideMatchesGolden(t *testing.T) {
 			t.Errorf("the generator reached %q only %d times in %d cases", m, seen[m], decideCases)
 		}
 	}
-	got := strings.Join(digests, "\n") + "\n"
-	if os.Getenv("DETSHARE_TEST_WRITE_GOLDEN") == "1" {
-		if err := os.WriteFile(goldenFile, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
+	return strings.Join(digests, "\n") + "\n"
+}
+
+// compareGolden fails unless got (decideDigests) is goldenFile's digests.
+func compareGolden(t *testing.T, got string) {
 	want, err := os.ReadFile(goldenFile)
 	if err != nil {
 		t.Fatal(err)

@@ -36,6 +36,7 @@ package policy
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 	"time"
 
@@ -232,17 +233,6 @@ func floorGroups(t Tenant, avail uint64, n int) uint64 {
 	return m
 }
 
-// othersPrev is the union of the groups the other tenants held.
-func othersPrev(ts []Tenant, i int) uint64 {
-	var m uint64
-	for j := range ts {
-		if j != i {
-			m |= ts[j].Prev
-		}
-	}
-	return m
-}
-
 // borrows: every tenant but a pinned latency-critical one with a guarantee may run beyond its guarantee.
 func borrows(t Tenant) bool {
 	return t.Tier != table.TierLatencyCritical || t.Guarantee <= 0 || !t.Pinned
@@ -275,11 +265,24 @@ func sumGuaranteeBits(guar []uint64, busy []int, excl []uint64) int {
 	return s
 }
 
+// shareScratch holds shareCounts' buffers between calls (a Decider's pass reuses them).
+type shareScratch struct {
+	out   []int
+	rems  []rem
+	fixed []bool
+}
+
+type rem struct {
+	i    int
+	frac uint64
+}
+
 // shareCounts returns, for each busy tenant (indexed like ts), how many groups in total (guarantee included) its
 // weight earns out of pool groups, never less than its guarantee. Largest remainder; every busy tenant gets >= 1
-// while possible.
-func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) []int {
-	out := make([]int, len(ts))
+// while possible. The slice returned is sc's: valid until its next shareCounts.
+func (sc *shareScratch) shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) []int {
+	out := resize(sc.out, len(ts))
+	sc.out = out
 	if len(busy) == 0 {
 		return out
 	}
@@ -297,14 +300,12 @@ func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) []
 		}
 		return x
 	}
-	type rem struct {
-		i    int
-		frac uint64
-	}
-	rems := make([]rem, 0, len(busy))
+	rems := sc.rems[:0]
+	defer func() { sc.rems = rems[:0] }()
 	// Guarantees are floors: tenants whose weighted share is below their guarantee take the guarantee and leave the
 	// rest to the others (iterate until stable; each round fixes at least one more tenant).
-	fixed := make([]bool, len(ts))
+	fixed := resize(sc.fixed, len(ts))
+	sc.fixed = fixed
 	for {
 		rest := pool
 		var tw uint64
@@ -331,7 +332,15 @@ func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) []
 			rems = append(rems, rem{i, q % tw})
 		}
 		// Largest remainder; ties to the earlier (higher-priority) tenant.
-		sort.SliceStable(rems, func(a, b int) bool { return rems[a].frac > rems[b].frac })
+		slices.SortStableFunc(rems, func(a, b rem) int {
+			switch {
+			case a.frac > b.frac:
+				return -1
+			case a.frac < b.frac:
+				return 1
+			}
+			return 0
+		})
 		for k := 0; given < rest && k < len(rems); k++ {
 			out[rems[k].i]++
 			given++
@@ -363,21 +372,6 @@ func shareCounts(pool int, busy []int, ts []Tenant, guar []uint64, o Options) []
 			return out
 		}
 	}
-}
-
-func busyReason(t Tenant, extra int, k Kind) string {
-	s := "busy"
-	if t.Guarantee > 0 && t.Tier != table.TierBestEffort {
-		s = fmt.Sprintf("busy, guarantee %d", t.Guarantee)
-	}
-	if extra > 0 {
-		s += fmt.Sprintf(" + %d shared (weight %d", extra, max(t.Weight, 1))
-		if k == TPOTFirst && t.Role == table.RoleDecode {
-			s += ", decode first"
-		}
-		s += ")"
-	}
-	return s
 }
 
 // lessPriority orders tenants: higher tier first; under TPOT-First decode before others before prefill; then slot.

@@ -291,25 +291,35 @@ func indexOf(s, sub string) int {
 	return -1
 }
 
+// BenchmarkDecide is one spatial decision of a GPU of 64 groups for n tenants of mixed tiers and weights (the first
+// 16 burstable and latency-critical ones with a guarantee), half of them busy, one tenant's demand flipping each
+// iteration, decided by one Decider as the scheduler's loop does. allocs/op must not grow with n (issue 28).
 func BenchmarkDecide(b *testing.B) {
-	for _, n := range []int{8, 64, 256} {
+	for _, n := range []int{1, 2, 16, 64, 128, 256} {
 		b.Run(fmt.Sprint("tenants=", n), func(b *testing.B) {
 			gs := groups(64, 2)
-			ts := make([]Tenant, n)
-			for i := range ts {
-				ts[i] = Tenant{Slot: i, ID: fmt.Sprint(i), Tier: table.Tier(i % 3), Weight: uint32(1 + i%4), Busy: i%2 == 0}
-				if ts[i].Tier != table.TierBestEffort && i < 16 {
-					ts[i].Guarantee = 1
-				}
-			}
+			ts := benchTenants(n)
 			o := DefaultOptions()
+			var dc Decider
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				d := Decide(gs, ts, o)
+				ts[i%n].Busy = !ts[i%n].Busy
+				d := dc.Decide(gs, ts, o)
 				for j := range ts {
 					ts[j].Prev = d.Grants[j].Groups
 				}
 			}
 		})
 	}
+}
+
+func benchTenants(n int) []Tenant {
+	ts := make([]Tenant, n)
+	for i := range ts {
+		ts[i] = Tenant{Slot: i, ID: fmt.Sprint(i), Tier: table.Tier(i % 3), Weight: uint32(1 + i%4), Busy: i%2 == 0}
+		if ts[i].Tier != table.TierBestEffort && i < 16 {
+			ts[i].Guarantee = 1
+		}
+	}
+	return ts
 }
