@@ -20,3 +20,30 @@ func TestStatusLatencyLine(t *testing.T) {
 		}
 	}
 }
+
+// The SLO controller's choice and why (issue 26): what the neighbours were left, the last window, the floor, and an
+// SLO that cannot be reached said in capitals.
+func TestStatusSLOControllerLine(t *testing.T) {
+	base := view.Tenant{SLOP99Ms: 2, LatencyCount: 100, LatencyP99Ms: 1.5}
+	for _, c := range []struct {
+		state string
+		want  []string
+	}{
+		{"starting", []string{"controller: starting"}},
+		{"meeting", []string{"within the SLO", "5 groups of the GPU left to lower tiers", "p99 1.2ms at the most protective share"}},
+		{"missing", []string{"above the SLO", "5 groups left to lower tiers"}},
+		{"infeasible", []string{"NOT ATTAINABLE", "floor measured 1.2ms", "never cut"}},
+	} {
+		tn := base
+		tn.SLOState, tn.SLOGivenBackGroups, tn.SLOWindowP99Ms, tn.SLOFloorMs = c.state, 5, 1.8, 1.2
+		s := latencyLine(tn)
+		for _, w := range c.want {
+			if !strings.Contains(s, w) {
+				t.Errorf("state %s: %q missing %q", c.state, s, w)
+			}
+		}
+	}
+	if s := latencyLine(view.Tenant{SLOP99Ms: 2}); strings.Contains(s, "controller") {
+		t.Fatalf("no controller state, yet %q", s)
+	}
+}
