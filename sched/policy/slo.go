@@ -53,14 +53,19 @@ func histTotal(h [LatencyBuckets]uint64) uint64 {
 // (a page reset or a forged page) count as zero: the result can only under-report, never widen a grant.
 func HistDelta(cur, prev [LatencyBuckets]uint64) [LatencyBuckets]uint64 {
 	var d [LatencyBuckets]uint64
-	for i := range cur {
+	deltaInto(d[:], cur[:], prev[:])
+	return d
+}
+
+// deltaInto writes cur - prev per bucket into d, a counter that went backwards as zero.
+func deltaInto(d, cur, prev []uint64) {
+	for i := range d {
 		if cur[i] > prev[i] {
 			// no process completes 2^40 requests in a window: a larger step is forged, and capping it keeps the
 			// window's sums exact
 			d[i] = min(cur[i]-prev[i], 1<<40)
 		}
 	}
-	return d
 }
 
 // FineBuckets is the number of buckets of the fine latency histogram (table.LatFineBuckets): LatFineSub per octave
@@ -98,11 +103,7 @@ func FineP99(h [FineBuckets]uint64) (p99 time.Duration, n uint64, ok bool) {
 // FineDelta is HistDelta for the fine histogram.
 func FineDelta(cur, prev [FineBuckets]uint64) [FineBuckets]uint64 {
 	var d [FineBuckets]uint64
-	for i := range cur {
-		if cur[i] > prev[i] {
-			d[i] = min(cur[i]-prev[i], 1<<40)
-		}
-	}
+	deltaInto(d[:], cur[:], prev[:])
 	return d
 }
 
