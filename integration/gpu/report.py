@@ -239,6 +239,16 @@ def coloc_frontier(out, md, outdir, res):
     md.append("")
 
 
+def _build_plain(outdir, skip, slo_ms):
+    """build() of another run without merging further runs into it (--with)."""
+    saved = getattr(build, "with_runs", [])
+    build.with_runs = []
+    try:
+        return build(outdir, skip, slo_ms)
+    finally:
+        build.with_runs = saved
+
+
 def build(outdir, skip, slo_ms):
     raw, meta = load(outdir)
     res = {"meta": {k: meta.get(k) for k in ("started", "finished", "gpu", "driver", "duration", "load", "lc_groups",
@@ -416,7 +426,17 @@ def build(outdir, skip, slo_ms):
     # ---- co-location (issue 12)
     if any(g.startswith("coloc:") for g in raw):
         coloc(raw, meta, skip, outdir, res, md, cdf_rows)
-        coloc_frontier(res.get("coloc", {}), md, outdir, res)
+        merged = dict(res.get("coloc", {}))
+        for other in getattr(build, "with_runs", []):
+            # another run of the same pairs (same GPU model): its points, each a ratio to that run's own solo
+            ores, _, _ = _build_plain(other, skip, slo_ms)
+            tag = os.path.basename(os.path.normpath(other))
+            for pair, cfgs in ores.get("coloc", {}).items():
+                if "+" not in pair:
+                    continue
+                for cfg, r in cfgs.items():
+                    merged.setdefault(pair, {})[cfg if cfg not in merged.get(pair, {}) else "%s@%s" % (cfg, tag)] = r
+        coloc_frontier(merged, md, outdir, res)
     # ---- targets
     md.append("### Targets (issue 8)" + (" and co-location (issue 12)" if "coloc" in res else ""))
     md.append("")
@@ -660,6 +680,9 @@ def main(argv=None):
     ap.add_argument("outdir")
     ap.add_argument("--skip", type=float, default=0.1, help="fraction of each window dropped as warm-up")
     ap.add_argument("--tpot-slo-ms", type=float, default=0, help="default: the run's (meta.json), else 100")
+    ap.add_argument("--with", dest="with_runs", action="append", default=[], metavar="OUTDIR",
+                    help="coloc suite: add another run's points (same GPU model; each a ratio to its own run's solo) to "
+                         "the frontier table and plots; a configuration measured in both is suffixed @<its dir>")
     a = ap.parse_args(argv)
     if not os.path.isdir(os.path.join(a.outdir, "raw")):
         sys.exit("report: %s/raw does not exist: run bench.py --out %s first" % (a.outdir, a.outdir))
@@ -670,6 +693,7 @@ def main(argv=None):
                 slo = json.load(f).get("tpot_slo_ms") or 100.0
         except OSError:
             slo = 100.0
+    build.with_runs = a.with_runs
     res, md, cdf = build(a.outdir, a.skip, slo)
     with open(os.path.join(a.outdir, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
