@@ -40,12 +40,16 @@ func TestDispatchGateBoundsReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.run("ds_probe_rt", "init", "stream", burst)
-	bound := 4 * kernelMs
-	if tail := ms(t, r, "burst", "tail_ms"); tail > bound*1.5+1 {
-		t.Fatalf("gate depth 4: %.1f ms queued after the last launch, bound %.0f ms", tail, bound)
-	}
-	if total := ms(t, r, "burst", "total_ms"); total < 0.9*n*kernelMs {
+	total := ms(t, r, "burst", "total_ms")
+	if total < 0.9*n*kernelMs {
 		t.Fatalf("gated burst took %.1f ms, less than its %0.f ms of kernels: work was lost", total, n*kernelMs)
+	}
+	// The bound is four kernels as long as they really took in this run: on a loaded machine the simulated GPU's
+	// 2 ms spin kernels take longer, and so does the queue they leave (an ungated queue is still ~10x this).
+	perKernel := max(kernelMs, total/n)
+	bound := 4 * perKernel
+	if tail := ms(t, r, "burst", "tail_ms"); tail > bound*1.5+1 {
+		t.Fatalf("gate depth 4: %.1f ms queued after the last launch, bound %.1f ms (4 kernels of %.2f ms)", tail, bound, perKernel)
 	}
 	pg := e.client.Page()
 	if atomic.LoadUint64(&pg.GateWaits) == 0 || atomic.LoadUint64(&pg.GateWaitNs) == 0 {
