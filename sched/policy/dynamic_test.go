@@ -633,3 +633,15 @@ func TestSizedLatencyCriticalIsAPartition(t *testing.T) {
 		}
 	}
 }
+
+// The default reserve is the same with one best-effort neighbour or several: half of 8 groups is 4 whether one or
+// three lower tiers keep the rest (each keeps at least its floor), and never more than their floors leave.
+func TestDefaultReserveDoesNotShrinkWithNeighbours(t *testing.T) {
+	o := DefaultOptions()
+	lc := Tenant{Tier: table.TierLatencyCritical, Guarantee: 2, Sized: true, Shrink: ReserveShrink(2, 8, o)}
+	for lower, want := range map[int]int{1: 4, 3: 4, 5: 3, 7: 2} {
+		if got := ReserveOf(lc, 8, 0, lower, o); got != want {
+			t.Errorf("%d lower tiers: reserve %d groups, want %d", lower, got, want)
+		}
+	}
+}

@@ -102,11 +102,15 @@ type Options struct {
 	LCReserve float64
 }
 
-// ReserveOf is the partition of a Sized latency-critical tenant: every group but those the other tenants'
-// guarantees and lower tiers' floors need, less what its SLO controller gives back (Shrink), never below its own
-// guarantee. others is the sum of the other guaranteed tenants' guarantees, lower the number of lower-tier tenants.
+// ReserveOf is the partition of a Sized latency-critical tenant: all groups but one neighbour's floor, less what its
+// SLO controller gives back (Shrink), within what the other tenants' guarantees and every lower tier's floor leave,
+// never below its own guarantee. others is the sum of the other guaranteed tenants' guarantees, lower the number of
+// lower-tier tenants.
 func ReserveOf(t Tenant, nGroups, others, lower int, o Options) int {
-	return max(t.Guarantee, nGroups-others-max(o.Floor, 1)*max(lower, 1)-max(t.Shrink, 0))
+	floor := max(o.Floor, 1)
+	want := nGroups - floor - max(t.Shrink, 0)     // Shrink counts from "all but one neighbour's floor"
+	room := nGroups - others - floor*max(lower, 1) // what the other guarantees and every floor leave
+	return max(t.Guarantee, min(want, room))
 }
 
 // ReserveShrink is the Shrink that makes ReserveOf the LCReserve fraction of nGroups for a tenant alone with one
