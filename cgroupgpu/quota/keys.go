@@ -77,13 +77,14 @@ func unknownKeys(annotations, labels, envm map[string]string) []UnknownKey {
 		src Source
 	}{{annotations, SourceAnnotation}, {labels, SourceLabel}} {
 		for k, v := range m.kv {
-			if strings.HasPrefix(k, AnnotationPrefix) && !known[k] {
+			if strings.HasPrefix(k, AnnotationPrefix) && !known[k] ||
+				m.src == SourceAnnotation && strings.HasPrefix(k, CeilingAnnotationPrefix) && !isCeilingKey(k) {
 				out = append(out, UnknownKey{Key: k, Value: v, Source: m.src})
 			}
 		}
 	}
 	for k, v := range envm {
-		if strings.HasPrefix(k, EnvPrefix) && !known[k] && !IsRuntimeEnv(k) {
+		if strings.HasPrefix(k, EnvPrefix) && !known[k] && !IsRuntimeEnv(k) && !isCeilingKey(k) {
 			out = append(out, UnknownKey{Key: k, Value: v, Source: SourceEnv})
 		}
 	}
