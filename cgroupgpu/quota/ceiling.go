@@ -62,18 +62,18 @@ func NoCeiling() Ceiling {
 	return Ceiling{Tier: table.TierBestEffort, GPU: GPUSelector{Auto: true}, MaxWeight: 1, Roles: []table.Role{table.RoleNone}}
 }
 
-// Annotations renders c as the device plugin's container annotations.
-func (c Ceiling) Annotations() map[string]string {
+// Annotations renders fields of c (none named: all) as the device plugin's container annotations.
+func (c Ceiling) Annotations(fields ...Field) map[string]string {
 	m := map[string]string{}
-	for f, v := range c.values() {
+	for f, v := range c.values(fields) {
 		m[CeilingAnnotationKey(f)] = v
 	}
 	return m
 }
 
-// Env renders c as the DRA driver's CDI environment (KEY=VALUE, in CeilingFields order).
-func (c Ceiling) Env() []string {
-	vals := c.values()
+// Env renders fields of c (none named: all) as the DRA driver's CDI environment (KEY=VALUE, in CeilingFields order).
+func (c Ceiling) Env(fields ...Field) []string {
+	vals := c.values(fields)
 	var env []string
 	for _, f := range CeilingFields {
 		if v, ok := vals[f]; ok {
@@ -83,11 +83,21 @@ func (c Ceiling) Env() []string {
 	return env
 }
 
-func (c Ceiling) values() map[Field]string {
+func (c Ceiling) values(fields []Field) map[Field]string {
+	if len(fields) > 0 {
+		all := c.values(nil)
+		m := map[Field]string{}
+		for _, f := range fields {
+			if v, ok := all[f]; ok {
+				m[f] = v
+			}
+		}
+		return m
+	}
 	m := map[Field]string{FieldTier: c.Tier.String(), FieldSMs: strconv.FormatUint(uint64(c.SMs), 10),
 		FieldWeight: strconv.FormatUint(uint64(max(c.MaxWeight, 1)), 10)}
 	if c.Memory > 0 {
-		m[FieldMemory] = strconv.FormatUint(c.Memory, 10)
+		m[FieldMemory] = exactBytes(c.Memory)
 	}
 	if !c.GPU.Auto {
 		m[FieldGPU] = c.GPU.String()
@@ -232,7 +242,7 @@ func (c Ceiling) defaults(q Quota) Quota {
 		set(FieldSMs, strconv.FormatUint(uint64(c.SMs), 10))
 	}
 	q.Memory = Memory{Bytes: c.Memory}
-	set(FieldMemory, strconv.FormatUint(c.Memory, 10))
+	set(FieldMemory, exactBytes(c.Memory))
 	if !c.GPU.Auto {
 		q.GPU = c.GPU
 		set(FieldGPU, c.GPU.String())
@@ -267,7 +277,7 @@ func (c Ceiling) capTo(q Quota) (Quota, []string) {
 	}
 	if q.Memory.IsZero() || q.Memory.Percent == 0 && q.Memory.Bytes > c.Memory {
 		if c.Memory > 0 && q.SourceOf(FieldMemory) != SourceAllocation {
-			note(FieldMemory, q.specOf(FieldMemory, q.Memory.String()), strconv.FormatUint(c.Memory, 10))
+			note(FieldMemory, q.specOf(FieldMemory, q.Memory.String()), exactBytes(c.Memory))
 		}
 		q.Memory = Memory{Bytes: c.Memory}
 	}
@@ -304,4 +314,15 @@ func (c Ceiling) check() error {
 			"detshare.io/gpu-memory beside detshare.io/gpu (device plugin), or memory in the claim's DetShareConfig (DRA)"}
 	}
 	return nil
+}
+
+// exactBytes renders b as ParseMemory reads it back exactly: whole GiB or MiB with their unit, else bytes.
+func exactBytes(b uint64) string {
+	switch {
+	case b%(1<<30) == 0:
+		return strconv.FormatUint(b>>30, 10) + "Gi"
+	case b%(1<<20) == 0:
+		return strconv.FormatUint(b>>20, 10) + "Mi"
+	}
+	return strconv.FormatUint(b, 10)
 }

@@ -40,7 +40,8 @@ func TestAllocationAnnotations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"detshare.io/gpu": "1", "detshare.io/sms": "24", "detshare.io/tier": "burstable"}
+	want := map[string]string{"alloc.detshare.io/gpu": "1", "alloc.detshare.io/sms": "24", "alloc.detshare.io/tier": "burstable",
+		"alloc.detshare.io/weight": "1", "alloc.detshare.io/role": "none"}
 	if !reflect.DeepEqual(ann, want) {
 		t.Errorf("shares: got %v, want %v", ann, want)
 	}
@@ -48,7 +49,8 @@ func TestAllocationAnnotations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]string{"detshare.io/gpu": "0", "detshare.io/memory": "2Gi"}; !reflect.DeepEqual(ann, want) {
+	if want := map[string]string{"alloc.detshare.io/gpu": "0", "alloc.detshare.io/memory": "2Gi",
+		"alloc.detshare.io/weight": "1", "alloc.detshare.io/role": "none"}; !reflect.DeepEqual(ann, want) {
 		t.Errorf("memory: got %v, want %v", ann, want)
 	}
 }
@@ -151,8 +153,8 @@ func TestServeRegistersListsAndAllocates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resp.ContainerResponses[0].Annotations["detshare.io/sms"]; got != "16" {
-		t.Errorf("Allocate of 2 units: detshare.io/sms = %q, want 16", got)
+	if got := resp.ContainerResponses[0].Annotations["alloc.detshare.io/sms"]; got != "16" {
+		t.Errorf("Allocate of 2 units: alloc.detshare.io/sms = %q, want 16", got)
 	}
 	if _, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{"gpu0-sm-99"}}}}); err == nil {

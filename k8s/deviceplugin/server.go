@@ -162,7 +162,7 @@ func (p *Plugin) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*plu
 		if p.Devices != nil {
 			// Without the edit the container still gets its quota, and the DetShare runtime handler gives it the
 			// GPU at create time; a plugin that cannot see the driver must not block the pod.
-			if err := p.addGPU(cr, ann[quota.FieldGPU.AnnotationKey()]); err != nil {
+			if err := p.addGPU(cr, ann[quota.CeilingAnnotationKey(quota.FieldGPU)]); err != nil {
 				p.log.WithError(err).Warn("no GPU device edit in the allocation (annotations only)")
 			}
 		}

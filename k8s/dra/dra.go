@@ -15,8 +15,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -43,7 +41,8 @@ const CDIKind = "detshare.io/gpu"
 //	{"apiVersion": "detshare.io/v1alpha1", "kind": "DetShareConfig", "tier": "latency-critical", "sms": "50%",
 //	 "memory": "8Gi", "sloP99": "20ms"}
 //
-// Empty fields take their defaults: tier burstable, the SMs of the allocated groups, no memory limit.
+// Empty fields take their defaults: tier burstable, the SMs of the allocated groups, the groups' share of the GPU's
+// memory. A class's config bounds its claims': the tier and memory are the lower of the two.
 type Config struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -129,35 +128,35 @@ func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletp
 	if gpu < 0 {
 		return fail(fmt.Errorf("claim has no %s device", DriverName))
 	}
-	cfg, err := configOf(claim)
+	class, own, err := configOf(claim)
 	if err != nil {
 		return fail(err)
 	}
-	kv := map[quota.Field]string{quota.FieldGPU: strconv.Itoa(gpu), quota.FieldTier: table.TierBurstable.String(),
-		quota.FieldSMs: strconv.FormatUint(uint64(sms), 10)}
-	if cfg.Tier != "" {
-		kv[quota.FieldTier] = cfg.Tier
+	info, _ := d.gpu(gpu)
+	c, err := d.ceiling(info, sms, len(devs), class, own)
+	if err != nil {
+		return fail(fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, err))
 	}
-	if cfg.SMs != "" {
-		kv[quota.FieldSMs] = cfg.SMs
-	}
-	if cfg.Memory != "" {
-		kv[quota.FieldMemory] = cfg.Memory
-	}
-	if cfg.SLOP99 != "" {
-		kv[quota.FieldSLOP99] = cfg.SLOP99
-	}
+	// The allocation is the container's ceiling (DETSHARE_ALLOC_*, cgroupgpu/quota Ceiling): the tier the configs
+	// allow, the SMs of the allocated groups, the memory the configs give or else the groups' share of the GPU's. The
+	// config's sms and sloP99 are the tenant's own settings under it (DETSHARE_SMS, DETSHARE_SLO_P99); CDI env
+	// replaces the pod's variables of those names, and nothing the pod sets raises the ceiling.
+	env := c.Env()
 	q := quota.Default()
-	var env []string
-	for _, f := range quota.Fields {
-		v, ok := kv[f]
-		if !ok {
+	for _, kv := range []struct {
+		f quota.Field
+		v string
+	}{{quota.FieldSMs, pick(own.SMs, class.SMs)}, {quota.FieldSLOP99, pick(own.SLOP99, class.SLOP99)}} {
+		if kv.v == "" {
 			continue
 		}
-		if err := q.Set(f, v, quota.SourceEnv); err != nil {
+		if err := q.Set(kv.f, kv.v, quota.SourceEnv); err != nil {
 			return fail(fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, err))
 		}
-		env = append(env, f.EnvKey()+"="+v)
+		env = append(env, kv.f.EnvKey()+"="+kv.v)
+	}
+	if r := (quota.Inputs{Env: env}).Resolve(); r.Err != nil { // what the runtime will resolve must resolve
+		return fail(fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, r.Err))
 	}
 	return env, devs, gpu, nil
 }
@@ -171,14 +170,10 @@ func (d *Driver) gpu(index int) (deviceplugin.GPU, bool) {
 	return deviceplugin.GPU{}, false
 }
 
-// configOf merges the opaque DetShareConfigs of the allocation, class first then claim (the claim wins).
-func configOf(claim *resourceapi.ResourceClaim) (Config, error) {
-	var out Config
-	cfgs := append([]resourceapi.DeviceAllocationConfiguration(nil), claim.Status.Allocation.Devices.Config...)
-	sort.SliceStable(cfgs, func(i, j int) bool {
-		return cfgs[i].Source == resourceapi.AllocationConfigSourceClass && cfgs[j].Source != resourceapi.AllocationConfigSourceClass
-	})
-	for _, c := range cfgs {
+// configOf merges the opaque DetShareConfigs of the allocation by source: the class's (an administrator's) and the
+// claim's (the pod author's); within one source a later config's fields win.
+func configOf(claim *resourceapi.ResourceClaim) (class, own Config, err error) {
+	for _, c := range claim.Status.Allocation.Devices.Config {
 		if c.Opaque == nil || c.Opaque.Driver != DriverName {
 			continue
 		}
@@ -186,10 +181,14 @@ func configOf(claim *resourceapi.ResourceClaim) (Config, error) {
 		dec := json.NewDecoder(strings.NewReader(string(c.Opaque.Parameters.Raw)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&cfg); err != nil {
-			return Config{}, fmt.Errorf("opaque config for %s: %w (fields: apiVersion, kind, tier, sms, memory, sloP99)", DriverName, err)
+			return Config{}, Config{}, fmt.Errorf("opaque config for %s: %w (fields: apiVersion, kind, tier, sms, memory, sloP99)", DriverName, err)
 		}
 		if cfg.Kind != ConfigKind || cfg.APIVersion != ConfigAPIVersion {
-			return Config{}, fmt.Errorf("opaque config for %s: kind %q apiVersion %q, want %s %s", DriverName, cfg.Kind, cfg.APIVersion, ConfigKind, ConfigAPIVersion)
+			return Config{}, Config{}, fmt.Errorf("opaque config for %s: kind %q apiVersion %q, want %s %s", DriverName, cfg.Kind, cfg.APIVersion, ConfigKind, ConfigAPIVersion)
+		}
+		out := &own
+		if c.Source == resourceapi.AllocationConfigSourceClass {
+			out = &class
 		}
 		for _, f := range []struct {
 			dst *string
@@ -200,7 +199,61 @@ func configOf(claim *resourceapi.ResourceClaim) (Config, error) {
 			}
 		}
 	}
-	return out, nil
+	return class, own, nil
+}
+
+func pick(own, class string) string {
+	if own != "" {
+		return own
+	}
+	return class
+}
+
+// ceiling is a claim's allocation on GPU g: groups SM groups holding sms SMs, under the class's and the claim's
+// configs. Tier and memory are the lower of the two where both set them (the class bounds its claims), default
+// burstable and the groups' share of the GPU's memory; weight and role are the host's limits.
+func (d *Driver) ceiling(g deviceplugin.GPU, sms uint32, groups int, class, own Config) (quota.Ceiling, error) {
+	c := d.Inventory.Limits.Ceiling(g.Index)
+	c.SMs = sms
+	c.Tier = table.TierBurstable
+	memTotal := uint64(g.MemGiB) << 30
+	if len(g.Groups) > 0 {
+		c.Memory = memTotal * uint64(groups) / uint64(len(g.Groups)) &^ (1<<20 - 1) // whole MiB
+	}
+	first := true
+	for _, cfg := range []Config{class, own} {
+		if cfg.Tier != "" {
+			t, err := quota.ParseTier(cfg.Tier)
+			if err != nil {
+				return c, &quota.FieldError{Key: "tier", Value: cfg.Tier, Source: quota.SourceAllocation, Allowed: err.Error()}
+			}
+			if first || t < c.Tier {
+				c.Tier = t
+			}
+			first = false
+		}
+	}
+	first = true
+	for _, cfg := range []Config{class, own} {
+		if cfg.Memory == "" {
+			continue
+		}
+		m, err := quota.ParseMemory(cfg.Memory)
+		if err != nil || m.IsZero() {
+			allowed := "bytes with an optional unit or a percent of the GPU (memory is what the claim is given; 0 is not allowed)"
+			return c, &quota.FieldError{Key: "memory", Value: cfg.Memory, Source: quota.SourceAllocation, Allowed: allowed}
+		}
+		b := m.Limit(memTotal)
+		if b == 0 || b > memTotal {
+			return c, &quota.FieldError{Key: "memory", Value: cfg.Memory, Source: quota.SourceAllocation,
+				Allowed: fmt.Sprintf("1 byte up to GPU %d's %s", g.Index, quota.FormatBytes(memTotal))}
+		}
+		if first || b < c.Memory {
+			c.Memory = b
+		}
+		first = false
+	}
+	return c, nil
 }
 
 // cdiSpec is the CDI spec (v0.6.0) of one claim: a device named by the claim UID whose edits set the quota env.

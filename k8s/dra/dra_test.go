@@ -56,7 +56,9 @@ func TestEnvFromAllocationAndConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"DETSHARE_TIER=burstable", "DETSHARE_SMS=16", "DETSHARE_GPU=1"}; !reflect.DeepEqual(env, want) {
+	// 2 of 15 groups: 2/15 of 80 GiB, in whole MiB.
+	if want := []string{"DETSHARE_ALLOC_TIER=burstable", "DETSHARE_ALLOC_SMS=16", "DETSHARE_ALLOC_MEMORY=10922Mi",
+		"DETSHARE_ALLOC_GPU=1", "DETSHARE_ALLOC_WEIGHT=1", "DETSHARE_ALLOC_ROLE=none"}; !reflect.DeepEqual(env, want) {
 		t.Errorf("env = %v, want %v", env, want)
 	}
 	if len(devs) != 2 || devs[0].CDIDeviceIDs[0] != "detshare.io/gpu=uid-1" {
@@ -67,7 +69,8 @@ func TestEnvFromAllocationAndConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"DETSHARE_TIER=latency-critical", "DETSHARE_SMS=25%", "DETSHARE_MEMORY=8Gi", "DETSHARE_GPU=0", "DETSHARE_SLO_P99=20ms"}; !reflect.DeepEqual(env, want) {
+	if want := []string{"DETSHARE_ALLOC_TIER=latency-critical", "DETSHARE_ALLOC_SMS=8", "DETSHARE_ALLOC_MEMORY=8Gi",
+		"DETSHARE_ALLOC_GPU=0", "DETSHARE_ALLOC_WEIGHT=1", "DETSHARE_ALLOC_ROLE=none", "DETSHARE_SMS=25%", "DETSHARE_SLO_P99=20ms"}; !reflect.DeepEqual(env, want) {
 		t.Errorf("env = %v, want %v", env, want)
 	}
 }
@@ -87,8 +90,12 @@ func TestBadClaimsRefused(t *testing.T) {
 		{[]string{"gpu0-sm-15"}, "gpu0", "", "no such SM group"},
 		{[]string{"../../x"}, "gpu0", "", "not one of"},
 		{nil, "gpu0", "", "no gpu.detshare.io device"},
-		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"tier":"gold"}`, `DETSHARE_TIER="gold"`},
-		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"memory":"lots"}`, "DETSHARE_MEMORY"},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"tier":"gold"}`, `tier="gold"`},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"memory":"lots"}`, `memory="lots"`},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"memory":"0"}`, `memory="0"`},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"memory":"81Gi"}`, "up to GPU 0's 80Gi"},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"sms":"200%"}`, `DETSHARE_SMS="200%"`},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"tier":"best-effort","sms":"8"}`, "best-effort tenant has no guaranteed SMs"},
 		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"privileged":true}`, "unknown field"},
 		{[]string{"gpu0-sm-0"}, "gpu0", `{"apiVersion":"v1","kind":"Pod"}`, "want DetShareConfig"},
 	} {
@@ -111,7 +118,7 @@ func TestPrepareWritesAndUnprepareRemovesSpec(t *testing.T) {
 		t.Fatal(res[claim.UID].Err)
 	}
 	data, err := os.ReadFile(d.specPath(claim.UID))
-	if err != nil || !strings.Contains(string(data), `"DETSHARE_SMS=8"`) || !strings.Contains(string(data), `"kind":"detshare.io/gpu"`) {
+	if err != nil || !strings.Contains(string(data), `"DETSHARE_ALLOC_SMS=8"`) || !strings.Contains(string(data), `"kind":"detshare.io/gpu"`) {
 		t.Fatalf("CDI spec: %s (%v)", data, err)
 	}
 	d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: claim.UID}})
@@ -141,7 +148,8 @@ func TestPrepareSpecHasTheGPUDeviceNode(t *testing.T) {
 	if n.Path != "/dev/detshare-simgpu1" || n.HostPath != cdi.SimNodeHostPath || n.Type != "c" || n.Major != 1 || n.Minor != 3 {
 		t.Errorf("device node %+v, want GPU 1's", n)
 	}
-	if !reflect.DeepEqual(e.Env, []string{"DETSHARE_TIER=burstable", "DETSHARE_SMS=8", "DETSHARE_GPU=1"}) {
+	if !reflect.DeepEqual(e.Env, []string{"DETSHARE_ALLOC_TIER=burstable", "DETSHARE_ALLOC_SMS=8", "DETSHARE_ALLOC_MEMORY=5461Mi",
+		"DETSHARE_ALLOC_GPU=1", "DETSHARE_ALLOC_WEIGHT=1", "DETSHARE_ALLOC_ROLE=none"}) {
 		t.Errorf("env %v", e.Env)
 	}
 }
