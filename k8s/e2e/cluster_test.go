@@ -105,15 +105,20 @@ func repoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(f), "..", ".."))
 }
 
+// cacheDir is where build-components.sh cached the components (DETSHARE_K8S_CACHE).
+func cacheDir() string {
+	if d := os.Getenv("DETSHARE_K8S_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/detshare-k8s"
+}
+
 func start() (*cluster, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("needs root (containerd, runc and kubelet run as root)")
 	}
 	c := &cluster{repo: repoRoot(), bin: map[string]string{}}
-	cache := os.Getenv("DETSHARE_K8S_CACHE")
-	if cache == "" {
-		cache = "/var/cache/detshare-k8s"
-	}
+	cache := cacheDir()
 	for name, rel := range components {
 		p := filepath.Join(cache, rel)
 		if _, err := os.Stat(p); err != nil {
