@@ -29,8 +29,12 @@ type Plugin struct {
 	// Devices gives each allocated container the GPU its units are on (cgroupgpu/cdi): device nodes and mounts in
 	// the response, and the CDI device name when NVIDIA's CDI spec names the GPU. nil: annotations only.
 	Devices cdi.Source
-	inv     Inventory
-	log     *logrus.Entry
+	// Health says which GPUs are unhealthy (nil: all healthy); ListAndWatch polls it every HealthInterval and sends
+	// the units again whenever it changes, so kubelet stops placing pods on a failed GPU and resumes on recovery.
+	Health         Health
+	HealthInterval time.Duration // 0: 1 s
+	inv            Inventory
+	log            *logrus.Entry
 
 	srv    *grpc.Server
 	socket string
@@ -116,24 +120,50 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 
-// ListAndWatch sends the units once (they are fixed for the node's GPUs) and holds the stream until Stop.
+// ListAndWatch sends the units with their health, and again whenever Health changes, until Stop.
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
 	ids, err := p.inv.Devices(p.Resource)
 	if err != nil {
 		return err
 	}
-	devs := make([]*pluginapi.Device, len(ids))
-	for i, id := range ids {
-		devs[i] = &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
+	send := func(unhealthy map[int]string) error {
+		devs := make([]*pluginapi.Device, len(ids))
+		for i, id := range ids {
+			devs[i] = &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
+			if g, _, _, err := parseDeviceID(id); err == nil && unhealthy[g] != "" {
+				devs[i].Health = pluginapi.Unhealthy
+			}
+		}
+		return s.Send(&pluginapi.ListAndWatchResponse{Devices: devs})
 	}
-	if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+	last := p.Health.now()
+	if err := send(last); err != nil {
 		return err
 	}
-	select {
-	case <-p.stop:
-	case <-s.Context().Done():
+	every := p.HealthInterval
+	if every <= 0 {
+		every = time.Second
 	}
-	return nil
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return nil
+		case <-s.Context().Done():
+			return nil
+		case <-tick.C:
+		}
+		now := p.Health.now()
+		if sameHealth(now, last) {
+			continue
+		}
+		p.log.WithFields(logrus.Fields{"unhealthy": now, "was": last}).Warn("GPU health changed: sending the units again")
+		if err := send(now); err != nil {
+			return err
+		}
+		last = now
+	}
 }
 
 // GetPreferredAllocation keeps each container's units on one GPU.
@@ -227,9 +257,10 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-// Run serves every resource of inv in dir until ctx ends, giving containers their GPU from devices (nil: none), serving and registering again whenever kubelet restarts
-// (its socket directory is wiped, taking ours with it).
-func Run(ctx context.Context, dir string, inv Inventory, devices cdi.Source) error {
+// Run serves every resource of inv in dir until ctx ends, giving containers their GPU from devices (nil: none) and
+// marking the units of the GPUs health reports unhealthy (nil: all healthy), serving and registering again whenever
+// kubelet restarts (its socket directory is wiped, taking ours with it).
+func Run(ctx context.Context, dir string, inv Inventory, devices cdi.Source, health Health) error {
 	var plugins []*Plugin
 	defer func() {
 		for _, p := range plugins {
@@ -241,7 +272,7 @@ func Run(ctx context.Context, dir string, inv Inventory, devices cdi.Source) err
 		if err != nil {
 			return err
 		}
-		p.Devices = devices
+		p.Devices, p.Health = devices, health
 		if err := p.Serve(ctx); err != nil {
 			return err
 		}
@@ -265,7 +296,7 @@ func Run(ctx context.Context, dir string, inv Inventory, devices cdi.Source) err
 			if err != nil {
 				return err
 			}
-			np.Devices = devices
+			np.Devices, np.Health = devices, health
 			if err := np.Serve(ctx); err != nil {
 				np.log.WithError(err).Warn("registration failed; retrying")
 				continue

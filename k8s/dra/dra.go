@@ -58,16 +58,26 @@ const (
 	ConfigAPIVersion = "detshare.io/v1alpha1"
 )
 
-// Slices describes the node's GPUs as one pool per GPU.
-func Slices(inv deviceplugin.Inventory) resourceslice.DriverResources {
+// TaintKey is the device taint the driver puts on the devices of an unhealthy GPU (value: the reason, e.g.
+// mps-failed), with effect NoSchedule: the scheduler allocates them to no new claim until the GPU recovers.
+const TaintKey = DriverName + "/unhealthy"
+
+// Slices describes the node's GPUs as one pool per GPU; with taints, the devices of the GPUs in unhealthy (index →
+// reason) carry TaintKey (device taints: resource.k8s.io/v1 Device.Taints, feature gate DRADeviceTaints).
+func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, taints bool) resourceslice.DriverResources {
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 	for _, g := range inv.GPUs {
 		var devs []resourceapi.Device
 		for i, sms := range g.Groups {
 			idx, memBytes := int64(g.Index), int64(g.MemGiB)<<30
 			uuid := g.UUID
+			var taint []resourceapi.DeviceTaint
+			if why := unhealthy[g.Index]; why != "" && taints {
+				taint = []resourceapi.DeviceTaint{{Key: TaintKey, Value: why, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+			}
 			devs = append(devs, resourceapi.Device{
-				Name: fmt.Sprintf("gpu%d-sm-%d", g.Index, i),
+				Name:   fmt.Sprintf("gpu%d-sm-%d", g.Index, i),
+				Taints: taint,
 				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 					"gpu": {IntValue: &idx}, "uuid": {StringValue: &uuid}, "memory": {IntValue: &memBytes},
 				},

@@ -39,7 +39,7 @@ func claimFor(devices []string, pool string, config string) *resourceapi.Resourc
 }
 
 func TestSlicesOnePoolPerGPU(t *testing.T) {
-	res := Slices(testDriver(t).Inventory)
+	res := Slices(testDriver(t).Inventory, nil, true)
 	if len(res.Pools) != 2 || len(res.Pools["gpu1"].Slices[0].Devices) != 15 {
 		t.Fatalf("pools: %+v", res.Pools)
 	}
@@ -151,5 +151,29 @@ func TestPrepareSpecHasTheGPUDeviceNode(t *testing.T) {
 	if !reflect.DeepEqual(e.Env, []string{"DETSHARE_ALLOC_TIER=burstable", "DETSHARE_ALLOC_SMS=8", "DETSHARE_ALLOC_MEMORY=5461Mi",
 		"DETSHARE_ALLOC_GPU=1", "DETSHARE_ALLOC_WEIGHT=1", "DETSHARE_ALLOC_ROLE=none"}) {
 		t.Errorf("env %v", e.Env)
+	}
+}
+
+// A GPU the scheduler reports unhealthy (its MPS server failed) has its devices tainted NoSchedule, with the reason,
+// where device taints are on; the other GPU's devices are not; off, no device is tainted.
+func TestSlicesTaintUnhealthyGPU(t *testing.T) {
+	inv := testDriver(t).Inventory
+	res := Slices(inv, map[int]string{1: deviceplugin.ReasonMPSFailed}, true)
+	for _, d := range res.Pools["gpu1"].Slices[0].Devices {
+		if len(d.Taints) != 1 || d.Taints[0].Key != TaintKey || d.Taints[0].Value != "mps-failed" || d.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+			t.Fatalf("GPU 1 device %s taints %+v, want %s=mps-failed:NoSchedule", d.Name, d.Taints, TaintKey)
+		}
+	}
+	for _, d := range res.Pools["gpu0"].Slices[0].Devices {
+		if len(d.Taints) != 0 {
+			t.Fatalf("healthy GPU 0 device %s tainted: %+v", d.Name, d.Taints)
+		}
+	}
+	for _, p := range Slices(inv, map[int]string{1: deviceplugin.ReasonMPSFailed}, false).Pools {
+		for _, d := range p.Slices[0].Devices {
+			if len(d.Taints) != 0 {
+				t.Fatalf("device taints off, yet %s is tainted", d.Name)
+			}
+		}
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
@@ -22,6 +24,7 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cmd/detshare/version"
 	"github.com/detshare/detshare/internal/simgpu"
+	"github.com/detshare/detshare/k8s/deviceplugin"
 	"github.com/detshare/detshare/k8s/dra"
 	"github.com/detshare/detshare/k8s/internal/nodecli"
 	"github.com/detshare/detshare/sched/gpuinfo"
@@ -37,6 +40,9 @@ func main() {
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig (default: in-cluster)"},
 			&cli.StringFlag{Name: "kubelet-dir", Value: "/var/lib/kubelet", Usage: "kubelet's root directory (plugins_registry and plugins/ live there)"},
 			&cli.StringFlag{Name: "cdi-dir", Value: "/var/run/cdi", Usage: "where CDI specs go (the runtime's cdi_spec_dirs)"},
+			&cli.BoolFlag{Name: "device-taints", EnvVars: []string{"DETSHARE_DEVICE_TAINTS"},
+				Usage: "taint the devices of a GPU the scheduler reports unhealthy (" + dra.TaintKey + ", NoSchedule) and untaint them on recovery; " +
+					"needs the DRADeviceTaints feature gate (alpha in Kubernetes 1.34: off, the apiserver drops the taints)"},
 		}, nodecli.Flags()...),
 		Action: run,
 	}
@@ -84,10 +90,35 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
-	if err := helper.PublishResources(ctx, dra.Slices(inv)); err != nil {
+	taints := c.Bool("device-taints")
+	health := deviceplugin.TableHealth(c.String("run-dir"))
+	unhealthy := health()
+	if err := helper.PublishResources(ctx, dra.Slices(inv, unhealthy, taints)); err != nil {
 		return fmt.Errorf("publish ResourceSlices: %w", err)
 	}
-	logrus.WithFields(logrus.Fields{"node": node, "gpus": len(inv.GPUs)}).Info("DRA plugin serving")
-	<-ctx.Done()
-	return nil
+	logrus.WithFields(logrus.Fields{"node": node, "gpus": len(inv.GPUs), "device_taints": taints}).Info("DRA plugin serving")
+	if !taints {
+		<-ctx.Done()
+		return nil
+	}
+	// The scheduler's view of each GPU: a failed MPS server taints its devices until it runs again.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		now := health()
+		if maps.Equal(now, unhealthy) {
+			continue
+		}
+		logrus.WithFields(logrus.Fields{"unhealthy": now, "was": unhealthy}).Warn("GPU health changed: publishing device taints")
+		if err := helper.PublishResources(ctx, dra.Slices(inv, now, taints)); err != nil {
+			logrus.WithError(err).Warn("publish ResourceSlices")
+			continue
+		}
+		unhealthy = now
+	}
 }

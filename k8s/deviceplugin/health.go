@@ -1,0 +1,50 @@
+package deviceplugin
+
+import (
+	"maps"
+
+	"github.com/detshare/detshare/internal/table"
+)
+
+// Health reports the node's unhealthy GPUs: index → why, a short word that is also a valid label value
+// ("mps-failed"). nil or empty: every GPU is healthy.
+type Health func() map[int]string
+
+// Unhealthy reasons.
+const (
+	// ReasonMPSFailed: the scheduler found the GPU's MPS server in FAULT (or could not restart it): new MPS clients
+	// on it would fail.
+	ReasonMPSFailed = "mps-failed"
+)
+
+// TableHealth reads the GPUs' health from the scheduler's table in runDir, as the scheduler reports it: a GPU whose
+// MPS server failed (table.MPSFailed) is unhealthy until the scheduler records it running again. Without a table
+// (no scheduler yet) every GPU is healthy: the runtime refuses tenants then anyway.
+func TableHealth(runDir string) Health {
+	return func() map[int]string {
+		tb, err := table.OpenReadOnly(runDir)
+		if err != nil {
+			return nil
+		}
+		defer tb.Close()
+		var out map[int]string
+		for _, g := range tb.GPUs() {
+			if g.MPSState == table.MPSFailed {
+				if out == nil {
+					out = map[int]string{}
+				}
+				out[g.Index] = ReasonMPSFailed
+			}
+		}
+		return out
+	}
+}
+
+func (h Health) now() map[int]string {
+	if h == nil {
+		return nil
+	}
+	return h()
+}
+
+func sameHealth(a, b map[int]string) bool { return maps.Equal(a, b) }
