@@ -262,8 +262,12 @@ func (c Ceiling) capTo(q Quota) (Quota, []string) {
 	var capped []string
 	note := func(f Field, asked, ceiling string) {
 		src := q.SourceOf(f)
+		key := c.Keys[f]
+		if key == "" { // the allocation does not name the field: nothing of it was allocated
+			key = CeilingAnnotationKey(f)
+		}
 		capped = append(capped, fmt.Sprintf("%s=%s (%s) is above what the cluster allocated (%s=%s): capped",
-			quote.Bounded(KeyFor(f, src)), quote.Q(asked), src, c.Keys[f], ceiling))
+			quote.Bounded(KeyFor(f, src)), quote.Q(asked), src, key, ceiling))
 		q.Source[f] = SourceAllocation
 		q.Spec[f] = ceiling
 	}
