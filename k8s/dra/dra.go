@@ -62,33 +62,89 @@ const (
 // mps-failed), with effect NoSchedule: the scheduler allocates them to no new claim until the GPU recovers.
 const TaintKey = DriverName + "/unhealthy"
 
-// Slices describes the node's GPUs as one pool per GPU; with taints, the devices of the GPUs in unhealthy (index →
-// reason) carry TaintKey (device taints: resource.k8s.io/v1 Device.Taints, feature gate DRADeviceTaints).
-func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, taints bool) resourceslice.DriverResources {
+// SliceOptions say how Slices describes the GPUs.
+type SliceOptions struct {
+	// Taints: the devices of an unhealthy GPU carry TaintKey (device taints: resource.k8s.io/v1 Device.Taints,
+	// feature gate DRADeviceTaints).
+	Taints bool
+	// Consumable: one device per GPU that many claims share (allowMultipleAllocations) by consuming its capacity
+	// "sms" (min and step one SM group, max the GPU's guaranteed SMs) and "memory" (step 1 MiB): Kubernetes 1.36+
+	// (consumable capacity, KEP-5075; feature gate DRAConsumableCapacity before). Off: one device per SM group with
+	// capacity "sms", memory in the DetShareConfig (Kubernetes 1.34).
+	Consumable bool
+}
+
+// Slices describes the node's GPUs as one pool per GPU; the GPUs in unhealthy (index → reason) are tainted when
+// opts.Taints.
+func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOptions) resourceslice.DriverResources {
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 	for _, g := range inv.GPUs {
+		var taint []resourceapi.DeviceTaint
+		if why := unhealthy[g.Index]; why != "" && opts.Taints {
+			taint = []resourceapi.DeviceTaint{{Key: TaintKey, Value: why, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		}
+		idx, memBytes := int64(g.Index), int64(g.MemGiB)<<30
+		uuid := g.UUID
+		attrs := func() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+			return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"gpu": {IntValue: &idx}, "uuid": {StringValue: &uuid}, "memory": {IntValue: &memBytes}}
+		}
 		var devs []resourceapi.Device
-		for i, sms := range g.Groups {
-			idx, memBytes := int64(g.Index), int64(g.MemGiB)<<30
-			uuid := g.UUID
-			var taint []resourceapi.DeviceTaint
-			if why := unhealthy[g.Index]; why != "" && taints {
-				taint = []resourceapi.DeviceTaint{{Key: TaintKey, Value: why, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
-			}
+		if size, ok := groupSize(g); opts.Consumable && ok {
+			total, groups := int64(size)*int64(len(g.Groups)), int64(len(g.Groups))
+			a := attrs()
+			sz := int64(size)
+			a["smGroupSize"] = resourceapi.DeviceAttribute{IntValue: &sz}
+			a["smGroups"] = resourceapi.DeviceAttribute{IntValue: &groups}
+			multi := true
 			devs = append(devs, resourceapi.Device{
-				Name:   fmt.Sprintf("gpu%d-sm-%d", g.Index, i),
-				Taints: taint,
-				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-					"gpu": {IntValue: &idx}, "uuid": {StringValue: &uuid}, "memory": {IntValue: &memBytes},
-				},
+				Name: fmt.Sprintf("gpu%d", g.Index), Taints: taint, AllowMultipleAllocations: &multi, Attributes: a,
 				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-					"sms": {Value: *resource.NewQuantity(int64(sms), resource.DecimalSI)},
+					// A claim that names no sms consumes one group, and no memory its share: what one group of the
+					// per-group devices is given.
+					CapacitySMs: {Value: qty(total), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr(qty(sz)),
+						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr(qty(sz)), Max: ptr(qty(total)), Step: ptr(qty(sz))}}},
+					CapacityMemory: {Value: qty(memBytes), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+						Default:    ptr(qty(memBytes / groups &^ (mib - 1))),
+						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr(qty(mib)), Max: ptr(qty(memBytes)), Step: ptr(qty(mib))}}},
 				},
 			})
+		} else {
+			for i, sms := range g.Groups {
+				devs = append(devs, resourceapi.Device{
+					Name: fmt.Sprintf("gpu%d-sm-%d", g.Index, i), Taints: taint, Attributes: attrs(),
+					Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{CapacitySMs: {Value: qty(int64(sms))}},
+				})
+			}
 		}
 		res.Pools[fmt.Sprintf("gpu%d", g.Index)] = resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: devs}}}
 	}
 	return res
+}
+
+// The capacities a device publishes.
+const (
+	CapacitySMs    resourceapi.QualifiedName = "sms"
+	CapacityMemory resourceapi.QualifiedName = "memory"
+)
+
+const mib = 1 << 20
+
+func qty(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.BinarySI) }
+
+func ptr[T any](v T) *T { return &v }
+
+// groupSize is the SMs of each of g's groups, when they are all the same (consumable capacity steps by one group).
+func groupSize(g deviceplugin.GPU) (uint32, bool) {
+	if len(g.Groups) == 0 {
+		return 0, false
+	}
+	for _, s := range g.Groups {
+		if s != g.Groups[0] {
+			return 0, false
+		}
+	}
+	return g.Groups[0], true
 }
 
 // Driver prepares claims into CDI specs in CDIDir.
@@ -114,24 +170,42 @@ func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletp
 	}
 	gpu := -1
 	var sms uint32
+	var groups int
+	var consumed *uint64 // memory consumed from a shared GPU device (consumable capacity)
 	var devs []kubeletplugin.Device
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != DriverName {
 			continue
 		}
 		var g, n int
-		if _, err := fmt.Sscanf(r.Device, "gpu%d-sm-%d", &g, &n); err != nil {
-			return fail(fmt.Errorf("device %q: not one of %s's devices", r.Device, DriverName))
+		_, perGroup := fmt.Sscanf(r.Device, "gpu%d-sm-%d", &g, &n)
+		if perGroup != nil || r.Device != fmt.Sprintf("gpu%d-sm-%d", g, n) {
+			if _, err := fmt.Sscanf(r.Device, "gpu%d", &g); err != nil || r.Device != fmt.Sprintf("gpu%d", g) {
+				return fail(fmt.Errorf("device %q: not one of %s's devices", r.Device, DriverName))
+			}
 		}
 		info, ok := d.gpu(g)
-		if !ok || n < 0 || n >= len(info.Groups) || r.Pool != fmt.Sprintf("gpu%d", g) {
-			return fail(fmt.Errorf("device %s/%s: no such SM group on this node", r.Pool, r.Device))
+		if !ok || r.Pool != fmt.Sprintf("gpu%d", g) || perGroup == nil && (n < 0 || n >= len(info.Groups)) {
+			return fail(fmt.Errorf("device %s/%s: no such device on this node", r.Pool, r.Device))
 		}
 		if gpu >= 0 && g != gpu {
 			return fail(fmt.Errorf("claim spans GPUs %d and %d; a tenant runs on one GPU (ask for at most one GPU's groups, or match on the gpu attribute)", gpu, g))
 		}
 		gpu = g
-		sms += info.Groups[n]
+		if perGroup == nil {
+			sms += info.Groups[n]
+			groups++
+		} else {
+			s, k, mem, err := consumedOf(info, r)
+			if err != nil {
+				return fail(err)
+			}
+			sms, groups = sms+s, groups+k
+			if consumed == nil {
+				consumed = new(uint64)
+			}
+			*consumed += mem
+		}
 		devs = append(devs, kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
 			CDIDeviceIDs: []string{CDIKind + "=" + string(claim.UID)}})
 	}
@@ -143,7 +217,7 @@ func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletp
 		return fail(err)
 	}
 	info, _ := d.gpu(gpu)
-	c, err := d.ceiling(info, sms, len(devs), class, own)
+	c, err := d.ceiling(info, sms, groups, consumed, class, own)
 	if err != nil {
 		return fail(fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, err))
 	}
@@ -222,13 +296,16 @@ func pick(own, class string) string {
 // ceiling is a claim's allocation on GPU g: groups SM groups holding sms SMs, under the class's and the claim's
 // configs. Tier and memory are the lower of the two where both set them (the class bounds its claims), default
 // burstable and the groups' share of the GPU's memory; weight and role are the host's limits.
-func (d *Driver) ceiling(g deviceplugin.GPU, sms uint32, groups int, class, own Config) (quota.Ceiling, error) {
+func (d *Driver) ceiling(g deviceplugin.GPU, sms uint32, groups int, consumed *uint64, class, own Config) (quota.Ceiling, error) {
 	c := d.Inventory.Limits.Ceiling(g.Index)
 	c.SMs = sms
 	c.Tier = table.TierBurstable
 	memTotal := uint64(g.MemGiB) << 30
 	if len(g.Groups) > 0 {
-		c.Memory = memTotal * uint64(groups) / uint64(len(g.Groups)) &^ (1<<20 - 1) // whole MiB
+		c.Memory = memTotal * uint64(groups) / uint64(len(g.Groups)) &^ (mib - 1) // whole MiB
+	}
+	if consumed != nil { // consumable capacity: the memory Kubernetes accounted is the most a config may give
+		c.Memory = *consumed
 	}
 	first := true
 	for _, cfg := range []Config{class, own} {
@@ -258,12 +335,37 @@ func (d *Driver) ceiling(g deviceplugin.GPU, sms uint32, groups int, class, own 
 			return c, &quota.FieldError{Key: "memory", Value: cfg.Memory, Source: quota.SourceAllocation,
 				Allowed: fmt.Sprintf("1 byte up to GPU %d's %s", g.Index, quota.FormatBytes(memTotal))}
 		}
-		if first || b < c.Memory {
+		if first && consumed == nil || b < c.Memory {
 			c.Memory = b
 		}
 		first = false
 	}
 	return c, nil
+}
+
+// consumedOf is what a claim's allocation of GPU g's shared device consumed: SMs (whole groups), groups and memory
+// bytes. An allocation without consumedCapacity (an apiserver without consumable capacity allocates the device
+// whole) consumed the whole GPU.
+func consumedOf(g deviceplugin.GPU, r resourceapi.DeviceRequestAllocationResult) (sms uint32, groups int, mem uint64, err error) {
+	size, ok := groupSize(g)
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("device %s/%s: GPU %d's SM groups differ in size; it is published per group", r.Pool, r.Device, g.Index)
+	}
+	memTotal := uint64(g.MemGiB) << 30
+	if len(r.ConsumedCapacity) == 0 {
+		return size * uint32(len(g.Groups)), len(g.Groups), memTotal, nil
+	}
+	q, ok := r.ConsumedCapacity[CapacitySMs]
+	v, exact := q.AsInt64()
+	if !ok || !exact || v < int64(size) || v%int64(size) != 0 || v > int64(size)*int64(len(g.Groups)) {
+		return 0, 0, 0, fmt.Errorf("device %s/%s: consumed sms %s is not a whole number of %d-SM groups up to %d", r.Pool, r.Device, q.String(), size, int(size)*len(g.Groups))
+	}
+	m, ok := r.ConsumedCapacity[CapacityMemory]
+	b, exact := m.AsInt64()
+	if !ok || !exact || b < mib || uint64(b) > memTotal {
+		return 0, 0, 0, fmt.Errorf("device %s/%s: consumed memory %s is not 1 MiB up to GPU %d's %s", r.Pool, r.Device, m.String(), g.Index, quota.FormatBytes(memTotal))
+	}
+	return uint32(v), int(v / int64(size)), uint64(b), nil
 }
 
 // cdiSpec is the CDI spec (v0.6.0) of one claim: a device named by the claim UID whose edits set the quota env.

@@ -182,7 +182,8 @@ func TestChartTenantLimitsAndPodAnnotations(t *testing.T) {
 		{nil, "device-plugin", `--max-weight 1 --allowed-roles none`},
 		{[]string{"tenantLimits.maxWeight=50", "tenantLimits.allowedRoles={none,decode}"}, "device-plugin", `--max-weight 50 --allowed-roles none,decode`},
 		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "tenantLimits.maxWeight=7"}, "dra-plugin", `--max-weight 7 --allowed-roles none`},
-		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "dra.deviceTaints=true"}, "dra-plugin", `--allowed-roles none --device-taints`},
+		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "dra.deviceTaints=true"}, "dra-plugin", `--allowed-roles none --device-taints --devices auto`},
+		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "dra.devices=gpu"}, "dra-plugin", `--devices gpu`},
 	} {
 		objs, err := helmTemplate(t, tc.set...)
 		if err != nil {
