@@ -104,9 +104,10 @@ func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) 
 	return &pluginapi.Empty{}, nil
 }
 
-// The plugin registers with kubelet's socket, lists its units and allocates over gRPC as kubelet calls it.
-func TestServeRegistersListsAndAllocates(t *testing.T) {
-	dir := t.TempDir()
+// serve serves p (made by New in dir) beside a fake kubelet in dir and returns the registration it sent and a client
+// connection to its socket, all stopped when the test ends.
+func serve(t *testing.T, dir string, p *Plugin) (*pluginapi.RegisterRequest, *grpc.ClientConn) {
+	t.Helper()
 	lis, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -115,25 +116,31 @@ func TestServeRegistersListsAndAllocates(t *testing.T) {
 	srv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(srv, k)
 	go srv.Serve(lis)
-	defer srv.Stop()
-
-	p, err := New(ResourceShares, dir, testInventory())
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(srv.Stop)
 	if err := p.Serve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer p.Stop()
+	t.Cleanup(p.Stop)
 	reg := <-k.got
-	if reg.ResourceName != ResourceShares || reg.Version != pluginapi.Version || reg.Endpoint != "detshare-gpu.sock" {
-		t.Fatalf("registration = %+v", reg)
-	}
 	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, reg.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return reg, conn
+}
+
+// The plugin registers with kubelet's socket, lists its units and allocates over gRPC as kubelet calls it.
+func TestServeRegistersListsAndAllocates(t *testing.T) {
+	dir := t.TempDir()
+	p, err := New(ResourceShares, dir, testInventory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, conn := serve(t, dir, p)
+	if reg.ResourceName != ResourceShares || reg.Version != pluginapi.Version || reg.Endpoint != "detshare-gpu.sock" {
+		t.Fatalf("registration = %+v", reg)
+	}
 	c := pluginapi.NewDevicePluginClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,7 +1,10 @@
 package deviceplugin
 
 import (
+	"context"
+	"errors"
 	"maps"
+	"time"
 
 	"github.com/detshare/detshare/internal/table"
 )
@@ -47,4 +50,33 @@ func (h Health) now() map[int]string {
 	return h()
 }
 
-func sameHealth(a, b map[int]string) bool { return maps.Equal(a, b) }
+// ErrRetry, returned (wrapped) by Watch's changed, keeps the view it was offered unaccepted: the next poll offers
+// the change again.
+var ErrRetry = errors.New("retry at the next poll")
+
+// Watch polls h every interval (0: 1 s) until ctx ends, calling changed with each view that differs from the last
+// one accepted (starting from last). changed's error ends the watch, unless it is ErrRetry.
+func (h Health) Watch(ctx context.Context, every time.Duration, last map[int]string, changed func(now, was map[int]string) error) error {
+	if every <= 0 {
+		every = time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		now := h.now()
+		if maps.Equal(now, last) {
+			continue
+		}
+		if err := changed(now, last); errors.Is(err, ErrRetry) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		last = now
+	}
+}

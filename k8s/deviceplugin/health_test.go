@@ -3,13 +3,9 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/detshare/detshare/internal/table"
@@ -36,30 +32,12 @@ func TestMPSFaultMarksUnitsUnhealthyUntilRecovery(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	lis, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &fakeKubelet{got: make(chan *pluginapi.RegisterRequest, 4)}
-	srv := grpc.NewServer()
-	pluginapi.RegisterRegistrationServer(srv, k)
-	go srv.Serve(lis)
-	defer srv.Stop()
 	p, err := New(ResourceMemory, dir, testInventory())
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Health, p.HealthInterval = TableHealth(runDir), 20*time.Millisecond
-	if err := p.Serve(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
-	reg := <-k.got
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, reg.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	_, conn := serve(t, dir, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(ctx, &pluginapi.Empty{})

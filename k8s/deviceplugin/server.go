@@ -140,30 +140,19 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListA
 	if err := send(last); err != nil {
 		return err
 	}
-	every := p.HealthInterval
-	if every <= 0 {
-		every = time.Second
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
+	ctx, cancel := context.WithCancel(s.Context())
+	defer cancel()
+	go func() {
 		select {
 		case <-p.stop:
-			return nil
-		case <-s.Context().Done():
-			return nil
-		case <-tick.C:
+			cancel()
+		case <-ctx.Done():
 		}
-		now := p.Health.now()
-		if sameHealth(now, last) {
-			continue
-		}
-		p.log.WithFields(logrus.Fields{"unhealthy": now, "was": last}).Warn("GPU health changed: sending the units again")
-		if err := send(now); err != nil {
-			return err
-		}
-		last = now
-	}
+	}()
+	return p.Health.Watch(ctx, p.HealthInterval, last, func(now, was map[int]string) error {
+		p.log.WithFields(logrus.Fields{"unhealthy": now, "was": was}).Warn("GPU health changed: sending the units again")
+		return send(now)
+	})
 }
 
 // GetPreferredAllocation keeps each container's units on one GPU.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -110,25 +109,14 @@ func run(c *cli.Context) error {
 		return nil
 	}
 	// The scheduler's view of each GPU: a failed MPS server taints its devices until it runs again.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		now := health()
-		if maps.Equal(now, unhealthy) {
-			continue
-		}
-		logrus.WithFields(logrus.Fields{"unhealthy": now, "was": unhealthy}).Warn("GPU health changed: publishing device taints")
+	return health.Watch(ctx, time.Second, unhealthy, func(now, was map[int]string) error {
+		logrus.WithFields(logrus.Fields{"unhealthy": now, "was": was}).Warn("GPU health changed: publishing device taints")
 		if err := helper.PublishResources(ctx, dra.Slices(inv, now, opts)); err != nil {
 			logrus.WithError(err).Warn("publish ResourceSlices")
-			continue
+			return deviceplugin.ErrRetry
 		}
-		unhealthy = now
-	}
+		return nil
+	})
 }
 
 // consumable decides --devices: gpu (consumable capacity), groups, or auto: gpu where the apiserver is Kubernetes 1.36
