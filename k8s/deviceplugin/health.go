@@ -15,13 +15,13 @@ type Health func() map[int]string
 
 // Unhealthy reasons.
 const (
-	// ReasonMPSFailed: the scheduler found the GPU's MPS server in FAULT (or could not restart it): new MPS clients
-	// on it would fail.
+	// ReasonMPSFailed: the scheduler records the GPU's MPS as failed (its control daemon failed to start or to
+	// restart): new MPS clients on it would fail.
 	ReasonMPSFailed = "mps-failed"
 )
 
 // TableHealth reads the GPUs' health from the scheduler's table in runDir, as the scheduler reports it: a GPU whose
-// MPS server failed (table.MPSFailed) is unhealthy until the scheduler records it running again. Without a table
+// MPS failed (table.MPSFailed: its control daemon failed to start or to restart) is unhealthy until the scheduler records it running again. Without a table
 // (no scheduler yet) every GPU is healthy: the runtime refuses tenants then anyway.
 func TableHealth(runDir string) Health {
 	return func() map[int]string {

@@ -11,7 +11,7 @@ import (
 	"github.com/detshare/detshare/internal/table"
 )
 
-// When the scheduler reports a GPU's MPS server failed (recorded in its table, as sched/mps does on FAULT; simulated
+// When the scheduler reports a GPU's MPS server failed (recorded in its table, as its MPS watcher does when the control daemon cannot be restarted; simulated
 // here by writing the table), ListAndWatch sends that GPU's units again as Unhealthy, so kubelet places no new pod
 // there; when the scheduler records it running again they are sent Healthy. The other GPU's units stay healthy.
 func TestMPSFaultMarksUnitsUnhealthyUntilRecovery(t *testing.T) {

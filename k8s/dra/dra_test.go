@@ -157,7 +157,7 @@ func TestPrepareSpecHasTheGPUDeviceNode(t *testing.T) {
 	}
 }
 
-// A GPU the scheduler reports unhealthy (its MPS server failed) has its devices tainted NoSchedule, with the reason,
+// A GPU the scheduler reports unhealthy (its MPS control daemon failed) has its devices tainted NoSchedule, with the reason,
 // where device taints are on; the other GPU's devices are not; off, no device is tainted.
 func TestSlicesTaintUnhealthyGPU(t *testing.T) {
 	inv := testDriver(t).Inventory
