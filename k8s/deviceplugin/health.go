@@ -21,8 +21,9 @@ const (
 )
 
 // TableHealth reads the GPUs' health from the scheduler's table in runDir, as the scheduler reports it: a GPU whose
-// MPS failed (table.MPSFailed: its control daemon failed to start or to restart) is unhealthy until the scheduler records it running again. Without a table
-// (no scheduler yet) every GPU is healthy: the runtime refuses tenants then anyway.
+// MPS failed (table.MPSFailed: its control daemon failed to start or to restart) is unhealthy until the scheduler
+// records it running again. Without a table (no scheduler yet) every GPU is healthy: the runtime refuses tenants then
+// anyway.
 func TableHealth(runDir string) Health {
 	return func() map[int]string {
 		tb, err := table.OpenReadOnly(runDir)
