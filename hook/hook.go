@@ -205,6 +205,9 @@ func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepar
 		return Prepared{}, nil
 	}
 	log := logrus.WithField("id", c.id)
+	for _, m := range in.Capped { // the container asked above what the cluster allocated it
+		log.WithField("capped", m).Warn("quota capped to the allocation")
+	}
 	if err := cfg.Validate(c.needHook); err != nil {
 		return failOpen(cfg, c.id, err)
 	}

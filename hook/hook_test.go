@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook/specmod"
@@ -202,5 +204,46 @@ func TestPrepareRefusesUnknownKeys(t *testing.T) {
 	spec := `{"process":{"env":["DETSHARE_LOG_LEVEL=debug","DETSHARE_RUN_DIR=/run/detshare"]},"root":{"path":"rootfs"}}`
 	if p, err := Prepare(context.Background(), cfg, Request{ID: "plain", Bundle: writeBundle(t, spec)}); err != nil || p.Registered {
 		t.Errorf("container with only DetShare's runtime variables: %+v, %v", p, err)
+	}
+}
+
+// A container carrying the cluster's allocation (the device plugin's alloc.detshare.io/* annotations) gets at most
+// that: its environment's asks above it are capped and logged; one allocated no memory is refused, even under
+// fail-open, and nothing is registered (issue 29).
+func TestPrepareCapsToTheAllocation(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	cfg := testConfig(t)
+	logged := logtest.NewGlobal()
+	spec := `{"process":{"env":["DETSHARE_TIER=latency-critical","DETSHARE_SMS=100%","DETSHARE_MEMORY=0","DETSHARE_WEIGHT=10000"]},` +
+		`"annotations":{"alloc.detshare.io/tier":"burstable","alloc.detshare.io/sms":"16","alloc.detshare.io/memory":"1Gi",` +
+		`"alloc.detshare.io/gpu":"0","alloc.detshare.io/weight":"1","alloc.detshare.io/role":"none"},"root":{"path":"rootfs"}}`
+	p, err := Prepare(context.Background(), cfg, Request{ID: "c1", Bundle: writeBundle(t, spec), NoPoststopHook: true})
+	if err != nil || !p.Registered {
+		t.Fatalf("prepare: %+v, %v", p, err)
+	}
+	reg := p.Result.Registration
+	if reg.Tier != table.TierBurstable || reg.SMs != 16 || reg.MemLimit != 1<<30 || reg.Weight != 1 {
+		t.Errorf("registered tier %s, %d SMs, memory %d, weight %d; want burstable, 16, 1 GiB, 1", reg.Tier, reg.SMs, reg.MemLimit, reg.Weight)
+	}
+	var capped []string
+	for _, e := range logged.AllEntries() {
+		if e.Message == "quota capped to the allocation" {
+			capped = append(capped, fmt.Sprint(e.Data["capped"]))
+		}
+	}
+	if all := strings.Join(capped, "\n"); !strings.Contains(all, "DETSHARE_TIER") || !strings.Contains(all, "DETSHARE_MEMORY") ||
+		!strings.Contains(all, "DETSHARE_WEIGHT") {
+		t.Errorf("capped fields logged: %q, want DETSHARE_TIER, DETSHARE_MEMORY and DETSHARE_WEIGHT", capped)
+	}
+
+	cfg.FailOpen = true
+	noMem := `{"process":{"env":["PATH=/bin"]},"annotations":{"alloc.detshare.io/tier":"burstable","alloc.detshare.io/sms":"16",` +
+		`"alloc.detshare.io/gpu":"0"},"root":{"path":"rootfs"}}`
+	if p, err := Prepare(context.Background(), cfg, Request{ID: "c2", Bundle: writeBundle(t, noMem), NoPoststopHook: true}); err == nil ||
+		!strings.Contains(err.Error(), "detshare.io/gpu-memory") || p.Registered || p.FailedOpen != nil {
+		t.Errorf("allocation without memory: %+v, %v; want a refusal asking for detshare.io/gpu-memory", p, err)
+	}
+	if _, ok, _ := tenant.Lookup(cfg.RunDir, "c2"); ok {
+		t.Error("the refused container is registered")
 	}
 }

@@ -195,7 +195,8 @@ func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest, spe
 	var labels map[string]string
 	var err error
 	_, cri := spec.Annotations()[SandboxTypeAnnotation]
-	// Kubernetes reaches DetShare through pod annotations (pod_annotations); CRI containers skip the label
+	// Kubernetes reaches DetShare through annotations (container_annotations: the device plugin's allocation;
+	// pod_annotations where passed) and the environment (DRA's CDI edits); CRI containers skip the label
 	// round trip to containerd (~10 ms of start latency).
 	if s.labels != nil && !cri {
 		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)

@@ -38,6 +38,9 @@ func (q Quota) Place(gpu table.GPUState) (Placement, error) {
 	p := Placement{GPU: gpu.Index, UUID: gpu.UUID}
 	if q.Tier.Guaranteed() && !q.SMs.IsZero() {
 		p.Wanted = q.SMs.Wanted(gpu.SMCount)
+		if q.Ceiling != nil && p.Wanted > q.Ceiling.SMs { // a percent above what the cluster allocated
+			p.Wanted = q.Ceiling.SMs
+		}
 		g, s, err := RoundSMs(gpu.Split, p.Wanted)
 		if err != nil {
 			src := q.SourceOf(FieldSMs)
@@ -47,6 +50,9 @@ func (q Quota) Place(gpu table.GPUState) (Placement, error) {
 		p.Groups, p.SMs = g, s
 	}
 	p.MemLimit = q.Memory.Limit(gpu.MemTotal)
+	if c := q.Ceiling; c != nil && (p.MemLimit == 0 || p.MemLimit > c.Memory) {
+		p.MemLimit = c.Memory // memory is what the cluster allocated, never unlimited
+	}
 	if gpu.MemTotal != 0 && p.MemLimit > gpu.MemTotal {
 		src := q.SourceOf(FieldMemory)
 		return Placement{}, &FieldError{Key: KeyFor(FieldMemory, src), Value: q.specOf(FieldMemory, q.Memory.String()),

@@ -24,6 +24,7 @@ var runtimeEnv = map[string]bool{
 	"DETSHARE_DOCKER_CONFIG": true, "DETSHARE_CONTAINERD_CONFIG": true, "DETSHARE_CONTAINERD_DROPIN": true,
 	"DETSHARE_DEVICE_PLUGIN_DIR": true, "DETSHARE_SHIM_LABELS": true, "DETSHARE_SIMULATED_GPU": true,
 	"DETSHARE_FORCE_REMOVE": true, "DETSHARE_HOST_ROOT": true, "DETSHARE_DEPS_YES": true,
+	"DETSHARE_MAX_WEIGHT": true, "DETSHARE_ALLOWED_ROLES": true, "DETSHARE_DRA_DEVICES": true, "DETSHARE_DEVICE_TAINTS": true,
 	// set in the tenant by DetShare, read by libdetshare
 	"DETSHARE_QUOTA_FILE": true, "DETSHARE_TENANT": true, "DETSHARE_CLIENT_PAGE_FD": true, "DETSHARE_LOG": true,
 	"DETSHARE_STRICT_STREAMS": true, "DETSHARE_MPS_PRIORITY": true, "DETSHARE_REAL_LIBCUDA": true,
@@ -77,13 +78,14 @@ func unknownKeys(annotations, labels, envm map[string]string) []UnknownKey {
 		src Source
 	}{{annotations, SourceAnnotation}, {labels, SourceLabel}} {
 		for k, v := range m.kv {
-			if strings.HasPrefix(k, AnnotationPrefix) && !known[k] {
+			if strings.HasPrefix(k, AnnotationPrefix) && !known[k] ||
+				m.src == SourceAnnotation && strings.HasPrefix(k, CeilingAnnotationPrefix) && !isCeilingKey(k) {
 				out = append(out, UnknownKey{Key: k, Value: v, Source: m.src})
 			}
 		}
 	}
 	for k, v := range envm {
-		if strings.HasPrefix(k, EnvPrefix) && !known[k] && !IsRuntimeEnv(k) {
+		if strings.HasPrefix(k, EnvPrefix) && !known[k] && !IsRuntimeEnv(k) && !isCeilingKey(k) {
 			out = append(out, UnknownKey{Key: k, Value: v, Source: SourceEnv})
 		}
 	}

@@ -139,6 +139,8 @@ type Quota struct {
 	Lend   bool
 	Pinned bool
 	SLOP99 time.Duration // 0 = none
+	// Ceiling is what the cluster allocated the tenant (nil: no allocation): Place caps SMs and memory to it.
+	Ceiling *Ceiling
 	// Source records, per field, which source won.
 	Source map[Field]Source
 	// Spec records, per field, the text that was parsed (empty for untouched defaults).
@@ -170,6 +172,8 @@ func KeyFor(f Field, src Source) string {
 		return f.AnnotationKey()
 	case SourceEnv:
 		return f.EnvKey()
+	case SourceAllocation:
+		return CeilingAnnotationKey(f)
 	case SourceFlag:
 		if f == FieldSMs {
 			return "--sm" // the flag of `detshare run`
@@ -424,6 +428,8 @@ type Resolved struct {
 	// Unknown is CheckKeys' verdict: the keys with a DetShare prefix that DetShare does not know, joined, or nil.
 	// It is part of Err too; alone it decides whether a container that set no quota key is refused.
 	Unknown error
+	// Capped says which fields asked above the Ceiling and were lowered to it, one message each (for the log).
+	Capped []string
 	// Err is why the inputs give no quota (bad values, unknown keys and fields, a bad combination), joined, or nil.
 	Err error
 	ok  bool // made by Resolve (the zero Resolved is not a quota)
@@ -456,6 +462,15 @@ func (in Inputs) Resolve() Resolved {
 	envm := envMap(in.Env)
 	r := Resolved{ok: true}
 	var errs []error
+	// What the cluster allocated (device plugin, DRA driver) is the defaults and the most each field may be.
+	ceil, hasCeil, err := ceilingOf(in.Annotations, envm)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if hasCeil {
+		r.Asked = true
+		q = ceil.defaults(q)
+	}
 	for _, f := range Fields {
 		var value string
 		var src Source
@@ -482,6 +497,13 @@ func (in Inputs) Resolve() Resolved {
 		if !knownField(f) {
 			errs = append(errs, fmt.Errorf("unknown quota field %s: allowed fields are %s", quote.Q(string(f)), fieldList()))
 		}
+	}
+	if hasCeil {
+		if err := ceil.check(); err != nil {
+			errs = append(errs, err)
+		}
+		q, r.Capped = ceil.capTo(q)
+		q.Ceiling = &ceil
 	}
 	if len(errs) > 0 {
 		r.Err = errors.Join(errs...)
@@ -523,8 +545,8 @@ func (q Quota) Validate() error {
 		return &FieldError{Key: KeyFor(FieldRole, q.SourceOf(FieldRole)), Value: q.Role.String(),
 			Source: q.SourceOf(FieldRole), Allowed: allowedRole}
 	}
-	if q.Tier == table.TierBestEffort && !q.SMs.IsZero() && q.SourceOf(FieldSMs) != SourceDefault {
-		src := q.SourceOf(FieldSMs)
+	if src := q.SourceOf(FieldSMs); q.Tier == table.TierBestEffort && !q.SMs.IsZero() && src != SourceDefault &&
+		src != SourceAllocation {
 		return &FieldError{Key: KeyFor(FieldSMs, src), Value: q.specOf(FieldSMs, q.SMs.String()), Source: src,
 			Allowed: fmt.Sprintf("a best-effort tenant has no guaranteed SMs (%s); use tier burstable or latency-critical, or sms 0", tierSrc)}
 	}

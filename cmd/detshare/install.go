@@ -26,7 +26,8 @@ import (
 const (
 	installRuntimeName = "detshare"
 	installShimType    = "io.containerd.detshare.v1"
-	installAnnotations = "detshare.io/*"
+	installAnnotations = "detshare.io/*"       // pods' own quota keys (pod_annotations, only with --pod-annotations)
+	installAllocation  = "alloc.detshare.io/*" // the device plugin's ceiling (container_annotations)
 	defaultDaemonJSON  = "/etc/docker/daemon.json"
 	defaultCtrdConfig  = "/etc/containerd/config.toml"
 	defaultCtrdDropIn  = "/etc/containerd/conf.d/detshare.toml"
@@ -51,8 +52,9 @@ changed. The containerd CRI handler names the shim by absolute path (runtime_pat
   docker:     daemon.json "runtimes": {"detshare": …}. Docker < 24 gets the runc wrapper (a "path" runtime; Docker
               20.10 cannot name a shim); Docker ≥ 24 the containerd shim through "runtimeType".
   containerd: the CRI runtime handler "detshare" (runtime_type io.containerd.detshare.v1) with
-              pod_annotations and container_annotations = ["detshare.io/*"] (pods' tier annotations; the device
-              plugin's quota, set as container annotations). The existing config's version decides (containerd --version
+              container_annotations = ["alloc.detshare.io/*"] (the device plugin's allocation, the container's
+              ceiling) and, only with --pod-annotations, pod_annotations = ["detshare.io/*"] (pods' own quota keys,
+              which can lower an allocation, never raise it, but set the quota of a pod that has none). The existing config's version decides (containerd --version
               when there is none): version 2 (containerd 1.x): a marked section in config.toml (1.x imports would
               replace the whole CRI section), plugin "io.containerd.grpc.v1.cri"; version 3 (containerd 2.x): a
               drop-in and an imports entry, plugin "io.containerd.cri.v1.runtime".`,
@@ -91,6 +93,7 @@ changed. The containerd CRI handler names the shim by absolute path (runtime_pat
 					&cli.StringFlag{Name: "drop-in", Value: defaultCtrdDropIn, EnvVars: []string{"DETSHARE_CONTAINERD_DROPIN"}, Usage: "drop-in file (config version 3)"},
 					&cli.StringFlag{Name: "containerd-version", Value: "auto", Usage: "containerd version, used when the config does not say its version (auto: ask containerd --version)"},
 					&cli.StringFlag{Name: "shim", Value: siblingOr("containerd-shim-detshare-v1", defaultShimBin), Usage: "containerd-shim-detshare-v1 path (runtime_path of the CRI handler)"},
+					&cli.BoolFlag{Name: "pod-annotations", Usage: "also pass pods' detshare.io/* annotations to the handler (off: a pod's quota is its allocation, lowered only by its own DETSHARE_* environment)"},
 				},
 				Action: func(c *cli.Context) error {
 					shim := c.String("shim")
@@ -105,7 +108,8 @@ changed. The containerd CRI handler names the shim by absolute path (runtime_pat
 					if err != nil {
 						return err
 					}
-					return containerdInstall(c.App.Writer, c.String("config"), c.String("drop-in"), ver, shim, c.Bool("dry-run"))
+					return containerdInstall(c.App.Writer, c.String("config"), c.String("drop-in"), ver,
+						ctrdHandler{shim: shim, podAnnotations: c.Bool("pod-annotations")}, c.Bool("dry-run"))
 				},
 			},
 		},
@@ -571,20 +575,38 @@ func criSection(version int) string {
 	return `plugins."io.containerd.grpc.v1.cri".containerd.runtimes.` + installRuntimeName
 }
 
-func runtimeBlock(version int) string { return runtimeBlockWith(version, "", defaultShimBin) }
+func runtimeBlock(version int) string {
+	return runtimeBlockWith(version, "", ctrdHandler{shim: defaultShimBin})
+}
+
+// ctrdHandler is what the CRI handler install writes says: the shim's path and whether pods' annotations pass.
+type ctrdHandler struct {
+	shim           string
+	podAnnotations bool
+}
+
+// annotations are the handler's annotation lines. Container annotations pass only the device plugin's ceiling
+// (kubelet sets them; a pod cannot), and pod annotations, when passed at all, never include it.
+func (h ctrdHandler) annotations() string {
+	s := fmt.Sprintf("  container_annotations = [%q]\n", installAllocation)
+	if h.podAnnotations {
+		s = fmt.Sprintf("  pod_annotations = [%q]\n", installAnnotations) + s
+	}
+	return s
+}
 
 // runtimeBlockWith is the marked section; defaultRuntime, when not empty, also defines that runtime as runc's. A
 // config that names any runtime under containerd.runtimes loses containerd's built-in "runc" entry, and the CRI
 // plugin then refuses to load ("no corresponding runtime configured … default_runtime_name"): Debian's stock
 // config.toml is such a file.
-func runtimeBlockWith(version int, defaultRuntime, shim string) string {
+func runtimeBlockWith(version int, defaultRuntime string, h ctrdHandler) string {
 	extra := ""
 	if defaultRuntime != "" {
 		sec := strings.TrimSuffix(criSection(version), installRuntimeName) + defaultRuntime
 		extra = fmt.Sprintf("[%s]\n  runtime_type = \"io.containerd.runc.v2\"\n", sec)
 	}
-	return fmt.Sprintf("%s\n%s[%s]\n  runtime_type = %q\n  runtime_path = %q\n  pod_annotations = [%q]\n  container_annotations = [%q]\n%s\n",
-		beginMarker, extra, criSection(version), installShimType, shim, installAnnotations, installAnnotations, endMarker)
+	return fmt.Sprintf("%s\n%s[%s]\n  runtime_type = %q\n  runtime_path = %q\n%s%s\n",
+		beginMarker, extra, criSection(version), installShimType, h.shim, h.annotations(), endMarker)
 }
 
 // missingDefaultRuntime returns the CRI default runtime's name when the config does not define it (so adding a
@@ -623,9 +645,9 @@ var lookupPath = doctor.LookupTOML
 
 // ctrdV2Install adds the marked runtime section to a containerd 1.x (config version 2) config.toml. A section from an
 // earlier install is replaced, so the result is the same however often it runs.
-func ctrdV2Install(old []byte, shim string) ([]byte, error) {
+func ctrdV2Install(old []byte, h ctrdHandler) ([]byte, error) {
 	if len(bytes.TrimSpace(old)) == 0 {
-		return []byte("version = 2\n\n" + runtimeBlockWith(2, "runc", shim)), nil
+		return []byte("version = 2\n\n" + runtimeBlockWith(2, "runc", h)), nil
 	}
 	base, err := ctrdRemoveBlock(old)
 	if err != nil {
@@ -639,15 +661,15 @@ func ctrdV2Install(old []byte, shim string) ([]byte, error) {
 		return nil, fmt.Errorf("config version %d: containerd 1.x needs version = 2 (version 1 names the CRI plugin \"cri\"); migrate the file first", v)
 	}
 	if _, ok := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", installRuntimeName); ok {
-		return nil, fmt.Errorf("[%s] already exists and was not written by detshare install: set runtime_type = %q, pod_annotations = [%q] and container_annotations = [%q] in it by hand, or remove it",
-			criSection(2), installShimType, installAnnotations, installAnnotations)
+		return nil, fmt.Errorf("[%s] already exists and was not written by detshare install: set runtime_type = %q and container_annotations = [%q] in it by hand, or remove it",
+			criSection(2), installShimType, installAllocation)
 	}
 	out := append([]byte{}, base...)
 	if len(out) > 0 && !bytes.HasSuffix(out, []byte("\n")) {
 		out = append(out, '\n')
 	}
 	out = append(out, '\n')
-	out = append(out, runtimeBlockWith(2, missingDefaultRuntime(m, "io.containerd.grpc.v1.cri"), shim)...)
+	out = append(out, runtimeBlockWith(2, missingDefaultRuntime(m, "io.containerd.grpc.v1.cri"), h)...)
 	if bytes.Equal(out, old) {
 		return old, nil
 	}
@@ -779,10 +801,10 @@ func ctrdImports(old []byte, path string) ([]byte, error) {
 }
 
 // containerdInstall registers the handler in a config of the given version (2: containerd 1.x, 3: 2.x).
-func containerdInstall(w io.Writer, config, dropIn string, version int, shim string, dry bool) error {
+func containerdInstall(w io.Writer, config, dropIn string, version int, h ctrdHandler, dry bool) error {
 	const restart = "restart containerd: systemctl restart containerd; Kubernetes: apply configs/kubernetes/runtimeclass.yaml"
 	if version < 3 {
-		return applyEdit(w, config, dry, func(old []byte) ([]byte, error) { return ctrdV2Install(old, shim) }, restart)
+		return applyEdit(w, config, dry, func(old []byte) ([]byte, error) { return ctrdV2Install(old, h) }, restart)
 	}
 	main, err := os.ReadFile(config)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -794,7 +816,7 @@ func containerdInstall(w io.Writer, config, dropIn string, version int, shim str
 	}
 	def := missingDefaultRuntime(m, "io.containerd.cri.v1.runtime")
 	if err := applyEdit(w, dropIn, dry, func(old []byte) ([]byte, error) {
-		return []byte("version = 3\n\n" + runtimeBlockWith(3, def, shim)), nil
+		return []byte("version = 3\n\n" + runtimeBlockWith(3, def, h)), nil
 	}, "(drop-in)"); err != nil {
 		return err
 	}

@@ -179,11 +179,13 @@ func TestInstallContainerd16KeepsTheFileAndUninstallRestoresIt(t *testing.T) {
 	}
 	rt, _ := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "detshare")
 	rtm, _ := rt.(map[string]any)
-	for _, k := range []string{"pod_annotations", "container_annotations"} {
-		// container annotations carry the device plugin's quota (k8s/deviceplugin), pod annotations a pod's tier
-		if a, _ := rtm[k].([]any); rtm["runtime_type"] != installShimType || len(a) != 1 || a[0] != "detshare.io/*" {
-			t.Errorf("runtime section %v: want %s = [\"detshare.io/*\"]", rt, k)
-		}
+	// Container annotations carry the device plugin's allocation (k8s/deviceplugin); pods' annotations pass only
+	// with --pod-annotations (TestInstallContainerdPodAnnotationsOptIn).
+	if a, _ := rtm["container_annotations"].([]any); rtm["runtime_type"] != installShimType || len(a) != 1 || a[0] != "alloc.detshare.io/*" {
+		t.Errorf("runtime section %v: want container_annotations = [\"alloc.detshare.io/*\"]", rt)
+	}
+	if _, ok := rtm["pod_annotations"]; ok {
+		t.Errorf("runtime section %v passes pod annotations by default", rt)
 	}
 	if sc, _ := lookupPath(m, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options", "SystemdCgroup"); sc != true {
 		t.Error("existing runc options lost")
@@ -324,7 +326,7 @@ func TestInstallContainerdDefinesTheDefaultRuntimeWhenMissing(t *testing.T) {
 		{"version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"crun\"\n", "runtimes.crun]"},
 		{"", "runtimes.runc]"},
 	} {
-		out, err := ctrdV2Install([]byte(c.config), defaultShimBin)
+		out, err := ctrdV2Install([]byte(c.config), ctrdHandler{shim: defaultShimBin})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,11 +337,11 @@ func TestInstallContainerdDefinesTheDefaultRuntimeWhenMissing(t *testing.T) {
 		if _, err := toml.Decode(string(out), &m); err != nil {
 			t.Errorf("result does not parse: %v", err)
 		}
-		if again, _ := ctrdV2Install(out, defaultShimBin); !bytes.Equal(again, out) {
+		if again, _ := ctrdV2Install(out, ctrdHandler{shim: defaultShimBin}); !bytes.Equal(again, out) {
 			t.Errorf("second install changed the file")
 		}
 	}
-	out, _ := ctrdV2Install([]byte(ctrdConfig16), defaultShimBin)
+	out, _ := ctrdV2Install([]byte(ctrdConfig16), ctrdHandler{shim: defaultShimBin})
 	if strings.Count(string(out), "runtimes.runc]") != 1 {
 		t.Error("a config that defines runc got a second definition")
 	}
@@ -507,5 +509,37 @@ func TestUninstallAfterAnEditRemovesOnlyOurEntries(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(ct); string(got) != wantCT {
 		t.Errorf("config.toml:\n%q\nwant\n%q", got, wantCT)
+	}
+}
+
+// Pods' own annotations reach the handler only when asked for (--pod-annotations), and never the allocation's keys:
+// a pod's quota is otherwise its allocation, lowered only by its own environment (issue 29).
+func TestInstallContainerdPodAnnotationsOptIn(t *testing.T) {
+	for _, opt := range []bool{false, true} {
+		d := t.TempDir()
+		c := filepath.Join(d, "config.toml")
+		drop := filepath.Join(d, "conf.d", "detshare.toml")
+		os.WriteFile(c, []byte("version = 3\n"), 0o644)
+		args := []string{"install", "containerd", "--shim", fakeBin(t, "containerd-shim-detshare-v1"), "--config", c, "--drop-in", drop, "--containerd-version", "2.2.9"}
+		if opt {
+			args = append(args, "--pod-annotations")
+		}
+		if out, err := runCLI(t, args...); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var m map[string]any
+		dd, _ := os.ReadFile(drop)
+		if _, err := toml.Decode(string(dd), &m); err != nil {
+			t.Fatalf("drop-in: %v", err)
+		}
+		rt, _ := lookupPath(m, "plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "detshare")
+		rtm, _ := rt.(map[string]any)
+		pods, passed := rtm["pod_annotations"].([]any)
+		if passed != opt || opt && (len(pods) != 1 || pods[0] != "detshare.io/*") {
+			t.Errorf("--pod-annotations=%v: pod_annotations = %v (present %v)\n%s", opt, pods, passed, dd)
+		}
+		if ctr, _ := rtm["container_annotations"].([]any); len(ctr) != 1 || ctr[0] != "alloc.detshare.io/*" {
+			t.Errorf("container_annotations = %v, want [alloc.detshare.io/*]", ctr)
+		}
 	}
 }

@@ -40,7 +40,8 @@ func TestAllocationAnnotations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"detshare.io/gpu": "1", "detshare.io/sms": "24", "detshare.io/tier": "burstable"}
+	want := map[string]string{"alloc.detshare.io/gpu": "1", "alloc.detshare.io/sms": "24", "alloc.detshare.io/tier": "burstable",
+		"alloc.detshare.io/weight": "1", "alloc.detshare.io/role": "none"}
 	if !reflect.DeepEqual(ann, want) {
 		t.Errorf("shares: got %v, want %v", ann, want)
 	}
@@ -48,7 +49,8 @@ func TestAllocationAnnotations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]string{"detshare.io/gpu": "0", "detshare.io/memory": "2Gi"}; !reflect.DeepEqual(ann, want) {
+	if want := map[string]string{"alloc.detshare.io/gpu": "0", "alloc.detshare.io/memory": "2Gi",
+		"alloc.detshare.io/weight": "1", "alloc.detshare.io/role": "none"}; !reflect.DeepEqual(ann, want) {
 		t.Errorf("memory: got %v, want %v", ann, want)
 	}
 }
@@ -102,9 +104,10 @@ func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) 
 	return &pluginapi.Empty{}, nil
 }
 
-// The plugin registers with kubelet's socket, lists its units and allocates over gRPC as kubelet calls it.
-func TestServeRegistersListsAndAllocates(t *testing.T) {
-	dir := t.TempDir()
+// serve serves p (made by New in dir) beside a fake kubelet in dir and returns the registration it sent and a client
+// connection to its socket, all stopped when the test ends.
+func serve(t *testing.T, dir string, p *Plugin) (*pluginapi.RegisterRequest, *grpc.ClientConn) {
+	t.Helper()
 	lis, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -113,25 +116,31 @@ func TestServeRegistersListsAndAllocates(t *testing.T) {
 	srv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(srv, k)
 	go srv.Serve(lis)
-	defer srv.Stop()
-
-	p, err := New(ResourceShares, dir, testInventory())
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(srv.Stop)
 	if err := p.Serve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer p.Stop()
+	t.Cleanup(p.Stop)
 	reg := <-k.got
-	if reg.ResourceName != ResourceShares || reg.Version != pluginapi.Version || reg.Endpoint != "detshare-gpu.sock" {
-		t.Fatalf("registration = %+v", reg)
-	}
 	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, reg.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return reg, conn
+}
+
+// The plugin registers with kubelet's socket, lists its units and allocates over gRPC as kubelet calls it.
+func TestServeRegistersListsAndAllocates(t *testing.T) {
+	dir := t.TempDir()
+	p, err := New(ResourceShares, dir, testInventory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, conn := serve(t, dir, p)
+	if reg.ResourceName != ResourceShares || reg.Version != pluginapi.Version || reg.Endpoint != "detshare-gpu.sock" {
+		t.Fatalf("registration = %+v", reg)
+	}
 	c := pluginapi.NewDevicePluginClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -151,8 +160,8 @@ func TestServeRegistersListsAndAllocates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resp.ContainerResponses[0].Annotations["detshare.io/sms"]; got != "16" {
-		t.Errorf("Allocate of 2 units: detshare.io/sms = %q, want 16", got)
+	if got := resp.ContainerResponses[0].Annotations["alloc.detshare.io/sms"]; got != "16" {
+		t.Errorf("Allocate of 2 units: alloc.detshare.io/sms = %q, want 16", got)
 	}
 	if _, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{"gpu0-sm-99"}}}}); err == nil {

@@ -60,7 +60,7 @@ func TestAllocateGivesTheAllocatedGPU(t *testing.T) {
 		ids      []string
 	}{{ResourceShares, []string{"gpu1-sm-0", "gpu1-sm-1"}}, {ResourceMemory, []string{"gpu1-mem-0"}}} {
 		cr := allocate(t, c.resource, src, inv, c.ids...)
-		if cr.Annotations["detshare.io/gpu"] != "1" {
+		if cr.Annotations["alloc.detshare.io/gpu"] != "1" {
 			t.Errorf("%s: annotations %v", c.resource, cr.Annotations)
 		}
 		if len(cr.CdiDevices) != 1 || cr.CdiDevices[0].Name != "nvidia.com/gpu="+uuid1 {
@@ -103,7 +103,7 @@ func TestAllocateSimulatedGPUAndDegradesWithoutDriver(t *testing.T) {
 		t.Errorf("simulated GPU: devices %v cdi %v", cr.Devices, cr.CdiDevices)
 	}
 	cr = allocate(t, ResourceShares, cdi.Host{Root: t.TempDir(), StripRoot: true}, inv, "gpu1-sm-0")
-	if cr.Annotations["detshare.io/gpu"] != "1" || len(cr.Devices) != 0 {
+	if cr.Annotations["alloc.detshare.io/gpu"] != "1" || len(cr.Devices) != 0 {
 		t.Errorf("without a driver: %+v", cr)
 	}
 }

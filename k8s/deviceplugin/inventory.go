@@ -7,10 +7,11 @@
 //   - detshare.io/gpu-memory: one unit per GiB of GPU memory. A container asking for m units gets a memory quota of
 //     m GiB (a best-effort tenant when it asks for no detshare.io/gpu).
 //
-// Allocate answers with container annotations (detshare.io/sms, detshare.io/memory, detshare.io/tier,
-// detshare.io/gpu) that containerd passes to the DetShare runtime handler (its container_annotations list), where
-// the shim and the hook turn them into the tenant's quota like any other annotation. Annotations outrank the
-// container's own DETSHARE_* environment, so a pod cannot widen what the scheduler accounted for.
+// Allocate answers with the allocation as the container's ceiling (cgroupgpu/quota Ceiling): container annotations
+// alloc.detshare.io/{tier,sms,memory,gpu,weight,role} that containerd passes to the DetShare runtime handler (its
+// container_annotations list; a pod cannot set container annotations, and pod_annotations must never pass
+// alloc.detshare.io/*). The shim and the hook make the ceiling the tenant's quota; the pod's own annotations, labels
+// and DETSHARE_* environment may lower it, never raise it, so a pod cannot widen what the scheduler accounted for.
 package deviceplugin
 
 import (
@@ -39,8 +40,44 @@ type GPU struct {
 	MemGiB int
 }
 
-// Inventory is the node's GPUs.
-type Inventory struct{ GPUs []GPU }
+// Inventory is the node's GPUs and the host's limits on what a pod may ask beyond its allocation.
+type Inventory struct {
+	GPUs   []GPU
+	Limits Limits
+}
+
+// Limits bound what a pod may set itself that no resource accounts for: its weight and its TPOT-First role. They go
+// into every allocation's ceiling (cgroupgpu/quota Ceiling).
+type Limits struct {
+	MaxWeight uint32       // 0: 1
+	Roles     []table.Role // nil: none only
+}
+
+// ParseLimits checks the plugins' --max-weight and --allowed-roles.
+func ParseLimits(maxWeight uint, roles string) (Limits, error) {
+	w, err := quota.ParseWeight(strconv.FormatUint(uint64(maxWeight), 10))
+	if err != nil {
+		return Limits{}, fmt.Errorf("--max-weight=%d: %w", maxWeight, err)
+	}
+	rs, err := quota.ParseRoles(roles)
+	if err != nil {
+		return Limits{}, fmt.Errorf("--allowed-roles=%q: %w", roles, err)
+	}
+	return Limits{MaxWeight: w, Roles: rs}, nil
+}
+
+// Ceiling is the ceiling of an allocation on GPU gpu under the host's limits: tier, SMs and memory are the caller's.
+func (l Limits) Ceiling(gpu int) quota.Ceiling {
+	c := quota.NoCeiling()
+	c.GPU = quota.GPUSelector{Index: gpu}
+	if l.MaxWeight > 0 {
+		c.MaxWeight = l.MaxWeight
+	}
+	if len(l.Roles) > 0 {
+		c.Roles = l.Roles
+	}
+	return c
+}
 
 // NewInventory builds the inventory from the table's GPU entries (published split when there is one, an estimate
 // otherwise).
@@ -176,27 +213,26 @@ func (inv Inventory) Allocation(resource string, ids []string) (map[string]strin
 		seen[id] = true
 		gpuIndex = g
 	}
+	// The allocation is the container's ceiling (cgroupgpu/quota Ceiling): what it asks itself may lower it, never
+	// raise it. Each resource sets only its own fields, since kubelet merges the two resources' annotations: a
+	// container with no detshare.io/gpu has no SMs and tier best-effort, one with no detshare.io/gpu-memory is
+	// refused (its memory would be unaccounted).
 	gpu, _ := inv.gpu(gpuIndex)
-	ann := map[string]string{quota.FieldGPU.AnnotationKey(): strconv.Itoa(gpuIndex)}
+	c := inv.Limits.Ceiling(gpuIndex)
+	fields := []quota.Field{quota.FieldGPU, quota.FieldWeight, quota.FieldRole}
 	if kind == "mem" {
-		ann[quota.FieldMemory.AnnotationKey()] = fmt.Sprintf("%dGi", len(ids))
+		c.Memory = uint64(len(ids)) * gib
+		fields = append(fields, quota.FieldMemory)
 	} else {
-		// DetShare rounds an SM request up to whole groups taken in order; asking for the SMs of the first k
-		// groups is granted exactly k groups, the k units Kubernetes accounted for.
-		var sms uint32
+		// DetShare rounds an SM request up to whole groups taken in order; the SMs of the first k groups are
+		// granted exactly k groups, the k units Kubernetes accounted for.
 		for _, s := range gpu.Groups[:len(ids)] {
-			sms += s
+			c.SMs += s
 		}
-		ann[quota.FieldSMs.AnnotationKey()] = strconv.FormatUint(uint64(sms), 10)
-		ann[quota.FieldTier.AnnotationKey()] = table.TierBurstable.String()
+		c.Tier = table.TierBurstable
+		fields = append(fields, quota.FieldTier, quota.FieldSMs)
 	}
-	for k, v := range ann { // what we hand out must parse as a quota; one parser, cgroupgpu/quota
-		q := quota.Default()
-		if err := q.Set(quota.Field(strings.TrimPrefix(k, quota.AnnotationPrefix)), v, quota.SourceAnnotation); err != nil {
-			return nil, fmt.Errorf("allocation for %v: %w", ids, err)
-		}
-	}
-	return ann, nil
+	return c.Annotations(fields...), nil
 }
 
 // Preferred picks size units of resource from available, all on the GPU with the most available units (lowest

@@ -29,8 +29,12 @@ type Plugin struct {
 	// Devices gives each allocated container the GPU its units are on (cgroupgpu/cdi): device nodes and mounts in
 	// the response, and the CDI device name when NVIDIA's CDI spec names the GPU. nil: annotations only.
 	Devices cdi.Source
-	inv     Inventory
-	log     *logrus.Entry
+	// Health says which GPUs are unhealthy (nil: all healthy); ListAndWatch polls it every HealthInterval and sends
+	// the units again whenever it changes, so kubelet stops placing pods on a failed GPU and resumes on recovery.
+	Health         Health
+	HealthInterval time.Duration // 0: 1 s
+	inv            Inventory
+	log            *logrus.Entry
 
 	srv    *grpc.Server
 	socket string
@@ -116,24 +120,39 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 
-// ListAndWatch sends the units once (they are fixed for the node's GPUs) and holds the stream until Stop.
+// ListAndWatch sends the units with their health, and again whenever Health changes, until Stop.
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
 	ids, err := p.inv.Devices(p.Resource)
 	if err != nil {
 		return err
 	}
-	devs := make([]*pluginapi.Device, len(ids))
-	for i, id := range ids {
-		devs[i] = &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
+	send := func(unhealthy map[int]string) error {
+		devs := make([]*pluginapi.Device, len(ids))
+		for i, id := range ids {
+			devs[i] = &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
+			if g, _, _, err := parseDeviceID(id); err == nil && unhealthy[g] != "" {
+				devs[i].Health = pluginapi.Unhealthy
+			}
+		}
+		return s.Send(&pluginapi.ListAndWatchResponse{Devices: devs})
 	}
-	if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+	last := p.Health.now()
+	if err := send(last); err != nil {
 		return err
 	}
-	select {
-	case <-p.stop:
-	case <-s.Context().Done():
-	}
-	return nil
+	ctx, cancel := context.WithCancel(s.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return p.Health.Watch(ctx, p.HealthInterval, last, func(now, was map[int]string) error {
+		p.log.WithFields(logrus.Fields{"unhealthy": now, "was": was}).Warn("GPU health changed: sending the units again")
+		return send(now)
+	})
 }
 
 // GetPreferredAllocation keeps each container's units on one GPU.
@@ -162,7 +181,7 @@ func (p *Plugin) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*plu
 		if p.Devices != nil {
 			// Without the edit the container still gets its quota, and the DetShare runtime handler gives it the
 			// GPU at create time; a plugin that cannot see the driver must not block the pod.
-			if err := p.addGPU(cr, ann[quota.FieldGPU.AnnotationKey()]); err != nil {
+			if err := p.addGPU(cr, ann[quota.CeilingAnnotationKey(quota.FieldGPU)]); err != nil {
 				p.log.WithError(err).Warn("no GPU device edit in the allocation (annotations only)")
 			}
 		}
@@ -227,9 +246,10 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-// Run serves every resource of inv in dir until ctx ends, giving containers their GPU from devices (nil: none), serving and registering again whenever kubelet restarts
-// (its socket directory is wiped, taking ours with it).
-func Run(ctx context.Context, dir string, inv Inventory, devices cdi.Source) error {
+// Run serves every resource of inv in dir until ctx ends, giving containers their GPU from devices (nil: none) and
+// marking the units of the GPUs health reports unhealthy (nil: all healthy), serving and registering again whenever
+// kubelet restarts (its socket directory is wiped, taking ours with it).
+func Run(ctx context.Context, dir string, inv Inventory, devices cdi.Source, health Health) error {
 	var plugins []*Plugin
 	defer func() {
 		for _, p := range plugins {
@@ -241,7 +261,7 @@ func Run(ctx context.Context, dir string, inv Inventory, devices cdi.Source) err
 		if err != nil {
 			return err
 		}
-		p.Devices = devices
+		p.Devices, p.Health = devices, health
 		if err := p.Serve(ctx); err != nil {
 			return err
 		}
@@ -265,7 +285,7 @@ func Run(ctx context.Context, dir string, inv Inventory, devices cdi.Source) err
 			if err != nil {
 				return err
 			}
-			np.Devices = devices
+			np.Devices, np.Health = devices, health
 			if err := np.Serve(ctx); err != nil {
 				np.log.WithError(err).Warn("registration failed; retrying")
 				continue

@@ -15,8 +15,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -43,7 +41,8 @@ const CDIKind = "detshare.io/gpu"
 //	{"apiVersion": "detshare.io/v1alpha1", "kind": "DetShareConfig", "tier": "latency-critical", "sms": "50%",
 //	 "memory": "8Gi", "sloP99": "20ms"}
 //
-// Empty fields take their defaults: tier burstable, the SMs of the allocated groups, no memory limit.
+// Empty fields take their defaults: tier burstable, the SMs of the allocated groups, the groups' share of the GPU's
+// memory. A class's config bounds its claims': the tier and memory are the lower of the two.
 type Config struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -59,27 +58,93 @@ const (
 	ConfigAPIVersion = "detshare.io/v1alpha1"
 )
 
-// Slices describes the node's GPUs as one pool per GPU.
-func Slices(inv deviceplugin.Inventory) resourceslice.DriverResources {
+// TaintKey is the device taint the driver puts on the devices of an unhealthy GPU (value: the reason, e.g.
+// mps-failed), with effect NoSchedule: the scheduler allocates them to no new claim until the GPU recovers.
+const TaintKey = DriverName + "/unhealthy"
+
+// SliceOptions say how Slices describes the GPUs.
+type SliceOptions struct {
+	// Taints: the devices of an unhealthy GPU carry TaintKey (device taints: resource.k8s.io/v1 Device.Taints,
+	// feature gate DRADeviceTaints).
+	Taints bool
+	// Consumable: one device per GPU that many claims share (allowMultipleAllocations) by consuming its capacity
+	// "sms" (min and step one SM group, max the GPU's guaranteed SMs) and "memory" (step 1 MiB): Kubernetes 1.36+
+	// (consumable capacity, KEP-5075; feature gate DRAConsumableCapacity before). Off: one device per SM group with
+	// capacity "sms", memory in the DetShareConfig (Kubernetes 1.34).
+	Consumable bool
+}
+
+// Slices describes the node's GPUs as one pool per GPU; the GPUs in unhealthy (index → reason) are tainted when
+// opts.Taints.
+func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOptions) resourceslice.DriverResources {
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 	for _, g := range inv.GPUs {
+		var taint []resourceapi.DeviceTaint
+		if why := unhealthy[g.Index]; why != "" && opts.Taints {
+			taint = []resourceapi.DeviceTaint{{Key: TaintKey, Value: why, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		}
+		idx, memBytes := int64(g.Index), int64(g.MemGiB)<<30
+		uuid := g.UUID
+		attrs := func() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+			return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"gpu": {IntValue: &idx}, "uuid": {StringValue: &uuid}, "memory": {IntValue: &memBytes}}
+		}
 		var devs []resourceapi.Device
-		for i, sms := range g.Groups {
-			idx, memBytes := int64(g.Index), int64(g.MemGiB)<<30
-			uuid := g.UUID
+		if size, ok := groupSize(g); opts.Consumable && ok {
+			total, groups := int64(size)*int64(len(g.Groups)), int64(len(g.Groups))
+			a := attrs()
+			sz := int64(size)
+			a["smGroupSize"] = resourceapi.DeviceAttribute{IntValue: &sz}
+			a["smGroups"] = resourceapi.DeviceAttribute{IntValue: &groups}
+			multi := true
 			devs = append(devs, resourceapi.Device{
-				Name: fmt.Sprintf("gpu%d-sm-%d", g.Index, i),
-				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-					"gpu": {IntValue: &idx}, "uuid": {StringValue: &uuid}, "memory": {IntValue: &memBytes},
-				},
+				Name: fmt.Sprintf("gpu%d", g.Index), Taints: taint, AllowMultipleAllocations: &multi, Attributes: a,
 				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-					"sms": {Value: *resource.NewQuantity(int64(sms), resource.DecimalSI)},
+					// A claim that names no sms consumes one group, and no memory its share: what one group of the
+					// per-group devices is given.
+					CapacitySMs: {Value: qty(total), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr(qty(sz)),
+						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr(qty(sz)), Max: ptr(qty(total)), Step: ptr(qty(sz))}}},
+					CapacityMemory: {Value: qty(memBytes), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+						Default:    ptr(qty(memBytes / groups &^ (mib - 1))),
+						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr(qty(mib)), Max: ptr(qty(memBytes)), Step: ptr(qty(mib))}}},
 				},
 			})
+		} else {
+			for i, sms := range g.Groups {
+				devs = append(devs, resourceapi.Device{
+					Name: fmt.Sprintf("gpu%d-sm-%d", g.Index, i), Taints: taint, Attributes: attrs(),
+					Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{CapacitySMs: {Value: qty(int64(sms))}},
+				})
+			}
 		}
 		res.Pools[fmt.Sprintf("gpu%d", g.Index)] = resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: devs}}}
 	}
 	return res
+}
+
+// The capacities a device publishes.
+const (
+	CapacitySMs    resourceapi.QualifiedName = "sms"
+	CapacityMemory resourceapi.QualifiedName = "memory"
+)
+
+const mib = 1 << 20
+
+func qty(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.BinarySI) }
+
+func ptr[T any](v T) *T { return &v }
+
+// groupSize is the SMs of each of g's groups, when they are all the same (consumable capacity steps by one group).
+func groupSize(g deviceplugin.GPU) (uint32, bool) {
+	if len(g.Groups) == 0 {
+		return 0, false
+	}
+	for _, s := range g.Groups {
+		if s != g.Groups[0] {
+			return 0, false
+		}
+	}
+	return g.Groups[0], true
 }
 
 // Driver prepares claims into CDI specs in CDIDir.
@@ -105,59 +170,77 @@ func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletp
 	}
 	gpu := -1
 	var sms uint32
+	var groups int
+	var consumed *uint64 // memory consumed from a shared GPU device (consumable capacity)
 	var devs []kubeletplugin.Device
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != DriverName {
 			continue
 		}
 		var g, n int
-		if _, err := fmt.Sscanf(r.Device, "gpu%d-sm-%d", &g, &n); err != nil {
-			return fail(fmt.Errorf("device %q: not one of %s's devices", r.Device, DriverName))
+		_, perGroup := fmt.Sscanf(r.Device, "gpu%d-sm-%d", &g, &n)
+		if perGroup != nil || r.Device != fmt.Sprintf("gpu%d-sm-%d", g, n) {
+			if _, err := fmt.Sscanf(r.Device, "gpu%d", &g); err != nil || r.Device != fmt.Sprintf("gpu%d", g) {
+				return fail(fmt.Errorf("device %q: not one of %s's devices", r.Device, DriverName))
+			}
 		}
 		info, ok := d.gpu(g)
-		if !ok || n < 0 || n >= len(info.Groups) || r.Pool != fmt.Sprintf("gpu%d", g) {
-			return fail(fmt.Errorf("device %s/%s: no such SM group on this node", r.Pool, r.Device))
+		if !ok || r.Pool != fmt.Sprintf("gpu%d", g) || perGroup == nil && (n < 0 || n >= len(info.Groups)) {
+			return fail(fmt.Errorf("device %s/%s: no such device on this node", r.Pool, r.Device))
 		}
 		if gpu >= 0 && g != gpu {
 			return fail(fmt.Errorf("claim spans GPUs %d and %d; a tenant runs on one GPU (ask for at most one GPU's groups, or match on the gpu attribute)", gpu, g))
 		}
 		gpu = g
-		sms += info.Groups[n]
+		if perGroup == nil {
+			sms += info.Groups[n]
+			groups++
+		} else {
+			s, k, mem, err := consumedOf(info, r)
+			if err != nil {
+				return fail(err)
+			}
+			sms, groups = sms+s, groups+k
+			if consumed == nil {
+				consumed = new(uint64)
+			}
+			*consumed += mem
+		}
 		devs = append(devs, kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
 			CDIDeviceIDs: []string{CDIKind + "=" + string(claim.UID)}})
 	}
 	if gpu < 0 {
 		return fail(fmt.Errorf("claim has no %s device", DriverName))
 	}
-	cfg, err := configOf(claim)
+	class, own, err := configOf(claim)
 	if err != nil {
 		return fail(err)
 	}
-	kv := map[quota.Field]string{quota.FieldGPU: strconv.Itoa(gpu), quota.FieldTier: table.TierBurstable.String(),
-		quota.FieldSMs: strconv.FormatUint(uint64(sms), 10)}
-	if cfg.Tier != "" {
-		kv[quota.FieldTier] = cfg.Tier
+	info, _ := d.gpu(gpu)
+	c, err := d.ceiling(info, sms, groups, consumed, class, own)
+	if err != nil {
+		return fail(fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, err))
 	}
-	if cfg.SMs != "" {
-		kv[quota.FieldSMs] = cfg.SMs
-	}
-	if cfg.Memory != "" {
-		kv[quota.FieldMemory] = cfg.Memory
-	}
-	if cfg.SLOP99 != "" {
-		kv[quota.FieldSLOP99] = cfg.SLOP99
-	}
+	// The allocation is the container's ceiling (DETSHARE_ALLOC_*, cgroupgpu/quota Ceiling): the tier the configs
+	// allow, the SMs of the allocated groups, the memory the configs give or else the groups' share of the GPU's. The
+	// config's sms and sloP99 are the tenant's own settings under it (DETSHARE_SMS, DETSHARE_SLO_P99); CDI env
+	// replaces the pod's variables of those names, and nothing the pod sets raises the ceiling.
+	env := c.Env()
 	q := quota.Default()
-	var env []string
-	for _, f := range quota.Fields {
-		v, ok := kv[f]
-		if !ok {
+	for _, kv := range []struct {
+		f quota.Field
+		v string
+	}{{quota.FieldSMs, pick(own.SMs, class.SMs)}, {quota.FieldSLOP99, pick(own.SLOP99, class.SLOP99)}} {
+		if kv.v == "" {
 			continue
 		}
-		if err := q.Set(f, v, quota.SourceEnv); err != nil {
+		if err := q.Set(kv.f, kv.v, quota.SourceEnv); err != nil {
 			return fail(fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, err))
 		}
-		env = append(env, f.EnvKey()+"="+v)
+		env = append(env, kv.f.EnvKey()+"="+kv.v)
+	}
+	if r := (quota.Inputs{Env: env}).Resolve(); r.Err != nil { // what the runtime will resolve must resolve
+		return fail(fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, r.Err))
 	}
 	return env, devs, gpu, nil
 }
@@ -171,14 +254,10 @@ func (d *Driver) gpu(index int) (deviceplugin.GPU, bool) {
 	return deviceplugin.GPU{}, false
 }
 
-// configOf merges the opaque DetShareConfigs of the allocation, class first then claim (the claim wins).
-func configOf(claim *resourceapi.ResourceClaim) (Config, error) {
-	var out Config
-	cfgs := append([]resourceapi.DeviceAllocationConfiguration(nil), claim.Status.Allocation.Devices.Config...)
-	sort.SliceStable(cfgs, func(i, j int) bool {
-		return cfgs[i].Source == resourceapi.AllocationConfigSourceClass && cfgs[j].Source != resourceapi.AllocationConfigSourceClass
-	})
-	for _, c := range cfgs {
+// configOf merges the opaque DetShareConfigs of the allocation by source: the class's (an administrator's) and the
+// claim's (the pod author's); within one source a later config's fields win.
+func configOf(claim *resourceapi.ResourceClaim) (class, own Config, err error) {
+	for _, c := range claim.Status.Allocation.Devices.Config {
 		if c.Opaque == nil || c.Opaque.Driver != DriverName {
 			continue
 		}
@@ -186,10 +265,14 @@ func configOf(claim *resourceapi.ResourceClaim) (Config, error) {
 		dec := json.NewDecoder(strings.NewReader(string(c.Opaque.Parameters.Raw)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&cfg); err != nil {
-			return Config{}, fmt.Errorf("opaque config for %s: %w (fields: apiVersion, kind, tier, sms, memory, sloP99)", DriverName, err)
+			return Config{}, Config{}, fmt.Errorf("opaque config for %s: %w (fields: apiVersion, kind, tier, sms, memory, sloP99)", DriverName, err)
 		}
 		if cfg.Kind != ConfigKind || cfg.APIVersion != ConfigAPIVersion {
-			return Config{}, fmt.Errorf("opaque config for %s: kind %q apiVersion %q, want %s %s", DriverName, cfg.Kind, cfg.APIVersion, ConfigKind, ConfigAPIVersion)
+			return Config{}, Config{}, fmt.Errorf("opaque config for %s: kind %q apiVersion %q, want %s %s", DriverName, cfg.Kind, cfg.APIVersion, ConfigKind, ConfigAPIVersion)
+		}
+		out := &own
+		if c.Source == resourceapi.AllocationConfigSourceClass {
+			out = &class
 		}
 		for _, f := range []struct {
 			dst *string
@@ -200,7 +283,89 @@ func configOf(claim *resourceapi.ResourceClaim) (Config, error) {
 			}
 		}
 	}
-	return out, nil
+	return class, own, nil
+}
+
+func pick(own, class string) string {
+	if own != "" {
+		return own
+	}
+	return class
+}
+
+// ceiling is a claim's allocation on GPU g: groups SM groups holding sms SMs, under the class's and the claim's
+// configs. Tier and memory are the lower of the two where both set them (the class bounds its claims), default
+// burstable and the groups' share of the GPU's memory; weight and role are the host's limits.
+func (d *Driver) ceiling(g deviceplugin.GPU, sms uint32, groups int, consumed *uint64, class, own Config) (quota.Ceiling, error) {
+	c := d.Inventory.Limits.Ceiling(g.Index)
+	c.SMs = sms
+	c.Tier = table.TierBurstable
+	memTotal := uint64(g.MemGiB) << 30
+	if len(g.Groups) > 0 {
+		c.Memory = memTotal * uint64(groups) / uint64(len(g.Groups)) &^ (mib - 1) // whole MiB
+	}
+	if consumed != nil { // consumable capacity: the memory Kubernetes accounted is the most a config may give
+		c.Memory = *consumed
+	}
+	first := true
+	for _, cfg := range []Config{class, own} {
+		if cfg.Tier != "" {
+			t, err := quota.ParseTier(cfg.Tier)
+			if err != nil {
+				return c, &quota.FieldError{Key: "tier", Value: cfg.Tier, Source: quota.SourceAllocation, Allowed: err.Error()}
+			}
+			if first || t < c.Tier {
+				c.Tier = t
+			}
+			first = false
+		}
+	}
+	first = true
+	for _, cfg := range []Config{class, own} {
+		if cfg.Memory == "" {
+			continue
+		}
+		m, err := quota.ParseMemory(cfg.Memory)
+		if err != nil || m.IsZero() {
+			allowed := "bytes with an optional unit or a percent of the GPU (memory is what the claim is given; 0 is not allowed)"
+			return c, &quota.FieldError{Key: "memory", Value: cfg.Memory, Source: quota.SourceAllocation, Allowed: allowed}
+		}
+		b := m.Limit(memTotal)
+		if b == 0 || b > memTotal {
+			return c, &quota.FieldError{Key: "memory", Value: cfg.Memory, Source: quota.SourceAllocation,
+				Allowed: fmt.Sprintf("1 byte up to GPU %d's %s", g.Index, quota.FormatBytes(memTotal))}
+		}
+		if first && consumed == nil || b < c.Memory {
+			c.Memory = b
+		}
+		first = false
+	}
+	return c, nil
+}
+
+// consumedOf is what a claim's allocation of GPU g's shared device consumed: SMs (whole groups), groups and memory
+// bytes. An allocation without consumedCapacity (an apiserver without consumable capacity allocates the device
+// whole) consumed the whole GPU.
+func consumedOf(g deviceplugin.GPU, r resourceapi.DeviceRequestAllocationResult) (sms uint32, groups int, mem uint64, err error) {
+	size, ok := groupSize(g)
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("device %s/%s: GPU %d's SM groups differ in size; it is published per group", r.Pool, r.Device, g.Index)
+	}
+	memTotal := uint64(g.MemGiB) << 30
+	if len(r.ConsumedCapacity) == 0 {
+		return size * uint32(len(g.Groups)), len(g.Groups), memTotal, nil
+	}
+	q, ok := r.ConsumedCapacity[CapacitySMs]
+	v, exact := q.AsInt64()
+	if !ok || !exact || v < int64(size) || v%int64(size) != 0 || v > int64(size)*int64(len(g.Groups)) {
+		return 0, 0, 0, fmt.Errorf("device %s/%s: consumed sms %s is not a whole number of %d-SM groups up to %d", r.Pool, r.Device, q.String(), size, int(size)*len(g.Groups))
+	}
+	m, ok := r.ConsumedCapacity[CapacityMemory]
+	b, exact := m.AsInt64()
+	if !ok || !exact || b < mib || uint64(b) > memTotal {
+		return 0, 0, 0, fmt.Errorf("device %s/%s: consumed memory %s is not 1 MiB up to GPU %d's %s", r.Pool, r.Device, m.String(), g.Index, quota.FormatBytes(memTotal))
+	}
+	return uint32(v), int(v / int64(size)), uint64(b), nil
 }
 
 // cdiSpec is the CDI spec (v0.6.0) of one claim: a device named by the claim UID whose edits set the quota env.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -39,7 +40,7 @@ func claimFor(devices []string, pool string, config string) *resourceapi.Resourc
 }
 
 func TestSlicesOnePoolPerGPU(t *testing.T) {
-	res := Slices(testDriver(t).Inventory)
+	res := Slices(testDriver(t).Inventory, nil, SliceOptions{Taints: true})
 	if len(res.Pools) != 2 || len(res.Pools["gpu1"].Slices[0].Devices) != 15 {
 		t.Fatalf("pools: %+v", res.Pools)
 	}
@@ -56,7 +57,9 @@ func TestEnvFromAllocationAndConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"DETSHARE_TIER=burstable", "DETSHARE_SMS=16", "DETSHARE_GPU=1"}; !reflect.DeepEqual(env, want) {
+	// 2 of 15 groups: 2/15 of 80 GiB, in whole MiB.
+	if want := []string{"DETSHARE_ALLOC_TIER=burstable", "DETSHARE_ALLOC_SMS=16", "DETSHARE_ALLOC_MEMORY=10922Mi",
+		"DETSHARE_ALLOC_GPU=1", "DETSHARE_ALLOC_WEIGHT=1", "DETSHARE_ALLOC_ROLE=none"}; !reflect.DeepEqual(env, want) {
 		t.Errorf("env = %v, want %v", env, want)
 	}
 	if len(devs) != 2 || devs[0].CDIDeviceIDs[0] != "detshare.io/gpu=uid-1" {
@@ -67,7 +70,8 @@ func TestEnvFromAllocationAndConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"DETSHARE_TIER=latency-critical", "DETSHARE_SMS=25%", "DETSHARE_MEMORY=8Gi", "DETSHARE_GPU=0", "DETSHARE_SLO_P99=20ms"}; !reflect.DeepEqual(env, want) {
+	if want := []string{"DETSHARE_ALLOC_TIER=latency-critical", "DETSHARE_ALLOC_SMS=8", "DETSHARE_ALLOC_MEMORY=8Gi",
+		"DETSHARE_ALLOC_GPU=0", "DETSHARE_ALLOC_WEIGHT=1", "DETSHARE_ALLOC_ROLE=none", "DETSHARE_SMS=25%", "DETSHARE_SLO_P99=20ms"}; !reflect.DeepEqual(env, want) {
 		t.Errorf("env = %v, want %v", env, want)
 	}
 }
@@ -83,12 +87,18 @@ func TestBadClaimsRefused(t *testing.T) {
 		config string
 		want   string
 	}{
-		{[]string{"gpu0-sm-0", "gpu1-sm-0"}, "gpu0", "", "no such SM group"},
-		{[]string{"gpu0-sm-15"}, "gpu0", "", "no such SM group"},
+		{[]string{"gpu0-sm-0", "gpu1-sm-0"}, "gpu0", "", "no such device"},
+		{[]string{"gpu0-sm-15"}, "gpu0", "", "no such device"},
+		{[]string{"gpu0-sm-01"}, "gpu0", "", "not one of"},
+		{[]string{"gpu7"}, "gpu7", "", "no such device"},
 		{[]string{"../../x"}, "gpu0", "", "not one of"},
 		{nil, "gpu0", "", "no gpu.detshare.io device"},
-		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"tier":"gold"}`, `DETSHARE_TIER="gold"`},
-		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"memory":"lots"}`, "DETSHARE_MEMORY"},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"tier":"gold"}`, `tier="gold"`},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"memory":"lots"}`, `memory="lots"`},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"memory":"0"}`, `memory="0"`},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"memory":"81Gi"}`, "up to GPU 0's 80Gi"},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"sms":"200%"}`, `DETSHARE_SMS="200%"`},
+		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"tier":"best-effort","sms":"8"}`, "best-effort tenant has no guaranteed SMs"},
 		{[]string{"gpu0-sm-0"}, "gpu0", ok + `,"privileged":true}`, "unknown field"},
 		{[]string{"gpu0-sm-0"}, "gpu0", `{"apiVersion":"v1","kind":"Pod"}`, "want DetShareConfig"},
 	} {
@@ -111,7 +121,7 @@ func TestPrepareWritesAndUnprepareRemovesSpec(t *testing.T) {
 		t.Fatal(res[claim.UID].Err)
 	}
 	data, err := os.ReadFile(d.specPath(claim.UID))
-	if err != nil || !strings.Contains(string(data), `"DETSHARE_SMS=8"`) || !strings.Contains(string(data), `"kind":"detshare.io/gpu"`) {
+	if err != nil || !strings.Contains(string(data), `"DETSHARE_ALLOC_SMS=8"`) || !strings.Contains(string(data), `"kind":"detshare.io/gpu"`) {
 		t.Fatalf("CDI spec: %s (%v)", data, err)
 	}
 	d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: claim.UID}})
@@ -141,7 +151,96 @@ func TestPrepareSpecHasTheGPUDeviceNode(t *testing.T) {
 	if n.Path != "/dev/detshare-simgpu1" || n.HostPath != cdi.SimNodeHostPath || n.Type != "c" || n.Major != 1 || n.Minor != 3 {
 		t.Errorf("device node %+v, want GPU 1's", n)
 	}
-	if !reflect.DeepEqual(e.Env, []string{"DETSHARE_TIER=burstable", "DETSHARE_SMS=8", "DETSHARE_GPU=1"}) {
+	if !reflect.DeepEqual(e.Env, []string{"DETSHARE_ALLOC_TIER=burstable", "DETSHARE_ALLOC_SMS=8", "DETSHARE_ALLOC_MEMORY=5461Mi",
+		"DETSHARE_ALLOC_GPU=1", "DETSHARE_ALLOC_WEIGHT=1", "DETSHARE_ALLOC_ROLE=none"}) {
 		t.Errorf("env %v", e.Env)
+	}
+}
+
+// A GPU the scheduler reports unhealthy (its MPS control daemon failed) has its devices tainted NoSchedule, with the reason,
+// where device taints are on; the other GPU's devices are not; off, no device is tainted.
+func TestSlicesTaintUnhealthyGPU(t *testing.T) {
+	inv := testDriver(t).Inventory
+	res := Slices(inv, map[int]string{1: deviceplugin.ReasonMPSFailed}, SliceOptions{Taints: true})
+	for _, d := range res.Pools["gpu1"].Slices[0].Devices {
+		if len(d.Taints) != 1 || d.Taints[0].Key != TaintKey || d.Taints[0].Value != "mps-failed" || d.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+			t.Fatalf("GPU 1 device %s taints %+v, want %s=mps-failed:NoSchedule", d.Name, d.Taints, TaintKey)
+		}
+	}
+	for _, d := range res.Pools["gpu0"].Slices[0].Devices {
+		if len(d.Taints) != 0 {
+			t.Fatalf("healthy GPU 0 device %s tainted: %+v", d.Name, d.Taints)
+		}
+	}
+	for _, p := range Slices(inv, map[int]string{1: deviceplugin.ReasonMPSFailed}, SliceOptions{}).Pools {
+		for _, d := range p.Slices[0].Devices {
+			if len(d.Taints) != 0 {
+				t.Fatalf("device taints off, yet %s is tainted", d.Name)
+			}
+		}
+	}
+}
+
+// On Kubernetes 1.36+ (consumable capacity) each GPU is one device many claims share, with capacity sms (min and
+// step one SM group, max the GPU's guaranteed SMs) and memory (step 1 MiB); a claim's consumedCapacity is its
+// ceiling: its config may lower the memory, never raise it, and a consumption that is not whole groups is refused.
+func TestConsumableCapacity(t *testing.T) {
+	d := testDriver(t)
+	res := Slices(d.Inventory, nil, SliceOptions{Consumable: true})
+	devs := res.Pools["gpu1"].Slices[0].Devices
+	if len(devs) != 1 || devs[0].Name != "gpu1" || devs[0].AllowMultipleAllocations == nil || !*devs[0].AllowMultipleAllocations {
+		t.Fatalf("GPU 1: devices %+v, want one shared device gpu1", devs)
+	}
+	sms, mem := devs[0].Capacity[CapacitySMs], devs[0].Capacity[CapacityMemory]
+	r := sms.RequestPolicy
+	if sms.Value.Value() != 120 || r == nil || r.Default.Value() != 8 || r.ValidRange.Min.Value() != 8 || r.ValidRange.Step.Value() != 8 ||
+		r.ValidRange.Max.Value() != 120 {
+		t.Errorf("sms capacity %+v (policy %+v), want 120 with default, min and step 8, max 120", sms.Value, r)
+	}
+	m := mem.RequestPolicy
+	if mem.Value.Value() != 80<<30 || m == nil || m.ValidRange.Step.Value() != 1<<20 || m.ValidRange.Min.Value() != 1<<20 ||
+		m.Default.Value() != (80<<30)/15&^(1<<20-1) {
+		t.Errorf("memory capacity %+v (policy %+v), want 80 GiB, step and min 1 MiB, default one group's share", mem.Value, m)
+	}
+	if v := devs[0].Attributes["smGroupSize"].IntValue; v == nil || *v != 8 {
+		t.Errorf("attribute smGroupSize %v, want 8", v)
+	}
+
+	claim := func(consumed map[resourceapi.QualifiedName]string, config string) *resourceapi.ResourceClaim {
+		c := claimFor([]string{"gpu1"}, "gpu1", config)
+		if consumed != nil {
+			c.Status.Allocation.Devices.Results[0].ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{}
+			for k, v := range consumed {
+				c.Status.Allocation.Devices.Results[0].ConsumedCapacity[k] = resource.MustParse(v)
+			}
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		consumed map[resourceapi.QualifiedName]string
+		config   string
+		want     []string
+	}{
+		{map[resourceapi.QualifiedName]string{"sms": "40", "memory": "12Gi"}, "", []string{"DETSHARE_ALLOC_SMS=40", "DETSHARE_ALLOC_MEMORY=12Gi"}},
+		{map[resourceapi.QualifiedName]string{"sms": "40", "memory": "12Gi"}, cfgHead + `,"memory":"16Gi"}`, []string{"DETSHARE_ALLOC_MEMORY=12Gi"}},
+		{map[resourceapi.QualifiedName]string{"sms": "40", "memory": "12Gi"}, cfgHead + `,"memory":"8Gi"}`, []string{"DETSHARE_ALLOC_MEMORY=8Gi"}},
+		{nil, "", []string{"DETSHARE_ALLOC_SMS=120", "DETSHARE_ALLOC_MEMORY=80Gi"}}, // allocated whole
+	} {
+		env, _, err := d.Env(claim(tc.consumed, tc.config))
+		if err != nil {
+			t.Errorf("%v %s: %v", tc.consumed, tc.config, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(strings.Join(env, " "), w) {
+				t.Errorf("%v %s: env %v, want %s", tc.consumed, tc.config, env, w)
+			}
+		}
+	}
+	for _, bad := range []map[resourceapi.QualifiedName]string{{"sms": "12", "memory": "1Gi"}, {"sms": "128", "memory": "1Gi"},
+		{"sms": "8", "memory": "81Gi"}, {"sms": "8"}} {
+		if _, _, err := d.Env(claim(bad, "")); err == nil || !strings.Contains(err.Error(), "consumed") {
+			t.Errorf("consumed %v: %v, want a refusal", bad, err)
+		}
 	}
 }

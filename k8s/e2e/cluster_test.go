@@ -105,15 +105,20 @@ func repoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(f), "..", ".."))
 }
 
+// cacheDir is where build-components.sh cached the components (DETSHARE_K8S_CACHE).
+func cacheDir() string {
+	if d := os.Getenv("DETSHARE_K8S_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/detshare-k8s"
+}
+
 func start() (*cluster, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("needs root (containerd, runc and kubelet run as root)")
 	}
 	c := &cluster{repo: repoRoot(), bin: map[string]string{}}
-	cache := os.Getenv("DETSHARE_K8S_CACHE")
-	if cache == "" {
-		cache = "/var/cache/detshare-k8s"
-	}
+	cache := cacheDir()
 	for name, rel := range components {
 		p := filepath.Join(cache, rel)
 		if _, err := os.Stat(p); err != nil {
@@ -334,11 +339,12 @@ func (c *cluster) startContainerd() error {
 		[]byte(`{"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]}`), 0o644); err != nil {
 		return err
 	}
-	// Only container annotations pass to the DetShare handler: what the device plugin's Allocate sets. Pod
-	// annotations do not, so a pod cannot give itself more than the scheduler accounted for.
+	// The device plugin's allocation (container annotations alloc.detshare.io/*) passes to the DetShare handler, and
+	// so do pods' own detshare.io/* annotations: the worst case, an admin who opted in (detshare install containerd
+	// --pod-annotations), in which a pod still cannot give itself more than the scheduler accounted for.
 	cfg := testenv.ContainerdConfig{Major: 2, Root: filepath.Join(c.dir, "ctrd-root"), State: filepath.Join(c.dir, "ctrd-state"),
 		Socket: c.ctrSock, SandboxImage: pauseRef, CNIBin: cniBin, CNIConf: cniConf,
-		ContainerAnnotations: []string{"detshare.io/*"}, CDISpecDirs: []string{c.cdiDir()}}.Render()
+		PodAnnotations: []string{"detshare.io/*"}, ContainerAnnotations: []string{"alloc.detshare.io/*"}, CDISpecDirs: []string{c.cdiDir()}}.Render()
 	cfgPath := filepath.Join(c.dir, "containerd.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err

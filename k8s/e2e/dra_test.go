@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,27 +31,12 @@ func TestDRAClaimWithDetShareConfig(t *testing.T) {
 	if _, err := c.client.ResourceV1().DeviceClasses().Get(ctx(t), dra.DriverName, metav1.GetOptions{}); err != nil {
 		t.Fatalf("DeviceClass %s from the Helm chart: %v", dra.DriverName, err)
 	}
-	claim := &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "dra-claim", Namespace: "default"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: dra.DriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 4}}},
-			Config: []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
-				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dra.DriverName, Parameters: runtime.RawExtension{
-					Raw: []byte(`{"apiVersion": "detshare.io/v1alpha1", "kind": "DetShareConfig", "tier": "latency-critical", "memory": "4Gi"}`)}}}}},
-		}},
-	}
-	if _, err := c.client.ResourceV1().ResourceClaims("default").Create(ctx(t), claim, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("ResourceClaim: %v", err)
-	}
-	defer c.client.ResourceV1().ResourceClaims("default").Delete(ctx(t), "dra-claim", metav1.DeleteOptions{})
-	pod := sharePod("dra-tenant", 0, 0)
-	claimName := "dra-claim"
-	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claimName}}
-	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
-	// A hostile pod's own DETSHARE_* environment must not override what its claim was allocated.
-	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"}, {Name: "DETSHARE_TIER", Value: "best-effort"},
-		{Name: "DETSHARE_MEMORY", Value: "80Gi"}}...)
+	c.createClaim(t, "dra-claim", 4, `{"apiVersion": "detshare.io/v1alpha1", "kind": "DetShareConfig", "tier": "latency-critical", "memory": "4Gi"}`)
+	pod := claimPod("dra-tenant", "dra-claim")
+	// A hostile pod's own DETSHARE_* environment, a forged ceiling among it, must not raise what its claim was
+	// allocated (CDI env replaces the DETSHARE_ALLOC_* it sets; the rest is capped).
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"},
+		{Name: "DETSHARE_MEMORY", Value: "80Gi"}, {Name: "DETSHARE_ALLOC_SMS", Value: "132"}, {Name: "DETSHARE_ALLOC_MEMORY", Value: "80Gi"}}...)
 	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
@@ -82,4 +68,35 @@ func TestDRAClaimWithDetShareConfig(t *testing.T) {
 		data, _ := os.ReadFile(specs[0])
 		t.Errorf("CDI spec left after the pod was deleted: %s", data)
 	}
+}
+
+// createClaim creates ResourceClaim name in default for count SM groups of the DeviceClass, with config (a
+// DetShareConfig, "" for none) as the claim's opaque configuration, and deletes it when the test ends.
+func (c *cluster) createClaim(t *testing.T, name string, count int64, config string) {
+	t.Helper()
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: dra.DriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}},
+		}},
+	}
+	if config != "" {
+		claim.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dra.DriverName, Parameters: runtime.RawExtension{Raw: []byte(config)}}}}}
+	}
+	if _, err := c.client.ResourceV1().ResourceClaims("default").Create(ctx(t), claim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("ResourceClaim %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		c.client.ResourceV1().ResourceClaims("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+// claimPod is the workload pod using ResourceClaim claim for its container (no device-plugin resources).
+func claimPod(name, claim string) *corev1.Pod {
+	pod := sharePod(name, 0, 0)
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}}
+	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	return pod
 }

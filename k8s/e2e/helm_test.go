@@ -49,7 +49,7 @@ func runHelm(bin, home string, args ...string) (string, error) {
 }
 
 // commonValues are what every release of this cluster needs: the installer image built here (never pulled), the
-// test's run directory, the simulated GPU (a test double), host network with metrics on loopback, and no
+// test's run directory, the simulated GPU (a test double), host network, and no
 // installer (the test configured containerd itself).
 func (c *cluster) commonValues() []string {
 	return []string{"--set", "image.repository=detshare-installer", "--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
@@ -60,10 +60,12 @@ func (c *cluster) commonValues() []string {
 		"--set", "extraEnv[2].name=KUBERNETES_SERVICE_PORT", "--set-string", fmt.Sprintf("extraEnv[2].value=%d", c.apiPort)}
 }
 
-// mainValues: release ds, the chart's defaults (device plugin, node daemon, RuntimeClass, metrics Service; no
-// ServiceMonitor) on this cluster.
+// mainValues: release ds, the chart's defaults (device plugin, node daemon, RuntimeClass; no ServiceMonitor) and
+// the metrics Service on this cluster.
 func (c *cluster) mainValues() []string {
-	return append(c.commonValues(), "--set", "nodeDaemon.metricsAddress=127.0.0.1",
+	// The metrics Service needs an endpoint off loopback (no kube-rbac-proxy image here): every address of the
+	// host network, on a free port.
+	return append(c.commonValues(), "--set-string", "nodeDaemon.metricsAddress=", "--set", "metrics.service=true",
 		"--set", fmt.Sprintf("nodeDaemon.metricsPort=%d", c.metricsPort), "--set", "devicePlugin.logLevel=debug")
 }
 

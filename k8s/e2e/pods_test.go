@@ -227,7 +227,7 @@ func TestPodsShareOneGPUWithTheirQuotas(t *testing.T) {
 	}
 
 	// 6 + 5 of 15 groups are taken: 5 more do not fit.
-	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), sharePod("tenant-c", 5, 0), metav1.CreateOptions{}); err != nil {
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), sharePod("tenant-c", 5, 4), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create tenant-c: %v", err)
 	}
 	defer c.deletePod(t, "tenant-c")
@@ -255,8 +255,8 @@ func TestPodsShareOneGPUWithTheirQuotas(t *testing.T) {
 		t.Errorf("tenant-a's container is still a tenant 10 s after the pod was deleted")
 	}
 	pc := c.waitPod(t, "tenant-c", 120*time.Second, "Running", running)
-	if tn, ok := tenantOf(c.status(t), containerID(pc)); !ok || tn.GuaranteedSMs != 40 || tn.MemLimit != 0 {
-		t.Errorf("tenant-c: tenant %+v (found %v), want 40 guaranteed SMs and no memory limit", tn, ok)
+	if tn, ok := tenantOf(c.status(t), containerID(pc)); !ok || tn.GuaranteedSMs != 40 || tn.MemLimit != 4*gib {
+		t.Errorf("tenant-c: tenant %+v (found %v), want 40 guaranteed SMs and a 4 GiB memory limit", tn, ok)
 	}
 
 	c.deletePod(t, "tenant-b")
@@ -292,15 +292,17 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// A pod is a hostile tenant: it asks the scheduler for 2 SM groups but claims the whole GPU, latency-critical, in
-// its environment and in pod annotations. It gets what Kubernetes accounted for: the device plugin's container
-// annotations outrank its environment, and the handler passes no pod annotations.
+// A pod is a hostile tenant: it asks the scheduler for 2 SM groups and 1 GiB but claims the whole GPU,
+// latency-critical, the highest weight and the decode role in its environment and in pod annotations (which this
+// cluster's handler passes, pod_annotations). It gets what Kubernetes accounted for: the device plugin's allocation
+// (alloc.detshare.io/*) is its ceiling, and weight and role stay within the host's limits (issue 29 c, d).
 func TestPodCannotWidenItsShare(t *testing.T) {
 	c := need(t)
 	pod := sharePod("greedy", 2, 1)
-	pod.Annotations = map[string]string{"detshare.io/sms": "100%", "detshare.io/memory": "80Gi", "detshare.io/tier": "latency-critical"}
+	pod.Annotations = map[string]string{"detshare.io/sms": "100%", "detshare.io/memory": "80Gi", "detshare.io/tier": "latency-critical",
+		"detshare.io/weight": "10000"}
 	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, []corev1.EnvVar{{Name: "DETSHARE_SMS", Value: "120"}, {Name: "DETSHARE_MEMORY", Value: "80Gi"},
-		{Name: "DETSHARE_TIER", Value: "latency-critical"}}...)
+		{Name: "DETSHARE_TIER", Value: "latency-critical"}, {Name: "DETSHARE_ROLE", Value: "decode"}}...)
 	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -310,8 +312,8 @@ func TestPodCannotWidenItsShare(t *testing.T) {
 	if !ok {
 		t.Fatal("the pod's container is not a tenant")
 	}
-	if tn.GuaranteedSMs != 16 || tn.MemLimit != 1<<30 || tn.Tier != "burstable" {
-		t.Errorf("greedy pod got tier %s, %d guaranteed SMs, memory limit %d; want burstable, 16 SMs, 1 GiB (what it was scheduled for)",
-			tn.Tier, tn.GuaranteedSMs, tn.MemLimit)
+	if tn.GuaranteedSMs != 16 || tn.MemLimit != 1<<30 || tn.Tier != "burstable" || tn.Weight != 1 || tn.Role != "none" {
+		t.Errorf("greedy pod got tier %s, %d guaranteed SMs, memory limit %d, weight %d, role %s; want burstable, 16 SMs, 1 GiB "+
+			"(what it was scheduled for), weight 1 and role none (the chart's tenantLimits)", tn.Tier, tn.GuaranteedSMs, tn.MemLimit, tn.Weight, tn.Role)
 	}
 }

@@ -47,5 +47,6 @@ func run(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	devices := nodecli.Devices(c, simgpu.Selected(os.Environ()), cdi.Simulated{})
-	return deviceplugin.Run(ctx, c.String("device-plugin-dir"), inv, devices)
+	// A GPU whose MPS the scheduler records as failed is unhealthy until it recovers.
+	return deviceplugin.Run(ctx, c.String("device-plugin-dir"), inv, devices, deviceplugin.TableHealth(c.String("run-dir")))
 }

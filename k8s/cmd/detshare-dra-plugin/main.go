@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
@@ -22,6 +24,7 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cmd/detshare/version"
 	"github.com/detshare/detshare/internal/simgpu"
+	"github.com/detshare/detshare/k8s/deviceplugin"
 	"github.com/detshare/detshare/k8s/dra"
 	"github.com/detshare/detshare/k8s/internal/nodecli"
 	"github.com/detshare/detshare/sched/gpuinfo"
@@ -37,6 +40,12 @@ func main() {
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, Usage: "kubeconfig (default: in-cluster)"},
 			&cli.StringFlag{Name: "kubelet-dir", Value: "/var/lib/kubelet", Usage: "kubelet's root directory (plugins_registry and plugins/ live there)"},
 			&cli.StringFlag{Name: "cdi-dir", Value: "/var/run/cdi", Usage: "where CDI specs go (the runtime's cdi_spec_dirs)"},
+			&cli.StringFlag{Name: "devices", Value: "auto", EnvVars: []string{"DETSHARE_DRA_DEVICES"},
+				Usage: "how GPUs are published: gpu (one shared device per GPU with consumable capacity sms and memory; Kubernetes 1.36+), " +
+					"groups (one device per SM group; Kubernetes 1.34), or auto (gpu where the apiserver is 1.36 or later)"},
+			&cli.BoolFlag{Name: "device-taints", EnvVars: []string{"DETSHARE_DEVICE_TAINTS"},
+				Usage: "taint the devices of a GPU the scheduler reports unhealthy (" + dra.TaintKey + ", NoSchedule) and untaint them on recovery; " +
+					"needs the DRADeviceTaints feature gate (alpha in Kubernetes 1.34: off, the apiserver drops the taints)"},
 		}, nodecli.Flags()...),
 		Action: run,
 	}
@@ -84,10 +93,50 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
-	if err := helper.PublishResources(ctx, dra.Slices(inv)); err != nil {
+	opts := dra.SliceOptions{Taints: c.Bool("device-taints")}
+	if opts.Consumable, err = consumable(c.String("devices"), client); err != nil {
+		return err
+	}
+	health := deviceplugin.TableHealth(c.String("run-dir"))
+	unhealthy := health()
+	if err := helper.PublishResources(ctx, dra.Slices(inv, unhealthy, opts)); err != nil {
 		return fmt.Errorf("publish ResourceSlices: %w", err)
 	}
-	logrus.WithFields(logrus.Fields{"node": node, "gpus": len(inv.GPUs)}).Info("DRA plugin serving")
-	<-ctx.Done()
-	return nil
+	logrus.WithFields(logrus.Fields{"node": node, "gpus": len(inv.GPUs), "device_taints": opts.Taints,
+		"consumable_capacity": opts.Consumable}).Info("DRA plugin serving")
+	if !opts.Taints {
+		<-ctx.Done()
+		return nil
+	}
+	// The scheduler's view of each GPU: a failed MPS server taints its devices until it runs again.
+	return health.Watch(ctx, time.Second, unhealthy, func(now, was map[int]string) error {
+		logrus.WithFields(logrus.Fields{"unhealthy": now, "was": was}).Warn("GPU health changed: publishing device taints")
+		if err := helper.PublishResources(ctx, dra.Slices(inv, now, opts)); err != nil {
+			logrus.WithError(err).Warn("publish ResourceSlices")
+			return deviceplugin.ErrRetry
+		}
+		return nil
+	})
+}
+
+// consumable decides --devices: gpu (consumable capacity), groups, or auto: gpu where the apiserver is Kubernetes 1.36
+// or later, where consumable capacity is on by default.
+func consumable(mode string, client kubernetes.Interface) (bool, error) {
+	switch mode {
+	case "gpu":
+		return true, nil
+	case "groups":
+		return false, nil
+	case "auto":
+		v, err := client.Discovery().ServerVersion()
+		if err != nil {
+			return false, fmt.Errorf("--devices=auto: ask the apiserver its version: %w", err)
+		}
+		var major, minor int
+		if _, err := fmt.Sscanf(v.Major+"."+strings.TrimRight(v.Minor, "+"), "%d.%d", &major, &minor); err != nil {
+			return false, fmt.Errorf("--devices=auto: apiserver version %q.%q: %w", v.Major, v.Minor, err)
+		}
+		return major > 1 || major == 1 && minor >= 36, nil
+	}
+	return false, fmt.Errorf("--devices=%q: allowed values are gpu, groups, auto", mode)
 }

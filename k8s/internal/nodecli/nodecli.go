@@ -14,13 +14,17 @@ import (
 	"github.com/detshare/detshare/k8s/deviceplugin"
 )
 
-// Flags are --run-dir and --log-level.
+// Flags are --run-dir, --log-level, the host limits of a pod's weight and role, and --host-root.
 func Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "run-dir", Value: table.DefaultRunDir, EnvVars: []string{table.RunDirEnv},
 			Usage: "DetShare's run directory: the scheduler's table gives the GPUs' published SM split"},
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"DETSHARE_LOG_LEVEL"},
 			Usage: "panic, fatal, error, warning, info, debug or trace"},
+		&cli.UintFlag{Name: "max-weight", Value: 1, EnvVars: []string{"DETSHARE_MAX_WEIGHT"},
+			Usage: "the highest weight (1..10000) a pod's own detshare.io/weight or DETSHARE_WEIGHT may set; above it is capped"},
+		&cli.StringFlag{Name: "allowed-roles", Value: "none", EnvVars: []string{"DETSHARE_ALLOWED_ROLES"},
+			Usage: "the TPOT-First roles a pod may take (comma-separated: none, prefill, decode); any other is capped to none"},
 		&cli.StringFlag{Name: "host-root", Value: "/", EnvVars: []string{"DETSHARE_HOST_ROOT"},
 			Usage: "where the node's / is mounted in this container (e.g. /host): the GPU's device nodes, driver " +
 				"libraries and NVIDIA's CDI specs are looked up there and handed out by their host paths"},
@@ -44,10 +48,15 @@ func Inventory(c *cli.Context, discover func() ([]table.GPUInfo, error)) (device
 		return deviceplugin.Inventory{}, fmt.Errorf("--log-level: %w", err)
 	}
 	logrus.SetLevel(lvl)
+	limits, err := deviceplugin.ParseLimits(c.Uint("max-weight"), c.String("allowed-roles"))
+	if err != nil {
+		return deviceplugin.Inventory{}, err
+	}
 	inv, err := deviceplugin.Discover(c.String("run-dir"), discover)
 	if err != nil {
 		return inv, err
 	}
+	inv.Limits = limits
 	if len(inv.GPUs) == 0 {
 		return inv, errors.New("no GPU found: nothing to advertise")
 	}

@@ -26,3 +26,15 @@ tolerations:
 {{ toYaml . | indent 2 }}
 {{- end }}
 {{- end -}}
+
+{{- /* The host's limits on what a tenant pod may set itself beyond its allocation (both plugins). */ -}}
+{{- define "detshare.limitArgs" -}}
+"--max-weight", "{{ .Values.tenantLimits.maxWeight }}", "--allowed-roles", {{ join "," .Values.tenantLimits.allowedRoles | quote }}
+{{- end -}}
+
+{{- /* A container that needs no privilege at all: no capabilities, no escalation, a read-only root. */ -}}
+{{- define "detshare.unprivileged" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities: {drop: [ALL]}
+{{- end -}}

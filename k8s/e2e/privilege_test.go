@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// These tests render the chart with the helm binary build-components.sh built (`helm template`); they need no
+// cluster, so they run under DETSHARE_SKIP_K8S=1 too whenever helm is there.
+
+func helmTemplate(t *testing.T, set ...string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	bin := filepath.Join(cacheDir(), components["helm"])
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("DETSHARE_SKIP_K8S") == "1" {
+			t.Skipf("no helm (%v) and DETSHARE_SKIP_K8S=1", err)
+		}
+		t.Fatalf("helm not built (integration/kubernetes/build-components.sh helm): %v", err)
+	}
+	args := []string{"template", "x", filepath.Join(repoRoot(), "configs/helm/detshare"), "--kube-version", "1.34.4", "--namespace", "ds"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out, err := runHelm(bin, t.TempDir(), args...)
+	if err != nil {
+		return nil, err
+	}
+	return manifestObjects(out)
+}
+
+// podSpecs are the pod templates of the rendered DaemonSets, by component.
+func podSpecs(t *testing.T, objs []*unstructured.Unstructured) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		comp, _, _ := unstructured.NestedString(o.Object, "spec", "template", "metadata", "labels", "app.kubernetes.io/component")
+		spec, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+		out[comp] = spec
+	}
+	return out
+}
+
+func containersOf(spec map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, k := range []string{"initContainers", "containers"} {
+		cs, _, _ := unstructured.NestedSlice(spec, k)
+		for _, c := range cs {
+			out = append(out, c.(map[string]any))
+		}
+	}
+	return out
+}
+
+// Least privilege (issue 29): the plugins run with no capability, no privilege escalation and a read-only root; only
+// the DRA plugin (ResourceSlices, claims) and the metrics proxy get a service-account token; what stays privileged
+// is the node daemon (GPU device nodes for MPS and NVML, hostPID, hostIPC) and the installer (the host's files), the
+// installer with hostPID only when it restarts containerd; the metrics endpoint is on loopback by default.
+func TestChartLeastPrivilege(t *testing.T) {
+	objs, err := helmTemplate(t, "devicePlugin.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dra, err := helmTemplate(t, "devicePlugin.enabled=false", "dra.enabled=true", "installer.restartContainerd=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := podSpecs(t, objs)
+	for comp, spec := range podSpecs(t, dra) {
+		specs["dra:"+comp] = spec
+	}
+	for _, comp := range []string{"installer", "node-daemon", "device-plugin", "dra:dra-plugin", "dra:installer"} {
+		spec, ok := specs[comp]
+		if !ok {
+			t.Fatalf("no DaemonSet %s rendered (have %v)", comp, keys(specs))
+		}
+		auto, set, _ := unstructured.NestedBool(spec, "automountServiceAccountToken")
+		wantToken := comp == "dra:dra-plugin"
+		if wantToken == (set && !auto) {
+			t.Errorf("%s: automountServiceAccountToken %v (set %v); want a token only for the DRA plugin", comp, auto, set)
+		}
+		privileged := comp == "installer" || comp == "dra:installer" || comp == "node-daemon"
+		for _, c := range containersOf(spec) {
+			name := comp + "/" + c["name"].(string)
+			priv, _, _ := unstructured.NestedBool(c, "securityContext", "privileged")
+			if priv != privileged {
+				t.Errorf("%s: privileged %v, want %v", name, priv, privileged)
+			}
+			if privileged {
+				continue
+			}
+			esc, set, _ := unstructured.NestedBool(c, "securityContext", "allowPrivilegeEscalation")
+			ro, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem")
+			drop, _, _ := unstructured.NestedStringSlice(c, "securityContext", "capabilities", "drop")
+			add, _, _ := unstructured.NestedStringSlice(c, "securityContext", "capabilities", "add")
+			if !set || esc || !ro || len(drop) != 1 || drop[0] != "ALL" || len(add) != 0 {
+				t.Errorf("%s: allowPrivilegeEscalation %v (set %v), readOnlyRootFilesystem %v, drop %v, add %v; want false, true, [ALL], none",
+					name, esc, set, ro, drop, add)
+			}
+		}
+		hostPID, _, _ := unstructured.NestedBool(spec, "hostPID")
+		if want := comp == "node-daemon" || comp == "installer"; hostPID != want {
+			t.Errorf("%s: hostPID %v, want %v", comp, hostPID, want)
+		}
+		hostIPC, _, _ := unstructured.NestedBool(spec, "hostIPC")
+		if hostIPC != (comp == "node-daemon") {
+			t.Errorf("%s: hostIPC %v", comp, hostIPC)
+		}
+	}
+	// Metrics: loopback, no Service by default.
+	for _, c := range containersOf(specs["node-daemon"]) {
+		cmd, _, _ := unstructured.NestedStringSlice(c, "command")
+		if !strings.Contains(strings.Join(cmd, " "), "--metrics-listen 127.0.0.1:9400") {
+			t.Errorf("node daemon command %v: want --metrics-listen 127.0.0.1:9400", cmd)
+		}
+	}
+	for _, o := range objs {
+		if o.GetKind() == "Service" {
+			t.Errorf("a metrics Service by default: %s", o.GetName())
+		}
+	}
+}
+
+// The metrics leave the node only authenticated (kube-rbac-proxy in front of loopback) or when the admin binds them
+// to every address; a Service in front of loopback is refused with the two ways out.
+func TestChartMetricsBehindRBACProxy(t *testing.T) {
+	_, err := helmTemplate(t, "metrics.service=true")
+	if err == nil || !strings.Contains(err.Error(), "metrics.rbacProxy.enabled=true") {
+		t.Errorf("metrics.service over a loopback endpoint: %v, want a refusal naming metrics.rbacProxy.enabled", err)
+	}
+	if _, err := helmTemplate(t, "metrics.rbacProxy.enabled=true", "nodeDaemon.metricsAddress=0.0.0.0"); err == nil {
+		t.Error("rbacProxy beside an endpoint on every address: rendered, want a refusal")
+	}
+	objs, err := helmTemplate(t, "metrics.rbacProxy.enabled=true", "metrics.service=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := podSpecs(t, objs)["node-daemon"]
+	if sa, _, _ := unstructured.NestedString(spec, "serviceAccountName"); sa != "x-metrics-proxy" {
+		t.Errorf("node daemon service account %q, want x-metrics-proxy", sa)
+	}
+	var proxy map[string]any
+	for _, c := range containersOf(spec) {
+		if c["name"] == "kube-rbac-proxy" {
+			proxy = c
+		}
+	}
+	args, _, _ := unstructured.NestedStringSlice(proxy, "args")
+	if proxy == nil || !strings.Contains(strings.Join(args, " "), "--upstream=http://127.0.0.1:9400/") {
+		t.Fatalf("no kube-rbac-proxy sidecar in front of 127.0.0.1:9400: %v", proxy)
+	}
+	found := map[string]bool{}
+	for _, o := range objs {
+		found[o.GetKind()+"/"+o.GetName()] = true
+		if o.GetKind() == "Service" {
+			ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+			if len(ports) != 1 || ports[0].(map[string]any)["targetPort"] != "https-metrics" {
+				t.Errorf("metrics Service ports %v, want only https-metrics", ports)
+			}
+		}
+	}
+	for _, want := range []string{"ServiceAccount/x-metrics-proxy", "ClusterRole/x-metrics-proxy", "ClusterRoleBinding/x-metrics-proxy", "ClusterRole/x-metrics-reader"} {
+		if !found[want] {
+			t.Errorf("rendered no %s", want)
+		}
+	}
+}
+
+// The host's limits on a tenant's weight and role reach both plugins; pods' annotations reach the handler only when
+// asked for.
+func TestChartTenantLimitsAndPodAnnotations(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		comp string
+		want string
+	}{
+		{nil, "device-plugin", `--max-weight 1 --allowed-roles none`},
+		{[]string{"tenantLimits.maxWeight=50", "tenantLimits.allowedRoles={none,decode}"}, "device-plugin", `--max-weight 50 --allowed-roles none,decode`},
+		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "tenantLimits.maxWeight=7"}, "dra-plugin", `--max-weight 7 --allowed-roles none`},
+		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "dra.deviceTaints=true"}, "dra-plugin", `--allowed-roles none --device-taints --devices auto`},
+		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "dra.devices=gpu"}, "dra-plugin", `--devices gpu`},
+	} {
+		objs, err := helmTemplate(t, tc.set...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, _, _ := unstructured.NestedStringSlice(containersOf(podSpecs(t, objs)[tc.comp])[0], "command")
+		if !strings.Contains(strings.Join(cmd, " "), tc.want) {
+			t.Errorf("%v: %s command %v, want %s", tc.set, tc.comp, cmd, tc.want)
+		}
+	}
+	if _, err := helmTemplate(t, "tenantLimits.allowedRoles={boss}"); err == nil {
+		t.Error("tenantLimits.allowedRoles={boss}: rendered, want a schema error")
+	}
+	for _, opt := range []bool{false, true} {
+		objs, err := helmTemplate(t, "installer.podAnnotations="+map[bool]string{false: "false", true: "true"}[opt])
+		if err != nil {
+			t.Fatal(err)
+		}
+		script, _, _ := unstructured.NestedStringSlice(containersOf(podSpecs(t, objs)["installer"])[0], "command")
+		if got := strings.Contains(strings.Join(script, " "), "--pod-annotations"); got != opt {
+			t.Errorf("installer.podAnnotations=%v: the install passes --pod-annotations: %v", opt, got)
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
