@@ -21,7 +21,7 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$repo/build/capture-patterns-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
-export CONF_CASES=${CONF_CASES:-"c07_graph_capture c13_capture_patterns c14_graph_nodes_gpu"}
+export CONF_CASES=${CONF_CASES:-"c07_graph_capture c13_capture_patterns c14_graph_nodes_gpu c15_first_capture"}
 command -v nvidia-cuda-mps-control >/dev/null || { echo "capture_patterns: nvidia-cuda-mps-control not found" >&2; exit 2; }
 
 mps=$(mktemp -d)
