@@ -857,6 +857,16 @@ bool ds_launch_retry(struct ds_launch *l, CUresult r) {
     return true;
 }
 
+/* A capture ended (or was invalidated). The edges in made while it ran were captured, not issued: recorded on a
+ * capturing application stream, an edge in is a dependency inside the graph, and orders nothing outside it. Yet it
+ * marked its logical stream as having seen everything issued so far (need_in cleared, seen_order and seen_cross
+ * brought up to date), so the first kernel or graph launched on the physical stream after the capture did not wait
+ * for what the application stream must wait for: on the H100 a graph captured on the per-thread default stream was
+ * replayed on its physical stream before a synchronous memset the legacy stream still had queued (a blocking stream
+ * waits for it; the physical stream did not), and the memset then overwrote the replay's result (conformance c13
+ * per_thread). Every logical stream's next kernel takes a real edge in. */
+void ds_streams_capture_ended(void) { atomic_fetch_add_explicit(&g_order_gen, 1, memory_order_release); }
+
 /* cuStreamBeginCaptureToGraph captures into a graph the application made, which may be the body of a conditional
  * node: CUDA requires every node of a body to be in the context of its conditional node (the application's), so
  * work captured there must not go to a physical stream of a green context. While such a capture runs on s, its work
