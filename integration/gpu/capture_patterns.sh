@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # capture_patterns.sh — issue 28's capture patterns on a real GPU, without and with MPS: the conformance cases that
-# capture (c07 graph capture, c13 memsets / copies / host functions / events / fork-join / memory nodes, c14 a capture
-# as the first GPU work, child-graph nodes, conditional nodes) through integration/gpu/conformance.sh, once with no
-# MPS daemon and once as clients of a private MPS daemon (the memset capture was invalidated under the library in
-# both). Each run compares every mode (native, passthrough, confined, rebinding, confined-dlsym) with the expected
+# capture (c07 graph capture, c13 memsets / copies / host functions / events / fork-join / memory nodes / the
+# per-thread default stream, c14 child-graph nodes and conditional nodes, c15 a capture as the process's first GPU
+# work) through integration/gpu/conformance.sh, once with no MPS daemon and once as clients of a private MPS daemon
+# (the memset capture was invalidated under the library in both). Before each, probes/capture_unsafe.c says which of
+# the library's own setup calls invalidate a global-mode capture on this driver, in global and in relaxed mode. Each run compares every mode (native, passthrough, confined, rebinding, confined-dlsym) with the expected
 # facts and with the native run.
 #
 # Then, where python3 has PyTorch, capture_torch.py (PyTorch's capture patterns, eager vs graph replay bit for bit:
@@ -21,7 +22,7 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$repo/build/capture-patterns-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
-export CONF_CASES=${CONF_CASES:-"c07_graph_capture c13_capture_patterns c14_graph_nodes_gpu"}
+export CONF_CASES=${CONF_CASES:-"c07_graph_capture c13_capture_patterns c14_graph_nodes_gpu c15_first_capture"}
 command -v nvidia-cuda-mps-control >/dev/null || { echo "capture_patterns: nvidia-cuda-mps-control not found" >&2; exit 2; }
 
 mps=$(mktemp -d)
@@ -89,13 +90,22 @@ PYEOF
 }
 
 status=0
+# probes/capture_unsafe.c: which of the library's own setup calls invalidate a global-mode capture on this driver,
+# with the thread in global and in relaxed capture mode (informational: it does not change the exit status)
+probe=$out/capture_unsafe
+cc -std=c11 -O2 -D_GNU_SOURCE -I"$repo" -o "$probe" "$repo/integration/gpu/probes/capture_unsafe.c" -ldl ||
+  { echo "capture_patterns: probes/capture_unsafe.c did not build" >&2; status=1; }
+run_probe() { if [ -x "$probe" ]; then timeout 120 "$probe" >"$out/capture_unsafe-$1.txt" 2>&1; fi; }
+
 # no MPS: a pipe directory without a daemon
+CUDA_MPS_PIPE_DIRECTORY=$mps/no-mps run_probe no-mps
 CUDA_MPS_PIPE_DIRECTORY=$mps/no-mps bash "$repo/integration/gpu/conformance.sh" "$out/no-mps" >"$out/no-mps.log" 2>&1 ||
   status=1
 if [ $have_torch = 1 ]; then
   CUDA_MPS_PIPE_DIRECTORY=$mps/no-mps torch_run no-mps >"$out/torch-no-mps.log" 2>&1 || status=1
 fi
 CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control -d || { echo "capture_patterns: MPS did not start" >&2; exit 1; }
+CUDA_MPS_PIPE_DIRECTORY=$mps/pipe run_probe mps
 CUDA_MPS_PIPE_DIRECTORY=$mps/pipe bash "$repo/integration/gpu/conformance.sh" "$out/mps" >"$out/mps.log" 2>&1 || status=1
 if [ $have_torch = 1 ]; then
   CUDA_MPS_PIPE_DIRECTORY=$mps/pipe torch_run mps >"$out/torch-mps.log" 2>&1 || status=1
@@ -105,6 +115,8 @@ stop_mps
 for run in no-mps mps; do
   echo "== $run"
   grep -E "^\||^  - |^DIFF|^all |^note" "$out/$run.log"
+  echo "-- capture_unsafe ($run): calls that invalidate a global-mode capture (status=2)"
+  grep -E "status=2|fatal" "$out/capture_unsafe-$run.txt" 2>/dev/null || echo "   none"
   if [ $have_torch = 1 ]; then cat "$out/torch-$run.log"; else echo "(no PyTorch: capture_torch.py not run)"; fi
 done | tee "$out/SUMMARY.txt"
 echo "capture_patterns: exit $status; logs in $out" >&2

@@ -10,6 +10,7 @@ SIMGPU_LIB     := $(SIMGPU_LIBDIR)/libcuda.so.1
 SIMGPU_NVML    := $(SIMGPU_LIBDIR)/libnvidia-ml.so.1
 SIMGPU_PROBE   := $(TESTBIN)/simgpu-probe
 SIMGPU_PROBE_L := $(TESTBIN)/simgpu-probe-linked
+SIMGPU_CAPUNSAFE := $(TESTBIN)/capture-unsafe
 
 $(SIMGPU_LIB): $(SIMGPU_SRCS) $(SIMGPU_HDRS) $(SIMGPU_DIR)/src/libcuda.map
 	@mkdir -p $(SIMGPU_LIBDIR)
@@ -34,9 +35,15 @@ $(SIMGPU_PROBE_L): $(SIMGPU_DIR)/progs/probe.c cgroupgpu/cuda/cuda_abi.h $(SIMGP
 	@mkdir -p $(TESTBIN)
 	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -DPROBE_LINKED -o $@ $< -L$(SIMGPU_LIBDIR) -lcuda -ldl -lpthread -lm
 
-C_TARGETS += $(SIMGPU_LIB) $(SIMGPU_NVML) $(SIMGPU_PROBE) $(SIMGPU_PROBE_L)
+# The GPU probe of unsafe calls during a capture (integration/gpu/probes/capture_unsafe.c), built here too so that
+# simgpu_test.go checks it against the double's model of the rule.
+$(SIMGPU_CAPUNSAFE): integration/gpu/probes/capture_unsafe.c cgroupgpu/cuda/cuda_abi.h
+	@mkdir -p $(TESTBIN)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS_EXTRA) -o $@ $< -ldl
+
+C_TARGETS += $(SIMGPU_LIB) $(SIMGPU_NVML) $(SIMGPU_PROBE) $(SIMGPU_PROBE_L) $(SIMGPU_CAPUNSAFE)
 
 .PHONY: simgpu
-simgpu: $(SIMGPU_LIB) $(SIMGPU_NVML) $(SIMGPU_PROBE) $(SIMGPU_PROBE_L)
+simgpu: $(SIMGPU_LIB) $(SIMGPU_NVML) $(SIMGPU_PROBE) $(SIMGPU_PROBE_L) $(SIMGPU_CAPUNSAFE)
 
 endif

@@ -134,6 +134,7 @@ BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, 1, 1,
             int n = atomic_load(&ds_process.capturing);                                                              \
             while (n > 0 && !atomic_compare_exchange_weak(&ds_process.capturing, &n, n - 1)) {                       \
             }                                                                                                        \
+            ds_streams_capture_ended();                                                                              \
             ds_depth++;                                                                                              \
             ds_streams_capture_in_place(hStream, pt, false);                                                         \
             ds_depth--;                                                                                              \

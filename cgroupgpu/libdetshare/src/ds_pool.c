@@ -317,7 +317,19 @@ out:
 /* ---------------------------------------------------------------------------------------------------------------
  * What a grant binds to
  * ------------------------------------------------------------------------------------------------------------- */
+/* The first launch, copy or memset of a process may come while the application captures (PyTorch's first CUDA graph
+ * can be its first GPU work): learning the split and making a green context are potentially unsafe calls that
+ * invalidate a global- or thread-local-mode capture (the H100 returned CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for a
+ * memset captured as a process's first work, conformance c15), so this thread is in relaxed capture mode here. */
+static struct ds_gctx *select_locked(uint64_t groups, void (*made)(void));
 struct ds_gctx *ds_pool_select_locked(uint64_t groups, void (*made)(void)) {
+    CUstreamCaptureMode m = ds_relaxed_begin();
+    struct ds_gctx *cur = select_locked(groups, made);
+    ds_relaxed_end(m);
+    return cur;
+}
+
+static struct ds_gctx *select_locked(uint64_t groups, void (*made)(void)) {
     struct ds_gctx *cur = NULL;
     if (!learn_split_locked())
         return NULL;
@@ -360,8 +372,12 @@ CUstream ds_pool_private_stream(unsigned idx) {
         return NULL;
     struct ds_gctx *c = &g_ctxs[idx];
     pthread_mutex_lock(&g_pool_lock);
-    if (!c->priv && ds_real.cuGreenCtxStreamCreate(&c->priv, c->g, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS)
-        c->priv = NULL;
+    if (!c->priv) {
+        CUstreamCaptureMode m = ds_relaxed_begin(); /* a graph may be launched inside an application's capture */
+        if (ds_real.cuGreenCtxStreamCreate(&c->priv, c->g, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS)
+            c->priv = NULL;
+        ds_relaxed_end(m);
+    }
     CUstream s = c->priv;
     pthread_mutex_unlock(&g_pool_lock);
     return s;

@@ -408,12 +408,13 @@ static uint64_t capture_of(CUstream s) {
  * outside a capture that waited on a captured event would be pulled into it. Nothing is lost: captured work never
  * depends on work outside its graph (a graph launch is ordered in its launch stream), and work outside does not run
  * the captured work. Costs nothing unless a capture runs. */
-static void tie(struct lstream *ls, CUstream from, CUstream into) {
+static bool tie(struct lstream *ls, CUstream from, CUstream into) {
     if (DS_UNLIKELY(atomic_load_explicit(&ds_process.capturing, memory_order_relaxed) != 0) &&
         capture_of(from) != capture_of(into))
-        return;
+        return false;
     if (DS_SOP_REAL(cuEventRecord)(ls->e_out, from) == CUDA_SUCCESS)
         DS_SOP_REAL(cuStreamWaitEvent)(into, ls->e_out, 0);
+    return true;
 }
 
 /* ls->lock held: the application stream waits for the kernels on the physical stream. */
@@ -423,8 +424,8 @@ static void join_locked(struct lstream *ls) {
     /* cleared first: a kernel launched concurrently sets it again and is joined next time */
     atomic_store(&ls->pending, 0);
     CUstream p = atomic_load(&ls->phys);
-    if (p)
-        tie(ls, p, ls->app);
+    if (p && !tie(ls, p, ls->app))
+        atomic_store(&ls->pending, 1); /* left out across a capture boundary: joined once the capture is over */
 }
 
 static void join(struct lstream *ls) {
@@ -855,6 +856,28 @@ bool ds_launch_retry(struct ds_launch *l, CUresult r) {
         return false;
     join(l->ls);
     return true;
+}
+
+/* A capture ended (or was invalidated). The edges made while it ran between a capturing stream and a physical stream
+ * pulled into its capture were captured, not issued: dependencies inside the graph that order nothing outside it.
+ * Yet an edge in marked its logical stream as having seen everything issued so far (need_in cleared, seen_order and
+ * seen_cross brought up to date), and a join cleared pending. So the first kernel or graph launched on the physical
+ * stream after the capture did not wait for what the application stream must wait for: a graph captured on the
+ * per-thread default stream was replayed on its physical stream before a synchronous memset the legacy stream still
+ * had queued (a blocking stream waits for it; the physical stream did not), so the memset came after the replay and
+ * overwrote its result — the explanation found for the H100's c13 per_thread.replay_ok=no, which c13's per_thread
+ * facts check on the next H100 run. Here every logical stream's next kernel takes a real edge in, and every one with
+ * a physical stream is joined again at its next observation (one edge pair per stream per capture; O(streams) at
+ * the end of a capture only). */
+void ds_streams_capture_ended(void) {
+    atomic_fetch_add_explicit(&g_order_gen, 1, memory_order_release);
+    unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++) {
+        struct lstream *ls = pool_at(i);
+        if (atomic_load_explicit(&ls->phys, memory_order_acquire) &&
+            !atomic_load_explicit(&ls->pending, memory_order_relaxed))
+            atomic_store_explicit(&ls->pending, 1, memory_order_release);
+    }
 }
 
 /* cuStreamBeginCaptureToGraph captures into a graph the application made, which may be the body of a conditional

@@ -214,7 +214,20 @@ int main(void) {
     CK(D.cuGraphInstantiateWithFlags(&ge, g, 0));
     CK(D.cuGraphLaunch_ptsz(ge, NULL));
     CK(D.cuStreamSynchronize_ptsz(NULL));
-    fact("per_thread.replay_ok", "%s", yn(all_f32(v, N, 8.0f) && all_f32(y, N, 0.25f)));
+    /* each node's result read once after the per-thread synchronisation, then again after a context-wide one (a
+     * replay not yet finished when the per-thread stream said it was shows there only), then the same graph replayed
+     * on another stream (a wrong graph fails there too, a wrong per-thread launch or synchronisation does not) */
+    bool v_ok = all_f32(v, N, 8.0f), y_ok = all_f32(y, N, 0.25f);
+    fact("per_thread.replay_ok", "%s", yn(v_ok && y_ok));
+    fact("per_thread.replay_memset_ok", "%s", yn(v_ok));
+    fact("per_thread.replay_kernel_ok", "%s", yn(y_ok));
+    CK(D.cuCtxSynchronize());
+    fact("per_thread.replay_ok_after_ctx_sync", "%s", yn(all_f32(v, N, 8.0f) && all_f32(y, N, 0.25f)));
+    CK(D.cuMemsetD32_v2(v, 0, N));
+    CK(D.cuMemsetD32_v2(y, 0, N));
+    CK(D.cuGraphLaunch(ge, B));
+    CK(D.cuStreamSynchronize(B));
+    fact("per_thread.replay_on_other_stream_ok", "%s", yn(all_f32(v, N, 8.0f) && all_f32(y, N, 0.25f)));
     CK(D.cuStreamSynchronize(NULL));
     fact("per_thread.legacy_work_ok", "%s", yn(sum_u32(w, N) == 9ull * N));
     release(ge, g);

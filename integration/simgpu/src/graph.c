@@ -11,6 +11,15 @@
  * event recorded outside its capture (without CU_EVENT_WAIT_EXTERNAL) or in another capture — fails and invalidates
  * the capture sequence: every later operation captured into it fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, its
  * streams report CU_STREAM_CAPTURE_STATUS_INVALIDATED, and cuStreamEndCapture returns that error and no graph.
+ *
+ * Unsafe calls (cuThreadExchangeStreamCaptureMode, CUDA driver API reference): a "potentially unsafe" call fails
+ * with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures it is unsafe for, by the calling thread's
+ * capture mode: GLOBAL (every thread's default) — a capture this thread began in a mode other than RELAXED, or a
+ * capture another thread began in GLOBAL mode; THREAD_LOCAL — only the former; RELAXED — none. The double treats
+ * as unsafe what sets up green contexts (cuDeviceGetDevResource, cuDevSmResourceSplitByCount,
+ * cuDevResourceGenerateDesc, cuGreenCtxCreate: the last waits for the device's work, as a synchronisation does) and
+ * cuMemAlloc (cudaMalloc, the example CUDA's documentation gives). A library that sets up such things while an
+ * application captures must switch its thread to RELAXED around them and back.
  */
 #include "simgpu.h"
 
@@ -64,6 +73,27 @@ CUresult sim_capture_forbidden(struct CUstream_st *s, CUresult why) {
         s->capture->cap_invalid = true;
     pthread_mutex_unlock(&g_sim.lock);
     return why;
+}
+
+CUresult sim_capture_unsafe_call(void) {
+    if (t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
+    pthread_t self = pthread_self();
+    bool hit = false;
+    pthread_mutex_lock(&g_sim.lock);
+    for (struct CUstream_st *x = g_sim.streams; x; x = x->next) {
+        struct CUgraph_st *g = x->capture;
+        if (!g || !x->capture_origin)
+            continue;
+        bool mine = pthread_equal(g->cap_thread, self);
+        if ((mine && g->cap_mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+            (!mine && t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && g->cap_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+            g->cap_invalid = true;
+            hit = true;
+        }
+    }
+    pthread_mutex_unlock(&g_sim.lock);
+    return hit ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
 /* g_sim.lock held: a node for the capture of s, or NULL with *r set (an invalidated capture takes no more nodes). */
@@ -189,6 +219,8 @@ static CUresult begin_capture(CUstream h, CUgraph into, CUstreamCaptureMode mode
         }
         g->magic = SIM_GRAPH;
     }
+    g->cap_mode = mode;
+    g->cap_thread = pthread_self();
     s->capture = g;
     s->capture_origin = true;
     s->capture_id = sim_next_id();

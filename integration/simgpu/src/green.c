@@ -57,6 +57,8 @@ CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevR
         return CUDA_ERROR_INVALID_VALUE;
     if (type != CU_DEV_RESOURCE_TYPE_SM)
         return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+    if ((r = sim_capture_unsafe_call()) != CUDA_SUCCESS) /* graph.c, "Unsafe calls" */
+        return r;
     sim_mask all = {0};
     mask_range(&all, 0, g_sim.nsms);
     res_fill(resource, RES_DEVICE, device, 0, &all, SIM_SPLIT_MIN);
@@ -95,6 +97,8 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGrou
     struct res_priv in;
     CUresult r = res_read(input, &in);
     if (r)
+        return r;
+    if ((r = sim_capture_unsafe_call()) != CUDA_SUCCESS)
         return r;
     if (useFlags & ~(unsigned)(CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING |
                                CU_DEV_SM_RESOURCE_SPLIT_MAX_POTENTIAL_CLUSTER_SIZE))
@@ -156,6 +160,9 @@ CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *res
     SIM_CHECK_INIT();
     if (!phDesc || !resources || nbResources == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult ur = sim_capture_unsafe_call();
+    if (ur != CUDA_SUCCESS)
+        return ur;
     sim_mask m = {0};
     struct res_priv first;
     for (unsigned i = 0; i < nbResources; i++) {
@@ -189,6 +196,8 @@ CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice de
         return CUDA_ERROR_INVALID_VALUE;
     if (flags != CU_GREEN_CTX_DEFAULT_STREAM)
         return CUDA_ERROR_INVALID_VALUE; /* documented as required through 13.0 */
+    if ((r = sim_capture_unsafe_call()) != CUDA_SUCCESS)
+        return r;
     /* As measured on the H100 (integration/gpu/probes/greenperf.cu): creation waits for the work the process already
      * has on the device (102 ms behind a 100 ms kernel), without holding up other threads' launches. */
     uint64_t busy_until = 0;

@@ -247,6 +247,8 @@ static CUresult dev_free(CUdeviceptr dptr) {
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     int dev;
     CUresult r = current_dev(&dev);
+    if (!r)
+        r = sim_capture_unsafe_call(); /* cudaMalloc: CUDA's example of a potentially unsafe call (graph.c) */
     return r ? r : dev_alloc(dptr, bytesize, dev, false, NULL);
 }
 

@@ -184,6 +184,8 @@ struct CUgraph_st {
     struct CUgraphNode_st *head, *tail;
     size_t nnodes;
     bool cap_invalid; /* the capture sequence into this graph was invalidated (graph.c, "Invalidation") */
+    CUstreamCaptureMode cap_mode; /* the mode the capture sequence into this graph began with */
+    pthread_t cap_thread;         /* the thread that began it */
 };
 struct CUgraphExec_st {
     uint32_t magic;
@@ -343,6 +345,9 @@ CUresult sim_capture_host(struct CUstream_st *s, CUhostFn fn, void *ud);
 CUresult sim_capture_mem_alloc(struct CUstream_st *s, struct CUctx_st *ctx, CUdeviceptr *dptr, size_t bytes);
 CUresult sim_capture_mem_free(struct CUstream_st *s, CUdeviceptr dptr);
 CUresult sim_capture_forbidden(struct CUstream_st *s, CUresult why); /* invalidates s's capture, returns why */
+/* A potentially unsafe call (graph.c, "Unsafe calls"): CUDA_SUCCESS when the calling thread may make it now, else the
+ * captures it is unsafe for are invalidated and CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED is returned. */
+CUresult sim_capture_unsafe_call(void);
 
 /* host functions (stream.c) */
 CUresult sim_enqueue_hostfn(struct CUstream_st *s, struct CUctx_st *ctx, CUhostFn fn, void *ud);
