@@ -70,8 +70,13 @@ func installContainerdThenLoadCRI(t *testing.T, e *env, orig string) {
 	}
 	dump, _ := run(10*time.Second, nil, e.ctrdBin, "--config", cfg, "config", "dump")
 	dump = strings.ReplaceAll(dump, "'", `"`) // containerd 2.x dumps TOML strings single-quoted
-	if !strings.Contains(dump, `runtime_type = "io.containerd.detshare.v1"`) || !strings.Contains(dump, `"detshare.io/*"`) {
+	// The handler passes the device plugin's allocation (the container's ceiling) and, by default, no pod
+	// annotations: a pod cannot pick its own quota (issue 29; --pod-annotations opts in).
+	if !strings.Contains(dump, `runtime_type = "io.containerd.detshare.v1"`) || !strings.Contains(dump, `"alloc.detshare.io/*"`) {
 		t.Errorf("config dump lacks the detshare handler:\n%s", dump)
+	}
+	if strings.Contains(dump, `pod_annotations = ["detshare.io/*"]`) {
+		t.Errorf("pod annotations passed by default:\n%s", dump)
 	}
 	if out, err := run(30*time.Second, nil, detshare, "uninstall", "containerd", "--containerd-config", cfg, "--drop-in", dropIn); err != nil {
 		t.Fatalf("uninstall: %v: %s", err, out)
