@@ -12,9 +12,9 @@ import (
 	"github.com/detshare/detshare/sched/policy"
 )
 
-// What the scheduler adds for performance determinism (issue 12): SLO sizing of a latency-critical tenant's
-// expansion from the latency histogram its library keeps, the dispatch gate of throttled tenants, and the board's
-// power (NVML, read-only).
+// What the scheduler adds for performance determinism (issues 12 and 26): the size of a latency-critical tenant's
+// partition (scheduler.lc_reserve, or the SLO controller from the latency histograms its library keeps), the
+// dispatch gate of throttled tenants, and the board's power (NVML, read-only).
 
 // sloWindow is the shortest window over which a tenant's P99 is taken; a window with fewer than
 // policy.MinLatencySamples completions is extended up to sloWindowMax.

@@ -120,8 +120,8 @@ func WindowP99(coarse [LatencyBuckets]uint64, fine [FineBuckets]uint64) (time.Du
 // The SLO controller's thresholds, as fractions of the SLO. A window's P99 is taken over a few dozen to a few
 // hundred completions (close to their maximum) and from the upper edge of its histogram bucket (up to 1/8 over),
 // so a window at the SLO already means a run well inside it: above 1 the window missed and a quarter of what was
-// given back returns (at least one group), half of it above Far; between Hold and 1 nothing moves; below Hold one more group goes to
-// the neighbours, below Slack two.
+// given back returns (at least one group), half of it above Far; between Hold and 1 nothing moves; below Hold one
+// more group goes to the neighbours, below Slack two.
 const (
 	sloHold  = 0.85
 	sloSlack = 0.65
@@ -131,14 +131,15 @@ const (
 	infeasibleAfter = 3
 )
 
-// SLOControl is the per-latency-critical-tenant state of the SLO controller: how many groups of its expansion the
-// tenant gives back to lower tiers while it is busy (Shrink: 0 is the most protective share, every group the
-// scheduler can take; the maximum leaves it exactly its guarantee, a static partition), and what the controller
-// learnt. The observed latency comes from the tenant's own page, so the worst a forged value can do is make its
+// SLOControl is the per-latency-critical-tenant state of the SLO controller: how many groups the tenant leaves to
+// lower tiers beyond one neighbour's floor (Shrink: 0 is the most protective share, everything but that floor; the
+// maximum leaves it exactly its guarantee), which the daemon applies as the size of its exclusive partition
+// (Tenant.Sized, ReserveOf), and what the controller learnt. The observed latency comes from the tenant's own page, so the worst a forged value can do is make its
 // own tenant give groups back or take them all, which any latency-critical tenant without an SLO does anyway.
 type SLOControl struct {
 	Shrink int
-	// Miss: the last window was above the SLO; lower tiers get the tightest dispatch gate meanwhile.
+	// Miss: the last window was above the SLO (reported; with issue 12's expansion lower tiers also get the
+	// tightest dispatch gate meanwhile).
 	Miss bool
 	// Infeasible: the SLO was missed infeasibleAfter windows in a row at the most protective share: what the
 	// neighbours have in flight (kernels are never cut) and MPS cost more than the SLO allows. Floor is the
@@ -151,8 +152,9 @@ type SLOControl struct {
 }
 
 // Step moves the controller by one window: multiplicative decrease of the share given back when the SLO is missed,
-// additive increase while comfortably inside it, a dead band between (sloHold, sloSlack). maxShrink is what the tenant can give back. A whole
-// window with too few completions gives one group: an idle latency-critical tenant has nothing to protect.
+// additive increase while comfortably inside it, a dead band between (sloHold). maxShrink is what the tenant can
+// give back. A whole window with too few completions gives one group: an idle latency-critical tenant has nothing
+// to protect.
 func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int) {
 	if slo <= 0 || maxShrink <= 0 {
 		*c = SLOControl{}

@@ -98,8 +98,8 @@ type Tenant struct {
 	GateBudgetUs  uint32  `json:"gate_budget_us"` //
 	GateWaits     uint64  `json:"gate_waits"`     // launches the gate held back
 	GateWaitNs    uint64  `json:"gate_wait_ns"`   // time they waited
-	// Issue 26: the SLO controller's last decision (tenants with slo-p99): SM groups of its expansion given to lower
-	// tiers while it is busy, the P99 of its last window, the P99 measured at the most protective share (what it
+	// Issue 26: the SLO controller's last decision (tenants with slo-p99): SM groups left to lower tiers beyond one
+	// neighbour's floor (the rest of the GPU is its exclusive partition), the P99 of its last window, the P99 measured at the most protective share (what it
 	// can count on beside these neighbours; 0 until measured) and its state: "starting", "meeting", "missing"
 	// (last window above the SLO) or "infeasible" (missed even at the most protective share).
 	SLOGivenBackGroups uint32  `json:"slo_given_back_groups,omitempty"`
