@@ -14,8 +14,10 @@
 //     its latency alone on the whole GPU. When it goes idle the groups flow back. A pinned latency-critical tenant
 //     (quota key pinned) is a static partition: it runs on exactly its guarantee and does not borrow, and its
 //     neighbours keep the complement at full depth (no throttle, no gate unless it lends).
-//     With an SLO the scheduler may give part of the expansion back (Tenant.Shrink, see NextShrink) while the
-//     observed latency is well inside it.
+//     That expansion is issue 12's behaviour, kept for scheduler.lc_reserve = 0. By default (issue 26) a
+//     latency-critical tenant is Sized instead: an exclusive partition of LCReserve of the GPU, busy or idle, or
+//     with an SLO the size SLOControl chooses from its observed latency (ReserveOf); its neighbours keep the rest
+//     at full depth, so nobody's grant flips at every request.
 //   - Power: when the board nears its power limit (Options.PowerNearLimit, read through NVML by the daemon) and a
 //     latency-critical tenant is present, lower tiers are throttled as if it were busy, so that the SM clock it
 //     gets when it wakes is not the one a power-capped trainer left behind.
@@ -154,8 +156,8 @@ type Tenant struct {
 	Prev      uint64 // groups it holds now (stability)
 	// Pinned (latency-critical): exactly its guarantee, never expands.
 	Pinned bool
-	// Shrink (latency-critical, not pinned): groups of its expansion given back to lower tiers because its
-	// observed latency is well inside its SLO (NextShrink); 0 takes everything it can.
+	// Shrink (latency-critical, not pinned): groups left to lower tiers (SLOControl): of its expansion, or, for
+	// a Sized tenant, beyond one neighbour's floor (ReserveOf); 0 takes everything it can.
 	Shrink int
 	// SLOMiss (latency-critical): its observed P99 is above its SLO; neighbours get the tightest gate.
 	SLOMiss bool
