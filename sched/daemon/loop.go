@@ -322,13 +322,14 @@ func (s *Scheduler) readRow(row *tenantRow, r table.Registration, tcfg config.Te
 	row.st = l.entry(&s.stats, r)
 	if cl := l.pageOf(r); cl != nil {
 		pg := cl.Page()
-		lc := r.Tier == table.TierLatencyCritical
+		// only the SLO controller reads the histograms (a latency-critical tenant with slo-p99)
+		slo := r.Tier == table.TierLatencyCritical && r.SLOP99Us != 0
 		read := func() {
 			row.demand = l.demand.observed(r, pg, now, tcfg.DemandWindow.Duration)
 			row.seq = atomic.LoadUint32(&pg.DemandSeq)
 			row.since = atomic.LoadUint64(&pg.DemandSinceNs)
-			if lc {
-				row.lat, row.fine = readLatency(pg) // only SLO sizing reads them
+			if slo {
+				row.lat, row.fine = readLatency(pg)
 			}
 		}
 		if !guard {

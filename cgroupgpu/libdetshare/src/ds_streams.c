@@ -865,8 +865,7 @@ bool ds_launch_retry(struct ds_launch *l, CUresult r) {
  * stream after the capture did not wait for what the application stream must wait for: a graph captured on the
  * per-thread default stream was replayed on its physical stream before a synchronous memset the legacy stream still
  * had queued (a blocking stream waits for it; the physical stream did not), so the memset came after the replay and
- * overwrote its result — the explanation found for the H100's c13 per_thread.replay_ok=no, which c13's per_thread
- * facts check on the next H100 run. Here every logical stream's next kernel takes a real edge in, and every one with
+ * overwrote its result (the H100's c13 per_thread.replay_ok=no, which matches native since this). Here every logical stream's next kernel takes a real edge in, and every one with
  * a physical stream is joined again at its next observation (one edge pair per stream per capture; O(streams) at
  * the end of a capture only). */
 void ds_streams_capture_ended(void) {
