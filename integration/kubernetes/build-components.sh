@@ -7,12 +7,14 @@
 set -euo pipefail
 
 CACHE=${DETSHARE_K8S_CACHE:-/var/cache/detshare-k8s}
-CONTAINERD_VERSION=v2.2.9
-K8S_VERSION=v1.34.4
-K8S_STAGING_VERSION=v0.34.4
-ETCD_VERSION=v3.6.5
-CNI_VERSION=v1.9.1
-HELM_VERSION=${HELM_VERSION:-v3.19.0}
+# Versions: versions.env beside this script (the e2e reads the same file); the environment overrides each, e.g.
+# K8S_VERSION=v1.34.4 build-components.sh kubernetes caches 1.34.4 beside the default. K8S_STAGING_VERSION (the
+# staging modules k8s.io/api, client-go, ...) defaults to v0.X.Y for K8S_VERSION v1.X.Y.
+while IFS='=' read -r key value; do
+  case $key in ''|'#'*) continue ;; esac
+  [ -n "${!key:-}" ] || printf -v "$key" '%s' "$value"
+done < "$(dirname "$0")/versions.env"
+K8S_STAGING_VERSION=${K8S_STAGING_VERSION:-v0.${K8S_VERSION#v1.}}
 export CGO_ENABLED=${CGO_ENABLED:-0} GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 
 log() { echo "build-components: $*" >&2; }

@@ -101,7 +101,7 @@ func TestHelmServiceMonitorOnlyWhereServed(t *testing.T) {
 	if strings.Contains(out, "kind: ServiceMonitor") || !strings.Contains(out, "no ServiceMonitor was created") {
 		t.Errorf("without the ServiceMonitor API: want no ServiceMonitor and the NOTES warning, got:\n%s", out)
 	}
-	out, err = runHelm(c.bin["helm"], t.TempDir(), append([]string{"template", release, c.chartDir(), "--kube-version", "1.34.4", "--namespace", chartNS,
+	out, err = runHelm(c.bin["helm"], t.TempDir(), append([]string{"template", release, c.chartDir(), "--kube-version", k8sVersion(), "--namespace", chartNS,
 		"--api-versions", "monitoring.coreos.com/v1/ServiceMonitor", "--set", "serviceMonitor.enabled=true"}, c.mainValues()...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestHelmServiceMonitorOnlyWhereServed(t *testing.T) {
 func TestHelmValuesSchemaRejectsTypos(t *testing.T) {
 	c := need(t)
 	home := t.TempDir()
-	if out, err := runHelm(c.bin["helm"], home, "template", "x", c.chartDir(), "--kube-version", "1.34.4"); err != nil {
+	if out, err := runHelm(c.bin["helm"], home, "template", "x", c.chartDir(), "--kube-version", k8sVersion()); err != nil {
 		t.Fatalf("the defaults: %v", err)
 	} else if !strings.Contains(out, "kind: DaemonSet") {
 		t.Fatalf("the defaults rendered no DaemonSet:\n%s", out)
@@ -148,7 +148,7 @@ func TestHelmValuesSchemaRejectsTypos(t *testing.T) {
 		{"runtimeClass.tolerations[0].operator=Exists", "key"},              // a toleration of every taint
 		{"nodeDaemon.metricsPort=http", "metricsPort"},                      // wrong type
 	} {
-		out, err := runHelm(c.bin["helm"], home, "template", "x", c.chartDir(), "--kube-version", "1.34.4", "--set", tc.set)
+		out, err := runHelm(c.bin["helm"], home, "template", "x", c.chartDir(), "--kube-version", k8sVersion(), "--set", tc.set)
 		if err == nil {
 			t.Errorf("--set %s: rendered, want a schema error", tc.set)
 			continue
@@ -162,14 +162,14 @@ func TestHelmValuesSchemaRejectsTypos(t *testing.T) {
 // One release runs the device plugin or DRA, never both: each would account for the whole GPU.
 func TestHelmRefusesDevicePluginWithDRA(t *testing.T) {
 	c := need(t)
-	out, err := runHelm(c.bin["helm"], t.TempDir(), "template", "x", c.chartDir(), "--kube-version", "1.34.4", "--set", "dra.enabled=true")
+	out, err := runHelm(c.bin["helm"], t.TempDir(), "template", "x", c.chartDir(), "--kube-version", k8sVersion(), "--set", "dra.enabled=true")
 	if err == nil {
 		t.Fatalf("devicePlugin.enabled (default) with dra.enabled=true rendered:\n%.1000s", out)
 	}
 	if !strings.Contains(out, "devicePlugin.enabled and dra.enabled are both true") || !strings.Contains(out, "devicePlugin.enabled=false") {
 		t.Errorf("want the message naming both values and the fix, got: %s", out)
 	}
-	if _, err := runHelm(c.bin["helm"], t.TempDir(), "template", "x", c.chartDir(), "--kube-version", "1.34.4", "--set", "dra.enabled=true",
+	if _, err := runHelm(c.bin["helm"], t.TempDir(), "template", "x", c.chartDir(), "--kube-version", k8sVersion(), "--set", "dra.enabled=true",
 		"--set", "devicePlugin.enabled=false"); err != nil {
 		t.Errorf("DRA alone: %v", err)
 	}

@@ -24,18 +24,82 @@ import (
 	"github.com/detshare/detshare/integration/testenv"
 )
 
-// The components build-components.sh caches, and where their binaries are.
-var components = map[string]string{
-	"etcd":                    "etcd-v3.6.5/bin/etcd",
-	"kube-apiserver":          "kubernetes-v1.34.4/bin/kube-apiserver",
-	"kube-controller-manager": "kubernetes-v1.34.4/bin/kube-controller-manager",
-	"kube-scheduler":          "kubernetes-v1.34.4/bin/kube-scheduler",
-	"kubelet":                 "kubernetes-v1.34.4/bin/kubelet",
-	"containerd":              "containerd-v2.2.9/bin/containerd",
-	"ctr":                     "containerd-v2.2.9/bin/ctr",
-	"containerd-shim-runc-v2": "containerd-v2.2.9/bin/containerd-shim-runc-v2",
-	"loopback":                "cni-v1.9.1/bin/loopback",
-	"helm":                    "helm-v3.19.0/bin/helm",
+// versions are the component versions, from integration/kubernetes/versions.env (the one place that names them,
+// which build-components.sh builds too); DETSHARE_K8S_VERSION picks another cached Kubernetes (e.g. v1.34.4, built
+// with K8S_VERSION=v1.34.4 build-components.sh kubernetes).
+func versions() (map[string]string, error) {
+	path := filepath.Join(repoRoot(), "integration/kubernetes/versions.env")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	v := map[string]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, val, ok := strings.Cut(line, "=")
+		if !ok || val == "" {
+			return nil, fmt.Errorf("%s:%d: %q is not KEY=value", path, i+1, line)
+		}
+		v[key] = val
+	}
+	if k := os.Getenv("DETSHARE_K8S_VERSION"); k != "" {
+		v["K8S_VERSION"] = k
+	}
+	for _, key := range []string{"CONTAINERD_VERSION", "K8S_VERSION", "ETCD_VERSION", "CNI_VERSION", "HELM_VERSION"} {
+		if v[key] == "" {
+			return nil, fmt.Errorf("%s: no %s", path, key)
+		}
+	}
+	return v, nil
+}
+
+// components are the binaries build-components.sh caches, by name: their paths under the cache.
+func components() (map[string]string, error) {
+	v, err := versions()
+	if err != nil {
+		return nil, fmt.Errorf("component versions: %w", err)
+	}
+	k8s, ctrd := "kubernetes-"+v["K8S_VERSION"]+"/bin/", "containerd-"+v["CONTAINERD_VERSION"]+"/bin/"
+	return map[string]string{
+		"etcd":                    "etcd-" + v["ETCD_VERSION"] + "/bin/etcd",
+		"kube-apiserver":          k8s + "kube-apiserver",
+		"kube-controller-manager": k8s + "kube-controller-manager",
+		"kube-scheduler":          k8s + "kube-scheduler",
+		"kubelet":                 k8s + "kubelet",
+		"containerd":              ctrd + "containerd",
+		"ctr":                     ctrd + "ctr",
+		"containerd-shim-runc-v2": ctrd + "containerd-shim-runc-v2",
+		"loopback":                "cni-" + v["CNI_VERSION"] + "/bin/loopback",
+		"helm":                    "helm-" + v["HELM_VERSION"] + "/bin/helm",
+	}, nil
+}
+
+// draGates are the feature gates DetShare's DRA driver uses, on every component (apiserver, controller-manager,
+// scheduler, kubelet) of a Kubernetes 1.36+ cluster: consumable capacity (KEP-5075) and partitionable devices
+// (KEP-4815) for the shared per-GPU device, extended resources backed by DRA (KEP-5004), device taints and
+// DeviceTaintRules (KEP-5055; the rules' API, resource.k8s.io/v1beta2, is off by default: runtimeConfig). All but
+// DRADeviceTaintRules are beta and on by default in 1.36; naming them keeps the e2e honest if a default changes. A
+// 1.34 cluster (DETSHARE_K8S_VERSION=v1.34.4) runs with its defaults, where the driver falls back to per-group
+// devices.
+func draGates() (gates, runtimeConfig []string) {
+	var major, minor int
+	if _, err := fmt.Sscanf(k8sVersion(), "%d.%d", &major, &minor); err != nil || major == 1 && minor < 36 {
+		return nil, nil
+	}
+	return []string{"--feature-gates=DRAConsumableCapacity=true,DRAPartitionableDevices=true,DRAExtendedResource=true," +
+		"DRADeviceTaints=true,DRADeviceTaintRules=true"}, []string{"--runtime-config=resource.k8s.io/v1beta2=true"}
+}
+
+// k8sVersion is the Kubernetes version the e2e runs, without the v (helm template --kube-version).
+func k8sVersion() string {
+	v, err := versions()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(v["K8S_VERSION"], "v")
 }
 
 const (
@@ -119,7 +183,11 @@ func start() (*cluster, error) {
 	}
 	c := &cluster{repo: repoRoot(), bin: map[string]string{}}
 	cache := cacheDir()
-	for name, rel := range components {
+	comps, err := components()
+	if err != nil {
+		return nil, err
+	}
+	for name, rel := range comps {
 		p := filepath.Join(cache, rel)
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("%s missing (%v): run integration/kubernetes/build-components.sh (DETSHARE_K8S_CACHE=%s)", name, err, cache)
@@ -248,6 +316,7 @@ func (c *cluster) startControlPlane() error {
 	if err := os.WriteFile(tokens, []byte(token+`,admin,admin,"system:masters"`+"\n"), 0o600); err != nil {
 		return err
 	}
+	gates, runtimeConfig := draGates()
 	etcdPort, peerPort, apiPort := freePort(), freePort(), freePort()
 	c.apiPort = apiPort
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
@@ -268,13 +337,13 @@ func (c *cluster) startControlPlane() error {
 	}); err != nil {
 		return err
 	}
-	api, err := c.launch("kube-apiserver", nil, "--etcd-servers", etcdURL, "--bind-address", "127.0.0.1",
+	api, err := c.launch("kube-apiserver", nil, append([]string{"--etcd-servers", etcdURL, "--bind-address", "127.0.0.1",
 		"--advertise-address", "127.0.0.1", "--secure-port", fmt.Sprint(apiPort), "--cert-dir", filepath.Join(c.dir, "apiserver"),
 		"--tls-cert-file", p.ServerCert, "--tls-private-key-file", p.ServerKey, "--client-ca-file", p.CA,
 		"--token-auth-file", tokens, "--authorization-mode", "AlwaysAllow",
 		"--service-account-issuer", "https://kubernetes.default.svc", "--service-account-key-file", p.SAPub,
 		"--service-account-signing-key-file", p.SAKey, "--service-cluster-ip-range", "10.0.0.0/24",
-		"--allow-privileged=true", "--profiling=false")
+		"--allow-privileged=true", "--profiling=false"}, append(gates, runtimeConfig...)...)...)
 	if err != nil {
 		return err
 	}
@@ -310,13 +379,14 @@ current-context: e2e
 	}); err != nil {
 		return err
 	}
-	if _, err := c.launch("kube-controller-manager", nil, "--kubeconfig", c.kubeconfig, "--leader-elect=false",
+	if _, err := c.launch("kube-controller-manager", nil, append([]string{"--kubeconfig", c.kubeconfig, "--leader-elect=false",
 		"--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(freePort()), "--service-account-private-key-file", p.SAKey,
-		"--root-ca-file", p.CA, "--use-service-account-credentials=false", "--controllers", "*,-csrsigning,-csrapproving,-csrcleaner"); err != nil {
+		"--root-ca-file", p.CA, "--use-service-account-credentials=false", "--controllers", "*,-csrsigning,-csrapproving,-csrcleaner"},
+		gates...)...); err != nil {
 		return err
 	}
-	if _, err := c.launch("kube-scheduler", nil, "--kubeconfig", c.kubeconfig, "--leader-elect=false",
-		"--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(freePort())); err != nil {
+	if _, err := c.launch("kube-scheduler", nil, append([]string{"--kubeconfig", c.kubeconfig, "--leader-elect=false",
+		"--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(freePort())}, gates...)...); err != nil {
 		return err
 	}
 	// The controller manager is up when it created the default namespace's service account pods need.
@@ -427,8 +497,9 @@ localStorageCapacityIsolation: false
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	d, err := c.launch("kubelet", nil, "--config", cfgPath, "--kubeconfig", c.kubeconfig, "--root-dir", c.kubeletRoot,
-		"--hostname-override", nodeName, "--cert-dir", filepath.Join(c.dir, "kubelet-pki"), "--v", "2")
+	gates, _ := draGates()
+	d, err := c.launch("kubelet", nil, append([]string{"--config", cfgPath, "--kubeconfig", c.kubeconfig, "--root-dir", c.kubeletRoot,
+		"--hostname-override", nodeName, "--cert-dir", filepath.Join(c.dir, "kubelet-pki"), "--v", "2"}, gates...)...)
 	if err != nil {
 		return err
 	}

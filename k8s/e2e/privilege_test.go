@@ -14,14 +14,18 @@ import (
 
 func helmTemplate(t *testing.T, set ...string) ([]*unstructured.Unstructured, error) {
 	t.Helper()
-	bin := filepath.Join(cacheDir(), components["helm"])
+	comps, err := components()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(cacheDir(), comps["helm"])
 	if _, err := os.Stat(bin); err != nil {
 		if os.Getenv("DETSHARE_SKIP_K8S") == "1" {
 			t.Skipf("no helm (%v) and DETSHARE_SKIP_K8S=1", err)
 		}
 		t.Fatalf("helm not built (integration/kubernetes/build-components.sh helm): %v", err)
 	}
-	args := []string{"template", "x", filepath.Join(repoRoot(), "configs/helm/detshare"), "--kube-version", "1.34.4", "--namespace", "ds"}
+	args := []string{"template", "x", filepath.Join(repoRoot(), "configs/helm/detshare"), "--kube-version", k8sVersion(), "--namespace", "ds"}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
