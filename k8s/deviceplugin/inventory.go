@@ -34,10 +34,11 @@ const gib = 1 << 30
 
 // GPU is one GPU as the plugin advertises it.
 type GPU struct {
-	Index  int
-	UUID   string
-	Groups []uint32 // SMs in each SM group, in the order the driver assigns them
-	MemGiB int
+	Index   int
+	UUID    string
+	Product string   // the driver's product name (NVML)
+	Groups  []uint32 // SMs in each SM group, in the order the driver assigns them
+	MemGiB  int
 }
 
 // Inventory is the node's GPUs and the host's limits on what a pod may ask beyond its allocation.
@@ -88,7 +89,7 @@ func NewInventory(gpus []table.GPUState) Inventory {
 		if len(split.Groups) == 0 {
 			split = table.EstimateSplit(g.SMCount, table.DefaultSplitMinSize)
 		}
-		inv.GPUs = append(inv.GPUs, GPU{Index: g.Index, UUID: g.UUID, Groups: append([]uint32(nil), split.Groups...),
+		inv.GPUs = append(inv.GPUs, GPU{Index: g.Index, UUID: g.UUID, Product: g.Name, Groups: append([]uint32(nil), split.Groups...),
 			MemGiB: int(g.MemTotal / gib)})
 	}
 	return inv

@@ -62,43 +62,79 @@ const (
 // mps-failed), with effect NoSchedule: the scheduler allocates them to no new claim until the GPU recovers.
 const TaintKey = DriverName + "/unhealthy"
 
-// SliceOptions say how Slices describes the GPUs.
+// SliceOptions say how Slices describes the GPUs: what the apiserver serves (Probe decides it).
 type SliceOptions struct {
 	// Taints: the devices of an unhealthy GPU carry TaintKey (device taints: resource.k8s.io/v1 Device.Taints,
-	// feature gate DRADeviceTaints).
+	// feature gate DRADeviceTaints, beta and on by default in Kubernetes 1.36).
 	Taints bool
-	// Consumable: one device per GPU that many claims share (allowMultipleAllocations) by consuming its capacity
-	// "sms" (min and step one SM group, max the GPU's guaranteed SMs) and "memory" (step 1 MiB): Kubernetes 1.36+
-	// (consumable capacity, KEP-5075; feature gate DRAConsumableCapacity before). Off: one device per SM group with
-	// capacity "sms", memory in the DetShareConfig (Kubernetes 1.34).
+	// Consumable: one device per GPU, gpu<i>, that many claims share (allowMultipleAllocations) by consuming its
+	// capacity "sms" (min and step one SM group, max the GPU's guaranteed SMs) and "memory" (step 1 MiB): consumable
+	// capacity, KEP-5075, feature gate DRAConsumableCapacity (beta, on by default in 1.36). Off: one device per SM
+	// group, gpu<i>-sm-<n>, with capacity "sms", memory in the DetShareConfig (Kubernetes 1.34).
 	Consumable bool
+	// Partitionable: with Consumable, each GPU also has a device gpu<i>-whole (the GPU for one claim), and both
+	// devices consume the GPU's whole counter set (partitionable devices, KEP-4815, DRAPartitionableDevices, beta
+	// and on by default in 1.36), so a whole-GPU claim and SM claims exclude each other: the shared device consumes
+	// its counters once, when its first claim is allocated, and gives them back when its last one goes.
+	Partitionable bool
 }
 
+// Device attributes (in the driver's domain, gpu.detshare.io/<name> in CEL: device.attributes["gpu.detshare.io"].name).
+const (
+	AttrGPU          = "gpu"          // int: the GPU's index on the node
+	AttrUUID         = "uuid"         // string
+	AttrProduct      = "product"      // string: the driver's product name
+	AttrMemory       = "memory"       // int: the GPU's memory in bytes
+	AttrSMGroupSize  = "smGroupSize"  // int: SMs per group (sms consumes whole groups)
+	AttrSMGroups     = "smGroups"     // int: groups on the GPU
+	AttrMPSAvailable = "mpsAvailable" // bool: the scheduler does not record the GPU's MPS as failed
+	AttrWhole        = "wholeGPU"     // bool: the device is the whole GPU for one claim (gpu<i>-whole)
+)
+
 // Slices describes the node's GPUs as one pool per GPU; the GPUs in unhealthy (index → reason) are tainted when
-// opts.Taints.
+// opts.Taints. With opts.Partitionable the pool's first slice holds the GPU's counter set (an apiserver takes shared
+// counters and devices in separate slices).
 func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOptions) resourceslice.DriverResources {
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 	for _, g := range inv.GPUs {
 		var taint []resourceapi.DeviceTaint
-		if why := unhealthy[g.Index]; why != "" && opts.Taints {
+		why := unhealthy[g.Index]
+		if why != "" && opts.Taints {
 			taint = []resourceapi.DeviceTaint{{Key: TaintKey, Value: why, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 		}
 		idx, memBytes := int64(g.Index), int64(g.MemGiB)<<30
-		uuid := g.UUID
+		uuid, product, mps := g.UUID, g.Product, why == ""
 		attrs := func() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-			return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"gpu": {IntValue: &idx}, "uuid": {StringValue: &uuid}, "memory": {IntValue: &memBytes}}
+			// Every device carries wholeGPU (false but on gpu<i>-whole): a DeviceClass selector naming an attribute a
+			// device lacks fails the allocation rather than skipping the device.
+			a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{AttrGPU: {IntValue: &idx}, AttrUUID: {StringValue: &uuid},
+				AttrMemory: {IntValue: &memBytes}, AttrMPSAvailable: {BoolValue: &mps}, AttrWhole: {BoolValue: ptr(false)}}
+			if product != "" {
+				a[AttrProduct] = resourceapi.DeviceAttribute{StringValue: &product}
+			}
+			return a
 		}
+		pool := fmt.Sprintf("gpu%d", g.Index)
+		var slices []resourceslice.Slice
 		var devs []resourceapi.Device
 		if size, ok := groupSize(g); opts.Consumable && ok {
 			total, groups := int64(size)*int64(len(g.Groups)), int64(len(g.Groups))
-			a := attrs()
 			sz := int64(size)
-			a["smGroupSize"] = resourceapi.DeviceAttribute{IntValue: &sz}
-			a["smGroups"] = resourceapi.DeviceAttribute{IntValue: &groups}
+			shared, whole := attrs(), attrs()
+			for _, a := range []map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{shared, whole} {
+				a[AttrSMGroupSize] = resourceapi.DeviceAttribute{IntValue: &sz}
+				a[AttrSMGroups] = resourceapi.DeviceAttribute{IntValue: &groups}
+			}
+			whole[AttrWhole] = resourceapi.DeviceAttribute{BoolValue: ptr(true)}
+			var consumes []resourceapi.DeviceCounterConsumption
+			if opts.Partitionable {
+				counters := map[string]resourceapi.Counter{string(CapacitySMs): {Value: qty(total)}, string(CapacityMemory): {Value: qty(memBytes)}}
+				slices = append(slices, resourceslice.Slice{SharedCounters: []resourceapi.CounterSet{{Name: pool, Counters: counters}}})
+				consumes = []resourceapi.DeviceCounterConsumption{{CounterSet: pool, Counters: counters}}
+			}
 			multi := true
 			devs = append(devs, resourceapi.Device{
-				Name: fmt.Sprintf("gpu%d", g.Index), Taints: taint, AllowMultipleAllocations: &multi, Attributes: a,
+				Name: pool, Taints: taint, AllowMultipleAllocations: &multi, Attributes: shared, ConsumesCounters: consumes,
 				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 					// A claim that names no sms consumes one group, and no memory its share: what one group of the
 					// per-group devices is given.
@@ -109,6 +145,12 @@ func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOpti
 						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr(qty(mib)), Max: ptr(qty(memBytes)), Step: ptr(qty(mib))}}},
 				},
 			})
+			if opts.Partitionable {
+				devs = append(devs, resourceapi.Device{
+					Name: pool + WholeSuffix, Taints: taint, Attributes: whole, ConsumesCounters: consumes,
+					Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{CapacitySMs: {Value: qty(total)}, CapacityMemory: {Value: qty(memBytes)}},
+				})
+			}
 		} else {
 			for i, sms := range g.Groups {
 				devs = append(devs, resourceapi.Device{
@@ -117,10 +159,13 @@ func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOpti
 				})
 			}
 		}
-		res.Pools[fmt.Sprintf("gpu%d", g.Index)] = resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: devs}}}
+		res.Pools[pool] = resourceslice.Pool{Slices: append(slices, resourceslice.Slice{Devices: devs})}
 	}
 	return res
 }
+
+// WholeSuffix names GPU i's whole-GPU device: gpu<i>-whole.
+const WholeSuffix = "-whole"
 
 // The capacities a device publishes.
 const (
@@ -162,9 +207,11 @@ func (d *Driver) Env(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugi
 	return env, devs, err
 }
 
-// resolve is Env, and the index of the claim's GPU.
-func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugin.Device, int, error) {
-	fail := func(err error) ([]string, []kubeletplugin.Device, int, error) { return nil, nil, -1, err }
+// resolve is Env, and the claim's ceiling (its GPU among it).
+func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletplugin.Device, quota.Ceiling, error) {
+	fail := func(err error) ([]string, []kubeletplugin.Device, quota.Ceiling, error) {
+		return nil, nil, quota.Ceiling{}, err
+	}
 	if claim.Status.Allocation == nil {
 		return fail(errors.New("claim is not allocated"))
 	}
@@ -177,11 +224,17 @@ func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletp
 		if r.Driver != DriverName {
 			continue
 		}
+		// gpu<i>-sm-<n> (a group), gpu<i> (the shared GPU, what was consumed) or gpu<i>-whole (the GPU).
 		var g, n int
 		_, perGroup := fmt.Sscanf(r.Device, "gpu%d-sm-%d", &g, &n)
 		if perGroup != nil || r.Device != fmt.Sprintf("gpu%d-sm-%d", g, n) {
-			if _, err := fmt.Sscanf(r.Device, "gpu%d", &g); err != nil || r.Device != fmt.Sprintf("gpu%d", g) {
+			perGroup = errors.New("not per group")
+			if _, err := fmt.Sscanf(r.Device, "gpu%d", &g); err != nil ||
+				r.Device != fmt.Sprintf("gpu%d", g) && r.Device != fmt.Sprintf("gpu%d%s", g, WholeSuffix) {
 				return fail(fmt.Errorf("device %q: not one of %s's devices", r.Device, DriverName))
+			}
+			if strings.HasSuffix(r.Device, WholeSuffix) && len(r.ConsumedCapacity) > 0 {
+				return fail(fmt.Errorf("device %s/%s: the whole GPU is not shared, yet the allocation consumed %v", r.Pool, r.Device, r.ConsumedCapacity))
 			}
 		}
 		info, ok := d.gpu(g)
@@ -207,7 +260,7 @@ func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletp
 			*consumed += mem
 		}
 		devs = append(devs, kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
-			CDIDeviceIDs: []string{CDIKind + "=" + string(claim.UID)}})
+			CDIDeviceIDs: []string{CDIKind + "=" + string(claim.UID)}, ShareID: r.ShareID})
 	}
 	if gpu < 0 {
 		return fail(fmt.Errorf("claim has no %s device", DriverName))
@@ -242,7 +295,7 @@ func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletp
 	if r := (quota.Inputs{Env: env}).Resolve(); r.Err != nil { // what the runtime will resolve must resolve
 		return fail(fmt.Errorf("DetShareConfig of claim %s/%s: %w", claim.Namespace, claim.Name, r.Err))
 	}
-	return env, devs, gpu, nil
+	return env, devs, c, nil
 }
 
 func (d *Driver) gpu(index int) (deviceplugin.GPU, bool) {
@@ -396,9 +449,12 @@ func (d *Driver) specPath(uid types.UID) string {
 func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := map[types.UID]kubeletplugin.PrepareResult{}
 	for _, c := range claims {
-		env, devs, gpu, err := d.resolve(c)
+		env, devs, ceiling, err := d.resolve(c)
 		if err == nil {
-			err = d.writeSpec(c.UID, d.edits(env, gpu))
+			err = d.writeSpec(c.UID, d.edits(env, ceiling.GPU.Index))
+		}
+		for i := range devs {
+			devs[i].Metadata = d.metadata(ceiling)
 		}
 		if err != nil {
 			logrus.WithError(err).WithField("claim", c.Namespace+"/"+c.Name).Warn("prepare refused")
@@ -409,6 +465,29 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs}
 	}
 	return out, nil
+}
+
+// Metadata attributes: what the claim was granted, in the device metadata file (KEP-5304) the kubelet plugin
+// helper writes for each request and mounts into the container at
+// /var/run/kubernetes.io/dra-device-attributes/<claim>/<request>/metadata.json (EnableDeviceMetadata), beside the
+// GPU's own attributes (gpu, uuid, product).
+const (
+	MetaGrantedSMs  = "grantedSMs"  // int: the SMs the claim was allocated (its guaranteed SMs at most)
+	MetaTier        = "tier"        // string: the tier the allocation allows (latency-critical, burstable, best-effort)
+	MetaMemoryLimit = "memoryLimit" // int: the GPU memory limit in bytes
+)
+
+// metadata is the device metadata of a claim with ceiling c.
+func (d *Driver) metadata(c quota.Ceiling) *kubeletplugin.DeviceMetadata {
+	g, _ := d.gpu(c.GPU.Index)
+	idx, sms, mem, tier, uuid := int64(g.Index), int64(c.SMs), int64(c.Memory), c.Tier.String(), g.UUID
+	a := map[string]resourceapi.DeviceAttribute{AttrGPU: {IntValue: &idx}, AttrUUID: {StringValue: &uuid},
+		MetaGrantedSMs: {IntValue: &sms}, MetaTier: {StringValue: &tier}, MetaMemoryLimit: {IntValue: &mem}}
+	if g.Product != "" {
+		product := g.Product
+		a[AttrProduct] = resourceapi.DeviceAttribute{StringValue: &product}
+	}
+	return &kubeletplugin.DeviceMetadata{Attributes: a}
 }
 
 // edits are the claim's container edits: the quota env, then GPU index's edit. The GPU's edit comes first in the

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
@@ -242,5 +243,99 @@ func TestConsumableCapacity(t *testing.T) {
 		if _, _, err := d.Env(claim(bad, "")); err == nil || !strings.Contains(err.Error(), "consumed") {
 			t.Errorf("consumed %v: %v, want a refusal", bad, err)
 		}
+	}
+}
+
+// Where partitionable devices are served, each GPU's pool has a counter set (its SMs and memory) in its own slice,
+// and two devices that both consume all of it: the shared gpu<i> and gpu<i>-whole, so the scheduler gives the GPU to
+// SM claims or to one whole-GPU claim, never both. Every device carries wholeGPU (the DeviceClasses select on it),
+// product and mpsAvailable (false while the GPU's MPS is failed). A whole-GPU allocation is the whole GPU's ceiling
+// and its device metadata says so; a whole-GPU allocation claiming consumed capacity is refused.
+func TestPartitionableWholeGPU(t *testing.T) {
+	d := testDriver(t)
+	d.Inventory.GPUs[1].Product = "NVIDIA H100 80GB HBM3"
+	res := Slices(d.Inventory, map[int]string{1: deviceplugin.ReasonMPSFailed}, SliceOptions{Consumable: true, Partitionable: true, Taints: true})
+	sl := res.Pools["gpu1"].Slices
+	if len(sl) != 2 || len(sl[0].Devices) != 0 || len(sl[0].SharedCounters) != 1 || len(sl[1].SharedCounters) != 0 {
+		t.Fatalf("GPU 1 slices %+v, want a counters-only slice then a devices-only slice", sl)
+	}
+	cs := sl[0].SharedCounters[0]
+	val := func(c map[string]resourceapi.Counter, k string) int64 { q := c[k].Value; return q.Value() }
+	if cs.Name != "gpu1" || val(cs.Counters, "sms") != 120 || val(cs.Counters, "memory") != 80<<30 {
+		t.Errorf("counter set %+v, want gpu1 with sms 120 and memory 80 GiB", cs)
+	}
+	devs := sl[1].Devices
+	if len(devs) != 2 || devs[0].Name != "gpu1" || devs[1].Name != "gpu1-whole" || devs[1].AllowMultipleAllocations != nil {
+		t.Fatalf("GPU 1 devices %+v, want shared gpu1 and exclusive gpu1-whole", devs)
+	}
+	for i, whole := range []bool{false, true} {
+		dv := devs[i]
+		if len(dv.ConsumesCounters) != 1 || dv.ConsumesCounters[0].CounterSet != "gpu1" || val(dv.ConsumesCounters[0].Counters, "sms") != 120 ||
+			val(dv.ConsumesCounters[0].Counters, "memory") != 80<<30 {
+			t.Errorf("%s consumes %+v, want all of gpu1's counters", dv.Name, dv.ConsumesCounters)
+		}
+		if w := dv.Attributes[AttrWhole].BoolValue; w == nil || *w != whole {
+			t.Errorf("%s wholeGPU %v, want %v", dv.Name, w, whole)
+		}
+		if p := dv.Attributes[AttrProduct].StringValue; p == nil || *p != "NVIDIA H100 80GB HBM3" {
+			t.Errorf("%s product %v", dv.Name, p)
+		}
+		if m := dv.Attributes[AttrMPSAvailable].BoolValue; m == nil || *m {
+			t.Errorf("%s of the GPU whose MPS failed: mpsAvailable %v, want false", dv.Name, m)
+		}
+		if len(dv.Taints) != 1 || dv.Taints[0].Key != TaintKey {
+			t.Errorf("%s taints %+v, want %s", dv.Name, dv.Taints, TaintKey)
+		}
+	}
+	for _, dv := range Slices(d.Inventory, nil, SliceOptions{}).Pools["gpu0"].Slices[0].Devices {
+		if w := dv.Attributes[AttrWhole].BoolValue; w == nil || *w {
+			t.Fatalf("per-group device %s: wholeGPU %v, want false (the class selectors read it)", dv.Name, w)
+		}
+	}
+
+	claim := claimFor([]string{"gpu1-whole"}, "gpu1", cfgHead+`,"tier":"latency-critical"}`)
+	env, _, c, err := d.resolve(claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"DETSHARE_ALLOC_SMS=120", "DETSHARE_ALLOC_MEMORY=80Gi", "DETSHARE_ALLOC_TIER=latency-critical", "DETSHARE_ALLOC_GPU=1"} {
+		if !strings.Contains(strings.Join(env, " "), w) {
+			t.Errorf("whole GPU 1: env %v, want %s", env, w)
+		}
+	}
+	md := d.metadata(c).Attributes
+	if *md[MetaGrantedSMs].IntValue != 120 || *md[MetaTier].StringValue != "latency-critical" || *md[MetaMemoryLimit].IntValue != 80<<30 ||
+		*md[AttrUUID].StringValue != "SIM-1" || *md[AttrGPU].IntValue != 1 {
+		t.Errorf("whole GPU 1 metadata %+v", md)
+	}
+	claim.Status.Allocation.Devices.Results[0].ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"sms": resource.MustParse("8")}
+	if _, _, err := d.Env(claim); err == nil || !strings.Contains(err.Error(), "not shared") {
+		t.Errorf("whole GPU with consumed capacity: %v, want a refusal", err)
+	}
+}
+
+// Prepare hands the device metadata (KEP-5304) of what the claim was granted to the kubelet plugin helper, and the
+// allocation's share ID of a shared device back to kubelet.
+func TestPrepareGivesMetadataAndShareID(t *testing.T) {
+	d := testDriver(t)
+	claim := claimFor([]string{"gpu0"}, "gpu0", "")
+	share := types.UID("share-1")
+	r := &claim.Status.Allocation.Devices.Results[0]
+	r.ShareID = &share
+	r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"sms": resource.MustParse("40"), "memory": resource.MustParse("12Gi")}
+	out, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+	if err != nil || out[claim.UID].Err != nil {
+		t.Fatal(err, out[claim.UID].Err)
+	}
+	dev := out[claim.UID].Devices[0]
+	if dev.ShareID == nil || *dev.ShareID != share {
+		t.Errorf("share ID %v, want %s", dev.ShareID, share)
+	}
+	if dev.Metadata == nil {
+		t.Fatal("no device metadata")
+	}
+	md := dev.Metadata.Attributes
+	if *md[MetaGrantedSMs].IntValue != 40 || *md[MetaTier].StringValue != "burstable" || *md[MetaMemoryLimit].IntValue != 12<<30 {
+		t.Errorf("metadata %+v, want 40 SMs, burstable, 12 GiB", md)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	metadata "k8s.io/dynamic-resource-allocation/api/metadata/v1alpha1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
@@ -41,11 +41,15 @@ func main() {
 			&cli.StringFlag{Name: "kubelet-dir", Value: "/var/lib/kubelet", Usage: "kubelet's root directory (plugins_registry and plugins/ live there)"},
 			&cli.StringFlag{Name: "cdi-dir", Value: "/var/run/cdi", Usage: "where CDI specs go (the runtime's cdi_spec_dirs)"},
 			&cli.StringFlag{Name: "devices", Value: "auto", EnvVars: []string{"DETSHARE_DRA_DEVICES"},
-				Usage: "how GPUs are published: gpu (one shared device per GPU with consumable capacity sms and memory; Kubernetes 1.36+), " +
-					"groups (one device per SM group; Kubernetes 1.34), or auto (gpu where the apiserver is 1.36 or later)"},
-			&cli.BoolFlag{Name: "device-taints", EnvVars: []string{"DETSHARE_DEVICE_TAINTS"},
-				Usage: "taint the devices of a GPU the scheduler reports unhealthy (" + dra.TaintKey + ", NoSchedule) and untaint them on recovery; " +
-					"needs the DRADeviceTaints feature gate (alpha in Kubernetes 1.34: off, the apiserver drops the taints)"},
+				Usage: "how GPUs are published: gpu (one shared device per GPU with consumable capacity sms and memory, and a " +
+					"whole-GPU device that excludes it where partitionable devices are served; Kubernetes 1.36+), groups (one device " +
+					"per SM group; Kubernetes 1.34), or auto (gpu where the apiserver serves consumable capacity, found by a dry-run create)"},
+			&cli.StringFlag{Name: "device-taints", Value: "auto", EnvVars: []string{"DETSHARE_DEVICE_TAINTS"},
+				Usage: "taint the devices of a GPU the scheduler reports unhealthy (" + dra.TaintKey + ", NoSchedule) and untaint them on recovery: " +
+					"on, off, or auto (on where the apiserver serves device taints: DRADeviceTaints, on by default from Kubernetes 1.36)"},
+			&cli.BoolFlag{Name: "device-metadata", Value: true, EnvVars: []string{"DETSHARE_DEVICE_METADATA"},
+				Usage: "write each prepared request's device metadata (KEP-5304: granted SMs, tier, memory limit, GPU) and mount it into " +
+					"the container at /var/run/kubernetes.io/dra-device-attributes/<claim>/<request>/metadata.json"},
 		}, nodecli.Flags()...),
 		Action: run,
 	}
@@ -88,13 +92,18 @@ func run(c *cli.Context) error {
 	helper, err := kubeletplugin.Start(ctx, drv, kubeletplugin.KubeClient(client), kubeletplugin.NodeName(node),
 		kubeletplugin.DriverName(dra.DriverName),
 		kubeletplugin.RegistrarDirectoryPath(filepath.Join(kubelet, "plugins_registry")),
-		kubeletplugin.PluginDataDirectoryPath(dataDir))
+		kubeletplugin.PluginDataDirectoryPath(dataDir), kubeletplugin.EnableDeviceMetadata(c.Bool("device-metadata")),
+		kubeletplugin.MetadataVersions(metadata.SchemeGroupVersion), kubeletplugin.CDIDirectory(c.String("cdi-dir")))
 	if err != nil {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
-	opts := dra.SliceOptions{Taints: c.Bool("device-taints")}
-	if opts.Consumable, err = consumable(c.String("devices"), client); err != nil {
+	served, err := dra.Probe(ctx, client, node)
+	if err != nil {
+		return err
+	}
+	opts, err := sliceOptions(c.String("devices"), c.String("device-taints"), served)
+	if err != nil {
 		return err
 	}
 	health := deviceplugin.TableHealth(c.String("run-dir"))
@@ -103,12 +112,9 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("publish ResourceSlices: %w", err)
 	}
 	logrus.WithFields(logrus.Fields{"node": node, "gpus": len(inv.GPUs), "device_taints": opts.Taints,
-		"consumable_capacity": opts.Consumable}).Info("DRA plugin serving")
-	if !opts.Taints {
-		<-ctx.Done()
-		return nil
-	}
-	// The scheduler's view of each GPU: a failed MPS server taints its devices until it runs again.
+		"consumable_capacity": opts.Consumable, "partitionable": opts.Partitionable, "served": fmt.Sprintf("%+v", served)}).Info("DRA plugin serving")
+	// The scheduler's view of each GPU: a failed MPS server taints its devices (where taints are on) and clears their
+	// mpsAvailable attribute until it runs again.
 	return health.Watch(ctx, time.Second, unhealthy, func(now, was map[int]string) error {
 		logrus.WithFields(logrus.Fields{"unhealthy": now, "was": was}).Warn("GPU health changed: publishing device taints")
 		if err := helper.PublishResources(ctx, dra.Slices(inv, now, opts)); err != nil {
@@ -119,24 +125,37 @@ func run(c *cli.Context) error {
 	})
 }
 
-// consumable decides --devices: gpu (consumable capacity), groups, or auto: gpu where the apiserver is Kubernetes 1.36
-// or later, where consumable capacity is on by default.
-func consumable(mode string, client kubernetes.Interface) (bool, error) {
-	switch mode {
+// sliceOptions decides --devices and --device-taints from what the apiserver serves: --devices gpu (one shared
+// device per GPU with consumable capacity, and the whole-GPU device where partitionable devices are served), groups
+// (one device per SM group), or auto (gpu where consumable capacity is served, else groups); --device-taints on,
+// off, or auto (on where device taints are served). Forcing what is not served is refused: the apiserver would drop
+// the fields and the scheduler would see whole devices.
+func sliceOptions(devices, taints string, served dra.Served) (dra.SliceOptions, error) {
+	var o dra.SliceOptions
+	switch devices {
 	case "gpu":
-		return true, nil
+		if !served.ConsumableCapacity {
+			return o, errors.New("--devices=gpu: the apiserver does not serve consumable capacity (feature gate DRAConsumableCapacity, on by default from Kubernetes 1.36); use --devices=groups or auto")
+		}
+		o.Consumable = true
 	case "groups":
-		return false, nil
 	case "auto":
-		v, err := client.Discovery().ServerVersion()
-		if err != nil {
-			return false, fmt.Errorf("--devices=auto: ask the apiserver its version: %w", err)
-		}
-		var major, minor int
-		if _, err := fmt.Sscanf(v.Major+"."+strings.TrimRight(v.Minor, "+"), "%d.%d", &major, &minor); err != nil {
-			return false, fmt.Errorf("--devices=auto: apiserver version %q.%q: %w", v.Major, v.Minor, err)
-		}
-		return major > 1 || major == 1 && minor >= 36, nil
+		o.Consumable = served.ConsumableCapacity
+	default:
+		return o, fmt.Errorf("--devices=%q: allowed values are gpu, groups, auto", devices)
 	}
-	return false, fmt.Errorf("--devices=%q: allowed values are gpu, groups, auto", mode)
+	o.Partitionable = o.Consumable && served.PartitionableDevices
+	switch taints {
+	case "true", "on":
+		if !served.DeviceTaints {
+			return o, errors.New("--device-taints=on: the apiserver does not serve device taints (feature gate DRADeviceTaints, on by default from Kubernetes 1.36); use off or auto")
+		}
+		o.Taints = true
+	case "false", "off":
+	case "auto":
+		o.Taints = served.DeviceTaints
+	default:
+		return o, fmt.Errorf("--device-taints=%q: allowed values are auto, on, off", taints)
+	}
+	return o, nil
 }

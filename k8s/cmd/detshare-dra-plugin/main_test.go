@@ -4,29 +4,38 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/version"
-	fakediscovery "k8s.io/client-go/discovery/fake"
-	"k8s.io/client-go/kubernetes/fake"
+	"github.com/detshare/detshare/k8s/dra"
 )
 
-// --devices=auto publishes one shared device per GPU (consumable capacity) from Kubernetes 1.36 on, per SM group
-// before; gpu and groups force it; anything else is refused naming the allowed values.
+// --devices=auto publishes one shared device per GPU where the apiserver serves consumable capacity (1.36), with
+// the whole-GPU device where it serves partitionable devices too, per SM group where it serves neither (1.34's
+// defaults); --device-taints=auto follows device taints; forcing what is not served, or an unknown value, is
+// refused naming the allowed values.
 func TestDevicesModeFollowsTheAPIServer(t *testing.T) {
+	v134 := dra.Served{}
+	v136 := dra.Served{ConsumableCapacity: true, PartitionableDevices: true, DeviceTaints: true}
 	for _, tc := range []struct {
-		mode, major, minor string
-		want               bool
+		devices, taints string
+		served          dra.Served
+		want            dra.SliceOptions
 	}{
-		{"auto", "1", "34", false}, {"auto", "1", "35+", false}, {"auto", "1", "36", true}, {"auto", "1", "37+", true},
-		{"gpu", "1", "34", true}, {"groups", "1", "37", false},
+		{"auto", "auto", v134, dra.SliceOptions{}},
+		{"auto", "auto", v136, dra.SliceOptions{Consumable: true, Partitionable: true, Taints: true}},
+		{"auto", "off", dra.Served{ConsumableCapacity: true}, dra.SliceOptions{Consumable: true}},
+		{"groups", "auto", v136, dra.SliceOptions{Taints: true}},
+		{"gpu", "on", v136, dra.SliceOptions{Consumable: true, Partitionable: true, Taints: true}},
 	} {
-		client := fake.NewSimpleClientset()
-		client.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{Major: tc.major, Minor: tc.minor}
-		got, err := consumable(tc.mode, client)
+		got, err := sliceOptions(tc.devices, tc.taints, tc.served)
 		if err != nil || got != tc.want {
-			t.Errorf("--devices=%s on %s.%s: %v, %v; want %v", tc.mode, tc.major, tc.minor, got, err, tc.want)
+			t.Errorf("--devices=%s --device-taints=%s served %+v: %+v, %v; want %+v", tc.devices, tc.taints, tc.served, got, err, tc.want)
 		}
 	}
-	if _, err := consumable("shared", fake.NewSimpleClientset()); err == nil || !strings.Contains(err.Error(), "gpu, groups, auto") {
-		t.Errorf("--devices=shared: %v, want a refusal listing gpu, groups, auto", err)
+	for _, tc := range []struct{ devices, taints, want string }{
+		{"gpu", "off", "DRAConsumableCapacity"}, {"groups", "on", "DRADeviceTaints"},
+		{"shared", "off", "gpu, groups, auto"}, {"auto", "yes", "auto, on, off"},
+	} {
+		if _, err := sliceOptions(tc.devices, tc.taints, v134); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--devices=%s --device-taints=%s on 1.34: %v, want a refusal naming %s", tc.devices, tc.taints, err, tc.want)
+		}
 	}
 }
