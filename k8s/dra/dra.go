@@ -469,7 +469,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 
 // Metadata attributes: what the claim was granted, in the device metadata file (KEP-5304) the kubelet plugin
 // helper writes for each request and mounts into the container at
-// /var/run/kubernetes.io/dra-device-attributes/<claim>/<request>/metadata.json (EnableDeviceMetadata), beside the
+// /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/gpu.detshare.io-metadata.json (EnableDeviceMetadata), beside the
 // GPU's own attributes (gpu, uuid, product).
 const (
 	MetaGrantedSMs  = "grantedSMs"  // int: the SMs the claim was allocated (its guaranteed SMs at most)

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -25,7 +26,12 @@ func TestDRAClaimWithDetShareConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(slices.Items) != 1 || slices.Items[0].Spec.Driver != dra.DriverName || len(slices.Items[0].Spec.Devices) != 15 {
+	if c.consumable() {
+		// 1.36: the GPU's counter set, then its shared and whole devices (TestDRAConsumableCapacityPacksPods checks them).
+		if n := len(slices.Items); n != 2 || len(devicesOf(slices.Items)) != 2 {
+			t.Fatalf("ResourceSlices on %s: want 2 of driver %s (counters; gpu0 and gpu0-whole), got %d: %+v", k8sVersion(), dra.DriverName, n, slices.Items)
+		}
+	} else if len(slices.Items) != 1 || slices.Items[0].Spec.Driver != dra.DriverName || len(slices.Items[0].Spec.Devices) != 15 {
 		t.Fatalf("ResourceSlices: want one of driver %s with 15 SM-group devices, got %d: %+v", dra.DriverName, len(slices.Items), slices.Items)
 	}
 	if _, err := c.client.ResourceV1().DeviceClasses().Get(ctx(t), dra.DriverName, metav1.GetOptions{}); err != nil {
@@ -70,15 +76,45 @@ func TestDRAClaimWithDetShareConfig(t *testing.T) {
 	}
 }
 
-// createClaim creates ResourceClaim name in default for count SM groups of the DeviceClass, with config (a
-// DetShareConfig, "" for none) as the claim's opaque configuration, and deletes it when the test ends.
-func (c *cluster) createClaim(t *testing.T, name string, count int64, config string) {
+// consumable says whether the cluster serves consumable capacity and partitionable devices (Kubernetes 1.36+, its
+// DRA gates on), where the driver publishes one shared device per GPU instead of its SM groups.
+func (c *cluster) consumable() bool {
+	gates, _ := draGates()
+	return gates != nil
+}
+
+// groupsShare is groups SM groups' share of the simulated GPU's memory (80 GiB, 15 groups), in whole MiB: what the
+// per-group devices give a claim that names no memory.
+func groupsShare(groups int64) int64 { return 80 * gib * groups / 15 &^ (1<<20 - 1) }
+
+// createClaim creates ResourceClaim name in default for groups SM groups of the DeviceClass, with config (a
+// DetShareConfig, "" for none) as the claim's opaque configuration, and deletes it when the test ends. On a cluster
+// with consumable capacity it asks the shared device for the groups' SMs and their share of the memory, what the
+// per-group devices give.
+func (c *cluster) createClaim(t *testing.T, name string, groups int64, config string) {
+	t.Helper()
+	if c.consumable() {
+		c.createCapacityClaim(t, name, groups*8, groupsShare(groups), config)
+		return
+	}
+	c.applyClaim(t, name, resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
+		AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: groups}, config)
+}
+
+// createCapacityClaim creates ResourceClaim name asking the shared device of a GPU for sms SMs and memory bytes.
+func (c *cluster) createCapacityClaim(t *testing.T, name string, sms, memory int64, config string) {
+	t.Helper()
+	c.applyClaim(t, name, resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount,
+		Count: 1, Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]apiresource.Quantity{
+			dra.CapacitySMs: *apiresource.NewQuantity(sms, apiresource.DecimalSI), dra.CapacityMemory: *apiresource.NewQuantity(memory, apiresource.BinarySI)}}}, config)
+}
+
+func (c *cluster) applyClaim(t *testing.T, name string, req resourceapi.ExactDeviceRequest, config string) {
 	t.Helper()
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: dra.DriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}},
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}},
 		}},
 	}
 	if config != "" {
@@ -91,6 +127,15 @@ func (c *cluster) createClaim(t *testing.T, name string, count int64, config str
 	t.Cleanup(func() {
 		c.client.ResourceV1().ResourceClaims("default").Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
+}
+
+// devicesOf lists the devices of slices.
+func devicesOf(slices []resourceapi.ResourceSlice) []resourceapi.Device {
+	var out []resourceapi.Device
+	for _, s := range slices {
+		out = append(out, s.Spec.Devices...)
+	}
+	return out
 }
 
 // claimPod is the workload pod using ResourceClaim claim for its container (no device-plugin resources).

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,8 +187,9 @@ func TestChartTenantLimitsAndPodAnnotations(t *testing.T) {
 		{nil, "device-plugin", `--max-weight 1 --allowed-roles none`},
 		{[]string{"tenantLimits.maxWeight=50", "tenantLimits.allowedRoles={none,decode}"}, "device-plugin", `--max-weight 50 --allowed-roles none,decode`},
 		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "tenantLimits.maxWeight=7"}, "dra-plugin", `--max-weight 7 --allowed-roles none`},
-		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "dra.deviceTaints=true"}, "dra-plugin", `--allowed-roles none --device-taints --devices auto`},
-		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "dra.devices=gpu"}, "dra-plugin", `--devices gpu`},
+		{[]string{"devicePlugin.enabled=false", "dra.enabled=true"}, "dra-plugin", `--allowed-roles none --device-taints auto --devices auto --device-metadata=true`},
+		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "dra.deviceTaints=on"}, "dra-plugin", `--device-taints on --devices auto`},
+		{[]string{"devicePlugin.enabled=false", "dra.enabled=true", "dra.devices=gpu", "dra.deviceMetadata=false"}, "dra-plugin", `--devices gpu --device-metadata=false`},
 	} {
 		objs, err := helmTemplate(t, tc.set...)
 		if err != nil {
@@ -210,6 +212,49 @@ func TestChartTenantLimitsAndPodAnnotations(t *testing.T) {
 		if got := strings.Contains(strings.Join(script, " "), "--pod-annotations"); got != opt {
 			t.Errorf("installer.podAnnotations=%v: the install passes --pod-annotations: %v", opt, got)
 		}
+	}
+}
+
+// The chart's DeviceClasses: gpu.detshare.io (SMs and memory of the shared device, or SM groups) and
+// whole.gpu.detshare.io (a whole GPU) select on the wholeGPU attribute every device carries, and serve the
+// extended resources detshare.io/gpu-share and detshare.io/gpu-whole through DRA (KEP-5004) unless set to "".
+func TestChartDeviceClassesServeExtendedResources(t *testing.T) {
+	classes := func(set ...string) map[string]*unstructured.Unstructured {
+		objs, err := helmTemplate(t, append([]string{"devicePlugin.enabled=false", "dra.enabled=true"}, set...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*unstructured.Unstructured{}
+		for _, o := range objs {
+			if o.GetKind() == "DeviceClass" {
+				out[o.GetName()] = o
+			}
+		}
+		return out
+	}
+	got := classes()
+	for name, want := range map[string]struct{ ern, cel string }{
+		"gpu.detshare.io":       {"detshare.io/gpu-share", `!device.attributes["gpu.detshare.io"].wholeGPU`},
+		"whole.gpu.detshare.io": {"detshare.io/gpu-whole", `&& device.attributes["gpu.detshare.io"].wholeGPU`},
+	} {
+		dc := got[name]
+		if dc == nil {
+			t.Fatalf("no DeviceClass %s among %v", name, keys(got))
+		}
+		ern, _, _ := unstructured.NestedString(dc.Object, "spec", "extendedResourceName")
+		sel, _, _ := unstructured.NestedSlice(dc.Object, "spec", "selectors")
+		if ern != want.ern || len(sel) != 1 || !strings.Contains(fmt.Sprint(sel[0]), want.cel) {
+			t.Errorf("DeviceClass %s: extendedResourceName %q, selectors %v; want %q and a selector with %s", name, ern, sel, want.ern, want.cel)
+		}
+	}
+	got = classes("dra.extendedResourceNames.shared=", "dra.extendedResourceNames.whole=")
+	for name, dc := range got {
+		if _, found, _ := unstructured.NestedString(dc.Object, "spec", "extendedResourceName"); found {
+			t.Errorf("extended resource names set to \"\": DeviceClass %s still has one", name)
+		}
+	}
+	if _, err := helmTemplate(t, "devicePlugin.enabled=false", "dra.enabled=true", "dra.extendedResourceNames.shared=gpu share"); err == nil {
+		t.Error("dra.extendedResourceNames.shared=\"gpu share\": rendered, want a schema error")
 	}
 }
 

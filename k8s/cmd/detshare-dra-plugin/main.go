@@ -49,7 +49,7 @@ func main() {
 					"on, off, or auto (on where the apiserver serves device taints: DRADeviceTaints, on by default from Kubernetes 1.36)"},
 			&cli.BoolFlag{Name: "device-metadata", Value: true, EnvVars: []string{"DETSHARE_DEVICE_METADATA"},
 				Usage: "write each prepared request's device metadata (KEP-5304: granted SMs, tier, memory limit, GPU) and mount it into " +
-					"the container at /var/run/kubernetes.io/dra-device-attributes/<claim>/<request>/metadata.json"},
+					"the container at /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/gpu.detshare.io-metadata.json"},
 		}, nodecli.Flags()...),
 		Action: run,
 	}

@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/detshare/detshare/internal/table"
+	"github.com/detshare/detshare/k8s/dra"
+)
+
+// DRA on Kubernetes 1.36+ (issue 29): consumable capacity, partitionable devices, extended resources backed by
+// DRA, device taints and device metadata, with the real kube-scheduler allocating. The simulated GPU is an H100's
+// shape: 15 groups of 8 SMs (120 guaranteed SMs), 80 GiB.
+
+func need136(t *testing.T) *cluster {
+	t.Helper()
+	c := need(t)
+	if !c.consumable() {
+		t.Skipf("Kubernetes %s: the DRA driver publishes per-group devices (consumable capacity needs 1.36+)", k8sVersion())
+	}
+	return c
+}
+
+// unschedulable says whether the scheduler gave up on the pod for now: PodScheduled false, reason Unschedulable.
+func unschedulable(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+func scheduledMessage(p *corev1.Pod) string {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodScheduled {
+			return cond.Message
+		}
+	}
+	return ""
+}
+
+// capacityPod creates pod name whose claim (also name) asks the shared device for sms SMs and memory bytes.
+func (c *cluster) capacityPod(t *testing.T, name string, sms, memory int64) {
+	t.Helper()
+	c.createCapacityClaim(t, name, sms, memory, "")
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), claimPod(name, name), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	t.Cleanup(func() { c.deletePod(t, name) })
+}
+
+// stays checks that pod name is refused by the scheduler for DRA (cannot allocate all claims) and still is 5 s later.
+func (c *cluster) staysPending(t *testing.T, name, why string) {
+	t.Helper()
+	p := c.waitPod(t, name, 60*time.Second, "unschedulable ("+why+")", unschedulable)
+	if msg := scheduledMessage(p); !strings.Contains(msg, "cannot allocate all claims") {
+		t.Errorf("%s (%s): scheduler's reason %q, want DRA's \"cannot allocate all claims\"", name, why, msg)
+	}
+	time.Sleep(5 * time.Second)
+	if p, err := c.client.CoreV1().Pods("default").Get(ctx(t), name, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Errorf("%s (%s): bound to %q (%v), want Pending", name, why, p.Spec.NodeName, err)
+	}
+}
+
+// checkTenant checks the tenant of running pod name has sms guaranteed SMs and a memory limit of mem bytes.
+func (c *cluster) checkTenant(t *testing.T, name string, sms uint32, mem uint64, tier string) {
+	t.Helper()
+	p := c.waitPod(t, name, 120*time.Second, "Running", running)
+	tn, ok := tenantOf(c.status(t), containerID(p))
+	if !ok {
+		t.Fatalf("pod %s's container is not a tenant", name)
+	}
+	if tn.GuaranteedSMs != sms || tn.MemLimit != mem || tn.Tier != tier {
+		t.Errorf("pod %s: tenant with %d guaranteed SMs, memory limit %d, tier %s; want %d, %d, %s (the allocation is the ceiling)",
+			name, tn.GuaranteedSMs, tn.MemLimit, tn.Tier, sms, mem, tier)
+	}
+}
+
+// The driver publishes one shared device per GPU with consumable capacity sms and memory, a whole-GPU device, and
+// their counter set; the Kubernetes scheduler packs claims by SMs and memory: 64 + 56 SMs fit the GPU's 120, a
+// third claim of 8 SMs stays Pending (the scheduler's reason), and a claim whose SMs fit but whose memory does not
+// (40 GiB + 48 GiB > 80 GiB) stays Pending too while the SM claim, once room is made, runs. Each running pod's
+// tenant has what its claim consumed as its quota.
+func TestDRAConsumableCapacityPacksPods(t *testing.T) {
+	c := need136(t)
+	slices, err := c.client.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counters []resourceapi.CounterSet
+	for _, s := range slices.Items {
+		counters = append(counters, s.Spec.SharedCounters...)
+	}
+	devs := devicesOf(slices.Items)
+	if len(counters) != 1 || counters[0].Name != "gpu0" || len(devs) != 2 {
+		t.Fatalf("ResourceSlices: counter sets %+v, devices %d; want counter set gpu0 and two devices", counters, len(devs))
+	}
+	shared, whole := devs[0], devs[1]
+	if shared.Name == "gpu0-whole" {
+		shared, whole = whole, shared
+	}
+	sms, mem := shared.Capacity[dra.CapacitySMs], shared.Capacity[dra.CapacityMemory]
+	if shared.Name != "gpu0" || shared.AllowMultipleAllocations == nil || !*shared.AllowMultipleAllocations || sms.Value.Value() != 120 ||
+		sms.RequestPolicy == nil || sms.RequestPolicy.ValidRange == nil || sms.RequestPolicy.ValidRange.Step.Value() != 8 ||
+		mem.Value.Value() != 80*gib || mem.RequestPolicy == nil || mem.RequestPolicy.ValidRange.Step.Value() != 1<<20 {
+		t.Errorf("shared device as the apiserver stored it: %+v", shared)
+	}
+	if whole.Name != "gpu0-whole" || len(whole.ConsumesCounters) != 1 || len(shared.ConsumesCounters) != 1 {
+		t.Errorf("whole-GPU device %+v, shared consumes %+v: want both consuming gpu0's counters", whole, shared.ConsumesCounters)
+	}
+	for _, a := range []string{dra.AttrUUID, dra.AttrProduct, dra.AttrSMGroupSize, dra.AttrSMGroups, dra.AttrMPSAvailable, dra.AttrWhole} {
+		if _, ok := shared.Attributes[resourceapi.QualifiedName(a)]; !ok {
+			t.Errorf("shared device lacks attribute %s: %+v", a, shared.Attributes)
+		}
+	}
+
+	c.capacityPod(t, "pack-a", 64, 40*gib)
+	c.checkTenant(t, "pack-a", 64, 40*gib, "burstable")
+	c.capacityPod(t, "pack-b", 56, 30*gib)
+	c.checkTenant(t, "pack-b", 56, 30*gib, "burstable")
+	c.capacityPod(t, "pack-c", 8, 1*gib)
+	c.staysPending(t, "pack-c", "120 of 120 SMs consumed")
+
+	c.deletePod(t, "pack-b") // 56 SMs and 40 GiB free: pack-c's 8 SMs fit now
+	c.checkTenant(t, "pack-c", 8, 1*gib, "burstable")
+	c.capacityPod(t, "pack-d", 8, 48*gib)
+	c.staysPending(t, "pack-d", "48 GiB asked, 39 GiB free")
+}
+
+// A claim asking for what the device's request policy does not allow (SMs that are not whole groups) is refused by
+// the scheduler, not rounded.
+func TestDRACapacityOutsidePolicyRefused(t *testing.T) {
+	c := need136(t)
+	c.capacityPod(t, "odd-sms", 12, 1*gib)
+	c.staysPending(t, "odd-sms", "12 SMs is not whole 8-SM groups")
+}
+
+// KEP-5004: a pod's resources.limits {detshare.io/gpu-share: 1} is served by DRA (the DeviceClass's
+// extendedResourceName): one SM group and its share of the memory. While it runs, a pod asking for the whole GPU
+// ({detshare.io/gpu-whole: 1}) stays Pending, the counters of partitionable devices excluding it; once the share
+// goes, the whole-GPU pod runs with the GPU's 120 SMs and 80 GiB.
+func TestDRAExtendedResourcesAndWholeGPU(t *testing.T) {
+	c := need136(t)
+	for class, name := range map[string]string{dra.DriverName: "detshare.io/gpu-share", "whole." + dra.DriverName: "detshare.io/gpu-whole"} {
+		dc, err := c.client.ResourceV1().DeviceClasses().Get(ctx(t), class, metav1.GetOptions{})
+		if err != nil || dc.Spec.ExtendedResourceName == nil || *dc.Spec.ExtendedResourceName != name {
+			t.Fatalf("DeviceClass %s: %+v (%v), want extendedResourceName %s", class, dc, err, name)
+		}
+	}
+	erPod := func(name, resourceName string) {
+		pod := sharePod(name, 0, 0)
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(resourceName): resource.MustParse("1")}
+		if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create pod %s: %v", name, err)
+		}
+		t.Cleanup(func() { c.deletePod(t, name) })
+	}
+	erPod("er-share", "detshare.io/gpu-share")
+	c.checkTenant(t, "er-share", 8, uint64(groupsShare(1)), "burstable")
+	p, _ := c.client.CoreV1().Pods("default").Get(ctx(t), "er-share", metav1.GetOptions{})
+	if p.Status.ExtendedResourceClaimStatus == nil || p.Status.ExtendedResourceClaimStatus.ResourceClaimName == "" {
+		t.Errorf("pod er-share: no extendedResourceClaimStatus (the scheduler's claim for the extended resource): %+v", p.Status)
+	}
+	erPod("er-whole", "detshare.io/gpu-whole")
+	c.staysPending(t, "er-whole", "the GPU's shared device is in use")
+	c.deletePod(t, "er-share")
+	c.checkTenant(t, "er-whole", 120, 80*gib, "burstable")
+}
+
+// When the scheduler records GPU 0's MPS as failed (simulated, as in TestMPSFailureMakesTheGPUUnallocatable), the
+// DRA driver republishes the GPU's devices with the taint gpu.detshare.io/unhealthy=mps-failed:NoSchedule and
+// mpsAvailable false; a new claim's pod stays Pending while it is tainted; on recovery the taint goes and the pod
+// runs.
+func TestDRADeviceTaintOnMPSFailure(t *testing.T) {
+	c := need136(t)
+	tb, err := table.Create(c.runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	g := tb.GPUs()[0]
+	restore := func() { _ = tb.SetMPS(g.Index, g.MPSState, g.Mode, g.MPSPipeDir) }
+	defer restore()
+	tainted := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		var devs []resourceapi.Device
+		for time.Now().Before(deadline) {
+			l, err := c.client.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{})
+			if err == nil {
+				devs = devicesOf(l.Items)
+				ok := len(devs) == 2
+				for _, d := range devs {
+					has := len(d.Taints) == 1 && d.Taints[0].Key == dra.TaintKey && d.Taints[0].Value == "mps-failed" &&
+						d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule
+					mps := d.Attributes[dra.AttrMPSAvailable].BoolValue
+					ok = ok && has == want && (len(d.Taints) > 0) == want && mps != nil && *mps == !want
+				}
+				if ok {
+					return
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Fatalf("devices after 60 s: %+v; want tainted %v (and mpsAvailable %v)", devs, want, !want)
+	}
+	tainted(false)
+	if err := tb.SetMPS(g.Index, table.MPSFailed, table.ModeTemporal, ""); err != nil {
+		t.Fatal(err)
+	}
+	tainted(true)
+	c.capacityPod(t, "taint-wait", 8, 1*gib)
+	c.staysPending(t, "taint-wait", "GPU 0's devices tainted")
+	restore()
+	tainted(false)
+	c.checkTenant(t, "taint-wait", 8, 1*gib, "burstable")
+}
+
+// KEP-5304: the DRA driver writes each prepared request's device metadata, which the container reads at
+// /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/gpu.detshare.io-metadata.json: the SMs granted, the tier and the
+// memory limit, as its tenant was given them.
+func TestDRADeviceMetadata(t *testing.T) {
+	c := need136(t)
+	c.createCapacityClaim(t, "meta", 24, 6*gib, `{"apiVersion": "detshare.io/v1alpha1", "kind": "DetShareConfig", "tier": "latency-critical"}`)
+	pod := claimPod("meta", "meta")
+	pod.Spec.Containers[0].Command = []string{"sh", "-c", "cat /var/run/kubernetes.io/dra-device-attributes/resourceclaims/meta/gpu/gpu.detshare.io-metadata.json; echo; echo END-METADATA; exec sleep 600"}
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.deletePod(t, "meta")
+	c.checkTenant(t, "meta", 24, 6*gib, "latency-critical")
+	p, _ := c.client.CoreV1().Pods("default").Get(ctx(t), "meta", metav1.GetOptions{})
+	var log string
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(log, "END-METADATA") {
+		time.Sleep(300 * time.Millisecond)
+		log = c.podLog(t, p)
+	}
+	compact := strings.Join(strings.Fields(log), "")
+	for _, want := range []string{`"grantedSMs":{"int":24}`, `"tier":{"string":"latency-critical"}`, fmt.Sprintf(`"memoryLimit":{"int":%d}`, 6*gib),
+		`"uuid":{"string":"`, `"driver":"gpu.detshare.io"`} {
+		if !strings.Contains(compact, want) {
+			t.Errorf("the container's metadata.json lacks %s; the pod's log:\n%s", want, log)
+		}
+	}
+}
