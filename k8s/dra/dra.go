@@ -64,6 +64,8 @@ const TaintKey = DriverName + "/unhealthy"
 
 // SliceOptions say how Slices describes the GPUs: what the apiserver serves (Probe decides it).
 type SliceOptions struct {
+	// Node is the node's name, which prefixes its pools' names (PoolName).
+	Node string
 	// Taints: the devices of an unhealthy GPU carry TaintKey (device taints: resource.k8s.io/v1 Device.Taints,
 	// feature gate DRADeviceTaints, beta and on by default in Kubernetes 1.36).
 	Taints bool
@@ -114,7 +116,7 @@ func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOpti
 			}
 			return a
 		}
-		pool := fmt.Sprintf("gpu%d", g.Index)
+		pool, counterSet := PoolName(opts.Node, g.Index), fmt.Sprintf("gpu%d", g.Index)
 		var slices []resourceslice.Slice
 		var devs []resourceapi.Device
 		if size, ok := groupSize(g); opts.Consumable && ok {
@@ -129,12 +131,12 @@ func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOpti
 			var consumes []resourceapi.DeviceCounterConsumption
 			if opts.Partitionable {
 				counters := map[string]resourceapi.Counter{string(CapacitySMs): {Value: qty(total)}, string(CapacityMemory): {Value: qty(memBytes)}}
-				slices = append(slices, resourceslice.Slice{SharedCounters: []resourceapi.CounterSet{{Name: pool, Counters: counters}}})
-				consumes = []resourceapi.DeviceCounterConsumption{{CounterSet: pool, Counters: counters}}
+				slices = append(slices, resourceslice.Slice{SharedCounters: []resourceapi.CounterSet{{Name: counterSet, Counters: counters}}})
+				consumes = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSet, Counters: counters}}
 			}
 			multi := true
 			devs = append(devs, resourceapi.Device{
-				Name: pool, Taints: taint, AllowMultipleAllocations: &multi, Attributes: shared, ConsumesCounters: consumes,
+				Name: counterSet, Taints: taint, AllowMultipleAllocations: &multi, Attributes: shared, ConsumesCounters: consumes,
 				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 					// A claim that names no sms consumes one group, and no memory its share: what one group of the
 					// per-group devices is given.
@@ -147,7 +149,7 @@ func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOpti
 			})
 			if opts.Partitionable {
 				devs = append(devs, resourceapi.Device{
-					Name: pool + WholeSuffix, Taints: taint, Attributes: whole, ConsumesCounters: consumes,
+					Name: counterSet + WholeSuffix, Taints: taint, Attributes: whole, ConsumesCounters: consumes,
 					Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{CapacitySMs: {Value: qty(total)}, CapacityMemory: {Value: qty(memBytes)}},
 				})
 			}
@@ -166,6 +168,16 @@ func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOpti
 
 // WholeSuffix names GPU i's whole-GPU device: gpu<i>-whole.
 const WholeSuffix = "-whole"
+
+// PoolName is the pool of GPU gpu on node: <node>/gpu<i>. The scheduler tells devices apart by driver, pool and
+// device name across the cluster, so each node's pools need names of their own (a bare gpu<i>, used when node is
+// empty, is one node's only).
+func PoolName(node string, gpu int) string {
+	if node == "" {
+		return fmt.Sprintf("gpu%d", gpu)
+	}
+	return fmt.Sprintf("%s/gpu%d", node, gpu)
+}
 
 // The capacities a device publishes.
 const (
@@ -194,6 +206,7 @@ func groupSize(g deviceplugin.GPU) (uint32, bool) {
 
 // Driver prepares claims into CDI specs in CDIDir.
 type Driver struct {
+	Node      string // the node's name (PoolName)
 	Inventory deviceplugin.Inventory
 	CDIDir    string
 	// Devices gives the claim's GPU as CDI edits (nil: the spec sets the quota only).
@@ -238,7 +251,7 @@ func (d *Driver) resolve(claim *resourceapi.ResourceClaim) ([]string, []kubeletp
 			}
 		}
 		info, ok := d.gpu(g)
-		if !ok || r.Pool != fmt.Sprintf("gpu%d", g) || perGroup == nil && (n < 0 || n >= len(info.Groups)) {
+		if !ok || r.Pool != PoolName(d.Node, g) || perGroup == nil && (n < 0 || n >= len(info.Groups)) {
 			return fail(fmt.Errorf("device %s/%s: no such device on this node", r.Pool, r.Device))
 		}
 		if gpu >= 0 && g != gpu {

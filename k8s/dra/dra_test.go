@@ -40,15 +40,30 @@ func claimFor(devices []string, pool string, config string) *resourceapi.Resourc
 	return c
 }
 
+// Each GPU is a pool named after the node and the GPU (node-1/gpu1): the scheduler tells devices apart by driver,
+// pool and name across nodes. A claim allocated a device of another node's pool is refused.
 func TestSlicesOnePoolPerGPU(t *testing.T) {
+	d := testDriver(t)
+	d.Node = "node-1"
+	named := Slices(d.Inventory, nil, SliceOptions{Node: "node-1", Consumable: true})
+	if _, ok := named.Pools["node-1/gpu1"]; !ok || len(named.Pools) != 2 {
+		t.Fatalf("pools %v, want node-1/gpu0 and node-1/gpu1", keysOf(named.Pools))
+	}
+	if _, _, err := d.Env(claimFor([]string{"gpu1"}, "node-1/gpu1", "")); err != nil {
+		t.Errorf("claim on node-1/gpu1: %v", err)
+	}
+	if _, _, err := d.Env(claimFor([]string{"gpu1"}, "node-2/gpu1", "")); err == nil || !strings.Contains(err.Error(), "no such device on this node") {
+		t.Errorf("claim on another node's pool node-2/gpu1: %v, want a refusal", err)
+	}
+
 	res := Slices(testDriver(t).Inventory, nil, SliceOptions{Taints: true})
 	if len(res.Pools) != 2 || len(res.Pools["gpu1"].Slices[0].Devices) != 15 {
 		t.Fatalf("pools: %+v", res.Pools)
 	}
-	d := res.Pools["gpu1"].Slices[0].Devices[3]
-	sms := d.Capacity["sms"].Value
-	if d.Name != "gpu1-sm-3" || *d.Attributes["uuid"].StringValue != "SIM-1" || sms.Value() != 8 {
-		t.Errorf("device: %+v", d)
+	dev := res.Pools["gpu1"].Slices[0].Devices[3]
+	sms := dev.Capacity["sms"].Value
+	if dev.Name != "gpu1-sm-3" || *dev.Attributes["uuid"].StringValue != "SIM-1" || sms.Value() != 8 {
+		t.Errorf("device: %+v", dev)
 	}
 }
 
@@ -338,4 +353,12 @@ func TestPrepareGivesMetadataAndShareID(t *testing.T) {
 	if *md[MetaGrantedSMs].IntValue != 40 || *md[MetaTier].StringValue != "burstable" || *md[MetaMemoryLimit].IntValue != 12<<30 {
 		t.Errorf("metadata %+v, want 40 SMs, burstable, 12 GiB", md)
 	}
+}
+
+func keysOf[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

@@ -98,6 +98,9 @@ func TestDRAConsumableCapacityPacksPods(t *testing.T) {
 	var counters []resourceapi.CounterSet
 	for _, s := range slices.Items {
 		counters = append(counters, s.Spec.SharedCounters...)
+		if s.Spec.Pool.Name != nodeName+"/gpu0" {
+			t.Errorf("ResourceSlice %s: pool %q, want %s/gpu0 (pools are told apart across nodes)", s.Name, s.Spec.Pool.Name, nodeName)
+		}
 	}
 	devs := devicesOf(slices.Items)
 	if len(counters) != 1 || counters[0].Name != "gpu0" || len(devs) != 2 {
@@ -227,9 +230,11 @@ func TestDRADeviceTaintOnMPSFailure(t *testing.T) {
 // KEP-5304: the DRA driver writes each prepared request's device metadata, which the container reads at
 // /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/gpu.detshare.io-metadata.json: the SMs granted, the tier and the
 // memory limit, as its tenant was given them.
+// The metadata file is the driver's (its kubelet plugin helper writes it and a CDI spec that mounts it), so it works
+// on 1.34 too, with the per-group devices.
 func TestDRADeviceMetadata(t *testing.T) {
-	c := need136(t)
-	c.createCapacityClaim(t, "meta", 24, 6*gib, `{"apiVersion": "detshare.io/v1alpha1", "kind": "DetShareConfig", "tier": "latency-critical"}`)
+	c := need(t)
+	c.createClaim(t, "meta", 3, `{"apiVersion": "detshare.io/v1alpha1", "kind": "DetShareConfig", "tier": "latency-critical", "memory": "6Gi"}`)
 	pod := claimPod("meta", "meta")
 	pod.Spec.Containers[0].Command = []string{"sh", "-c", "cat /var/run/kubernetes.io/dra-device-attributes/resourceclaims/meta/gpu/gpu.detshare.io-metadata.json; echo; echo END-METADATA; exec sleep 600"}
 	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {

@@ -57,9 +57,11 @@ func TestDRAClaimWithDetShareConfig(t *testing.T) {
 		t.Errorf("DRA tenant: tier %s, %d guaranteed SMs, memory limit %d, pod %q; want latency-critical, 32, 4 GiB, dra-tenant",
 			tn.Tier, tn.GuaranteedSMs, tn.MemLimit, tn.Pod)
 	}
+	// The claim's spec, and the device metadata's (KEP-5304) that mounts its metadata file.
 	specs, _ := filepath.Glob(filepath.Join(c.cdiDir(), "*.json"))
-	if len(specs) != 1 {
-		t.Errorf("CDI specs while the claim is in use: %v, want one", specs)
+	claimSpecs, _ := filepath.Glob(filepath.Join(c.cdiDir(), "detshare.io-gpu_*.json"))
+	if len(claimSpecs) != 1 || len(specs) != 2 {
+		t.Errorf("CDI specs while the claim is in use: %v, want the claim's and its metadata's", specs)
 	}
 	c.deletePod(t, "dra-tenant")
 	if !c.tenantGone(t, id) {

@@ -87,7 +87,7 @@ func run(c *cli.Context) error {
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
 		return fmt.Errorf("plugin directory: %w", err)
 	}
-	drv := &dra.Driver{Inventory: inv, CDIDir: c.String("cdi-dir"),
+	drv := &dra.Driver{Node: node, Inventory: inv, CDIDir: c.String("cdi-dir"),
 		Devices: nodecli.Devices(c, simgpu.Selected(os.Environ()), cdi.Simulated{})}
 	helper, err := kubeletplugin.Start(ctx, drv, kubeletplugin.KubeClient(client), kubeletplugin.NodeName(node),
 		kubeletplugin.DriverName(dra.DriverName),
@@ -106,6 +106,7 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	opts.Node = node
 	health := deviceplugin.TableHealth(c.String("run-dir"))
 	unhealthy := health()
 	if err := helper.PublishResources(ctx, dra.Slices(inv, unhealthy, opts)); err != nil {
