@@ -1,7 +1,7 @@
 package e2e
 
 import (
-	"fmt"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -249,11 +249,47 @@ func TestDRADeviceMetadata(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		log = c.podLog(t, p)
 	}
-	compact := strings.Join(strings.Fields(log), "")
-	for _, want := range []string{`"grantedSMs":{"int":24}`, `"tier":{"string":"latency-critical"}`, fmt.Sprintf(`"memoryLimit":{"int":%d}`, 6*gib),
-		`"uuid":{"string":"`, `"driver":"gpu.detshare.io"`} {
-		if !strings.Contains(compact, want) {
-			t.Errorf("the container's metadata.json lacks %s; the pod's log:\n%s", want, log)
+	// The container's output, less the CRI log prefix (time, stream, tag) of each line, up to the marker.
+	var out strings.Builder
+	for _, line := range strings.Split(log, "\n") {
+		if f := strings.SplitN(line, " ", 4); len(f) == 4 {
+			if f[3] == "END-METADATA" {
+				break
+			}
+			out.WriteString(f[3] + "\n")
 		}
+	}
+	var md struct {
+		APIVersion string `json:"apiVersion"`
+		Requests   []struct {
+			Name    string `json:"name"`
+			Devices []struct {
+				Driver     string                                                    `json:"driver"`
+				Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute `json:"attributes"`
+			} `json:"devices"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &md); err != nil || len(md.Requests) != 1 || len(md.Requests[0].Devices) == 0 {
+		t.Fatalf("the container's metadata file: %v; the pod's log:\n%s", err, log)
+	}
+	dev := md.Requests[0].Devices[0]
+	a := dev.Attributes
+	i64 := func(k string) int64 {
+		if v := a[resourceapi.QualifiedName(k)].IntValue; v != nil {
+			return *v
+		}
+		return -1
+	}
+	str := func(k string) string {
+		if v := a[resourceapi.QualifiedName(k)].StringValue; v != nil {
+			return *v
+		}
+		return ""
+	}
+	if md.APIVersion != "metadata.resource.k8s.io/v1alpha1" || md.Requests[0].Name != "gpu" || dev.Driver != dra.DriverName ||
+		i64(dra.MetaGrantedSMs) != 24 || str(dra.MetaTier) != "latency-critical" || i64(dra.MetaMemoryLimit) != 6*gib ||
+		i64(dra.AttrGPU) != 0 || str(dra.AttrUUID) == "" {
+		t.Errorf("the container's device metadata %+v: want %s, request gpu, driver %s, grantedSMs 24, tier latency-critical, memoryLimit %d, gpu 0, a uuid",
+			md, "metadata.resource.k8s.io/v1alpha1", dra.DriverName, 6*gib)
 	}
 }
