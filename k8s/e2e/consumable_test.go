@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/k8s/dra"
 )
 
@@ -184,14 +183,7 @@ func TestDRAExtendedResourcesAndWholeGPU(t *testing.T) {
 // runs.
 func TestDRADeviceTaintOnMPSFailure(t *testing.T) {
 	c := need136(t)
-	tb, err := table.Create(c.runDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	g := tb.GPUs()[0]
-	restore := func() { _ = tb.SetMPS(g.Index, g.MPSState, g.Mode, g.MPSPipeDir) }
-	defer restore()
+	fail, restore := c.simulateMPSFailure(t)
 	tainted := func(want bool) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -216,9 +208,7 @@ func TestDRADeviceTaintOnMPSFailure(t *testing.T) {
 		t.Fatalf("devices after 60 s: %+v; want tainted %v (and mpsAvailable %v)", devs, want, !want)
 	}
 	tainted(false)
-	if err := tb.SetMPS(g.Index, table.MPSFailed, table.ModeTemporal, ""); err != nil {
-		t.Fatal(err)
-	}
+	fail()
 	tainted(true)
 	c.capacityPod(t, "taint-wait", 8, 1*gib)
 	c.staysPending(t, "taint-wait", "GPU 0's devices tainted")

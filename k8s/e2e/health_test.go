@@ -15,14 +15,7 @@ import (
 // is recorded running again the units come back.
 func TestMPSFailureMakesTheGPUUnallocatable(t *testing.T) {
 	c := need(t)
-	tb, err := table.Create(c.runDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	g := tb.GPUs()[0]
-	restore := func() { _ = tb.SetMPS(g.Index, g.MPSState, g.Mode, g.MPSPipeDir) }
-	defer restore()
+	fail, restore := c.simulateMPSFailure(t)
 	allocatable := func(want int64, what string) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -40,10 +33,28 @@ func TestMPSFailureMakesTheGPUUnallocatable(t *testing.T) {
 		t.Fatalf("%s: allocatable detshare.io/gpu = %d after 60 s, want %d", what, got, want)
 	}
 	allocatable(15, "before")
-	if err := tb.SetMPS(g.Index, table.MPSFailed, table.ModeTemporal, ""); err != nil {
-		t.Fatal(err)
-	}
+	fail()
 	allocatable(0, "MPS failed")
 	restore()
 	allocatable(15, "MPS running again")
+}
+
+// simulateMPSFailure gives fail, which records GPU 0's MPS as failed in the node's table as the scheduler's MPS
+// watcher does when the control daemon cannot be restarted, and restore, which puts back what was there (also when
+// the test ends).
+func (c *cluster) simulateMPSFailure(t *testing.T) (fail, restore func()) {
+	t.Helper()
+	tb, err := table.Create(c.runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := tb.GPUs()[0]
+	restore = func() { _ = tb.SetMPS(g.Index, g.MPSState, g.Mode, g.MPSPipeDir) }
+	t.Cleanup(func() { restore(); tb.Close() })
+	return func() {
+		t.Helper()
+		if err := tb.SetMPS(g.Index, table.MPSFailed, table.ModeTemporal, ""); err != nil {
+			t.Fatal(err)
+		}
+	}, restore
 }
