@@ -137,12 +137,23 @@ func TestDRAConsumableCapacityPacksPods(t *testing.T) {
 	c.staysPending(t, "pack-d", "48 GiB asked, 39 GiB free")
 }
 
-// A claim asking for what the device's request policy does not allow (SMs that are not whole groups) is refused by
-// the scheduler, not rounded.
-func TestDRACapacityOutsidePolicyRefused(t *testing.T) {
+// The scheduler rounds a request up to the device's request policy (KEP-5075): 12 SMs consumes two 8-SM groups, and
+// the tenant gets the 16 SMs the cluster accounted for. A request above the policy's maximum (128 of 120 SMs) is
+// never allocated.
+func TestDRACapacityRoundsUpToWholeGroups(t *testing.T) {
 	c := need136(t)
 	c.capacityPod(t, "odd-sms", 12, 1*gib)
-	c.staysPending(t, "odd-sms", "12 SMs is not whole 8-SM groups")
+	c.checkTenant(t, "odd-sms", 16, 1*gib, "burstable")
+	claim, err := c.client.ResourceV1().ResourceClaims("default").Get(ctx(t), "odd-sms", metav1.GetOptions{})
+	if err != nil || claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim odd-sms: %+v, %v", claim, err)
+	}
+	if q := claim.Status.Allocation.Devices.Results[0].ConsumedCapacity[dra.CapacitySMs]; q.Value() != 16 {
+		t.Errorf("claim odd-sms consumed %s SMs, want 16 (12 rounded up to whole groups)", q.String())
+	}
+	c.deletePod(t, "odd-sms")
+	c.capacityPod(t, "too-many-sms", 128, 1*gib)
+	c.staysPending(t, "too-many-sms", "128 SMs asked of a GPU with 120")
 }
 
 // KEP-5004: a pod's resources.limits {detshare.io/gpu-share: 1} is served by DRA (the DeviceClass's
