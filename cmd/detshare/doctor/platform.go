@@ -23,7 +23,7 @@ func checkPlatform(env Env) []Check {
 }
 
 func checkToolkit(env Env) Check {
-	c := Check{Name: "nvidia container toolkit", Need: "optional: DetShare uses NVIDIA's CDI spec for a GPU when the toolkit " +
+	c := Check{Name: "nvidia toolkit", Need: "optional: DetShare uses NVIDIA's CDI spec for a GPU when the toolkit " +
 		"(or the GPU Operator) wrote one, else generates the GPU's edit from the driver's files"}
 	for _, tool := range []string{"nvidia-ctk", "nvidia-container-runtime"} {
 		if _, err := env.LookPath(tool); err == nil {

@@ -30,7 +30,7 @@ func TestPlatformReportsToolkitCDIKubeletPluginsAndDrivers(t *testing.T) {
 	}
 	r := Run(env)
 	for name, want := range map[string][]string{
-		"nvidia container toolkit": {"nvidia-ctk", "1.17.8"},
+		"nvidia toolkit": {"nvidia-ctk", "1.17.8"},
 		"cdi":                      {"nvidia.com/gpu (" + filepath.Join(cdi1, "nvidia.yaml") + ")", "detshare.io/gpu (2 specs)"},
 		"kubernetes":               {"Kubernetes v1.34.4"},
 		"device plugins":           {"detshare.io/gpu: 2", "nvidia.com/gpu: 1", "GPU 1 (GPU-bbbb): nvidia.com/gpu"},
@@ -64,7 +64,7 @@ func TestPlatformReportsToolkitCDIKubeletPluginsAndDrivers(t *testing.T) {
 	env = fakeEnv(t, nil, nil, drv)
 	env.DevicePluginDir, env.PluginsRegistry = t.TempDir(), filepath.Join(t.TempDir(), "missing")
 	r = Run(env)
-	for _, name := range []string{"nvidia container toolkit", "cdi", "kubernetes", "device plugins", "dra drivers"} {
+	for _, name := range []string{"nvidia toolkit", "cdi", "kubernetes", "device plugins", "dra drivers"} {
 		if c := find(r, name); c.Status != Info {
 			t.Errorf("%s on a node without it: %+v, want info", name, c)
 		}
