@@ -31,10 +31,10 @@ func TestPlatformReportsToolkitCDIKubeletPluginsAndDrivers(t *testing.T) {
 	r := Run(env)
 	for name, want := range map[string][]string{
 		"nvidia toolkit": {"nvidia-ctk", "1.17.8"},
-		"cdi":                      {"nvidia.com/gpu (" + filepath.Join(cdi1, "nvidia.yaml") + ")", "detshare.io/gpu (2 specs)"},
-		"kubernetes":               {"Kubernetes v1.34.4"},
-		"device plugins":           {"detshare.io/gpu: 2", "nvidia.com/gpu: 1", "GPU 1 (GPU-bbbb): nvidia.com/gpu"},
-		"dra drivers":              {"gpu.detshare.io, gpu.nvidia.com"},
+		"cdi":            {"nvidia.com/gpu (" + filepath.Join(cdi1, "nvidia.yaml") + ")", "detshare.io/gpu (2 specs)"},
+		"kubernetes":     {"Kubernetes v1.34.4"},
+		"device plugins": {"detshare.io/gpu: 2", "nvidia.com/gpu: 1", "GPU 1 (GPU-bbbb): nvidia.com/gpu"},
+		"dra drivers":    {"gpu.detshare.io, gpu.nvidia.com"},
 	} {
 		c := find(r, name)
 		for _, w := range want {
