@@ -33,9 +33,16 @@ const (
 	CeilingEnvPrefix        = "DETSHARE_ALLOC_"
 )
 
-// CRIContainerTypeAnnotations mark a container that a Kubernetes runtime (containerd's CRI plugin, CRI-O) created:
-// the runtime sets them on every container of a pod, and a pod cannot set or remove them.
-var CRIContainerTypeAnnotations = []string{"io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType"}
+// CRIContainerType (containerd's CRI plugin) and CRIOContainerType (CRI-O) mark a container a Kubernetes runtime
+// created: the runtime sets one on every container of a pod ("sandbox" on its pause container), and a pod cannot set
+// or remove it.
+const (
+	CRIContainerType  = "io.kubernetes.cri.container-type"
+	CRIOContainerType = "io.kubernetes.cri-o.ContainerType"
+)
+
+// CRIContainerTypeAnnotations are both.
+var CRIContainerTypeAnnotations = []string{CRIContainerType, CRIOContainerType}
 
 // IsKubernetes tells whether annotations are those of a workload container created through CRI (kubelet), not a
 // pod's sandbox (pause) container. Such a container's quota is what the cluster allocated it: one with no

@@ -21,6 +21,23 @@ func (c *cluster) runTenant(t *testing.T, pod *corev1.Pod) (string, func()) {
 	return containerID(p), func() { c.deletePod(t, pod.Name) }
 }
 
+// createAwaitingEvent creates pod (deleted when the test ends) and waits up to timeout for an event of it that
+// contains want; it returns the pod's events.
+func (c *cluster) createAwaitingEvent(t *testing.T, pod *corev1.Pod, want string, timeout time.Duration) string {
+	t.Helper()
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create %s: %v", pod.Name, err)
+	}
+	t.Cleanup(func() { c.deletePod(t, pod.Name) })
+	var evs string
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if evs = c.events(t, pod.Name); strings.Contains(evs, want) {
+			break
+		}
+	}
+	return evs
+}
+
 func env(kv ...string) []corev1.EnvVar {
 	var out []corev1.EnvVar
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -114,16 +131,7 @@ func TestPodWithoutAllocationCannotChooseItsQuota(t *testing.T) {
 	pod := sharePod("no-alloc-asks", 0, 0)
 	pod.Annotations = map[string]string{"detshare.io/memory": "80Gi"}
 	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, env("DETSHARE_TIER", "latency-critical", "DETSHARE_SMS", "100%")...)
-	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.deletePod(t, pod.Name)
-	var evs string
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if evs = c.events(t, pod.Name); strings.Contains(evs, "no DetShare allocation") {
-			break
-		}
-	}
+	evs := c.createAwaitingEvent(t, pod, "no DetShare allocation", 90*time.Second)
 	for _, want := range []string{"no DetShare allocation", "detshare.io/gpu-memory", "gpu.detshare.io"} {
 		if !strings.Contains(evs, want) {
 			t.Errorf("a pod without allocation asking latency-critical: no refusal naming %q; events:\n%s", want, evs)

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/detshare/detshare/integration/testenv"
 )
 
@@ -127,19 +125,7 @@ func TestInstallerDaemonSetOnTheNodesContainerd(t *testing.T) {
 	if _, err := c.helm(args...); err != nil {
 		t.Fatal(err)
 	}
-	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rel}
-	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		pods, err := c.client.CoreV1().Pods(chartNS).List(ctx(t), sel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(pods.Items) == 1 && running(&pods.Items[0]) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("installer pod not Running: %s", c.chartPods(ctx(t)))
-		}
-	}
+	c.waitInstallerRunning(t, rel)
 	shim := filepath.Join(binDir, "containerd-shim-detshare-v1")
 	if d, err := os.ReadFile(drop); err != nil || !strings.Contains(string(d), fmt.Sprintf("runtime_path = %q", shim)) {
 		t.Fatalf("installer: drop-in %s: %v:\n%s", drop, err, d)
@@ -180,16 +166,7 @@ func TestInstallerDaemonSetOnTheNodesContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := sharePod("handler-gone", 1, 1)
-	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), refused, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.deletePod(t, refused.Name)
-	var evs string
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if evs = c.events(t, refused.Name); strings.Contains(evs, "FailedCreatePodSandBox") {
-			break
-		}
-	}
+	evs := c.createAwaitingEvent(t, refused, "FailedCreatePodSandBox", 60*time.Second)
 	if !strings.Contains(evs, "FailedCreatePodSandBox") || !strings.Contains(evs, "detshare") {
 		t.Errorf("after uninstall and a containerd restart, a detshare pod: want FailedCreatePodSandBox naming the handler; events:\n%s", evs)
 	}

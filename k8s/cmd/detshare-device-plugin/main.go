@@ -29,9 +29,9 @@ func main() {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "device-plugin-dir", Value: pluginapi.DevicePluginPath, EnvVars: []string{"DETSHARE_DEVICE_PLUGIN_DIR"},
 				Usage: "kubelet's device-plugin directory (holds kubelet.sock)"},
-			&cli.StringFlag{Name: "gpus", Value: "all", EnvVars: []string{"DETSHARE_GPUS"},
+			&cli.StringFlag{Name: "gpus", Value: "all", EnvVars: []string{"DETSHARE_DEVICE_PLUGIN_GPUS"},
 				Usage: "the GPUs DetShare serves on this node: all, or a comma-separated list of indexes or UUIDs (the others are left to another plugin)"},
-			&cli.StringFlag{Name: "ready-file", EnvVars: []string{"DETSHARE_READY_FILE"},
+			&cli.StringFlag{Name: "ready-file", EnvVars: []string{"DETSHARE_DEVICE_PLUGIN_READY_FILE"},
 				Usage: "a file kept present while every GPU served is DetShare's alone (no other device plugin registered with kubelet advertises it), for a readiness probe"},
 		}, nodecli.Flags()...),
 		Action: run,
