@@ -89,6 +89,10 @@ type Scheduler struct {
 	// exclusive partition (never less than its guarantee), its neighbours keeping the rest at full depth; also
 	// where the SLO controller starts a tenant with slo-p99. 0: issue 12's dynamic expansion.
 	LCReserve float64 `toml:"lc_reserve"`
+	// LCOverlap (issue 26): a sized latency-critical tenant also runs on its neighbours' groups (its partition
+	// stays exclusive; the rest is shared under MPS, its client priority above theirs), as MPS with a thread
+	// percentage lets it, while the neighbours keep their groups and never flip.
+	LCOverlap bool `toml:"lc_overlap"`
 }
 
 // MPS controls the per-GPU MPS control daemons.
@@ -248,11 +252,12 @@ type PolicyOptions struct {
 	GateDepth   uint32
 	GateBudget  time.Duration
 	LCReserve   float64 // scheduler.lc_reserve
+	LCOverlap   bool    // scheduler.lc_overlap
 }
 
 // PolicyOptions returns the scheduler section's policy settings.
 func (c Config) PolicyOptions() PolicyOptions {
 	return PolicyOptions{Kind: c.Scheduler.Policy, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
 		MaxQuantum: c.Scheduler.MaxQuantum.Duration, Floor: c.Scheduler.BEFloor, GateDepth: c.Scheduler.GateDepth,
-		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve}
+		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve, LCOverlap: c.Scheduler.LCOverlap}
 }
