@@ -186,6 +186,7 @@ func New(opts Options) (*Scheduler, error) {
 	}
 	// Recorded last, so that a leader seen in the table has its GPUs' modes set up.
 	t.SetPolicy(po.Kind.ID())
+	t.SetPageMounts(opts.Config.Tenants.PageMountsFor(opts.RunDir))
 	li, err := t.SetLeader(os.Getpid())
 	if err != nil {
 		_ = lead.release(t)
@@ -219,6 +220,7 @@ func (s *Scheduler) Reload(c config.Config) error {
 	}
 	po := s.conf.set(c)
 	s.t.SetPolicy(po.Kind.ID())
+	s.t.SetPageMounts(c.Tenants.PageMountsFor(s.t.Paths().Dir))
 	s.stats.Reloads.Add(1)
 	s.t.RingDoorbell()
 	logrus.WithField("policy", po.Kind).Info("configuration reloaded")
