@@ -52,6 +52,9 @@ type Options struct {
 	MPSCheckEvery time.Duration
 	// Board samples a GPU's power and SM clock (gpuinfo.BoardSampler in production); nil: no power input.
 	Board func(index int) (gpuinfo.Board, error)
+	// ProcessMemory reads a GPU's per-process device memory (gpuinfo.ProcessMemorySampler), for the metrics'
+	// memory a tenant holds outside the library (view.GPUMemory); nil: not exported.
+	ProcessMemory func(index int) (map[int]uint64, error)
 	// ComputeModes sets the GPUs' compute mode for mps.exclusive (computemode.go); nil: compute modes are left alone.
 	ComputeModes ComputeModes
 }
