@@ -15,6 +15,7 @@
 # OM_SIM=1 runs the same on the simulated GPU and its NVML double (test doubles), to check the script without a GPU.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh" # check, rc
 repo=$(cd "$here/../.." && pwd)
 out=${1:?usage: outside_mem.sh OUTDIR}
 mkdir -p "$out"
@@ -33,13 +34,7 @@ if [ "${OM_SIM:-0}" = 1 ]; then
 fi
 : >"$out/summary.txt"
 log() { printf '[outside_mem %s] %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/outside_mem.log" >&2; }
-check() { # check NAME WANT GOT
-  local s=ok
-  [ "$2" = "$3" ] || s=FAIL
-  printf '%-4s %s: want %s, got %s\n' "$s" "$1" "$2" "$3" | tee -a "$out/summary.txt"
-}
 figure() { printf '     %s\n' "$*" | tee -a "$out/summary.txt"; }
-rc() { sed -n "s/^$2 rc=\([0-9-]*\).*/\1/p" "$out/$1.out" | tail -1; }
 MIB=1048576
 # field SNAPSHOT KEY: the tenant om's KEY in a status --json snapshot
 field() {

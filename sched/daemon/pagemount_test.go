@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -57,23 +56,7 @@ func fsUsed(t *testing.T, dir string) int64 {
 // more than the page's last memory page taken, and the run directory does not grow. When the tenant goes
 // (deregistered, or a host tenant reaped because its owner died), nothing stays mounted.
 func TestPageGrowthIsRefusedByTheKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
-	base := t.TempDir()
-	if err := syscall.Mount("tmpfs", base, "tmpfs", 0, "size=256m,mode=0755"); err != nil {
-		t.Fatalf("mount the run directory's tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(base, syscall.MNT_DETACH) })
-	dir := filepath.Join(base, "run")
-	tb, err := table.Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tb.Close() })
-	if err := tb.SetGPUs([]table.GPUInfo{simGPU}); err != nil {
-		t.Fatal(err)
-	}
+	dir, tb := runDirOnTmpfs(t, "256m")
 	c := testConfig()
 	c.Tenants.PageMounts = config.PageMountsOn // auto: on for /run/detshare only
 	if d := config.Default().Tenants; !d.PageMountsFor(table.DefaultRunDir) || d.PageMountsFor(dir) {

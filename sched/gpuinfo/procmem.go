@@ -2,7 +2,6 @@ package gpuinfo
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -18,20 +17,12 @@ func ProcessMemorySampler() func(index int) (map[int]uint64, error) {
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
 		return nil
 	}
-	var mu sync.Mutex
-	devs := map[int]nvml.Device{}
+	devs := &deviceCache{}
 	return func(index int) (map[int]uint64, error) {
-		mu.Lock()
-		dev, ok := devs[index]
-		if !ok {
-			d, ret := nvml.DeviceGetHandleByIndex(index)
-			if ret != nvml.SUCCESS {
-				mu.Unlock()
-				return nil, fmt.Errorf("nvmlDeviceGetHandleByIndex(%d): %s", index, nvml.ErrorString(ret))
-			}
-			devs[index], dev = d, d
+		dev, err := devs.get(index)
+		if err != nil {
+			return nil, err
 		}
-		mu.Unlock()
 		procs, ret := dev.GetComputeRunningProcesses()
 		if ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("nvmlDeviceGetComputeRunningProcesses(%d): %s", index, nvml.ErrorString(ret))
