@@ -1,11 +1,11 @@
 package table
 
 import (
-	"golang.org/x/sys/unix"
-
 	"fmt"
 	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkRegisterNth is the cost of registering the n-th host tenant (`detshare run`: an owner PID, here this
