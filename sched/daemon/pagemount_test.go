@@ -4,39 +4,14 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/table"
 )
-
-// mountsUnder lists the mount points under dir (/proc/self/mountinfo's fifth field; octal escapes left as they are,
-// the tests' paths have none).
-func mountsUnder(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
-	}
-	return out
-}
-
-// detachPageMounts detaches every mount under dir (a test's run directory), deepest first.
-func detachPageMounts(dir string) {
-	m := mountsUnder(dir)
-	for i := len(m) - 1; i >= 0; i-- {
-		_ = syscall.Unmount(m[i], syscall.MNT_DETACH)
-	}
-}
 
 // fsUsed is how many bytes of dir's filesystem are in use.
 func fsUsed(t *testing.T, dir string) int64 {
@@ -102,7 +77,7 @@ func TestPageGrowthIsRefusedByTheKernel(t *testing.T) {
 	if alloc := st.Blocks * 512; alloc > table.ClientPageSize+int64(os.Getpagesize()) {
 		t.Errorf("the page holds %d bytes of memory, want at most its size rounded up", alloc)
 	}
-	if m := mountsUnder(dir); len(m) != 1 || m[0] != hostile.ClientPagePath {
+	if m := testenv.MountsUnder(dir); len(m) != 1 || m[0] != hostile.ClientPagePath {
 		t.Errorf("mounts under the run directory %v, want only the page's own", m)
 	}
 	// The scheduler's housekeeping still cuts the size back (a page read by the host is ClientPageSize).
@@ -121,7 +96,7 @@ func TestPageGrowthIsRefusedByTheKernel(t *testing.T) {
 	if err := tb.Deregister("hostile"); err != nil {
 		t.Fatal(err)
 	}
-	if m := mountsUnder(dir); len(m) != 0 {
+	if m := testenv.MountsUnder(dir); len(m) != 0 {
 		t.Errorf("after the tenant was deregistered, still mounted: %v", m)
 	}
 	if _, err := os.Lstat(hostile.ClientPagePath); !errors.Is(err, os.ErrNotExist) {
@@ -134,7 +109,7 @@ func TestPageGrowthIsRefusedByTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := register(t, tb, "host", table.TierBestEffort, table.RoleNone, 0, false, owner.Process.Pid)
-	if m := mountsUnder(dir); len(m) != 1 || m[0] != host.ClientPagePath {
+	if m := testenv.MountsUnder(dir); len(m) != 1 || m[0] != host.ClientPagePath {
 		t.Fatalf("host tenant's page: mounts %v, want %s", m, host.ClientPagePath)
 	}
 	_ = owner.Process.Kill()
@@ -149,7 +124,7 @@ func TestPageGrowthIsRefusedByTheKernel(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if m := mountsUnder(dir); len(m) != 0 {
+	if m := testenv.MountsUnder(dir); len(m) != 0 {
 		t.Errorf("after the host tenant was reaped, still mounted: %v", m)
 	}
 }
