@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,7 +82,7 @@ func (t Tenants) PageMountsFor(runDir string) bool {
 	case PageMountsOff:
 		return false
 	}
-	return filepath.Clean(runDir) == table.DefaultRunDir
+	return table.PageMountsByDefault(runDir)
 }
 
 // Trusts reports whether the host consented to tenant id going above the ceilings.

@@ -11,9 +11,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// HeaderFlagPageMounts (Header.Flags): every client page registered from now on lives on a tmpfs of its own, the
-// size of the page (issue 27). Set by the scheduler from scheduler.page_mounts; a registrar reads it.
-const HeaderFlagPageMounts uint32 = 1 << 0
+// Header.Flags bits of the page mounts (issue 27). HeaderFlagPageMounts: every client page registered from now on
+// lives on a tmpfs of its own, the page's size. HeaderFlagPageMountsSet: a scheduler decided (tenants.page_mounts);
+// until one has, a registrar applies the default itself (PageMountsByDefault), so a tenant registered in the instant
+// between a scheduler's start and its decision is not left without the bound.
+const (
+	HeaderFlagPageMounts    uint32 = 1 << 0
+	HeaderFlagPageMountsSet uint32 = 1 << 1
+)
+
+// PageMountsByDefault is tenants.page_mounts = "auto": on for the default run directory (on the host's /run), off
+// for any other (a test's, a custom location).
+func PageMountsByDefault(runDir string) bool { return filepath.Clean(runDir) == DefaultRunDir }
 
 // pageMountSize is the size of a page's own tmpfs: the page rounded up to whole memory pages. The kernel refuses
 // (ENOSPC) every byte a tenant writes past that, and a truncate past it allocates nothing.
@@ -25,7 +34,7 @@ func (t *Table) SetPageMounts(on bool) {
 	h := t.Header()
 	for {
 		old := atomic.LoadUint32(&h.Flags)
-		nw := old &^ HeaderFlagPageMounts
+		nw := old&^HeaderFlagPageMounts | HeaderFlagPageMountsSet
 		if on {
 			nw |= HeaderFlagPageMounts
 		}
@@ -35,9 +44,13 @@ func (t *Table) SetPageMounts(on bool) {
 	}
 }
 
-// PageMounts tells whether client pages are created on a tmpfs of their own.
+// PageMounts tells whether client pages are created on a tmpfs of their own: as a scheduler decided, else by default.
 func (t *Table) PageMounts() bool {
-	return atomic.LoadUint32(&t.Header().Flags)&HeaderFlagPageMounts != 0
+	f := atomic.LoadUint32(&t.Header().Flags)
+	if f&HeaderFlagPageMountsSet == 0 {
+		return PageMountsByDefault(t.paths.Dir)
+	}
+	return f&HeaderFlagPageMounts != 0
 }
 
 // errNoMountPrivilege: this process may not mount (not root, or a user namespace without it).
