@@ -25,7 +25,12 @@ func (c *cluster) restart(name string) error {
 		return fmt.Errorf("no daemon %s", name)
 	}
 	testenv.StopDaemon(c.daemons[i])
-	logf, err := os.OpenFile(filepath.Join(c.dir, name+".log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logPath := filepath.Join(c.dir, name+".log")
+	var before int64
+	if st, err := os.Stat(logPath); err == nil {
+		before = st.Size()
+	}
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
@@ -38,8 +43,26 @@ func (c *cluster) restart(name string) error {
 		return fmt.Errorf("restart %s: %w", name, err)
 	}
 	c.daemons[i], c.launched[i] = d, cmd
-	if name == "containerd" {
+	switch name {
+	case "containerd":
 		return c.waitFor(name, d, 60*time.Second, func() error { _, err := c.ctr("version"); return err })
+	case "kubelet":
+		// The node object keeps its allocatable across the restart, so the scheduler may bind a pod before the
+		// device plugin has registered with the new kubelet, which then refuses it (no healthy devices): wait until
+		// this kubelet has the plugin's devices for both resources.
+		return c.waitFor(name, d, 60*time.Second, func() error {
+			data, err := os.ReadFile(logPath)
+			if err != nil {
+				return err
+			}
+			since := string(data[min(before, int64(len(data))):])
+			for _, res := range []string{"detshare.io/gpu", "detshare.io/gpu-memory"} {
+				if !strings.Contains(since, `"Processed device updates for resource" resourceName="`+res+`"`) {
+					return fmt.Errorf("the restarted kubelet has no devices of %s yet", res)
+				}
+			}
+			return nil
+		})
 	}
 	return nil
 }
