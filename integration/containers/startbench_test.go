@@ -26,7 +26,9 @@ import (
 //
 //	go test -run '^$' -bench 'StartPaired|StartConcurrent|CRIStartPaired' -benchtime=1x ./integration/containers/
 //
-// DETSHARE_BENCH_PAIRS (default 50) sets the pairs, DETSHARE_BENCH_ROUNDS (default 5) the concurrent rounds. With
+// DETSHARE_BENCH_PAIRS (default 50) sets the pairs, DETSHARE_BENCH_ROUNDS (default 5) the concurrent rounds;
+// DETSHARE_BENCH_REF_SHIM names another build of the shim (e.g. main's) that BenchmarkStartPaired adds as a fourth
+// runtime, so a change is measured against it in the same run. With
 // DETSHARE_E2E_CONTAINERD_LOG_LEVEL=debug the DetShare shim logs each start's phases, and BenchmarkStartPaired
 // reports their medians (the debug log costs both runtimes alike).
 
@@ -46,7 +48,11 @@ const (
 	startRunc = iota
 	startShimOnly
 	startDetShare
+	startReference // DETSHARE_BENCH_REF_SHIM: another build of the shim (main, to compare), with the quota
 )
+
+// refRuntime is the runtime of the reference shim (binary containerd-shim-detshareref-v1).
+const refRuntime = "io.containerd.detshareref.v1"
 
 // ctrStart runs `ctr run --rm … true` with plain runc or DetShare's shim (and a quota) and returns its wall time.
 func ctrStart(e *env, detshare bool, id string) (float64, error) {
@@ -63,6 +69,8 @@ func ctrStartWith(e *env, kind int, id string) (float64, error) {
 		args = []string{"run", "--rm", "--runtime", shimRuntime}
 	case startDetShare:
 		args = append([]string{"run", "--rm", "--runtime", shimRuntime}, detshareQuota...)
+	case startReference:
+		args = append([]string{"run", "--rm", "--runtime", refRuntime}, detshareQuota...)
 	}
 	start := time.Now()
 	out, err := e.ctr(append(args, imageRef, id, "true")...)
@@ -140,6 +148,17 @@ func BenchmarkStartPaired(b *testing.B) {
 	e := E
 	pairs := benchCount("DETSHARE_BENCH_PAIRS", 50)
 	logPath := filepath.Join(e.dir, "containerd.log")
+	kinds := 3
+	if ref := os.Getenv("DETSHARE_BENCH_REF_SHIM"); ref != "" {
+		data, err := os.ReadFile(ref)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(e.bin, "containerd-shim-detshareref-v1"), data, 0o755)
+		}
+		if err != nil {
+			b.Fatalf("reference shim: %v", err)
+		}
+		kinds = 4
+	}
 	for i := 0; i < b.N; i++ {
 		// one start of each first: the scheduler is started by the first registration, images are paged in
 		for _, ds := range []bool{false, true} {
@@ -148,10 +167,10 @@ func BenchmarkStartPaired(b *testing.B) {
 			}
 		}
 		logFrom := fileSize(logPath)
-		var ms [3][]float64
+		var ms [4][]float64
 		for r := 0; r < pairs; r++ {
-			for k := 0; k < 3; k++ { // the order rotates every round: each runtime goes first, second, third alike
-				kind := (k + r) % 3
+			for k := 0; k < kinds; k++ { // the order rotates every round: each runtime goes first, second, … alike
+				kind := (k + r) % kinds
 				v, err := ctrStartWith(e, kind, fmt.Sprintf("ds-pair-%d-%d-%d", i, r, kind))
 				if err != nil {
 					b.Fatal(err)
@@ -167,6 +186,13 @@ func BenchmarkStartPaired(b *testing.B) {
 		b.ReportMetric(quota.addedP50, "quota-added-p50-ms")
 		b.Logf("of which: DetShare's shim without a quota over runc P50 %.1f ms (95%% CI %.1f..%.1f); with the quota over without P50 %.1f ms (95%% CI %.1f..%.1f)",
 			shim.addedP50, shim.addedLo, shim.addedHi, quota.addedP50, quota.addedLo, quota.addedHi)
+		if kinds == 4 {
+			ref := paired(ms[startReference], ms[startDetShare])
+			refRunc := paired(ms[startRunc], ms[startReference])
+			b.ReportMetric(ref.addedP50, "vs-ref-p50-ms")
+			b.Logf("the reference shim (DETSHARE_BENCH_REF_SHIM) over runc P50 %.1f ms (95%% CI %.1f..%.1f); this shim minus the reference, per pair, P50 %.1f ms (95%% CI %.1f..%.1f), ratio P50 %.3f",
+				refRunc.addedP50, refRunc.addedLo, refRunc.addedHi, ref.addedP50, ref.addedLo, ref.addedHi, ref.ratioP50)
+		}
 		if ph := shimPhases(logPath, logFrom); len(ph) > 0 {
 			var names []string
 			for k := range ph {
