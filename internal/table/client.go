@@ -61,9 +61,9 @@ func ReadClientPage(path string, dst *ClientPage) error {
 		return err
 	}
 	defer f.Close()
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(dst)), ClientPageSize)
-	if n, err := f.ReadAt(buf, 0); n != ClientPageSize {
-		return fmt.Errorf("%w: client page %s: read %d of %d bytes: %v", ErrCorrupt, path, n, ClientPageSize, err)
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(dst)), unsafe.Sizeof(*dst)) // ClientPageSize (abi_test.go)
+	if n, err := f.ReadAt(buf, 0); n != len(buf) {
+		return fmt.Errorf("%w: client page %s: read %d of %d bytes: %v", ErrCorrupt, path, n, len(buf), err)
 	}
 	if dst.Magic != ClientMagic {
 		return fmt.Errorf("%w: client page %s: magic %#x, want %#x", ErrCorrupt, path, dst.Magic, ClientMagic)

@@ -3,7 +3,10 @@ package table
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -131,5 +134,49 @@ func TestConcurrentRegistrationsGetDistinctSlots(t *testing.T) {
 		if _, err := tb.Register(RegisterRequest{ID: fmt.Sprintf("after%d", i), Weight: 1}); err != nil {
 			t.Fatalf("registration %d of %d after the churn: %v", i+1, MaxContainers, err)
 		}
+	}
+}
+
+// ReadClientPage copies what a mapped page shows, and refuses a truncated, foreign or linked page with an error
+// (never a fault): placement reads every neighbour's page this way.
+func TestReadClientPage(t *testing.T) {
+	tb := newTable(t)
+	reg, err := tb.Register(RegisterRequest{ID: "reader", Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := OpenClientPage(reg.ClientPagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atomic.StoreUint64(&cl.Page().MemUsed, 12345)
+	atomic.StoreUint64(&cl.Page().BusyNs, 678)
+	cl.Close()
+	var pg ClientPage
+	if err := ReadClientPage(reg.ClientPagePath, &pg); err != nil {
+		t.Fatal(err)
+	}
+	if pg.Slot != uint32(reg.Slot) || pg.SlotGen != reg.Gen || pg.MemUsed != 12345 || pg.BusyNs != 678 {
+		t.Fatalf("read slot %d gen %d mem %d busy %d; want %d %d 12345 678", pg.Slot, pg.SlotGen, pg.MemUsed, pg.BusyNs,
+			reg.Slot, reg.Gen)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(reg.ClientPagePath, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReadClientPage(link, &pg); err == nil {
+		t.Error("a symbolic link was followed")
+	}
+	if err := os.Truncate(reg.ClientPagePath, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReadClientPage(reg.ClientPagePath, &pg); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("truncated page: %v, want ErrCorrupt", err)
+	}
+	if err := os.WriteFile(reg.ClientPagePath, make([]byte, ClientPageSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReadClientPage(reg.ClientPagePath, &pg); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("page without its magic: %v, want ErrCorrupt", err)
 	}
 }
