@@ -132,7 +132,10 @@ func (s *Service) PrefetchLabels(id string) {
 		defer close(p.done)
 		ctx, cancel := context.WithTimeout(context.Background(), LabelPrefetchTimeout)
 		defer cancel()
+		t0 := time.Now()
 		p.labels, p.err = s.labels(ctx, id)
+		logrus.WithError(p.err).WithFields(logrus.Fields{"id": id,
+			"ms": float64(time.Since(t0).Microseconds()) / 1000}).Debug("container labels prefetched")
 	}()
 }
 

@@ -3,6 +3,7 @@ package containers
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,7 +114,7 @@ func buildUpstreamShim(b *testing.B, e *env) {
 // shims and runc inherit; the container's own processes go to the container's cgroup), plus ctr's own CPU time, 20
 // runs of each runtime interleaved. On a machine shared with other work the wall-clock medians of
 // BenchmarkStartLatency wander by ±100 ms between runs; CPU time does not, so this is the figure to compare there.
-// DETSHARE_BENCH_PAIRS sets the runs of each (default 20; the order rotates run by run), DETSHARE_BENCH_UPSTREAM=0
+// DETSHARE_BENCH_PAIRS sets the runs of each (default 20; a random order every round), DETSHARE_BENCH_UPSTREAM=0
 // leaves out containerd's own shim (a build of it), DETSHARE_BENCH_REF_SHIM adds a reference build of the DetShare
 // shim (BenchmarkStartPaired). Skipped where the cpuacct hierarchy is not mounted.
 func BenchmarkStartCPU(b *testing.B) {
@@ -184,11 +185,12 @@ func BenchmarkStartCPU(b *testing.B) {
 		}{"reference", append([]string{"--runtime", refRuntime}, detshareQuota...)})
 	}
 	runs := benchCount("DETSHARE_BENCH_PAIRS", 20)
+	order := rand.New(rand.NewSource(1))
 	for i := 0; i < b.N; i++ {
 		cpu := map[string][]float64{}
 		for r := 0; r < runs; r++ {
-			for j := range kinds {
-				k := kinds[(j+r)%len(kinds)] // rotating order
+			for _, j := range order.Perm(len(kinds)) { // a random order every round, as in BenchmarkStartPaired
+				k := kinds[j]
 				id := fmt.Sprintf("ds-cpu-%d-%d-%s", i, r, k.name)
 				args := append([]string{"--address", e.ctrSock, "--namespace", ctrNS, "run", "--rm"}, k.args...)
 				cmd := exec.Command(e.ctrBin, append(args, imageRef, id, "true")...)
