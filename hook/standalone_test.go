@@ -241,3 +241,59 @@ func TestCreateContainerSymlinkOutOfRootStaysInRoot(t *testing.T) {
 		t.Error("the refused container is still registered")
 	}
 }
+
+// TestCreateContainerBindsAMountedPage: with the table asking for pages on a tmpfs of their own (the scheduler's
+// tenants.page_mounts, issue 27), the hook's bind by descriptor carries that mount into the container: the
+// container's /run/detshare/client.page is the very page (device and inode), writable, and a write past its end is
+// refused by the kernel (ENOSPC), not stored in the host's run directory.
+func TestCreateContainerBindsAMountedPage(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	cfg := testConfig(t)
+	tb, err := table.Create(cfg.RunDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.SetPageMounts(true)
+	tb.Close()
+	b := writeBundle(t, `{"process":{"env":["DETSHARE_TIER=burstable","DETSHARE_SMS=8"]},"root":{"path":"rootfs"}}`)
+	rootfs := filepath.Join(b, "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var same bool
+	var hostErr, pastEnd error
+	var hostMounted bool
+	err = createInNS(t, cfg, b, func() {
+		host := table.NewPaths(cfg.RunDir).ClientPage("c1")
+		var hs, cs unix.Stat_t
+		hostErr = unix.Stat(host, &hs)
+		if unix.Stat(filepath.Join(rootfs, table.ContainerClientPagePath), &cs) == nil && hostErr == nil {
+			same = hs.Dev == cs.Dev && hs.Ino == cs.Ino
+		}
+		var ds unix.Stat_t
+		hostMounted = unix.Stat(filepath.Dir(host), &ds) == nil && ds.Dev != hs.Dev
+		f, err := os.OpenFile(filepath.Join(rootfs, table.ContainerClientPagePath), os.O_RDWR, 0)
+		if err != nil {
+			pastEnd = err
+			return
+		}
+		defer f.Close()
+		chunk := make([]byte, 1<<20)
+		for off := int64(table.ClientPageSize); off < 16<<20 && pastEnd == nil; off += int64(len(chunk)) {
+			_, pastEnd = f.WriteAt(chunk, off)
+		}
+	})
+	if err != nil {
+		t.Fatalf("CreateContainer: %v", err)
+	}
+	defer tenant.Deregister(cfg.RunDir, "c1")
+	if hostErr != nil || !hostMounted {
+		t.Fatalf("the host's page is not on a filesystem of its own (%v)", hostErr)
+	}
+	if !same {
+		t.Error("the container's client page is not the host's page")
+	}
+	if !errors.Is(pastEnd, unix.ENOSPC) {
+		t.Errorf("16 MiB written past the page's end in the container: %v, want ENOSPC", pastEnd)
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
+	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
 	"github.com/detshare/detshare/hook/specmod"
@@ -44,7 +45,7 @@ const RuntimeName = "io.containerd.detshare.v1"
 const EnvLabels = "DETSHARE_SHIM_LABELS"
 
 // SandboxTypeAnnotation is set by CRI on every container; "sandbox" marks the pod's pause container.
-const SandboxTypeAnnotation = "io.kubernetes.cri.container-type"
+const SandboxTypeAnnotation = quota.CRIContainerType
 
 // RegisterPlugin registers the DetShare task service as the shim's ttrpc "task" plugin, registering containers with
 // reg and giving them their GPU with the source devices returns for the hook's path. The shim's main calls it

@@ -33,6 +33,35 @@ const (
 	CeilingEnvPrefix        = "DETSHARE_ALLOC_"
 )
 
+// CRIContainerType (containerd's CRI plugin) and CRIOContainerType (CRI-O) mark a container a Kubernetes runtime
+// created: the runtime sets one on every container of a pod ("sandbox" on its pause container), and a pod cannot set
+// or remove it.
+const (
+	CRIContainerType  = "io.kubernetes.cri.container-type"
+	CRIOContainerType = "io.kubernetes.cri-o.ContainerType"
+)
+
+// CRIContainerTypeAnnotations are both.
+var CRIContainerTypeAnnotations = []string{CRIContainerType, CRIOContainerType}
+
+// IsKubernetes tells whether annotations are those of a workload container created through CRI (kubelet), not a
+// pod's sandbox (pause) container. Such a container's quota is what the cluster allocated it: one with no
+// allocation that sets quota keys of its own is refused.
+func IsKubernetes(annotations map[string]string) bool {
+	for _, k := range CRIContainerTypeAnnotations {
+		if v, ok := annotations[k]; ok {
+			return v != "sandbox"
+		}
+	}
+	return false
+}
+
+// noAllocation is the refusal of a Kubernetes container that sets its own quota without an allocation.
+const noAllocation = "this Kubernetes container has no DetShare allocation (no alloc.detshare.io/* from the device " +
+	"plugin, no DETSHARE_ALLOC_* from a DRA claim), so it may not choose its own quota: ask for detshare.io/gpu-memory " +
+	"(and detshare.io/gpu for guaranteed SMs) or a ResourceClaim of DeviceClass gpu.detshare.io, whose allocation its " +
+	"own keys may then lower, or drop the DetShare keys to run without a GPU"
+
 // SourceAllocation marks a field that took its value from the ceiling.
 const SourceAllocation Source = "allocation"
 

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -150,4 +151,50 @@ func merge(a, b map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// A Kubernetes container (CRI annotations) with no allocation may not choose its own quota: every way it can ask
+// (environment, pod annotation, label) is refused, naming the key and the missing allocation. Asking nothing, it is
+// no tenant; with an allocation it may lower it; a pod's sandbox and a container outside Kubernetes are unaffected.
+func TestKubernetesContainerWithoutAllocationRefused(t *testing.T) {
+	for _, cri := range []map[string]string{{"io.kubernetes.cri.container-type": "container"}, {"io.kubernetes.cri-o.ContainerType": "container"}} {
+		for _, in := range []Inputs{
+			{Annotations: cri, Env: []string{"DETSHARE_TIER=latency-critical", "DETSHARE_SMS=100%"}},
+			{Annotations: merge(cri, map[string]string{"detshare.io/memory": "1Gi"})},
+			{Annotations: cri, Labels: map[string]string{"detshare.io/tier": "best-effort"}},
+		} {
+			r := in.Resolve()
+			if r.Err == nil {
+				t.Errorf("%+v: resolved to %+v, want a refusal", in, r.Quota)
+				continue
+			}
+			var fe *FieldError
+			if !errors.As(r.Err, &fe) || !strings.Contains(r.Err.Error(), "no DetShare allocation") ||
+				!strings.Contains(r.Err.Error(), "detshare.io/gpu-memory") || !strings.Contains(r.Err.Error(), "gpu.detshare.io") {
+				t.Errorf("%+v: error %v, want a field error naming the missing allocation and what to ask for", in, r.Err)
+			}
+			for _, k := range []string{"DETSHARE_TIER", "detshare.io/memory", "detshare.io/tier"} {
+				if (strings.Contains(strings.Join(in.Env, " "), k) || in.Annotations[k] != "" || in.Labels[k] != "") &&
+					!strings.Contains(r.Err.Error(), k) {
+					t.Errorf("%+v: error %v does not name %s", in, r.Err, k)
+				}
+			}
+		}
+		if r := (Inputs{Annotations: cri, Env: []string{"DETSHARE_SIMGPU_DEVICE_DIR=/dev", "PATH=/bin"}}).Resolve(); r.Asked || r.Err != nil {
+			t.Errorf("no quota key: asked %v, err %v; want no tenant and no error", r.Asked, r.Err)
+		}
+		alloc := Ceiling{Tier: table.TierBurstable, SMs: 16, Memory: 4 << 30, GPU: GPUSelector{Index: 0}, MaxWeight: 1,
+			Roles: []table.Role{table.RoleNone}}
+		if _, p := place(t, Inputs{Annotations: merge(cri, alloc.Annotations()), Env: []string{"DETSHARE_MEMORY=1Gi"}}); p.MemLimit != 1<<30 {
+			t.Errorf("allocated, lowering memory: %d bytes, want 1 GiB", p.MemLimit)
+		}
+		if _, p := place(t, Inputs{Annotations: cri, Env: append(alloc.Env(), "DETSHARE_SMS=8")}); p.SMs != 8 {
+			t.Errorf("DRA allocation, lowering SMs: %d, want 8", p.SMs)
+		}
+	}
+	for _, ann := range []map[string]string{nil, {"io.kubernetes.cri.container-type": "sandbox", "detshare.io/tier": "burstable"}} {
+		if r := (Inputs{Annotations: ann, Env: []string{"DETSHARE_TIER=burstable"}}).Resolve(); r.Err != nil {
+			t.Errorf("annotations %v: %v, want the container's own quota (not a Kubernetes workload container)", ann, r.Err)
+		}
+	}
 }

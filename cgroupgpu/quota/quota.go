@@ -471,6 +471,7 @@ func (in Inputs) Resolve() Resolved {
 		r.Asked = true
 		q = ceil.defaults(q)
 	}
+	var first *FieldError // the first quota key the container set itself
 	for _, f := range Fields {
 		var value string
 		var src Source
@@ -486,9 +487,18 @@ func (in Inputs) Resolve() Resolved {
 			continue
 		}
 		r.Asked = true
+		if first == nil {
+			first = &FieldError{Key: KeyFor(f, src), Value: value, Source: src}
+		}
 		if err := q.Set(f, value, src); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if first != nil && !hasCeil && len(in.Flags) == 0 && IsKubernetes(in.Annotations) {
+		// A Kubernetes container without an allocation asks for a quota of its own: refused, whatever it asks, so that
+		// a pod with runtimeClassName detshare cannot take a GPU share the scheduler never accounted for.
+		first.Allowed = noAllocation
+		errs = append(errs, first)
 	}
 	if r.Unknown = checkKeys(in.Annotations, in.Labels, envm); r.Unknown != nil {
 		errs = append(errs, r.Unknown)

@@ -54,7 +54,7 @@ changed. The containerd CRI handler names the shim by absolute path (runtime_pat
   containerd: the CRI runtime handler "detshare" (runtime_type io.containerd.detshare.v1) with
               container_annotations = ["alloc.detshare.io/*"] (the device plugin's allocation, the container's
               ceiling) and, only with --pod-annotations, pod_annotations = ["detshare.io/*"] (pods' own quota keys,
-              which can lower an allocation, never raise it, but set the quota of a pod that has none). The existing config's version decides (containerd --version
+              which can lower an allocation, never raise it; a pod with none that sets them is refused). The existing config's version decides (containerd --version
               when there is none): version 2 (containerd 1.x): a marked section in config.toml (1.x imports would
               replace the whole CRI section), plugin "io.containerd.grpc.v1.cri"; version 3 (containerd 2.x): a
               drop-in and an imports entry, plugin "io.containerd.cri.v1.runtime".`,

@@ -185,11 +185,15 @@ func runTenant(c *cli.Context) (int, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = os.Stdin, os.Stdout, os.Stderr, env
 	if registered || c.IsSet("join") {
 		// The client page is root's (its directory too): a CMD that drops privileges before it uses the GPU
-		// (setpriv, gosu, su) maps this inherited descriptor instead (docs/threat-model.md "Privilege drops").
-		if f, err := os.OpenFile(table.NewPaths(runDir).ClientPage(id), os.O_RDWR, 0); err == nil {
+		// (setpriv, gosu, su) takes it from this inherited carrier instead, never from a descriptor of the page
+		// itself, which another process of its new user could reopen through /proc before the library's
+		// constructor makes the program non-dumpable (docs/threat-model.md "Privilege drops").
+		if f, err := table.NewPageCarrier(table.NewPaths(runDir).ClientPage(id)); err == nil {
 			defer f.Close()
 			cmd.ExtraFiles = []*os.File{f}
-			cmd.Env = setEnv(cmd.Env, clientPageFDEnv, "3")
+			cmd.Env = setEnv(cmd.Env, table.PageCarrierEnv, "3") // ExtraFiles[0] is descriptor 3
+		} else {
+			logrus.WithError(err).Warn("a CMD that drops privileges before it uses the GPU will be refused")
 		}
 	}
 	select {
@@ -249,10 +253,6 @@ func exitStatus(cmd *exec.Cmd, err error) int {
 	}
 	return cmd.ProcessState.ExitCode()
 }
-
-// clientPageFDEnv names the descriptor of the tenant's client page a CMD inherits (libdetshare's
-// DETSHARE_CLIENT_PAGE_FD); ExtraFiles[0] is descriptor 3.
-const clientPageFDEnv = "DETSHARE_CLIENT_PAGE_FD"
 
 func tenantEnv(env []string, runDir, id, quotaFile string) []string {
 	env = setEnv(env, "DETSHARE_QUOTA_FILE", quotaFile)

@@ -53,6 +53,9 @@ func schedCommand() *cli.Command {
 			runDir := c.String("run-dir")
 			opts := daemon.Options{RunDir: runDir, Config: cfg, Discover: wiring.GPUs(gpuinfo.Discover),
 				SimulatedGPU: wiring.SimulatedGPU(), StopMPSOnExit: c.Bool("stop-mps-on-exit")}
+			// NVML's per-process memory: the driver's, or the simulated GPU's double (libnvidia-ml.so.1 found
+			// through LD_LIBRARY_PATH) when the simulated GPU is selected.
+			opts.ProcessMemory = gpuinfo.ProcessMemorySampler()
 			if !opts.SimulatedGPU {
 				opts.Board = gpuinfo.BoardSampler()
 				opts.ComputeModes = gpuinfo.NVMLComputeModes{} // used only with mps.exclusive = true

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
 	"github.com/detshare/detshare/internal/table"
+	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/view"
 )
 
@@ -40,6 +42,7 @@ func statusCommand() *cli.Command {
 				view.Rates(&snap, &next)
 				snap = next
 			}
+			gpuMemory(&snap, t, gpuinfo.ProcessMemorySampler())
 			if c.Bool("json") {
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
@@ -90,9 +93,9 @@ func printStatus(w io.Writer, s view.Snapshot) {
 			if t.GPU != g.Index {
 				continue
 			}
-			fmt.Fprintf(w, "  %-24s %-16s role %-7s weight %-3d SMs %3d guaranteed, %3d now (%s)  demand %d  mem %s / %s\n",
+			fmt.Fprintf(w, "  %-24s %-16s role %-7s weight %-3d SMs %3d guaranteed, %3d now (%s)  demand %d  mem %s / %s%s\n",
 				t.ID, t.Tier, t.Role, t.Weight, t.GuaranteedSMs, t.GrantedSMs, t.GrantMode, t.Demand,
-				human(t.MemUsed), limit(t.MemLimit))
+				human(t.MemUsed), limit(t.MemLimit), gpuMemNote(t))
 			if sm := smLine(t); sm != "" {
 				fmt.Fprintf(w, "  %-24s %s\n", "", sm)
 			}
@@ -190,4 +193,24 @@ func limit(b uint64) string {
 		return "-"
 	}
 	return human(b)
+}
+
+// gpuMemory fills the per-tenant device memory NVML reports (view.GPUMemory); without NVML (read nil) it stays
+// unknown and nothing is said.
+func gpuMemory(s *view.Snapshot, t *table.Table, read func(int) (map[int]uint64, error)) {
+	if err := view.GPUMemory(s, t, read); err != nil {
+		logrus.WithError(err).Debug("per-process GPU memory not read")
+	}
+}
+
+// gpuMemNote is what status adds to a tenant's memory: what its processes hold on the GPU (NVML) and, flagged, how
+// much of it the library did not charge (issue 27).
+func gpuMemNote(t view.Tenant) string {
+	switch {
+	case !t.MemGPUKnown:
+		return ""
+	case t.MemOutside > 0:
+		return fmt.Sprintf("  GPU %s: %s OUTSIDE the library (!)", human(t.MemGPU), human(t.MemOutside))
+	}
+	return fmt.Sprintf("  GPU %s", human(t.MemGPU))
 }

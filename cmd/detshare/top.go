@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/detshare/detshare/sched/gpuinfo"
 	"github.com/detshare/detshare/sched/view"
 )
 
@@ -55,6 +56,7 @@ func topCommand() *cli.Command {
 			width, tty := stdoutTerminal()
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
+			nvmlMem := gpuinfo.ProcessMemorySampler() // nil without NVML: no memory-outside flag
 			prev := view.Take(t)
 			for n := 1; ; n++ {
 				select {
@@ -63,6 +65,7 @@ func topCommand() *cli.Command {
 				case <-time.After(iv):
 				}
 				cur := view.Take(t)
+				gpuMemory(&cur, t, nvmlMem)
 				view.Rates(&prev, &cur)
 				var b strings.Builder
 				renderTop(&b, &prev, cur, width)
@@ -139,8 +142,12 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 			if t.SLOState == "infeasible" {
 				slo += "!" // missed even at the most protective share (issue 26; `status` says more)
 			}
+			mem := human(t.MemUsed) + "/" + limit(t.MemLimit)
+			if t.MemOutside > 0 {
+				mem += "!" // the tenant's processes hold memory the library did not charge (`status` says how much)
+			}
 			line(w, fmt.Sprintf("%-16s %-2s %-3s %4d %5s %5.1f %8.0f %15s %8.2f %5s", id, tierShort[t.Tier], roleShort[t.Role],
-				t.GuaranteedSMs, now, t.BusyPct, t.LaunchesSec, human(t.MemUsed)+"/"+limit(t.MemLimit), qd, slo))
+				t.GuaranteedSMs, now, t.BusyPct, t.LaunchesSec, mem, qd, slo))
 		}
 		for _, l := range view.AccountLines(g, g.Account, s.Tenants) {
 			line(w, "  "+l)

@@ -34,10 +34,11 @@ func (e *env) pickContainerd() error {
 }
 
 // containerdConfig is the daemon's configuration (version 2 for containerd 1.x, 3 for 2.x) with the DetShare
-// runtime handler passing detshare.io/* pod annotations.
+// runtime handler passing detshare.io/* pod annotations and alloc.detshare.io/* container annotations (the device
+// plugin's allocation, as kubelet passes it).
 func (e *env) containerdConfig() string {
 	return testenv.ContainerdConfig{Major: e.ctrdMajor, Root: filepath.Join(e.dir, "ctrd-root"),
 		State: filepath.Join(e.dir, "ctrd-state"), Socket: e.ctrSock, SandboxImage: pauseRef,
 		CNIBin: filepath.Join(e.dir, "cni-bin"), CNIConf: filepath.Join(e.dir, "cni-conf"),
-		PodAnnotations: []string{"detshare.io/*"}}.Render()
+		PodAnnotations: []string{"detshare.io/*"}, ContainerAnnotations: []string{"alloc.detshare.io/*"}}.Render()
 }

@@ -69,13 +69,19 @@ func (p *pod) remove() {
 	p.rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: p.id})
 }
 
-func (p *pod) createContainer(t *testing.T, name string, cmd []string) string {
+// wholeGPU is an allocation of the whole simulated GPU (its 15 groups of 8 SMs, 80 GiB) as the container annotations kubelet passes from DetShare's
+// device plugin: a CRI container's quota is at most its allocation, and one without may not set its own.
+var wholeGPU = map[string]string{"alloc.detshare.io/tier": "latency-critical", "alloc.detshare.io/sms": "120",
+	"alloc.detshare.io/memory": "80Gi"}
+
+// createContainer creates a container with alloc as its container annotations (nil: no allocation).
+func (p *pod) createContainer(t *testing.T, name string, cmd []string, alloc map[string]string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	resp, err := p.rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: p.id, SandboxConfig: p.config,
 		Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: name}, Image: &cri.ImageSpec{Image: imageRef},
-			Command: cmd, LogPath: name + ".log"}})
+			Command: cmd, LogPath: name + ".log", Annotations: alloc}})
 	if err != nil {
 		t.Fatalf("CreateContainer: %v", err)
 	}
@@ -127,7 +133,7 @@ func TestCRIPodAnnotations(t *testing.T) {
 	if ids := e.registered(t); len(ids) != 0 {
 		t.Errorf("the pod's pause container was registered: %v", ids)
 	}
-	id := p.createContainer(t, "work", []string{"sh", "-c", "simgpu-probe meminfo > /tmp/main.out 2>&1; exec sleep 300"})
+	id := p.createContainer(t, "work", []string{"sh", "-c", "simgpu-probe meminfo > /tmp/main.out 2>&1; exec sleep 300"}, wholeGPU)
 	if err := p.start(id); err != nil {
 		t.Fatalf("StartContainer: %v", err)
 	}
@@ -152,18 +158,21 @@ func TestCRIBadQuotaFailsStartAndNothingLeaks(t *testing.T) {
 	e := need(t)
 	rt, done := criClient(t, e)
 	defer done()
+	over := map[string]string{"alloc.detshare.io/tier": "burstable", "alloc.detshare.io/sms": "16", "alloc.detshare.io/memory": "100Gi"}
 	cases := []struct {
 		name    string
 		ann     map[string]string
 		blocker bool
 		want    []string
+		alloc   map[string]string // the container's allocation (nil: none)
 	}{
-		{"unknown tier", map[string]string{"detshare.io/tier": "gold"}, false, []string{`detshare.io/tier="gold"`, "latency-critical"}},
-		{"200% SMs", map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "200%"}, false, []string{`detshare.io/sms="200%"`}},
-		{"memory over GPU", map[string]string{"detshare.io/tier": "burstable", "detshare.io/memory": "100GiB"}, false,
-			[]string{`detshare.io/memory="100GiB"`, "more than GPU"}},
+		{"no allocation", map[string]string{"detshare.io/tier": "burstable"}, false,
+			[]string{`detshare.io/tier="burstable"`, "no DetShare allocation"}, nil},
+		{"unknown tier", map[string]string{"detshare.io/tier": "gold"}, false, []string{`detshare.io/tier="gold"`, "latency-critical"}, wholeGPU},
+		{"200% SMs", map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "200%"}, false, []string{`detshare.io/sms="200%"`}, wholeGPU},
+		{"memory over GPU", nil, false, []string{`alloc.detshare.io/memory="100Gi"`, "more than GPU"}, over},
 		{"admission refused", map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "50%"}, true,
-			[]string{"admission refused", "blocker"}},
+			[]string{"admission refused", "blocker"}, wholeGPU},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -177,7 +186,7 @@ func TestCRIBadQuotaFailsStartAndNothingLeaks(t *testing.T) {
 			}
 			p := runPod(t, e, rt, fmt.Sprintf("ds-cri-bad%d", i), c.ann)
 			defer p.remove()
-			id := p.createContainer(t, "work", []string{"true"})
+			id := p.createContainer(t, "work", []string{"true"}, c.alloc)
 			err := p.start(id)
 			if err == nil {
 				t.Fatalf("StartContainer succeeded with %v", c.ann)

@@ -179,3 +179,59 @@ func TestContainerDamagedPageFailsClosed(t *testing.T) {
 	}
 	e.assertNoLeak(t, id)
 }
+
+// TestContainerPageGrowthRefusedByKernel is issue 27's page size bound through the standalone hook and runc: with
+// the table asking for client pages on a tmpfs of their own (tenants.page_mounts, as the scheduler sets it for
+// /run/detshare), root in a container writes 16 MiB past the end of /run/detshare/client.page as fast as dd can. The
+// kernel refuses it (ENOSPC) and the page holds no more memory than its own tmpfs; a CUDA client still sees its quota;
+// when the container is gone nothing of it stays mounted or registered. Before, the 16 MiB landed in the run
+// directory's filesystem (until the next housekeeping round).
+func TestContainerPageGrowthRefusedByKernel(t *testing.T) {
+	e := need(t)
+	id := "ds-pagebound"
+	t.Setenv(ensure.BinEnv, filepath.Join(e.bin, "detshare"))
+	t.Setenv("DETSHARE_SIMGPU", "1")
+	if err := ensure.EnsureScheduler(e.runDir); err != nil {
+		t.Fatalf("start the scheduler: %v", err)
+	}
+	tb, err := table.Create(e.runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	// The scheduler records its own decision (auto: off for this run directory) as it takes the lead, after the lock
+	// that EnsureScheduler waits for: set it on once the leader is in the table.
+	for deadline := time.Now().Add(10 * time.Second); !tb.LeaderAlive(5 * time.Second); {
+		if time.Now().After(deadline) {
+			t.Fatal("no scheduler leads the table")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.SetPageMounts(true)
+	defer tb.SetPageMounts(false)
+	script := strings.Join([]string{
+		`busybox dd if=/dev/zero of=/run/detshare/client.page bs=1048576 seek=1 count=16 conv=notrunc 2>&1; echo DD=$?`,
+		`echo ALLOCATED=$(busybox stat -c '%b*%B' /run/detshare/client.page)`,
+		`simgpu-probe meminfo; echo PROBE=$?`,
+	}, "\n")
+	b := e.standaloneBundle(t, []string{"DETSHARE_TIER=burstable", "DETSHARE_MEMORY=640MiB"}, script)
+	out, err := run(60*time.Second, nil, "runc", "--root", filepath.Join(e.dir, "runc-root"), "run", "--bundle", b, id)
+	if err != nil {
+		t.Fatalf("runc run: %v: %s", err, out)
+	}
+	if !strings.Contains(out, "No space left on device") || strings.Contains(out, "DD=0") {
+		t.Errorf("16 MiB written past the client page's end inside the container were not refused:\n%s", out)
+	}
+	// The memory the page holds once written past: its size rounded up, not the 16 MiB.
+	var blocks, bsize int64
+	if i := strings.Index(out, "ALLOCATED="); i < 0 {
+		t.Errorf("no ALLOCATED line:\n%s", out)
+	} else if _, err := fmt.Sscanf(out[i:], "ALLOCATED=%d*%d", &blocks, &bsize); err != nil || blocks*bsize > 64<<10 {
+		t.Errorf("the client page holds %d bytes after the write (%v), want at most its tmpfs (12 KiB):\n%s",
+			blocks*bsize, err, out)
+	}
+	if !strings.Contains(out, "PROBE=0") || meminfoTotal(t, out) != 640<<20 {
+		t.Errorf("the CUDA client did not see its 640 MiB quota on the bounded page:\n%s", out)
+	}
+	e.assertNoLeak(t, id)
+}

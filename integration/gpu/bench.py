@@ -86,12 +86,15 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   detshare-floor<N>  the real scheduler, LC expanding over throttled neighbours (scheduler.lc_reserve = 0),
 #                      scheduler.be_floor = N groups
 #   detshare-reserve<F> the real scheduler, no slo-p99, scheduler.lc_reserve = F (the default is the scheduler's)
+#   detshare-overlap<F> as detshare-reserve<F>, plus scheduler.lc_overlap = true (the LC also runs on the trainer's
+#                      groups, its partition exclusive; the trainer keeps the rest and never flips)
 #   detshare-pinned<N> the real scheduler, LC pinned to N groups (a static partition: the trainer keeps the rest)
 #   detshare-slo<X>x   the real scheduler, the LC's slo-p99 = X x its solo service P99 measured first in this run
 #   detshare-default   the real scheduler with its defaults (LC --sm at --lc-groups, no SLO)
 PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-floor(\d+)"),
                  ("detshare-pinned", r"detshare-pinned(\d+)"), ("detshare-slo", r"detshare-slo(\d+(?:\.\d+)?)x"),
-                 ("detshare-reserve", r"detshare-reserve(\d+(?:\.\d+)?)"))
+                 ("detshare-reserve", r"detshare-reserve(\d+(?:\.\d+)?)"),
+                 ("detshare-overlap", r"detshare-overlap(\d+(?:\.\d+)?)"))
 
 
 def param_config(cfg):
@@ -172,13 +175,13 @@ def parse(argv=None):
         fam, n = param_config(c)
         if fam == "mps-pct" and not 1 <= n <= 100:
             ap.error("--configs %s: the thread percentage must be 1..100" % c)
-        if fam == "detshare-reserve" and not 0 <= n <= 1:
+        if fam in ("detshare-reserve", "detshare-overlap") and not 0 <= n <= 1:
             ap.error("--configs %s: lc_reserve is 0..1" % c)
         if fam in ("detshare-floor", "detshare-pinned") and n < 0:
             ap.error("--configs %s: a group count must be 0 or more" % c)
         if c not in known and fam is None:
             ap.error("--configs: %r is not one of %s, or mps-pct<P>, detshare-floor<N>, detshare-pinned<N>, "
-                     "detshare-slo<X>x, detshare-reserve<F>" % (c, ", ".join(sorted(known))))
+                     "detshare-slo<X>x, detshare-reserve<F>, detshare-overlap<F>" % (c, ", ".join(sorted(known))))
     a.config_order = [c for c in a.configs.split(",") if c]
     if not a.duration:
         a.duration = 6.0 if a.quick else 8.0
@@ -677,8 +680,10 @@ class Runner:
                        ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else "") +
                        ("gate_depth = %d\n" % a.gate_depth if a.gate_depth else "") +
                        ("lc_reserve = %g\n" % (0 if fam == "detshare-floor" or c.config.startswith("detshare-dynamic")
-                                                 else num) if fam in ("detshare-floor", "detshare-reserve") or
-                        c.config.startswith("detshare-dynamic") else ""),
+                                                 else num) if fam in ("detshare-floor", "detshare-reserve",
+                                                                      "detshare-overlap") or
+                        c.config.startswith("detshare-dynamic") else "") +
+                       ("lc_overlap = true\n" if fam == "detshare-overlap" else ""),
                        "false" if c.config == "detshare-temporal" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":

@@ -14,6 +14,7 @@
 # FC_SIM=1 runs the same on the simulated GPU (a test double), to check the script without a GPU.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh" # check, rc
 repo=$(cd "$here/../.." && pwd)
 out=${1:?usage: failclosed.sh OUTDIR}
 mkdir -p "$out"
@@ -31,12 +32,6 @@ if [ "${FC_SIM:-0}" = 1 ]; then
 fi
 : >"$out/summary.txt"
 log() { printf '[failclosed %s] %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/failclosed.log" >&2; }
-check() { # check NAME WANT GOT
-  local s=ok
-  [ "$2" = "$3" ] || s=FAIL
-  printf '%-4s %s: want %s, got %s\n' "$s" "$1" "$2" "$3" | tee -a "$out/summary.txt"
-}
-rc() { sed -n "s/^$2 rc=\([0-9-]*\).*/\1/p" "$out/$1.out" | tail -1; }
 smi_used() { command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
 
 $DS --log-level info sched --stop-mps-on-exit >"$out/sched.log" 2>&1 &

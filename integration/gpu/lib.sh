@@ -24,3 +24,13 @@ need_builds() {
   fi
   [ -x "$repo/build/bin/detshare" ] || { echo "build/bin/detshare missing: run make build" >&2; return 1; }
 }
+
+# check NAME WANT GOT: one line of $out/summary.txt, "ok" when GOT is WANT, else "FAIL" (also on stdout).
+check() {
+  local s=ok
+  [ "$2" = "$3" ] || s=FAIL
+  printf '%-4s %s: want %s, got %s\n' "$s" "$1" "$2" "$3" | tee -a "$out/summary.txt"
+}
+
+# rc NAME STEP: the rc= the probe printed for STEP in $out/NAME.out (its last such line).
+rc() { sed -n "s/^$2 rc=\([0-9-]*\).*/\1/p" "$out/$1.out" | tail -1; }

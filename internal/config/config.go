@@ -59,6 +59,30 @@ type Tenants struct {
 	// DemandWindow: a tenant whose page says it has queued work counts as busy only while the counters the library
 	// increments (launches, busy time, queued work) moved within this window.
 	DemandWindow Duration `toml:"demand_window"`
+	// PageMounts (PageMountsAuto, On or Off): whether each client page registered while the scheduler leads lives
+	// on a tmpfs of its own, the page's size, so that a tenant writing past its page's end is refused by the kernel
+	// (ENOSPC) instead of filling the run directory's filesystem until the next housekeeping round (issue 27). auto:
+	// on for the default run directory (/run/detshare, on the host's /run), off for any other. Needs registrars
+	// that may mount (root); see PageMountsFor.
+	PageMounts string `toml:"page_mounts"`
+}
+
+// Values of tenants.page_mounts.
+const (
+	PageMountsAuto = "auto"
+	PageMountsOn   = "on"
+	PageMountsOff  = "off"
+)
+
+// PageMountsFor tells whether client pages of runDir get a tmpfs of their own (tenants.page_mounts, validated).
+func (t Tenants) PageMountsFor(runDir string) bool {
+	switch t.PageMounts {
+	case PageMountsOn:
+		return true
+	case PageMountsOff:
+		return false
+	}
+	return table.PageMountsByDefault(runDir)
 }
 
 // Trusts reports whether the host consented to tenant id going above the ceilings.
@@ -89,6 +113,10 @@ type Scheduler struct {
 	// exclusive partition (never less than its guarantee), its neighbours keeping the rest at full depth; also
 	// where the SLO controller starts a tenant with slo-p99. 0: issue 12's dynamic expansion.
 	LCReserve float64 `toml:"lc_reserve"`
+	// LCOverlap (issue 26): a sized latency-critical tenant also runs on its neighbours' groups (its partition
+	// stays exclusive; the rest is shared under MPS, its client priority above theirs), as MPS with a thread
+	// percentage lets it, while the neighbours keep their groups and never flip.
+	LCOverlap bool `toml:"lc_overlap"`
 }
 
 // MPS controls the per-GPU MPS control daemons.
@@ -139,7 +167,8 @@ func Default() Config {
 			LCReserve: DefaultLCReserve},
 		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
 		Metrics: Metrics{Listen: ""},
-		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second}},
+		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second},
+			PageMounts: PageMountsAuto},
 	}
 }
 
@@ -210,6 +239,12 @@ func (c Config) Validate() error {
 	if _, err := table.ParseTier(c.Tenants.MaxTier); err != nil {
 		return fmt.Errorf("tenants.max_tier = %w", err)
 	}
+	switch c.Tenants.PageMounts {
+	case PageMountsAuto, PageMountsOn, PageMountsOff:
+	default:
+		return fmt.Errorf("tenants.page_mounts = %q: allowed values are %q, %q, %q", c.Tenants.PageMounts,
+			PageMountsAuto, PageMountsOn, PageMountsOff)
+	}
 	for _, p := range c.Tenants.Trusted {
 		if _, err := path.Match(p, ""); err != nil || p == "" {
 			return fmt.Errorf("tenants.trusted: %q is not a pattern (shell glob of tenant IDs, e.g. \"prod-*\")", p)
@@ -248,11 +283,12 @@ type PolicyOptions struct {
 	GateDepth   uint32
 	GateBudget  time.Duration
 	LCReserve   float64 // scheduler.lc_reserve
+	LCOverlap   bool    // scheduler.lc_overlap
 }
 
 // PolicyOptions returns the scheduler section's policy settings.
 func (c Config) PolicyOptions() PolicyOptions {
 	return PolicyOptions{Kind: c.Scheduler.Policy, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
 		MaxQuantum: c.Scheduler.MaxQuantum.Duration, Floor: c.Scheduler.BEFloor, GateDepth: c.Scheduler.GateDepth,
-		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve}
+		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve, LCOverlap: c.Scheduler.LCOverlap}
 }

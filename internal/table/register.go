@@ -274,6 +274,7 @@ func (t *Table) releaseSlotLocked(slot int) {
 	c := t.Container(slot)
 	id := cString(c.ID[:])
 	if ValidateID(id) == nil && !t.activeIDLocked(id, slot) {
+		unmountPage(t.paths.ClientPage(id)) // its own tmpfs (HeaderFlagPageMounts) goes with it
 		if err := os.Remove(t.paths.ClientPage(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			logrus.WithError(err).WithField("id", id).Warn("remove client page")
 		}
@@ -319,7 +320,8 @@ func (t *Table) recoverLocked() int {
 		}
 		if tmps, err := filepath.Glob(filepath.Join(t.paths.ClientsDir(), ".*.tmp-*")); err == nil {
 			for _, f := range tmps {
-				_ = os.Remove(f)
+				unmountPage(f) // a page's staging tmpfs (createMountedPage)
+				_ = os.RemoveAll(f)
 			}
 		}
 	}()
@@ -417,7 +419,7 @@ func (t *Table) createClientPage(reg Registration) error {
 	if err := os.MkdirAll(t.paths.ClientsDir(), ClientsDirMode); err != nil {
 		return fmt.Errorf("create clients directory: %w", err)
 	}
-	if err := writeNewFile(reg.ClientPagePath, ClientPageMode, b); err != nil {
+	if err := t.writePage(reg.ClientPagePath, b); err != nil {
 		return fmt.Errorf("create client page: %w", err)
 	}
 	return nil

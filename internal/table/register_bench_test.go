@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkRegisterNth is the cost of registering the n-th host tenant (`detshare run`: an owner PID, here this
@@ -61,5 +63,44 @@ func benchRegisterNth(b *testing.B, admission bool, n int) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
+	}
+}
+
+// BenchmarkRegisterPageMount is one registration and its deregistration with the client page on a tmpfs of its own
+// (tenants.page_mounts: a tmpfs, a bind, a remount, the staging mount detached; an unmount at deregistration) and as
+// a file of the run directory. Needs root for the mounts.
+func BenchmarkRegisterPageMount(b *testing.B) {
+	for _, mounts := range []bool{false, true} {
+		b.Run(fmt.Sprintf("page_mounts=%v", mounts), func(b *testing.B) {
+			if mounts && os.Geteuid() != 0 {
+				b.Skip("needs root to mount")
+			}
+			tb, err := Create(b.TempDir() + "/run")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tb.Close()
+			if _, err := tb.SetLeader(os.Getpid()); err != nil {
+				b.Fatal(err)
+			}
+			tb.SetPageMounts(mounts)
+			req := RegisterRequest{ID: "nth", Tier: TierBestEffort, GPU: 0, Weight: 1, OwnerPID: os.Getpid()}
+			for i := 0; i < b.N; i++ {
+				r, err := tb.Register(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if i == 0 && mounts {
+					var st, dir unix.Stat_t
+					if unix.Stat(r.ClientPagePath, &st) != nil || unix.Stat(tb.Paths().ClientsDir(), &dir) != nil ||
+						st.Dev == dir.Dev {
+						b.Fatal("the page is not on a tmpfs of its own")
+					}
+				}
+				if err := tb.Deregister("nth"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

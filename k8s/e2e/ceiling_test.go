@@ -21,6 +21,23 @@ func (c *cluster) runTenant(t *testing.T, pod *corev1.Pod) (string, func()) {
 	return containerID(p), func() { c.deletePod(t, pod.Name) }
 }
 
+// createAwaitingEvent creates pod (deleted when the test ends) and waits up to timeout for an event of it that
+// contains want; it returns the pod's events.
+func (c *cluster) createAwaitingEvent(t *testing.T, pod *corev1.Pod, want string, timeout time.Duration) string {
+	t.Helper()
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create %s: %v", pod.Name, err)
+	}
+	t.Cleanup(func() { c.deletePod(t, pod.Name) })
+	var evs string
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if evs = c.events(t, pod.Name); strings.Contains(evs, want) {
+			break
+		}
+	}
+	return evs
+}
+
 func env(kv ...string) []corev1.EnvVar {
 	var out []corev1.EnvVar
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -103,5 +120,52 @@ func TestMemoryIsWhatWasAllocated(t *testing.T) {
 		if tn.Pod == pod.Name {
 			t.Errorf("the refused pod is a tenant: %+v", tn)
 		}
+	}
+}
+
+// A pod with runtimeClassName detshare and no DetShare allocation (no detshare.io/* resource, no claim) cannot choose
+// its own quota: asking by environment or pod annotation it is refused at create, naming the key and the missing
+// allocation; asking nothing it runs, but as no tenant and without a GPU.
+func TestPodWithoutAllocationCannotChooseItsQuota(t *testing.T) {
+	c := need(t)
+	pod := sharePod("no-alloc-asks", 0, 0)
+	pod.Annotations = map[string]string{"detshare.io/memory": "80Gi"}
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, env("DETSHARE_TIER", "latency-critical", "DETSHARE_SMS", "100%")...)
+	evs := c.createAwaitingEvent(t, pod, "no DetShare allocation", 90*time.Second)
+	for _, want := range []string{"no DetShare allocation", "detshare.io/gpu-memory", "gpu.detshare.io"} {
+		if !strings.Contains(evs, want) {
+			t.Errorf("a pod without allocation asking latency-critical: no refusal naming %q; events:\n%s", want, evs)
+		}
+	}
+	if !strings.Contains(evs, "DETSHARE_TIER") && !strings.Contains(evs, "detshare.io/tier") {
+		t.Errorf("the refusal does not name the key the pod set; events:\n%s", evs)
+	}
+	if p, err := c.client.CoreV1().Pods("default").Get(ctx(t), pod.Name, metav1.GetOptions{}); err == nil && running(p) {
+		t.Errorf("the pod without allocation runs: %+v", p.Status)
+	}
+	for _, tn := range c.status(t).Tenants {
+		if tn.Pod == pod.Name {
+			t.Errorf("the refused pod is a tenant: %+v", tn)
+		}
+	}
+
+	quiet := sharePod("no-alloc-quiet", 0, 0)
+	_, done := c.runTenant(t, quiet)
+	defer done()
+	for _, tn := range c.status(t).Tenants {
+		if tn.Pod == quiet.Name {
+			t.Errorf("a pod without allocation or DetShare keys is a tenant: %+v", tn)
+		}
+	}
+	p, err := c.client.CoreV1().Pods("default").Get(ctx(t), quiet.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := ""
+	for deadline := time.Now().Add(20 * time.Second); log == "" && time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		log = c.podLog(t, p) // what the probe printed before the pod's sleep
+	}
+	if log == "" || strings.Contains(log, "total") {
+		t.Errorf("a pod without allocation: the probe's output %q, want a failed cuInit (no GPU)", log)
 	}
 }

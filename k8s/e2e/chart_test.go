@@ -298,19 +298,7 @@ func TestHelmUninstallRemovesObjectsAndUndoesInstaller(t *testing.T) {
 			c.helm("uninstall", rel, "--namespace", chartNS, "--wait", "--timeout", "2m")
 		}
 	})
-	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rel}
-	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		pods, err := c.client.CoreV1().Pods(chartNS).List(ctx(t), sel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(pods.Items) == 1 && running(&pods.Items[0]) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("installer pod not Running: %s", c.chartPods(ctx(t)))
-		}
-	}
+	sel := c.waitInstallerRunning(t, rel)
 	for _, b := range []string{"detshare", "detshare-hook", "detshare-runtime", "containerd-shim-detshare-v1"} {
 		if st, err := os.Stat(filepath.Join(binDir, b)); err != nil || st.Mode()&0o111 == 0 {
 			t.Errorf("installer: %s not installed as an executable: %v", b, err)
@@ -366,6 +354,25 @@ func TestHelmUninstallRemovesObjectsAndUndoesInstaller(t *testing.T) {
 	}
 	if _, err := os.Stat(libDir); !os.IsNotExist(err) {
 		t.Errorf("hostLibDir %s still there after uninstall: %v", libDir, err)
+	}
+}
+
+// waitInstallerRunning waits for release rel's one pod, its installer, to run (its init container, the install, has
+// finished); it returns the release's pod selector.
+func (c *cluster) waitInstallerRunning(t *testing.T, rel string) metav1.ListOptions {
+	t.Helper()
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rel}
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		pods, err := c.client.CoreV1().Pods(chartNS).List(ctx(t), sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 1 && running(&pods.Items[0]) {
+			return sel
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("installer pod of %s not Running: %s", rel, c.chartPods(ctx(t)))
+		}
 	}
 }
 

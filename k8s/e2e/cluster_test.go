@@ -52,6 +52,7 @@ type cluster struct {
 	bin                      map[string]string
 	daemons                  []*testenv.Daemon // in start order
 	names                    []string
+	launched                 []*exec.Cmd // how each daemon was started (restart starts it again)
 	ctrSock, kubeconfig      string
 	kubeletRoot, podLogs     string
 	pluginDir                string // kubelet's device-plugin directory: a fixed host path, whatever --root-dir
@@ -209,6 +210,7 @@ func (c *cluster) launch(name string, env []string, args ...string) (*testenv.Da
 	}
 	c.daemons = append(c.daemons, d)
 	c.names = append(c.names, name)
+	c.launched = append(c.launched, cmd)
 	return d, nil
 }
 

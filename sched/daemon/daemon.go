@@ -52,6 +52,9 @@ type Options struct {
 	MPSCheckEvery time.Duration
 	// Board samples a GPU's power and SM clock (gpuinfo.BoardSampler in production); nil: no power input.
 	Board func(index int) (gpuinfo.Board, error)
+	// ProcessMemory reads a GPU's per-process device memory (gpuinfo.ProcessMemorySampler), for the metrics'
+	// memory a tenant holds outside the library (view.GPUMemory); nil: not exported.
+	ProcessMemory func(index int) (map[int]uint64, error)
 	// ComputeModes sets the GPUs' compute mode for mps.exclusive (computemode.go); nil: compute modes are left alone.
 	ComputeModes ComputeModes
 }
@@ -98,7 +101,7 @@ func (c *settings) set(cfg config.Config) policy.Options {
 func policyOptions(o config.PolicyOptions) policy.Options {
 	return policy.Options{Kind: policy.Kind(o.Kind), DecodeBoost: o.DecodeBoost, Quantum: o.Quantum,
 		MaxQuantum: o.MaxQuantum, Floor: o.Floor, GateDepth: o.GateDepth, GateBudget: o.GateBudget,
-		LCReserve: o.LCReserve}
+		LCReserve: o.LCReserve, LCOverlap: o.LCOverlap}
 }
 
 // gpuState is one GPU as the scheduler runs it; each part belongs to the job named beside it.
@@ -186,6 +189,7 @@ func New(opts Options) (*Scheduler, error) {
 	}
 	// Recorded last, so that a leader seen in the table has its GPUs' modes set up.
 	t.SetPolicy(po.Kind.ID())
+	t.SetPageMounts(opts.Config.Tenants.PageMountsFor(opts.RunDir))
 	li, err := t.SetLeader(os.Getpid())
 	if err != nil {
 		_ = lead.release(t)
@@ -219,6 +223,7 @@ func (s *Scheduler) Reload(c config.Config) error {
 	}
 	po := s.conf.set(c)
 	s.t.SetPolicy(po.Kind.ID())
+	s.t.SetPageMounts(c.Tenants.PageMountsFor(s.t.Paths().Dir))
 	s.stats.Reloads.Add(1)
 	s.t.RingDoorbell()
 	logrus.WithField("policy", po.Kind).Info("configuration reloaded")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/mps"
@@ -95,6 +96,10 @@ func startSched(t *testing.T, dir string, c config.Config, m *mps.Manager, with 
 		m = &mps.Manager{Paths: table.NewPaths(dir), Simulated: true}
 		c.MPS.Enable = true
 	}
+	// Pages registered while this scheduler leads are mounts of their own (tenants.page_mounts): the test's
+	// temporary directory can be removed only once they are gone, after the scheduler stopped (cleanups run last
+	// first).
+	t.Cleanup(func() { testenv.UnmountUnder(dir) })
 	ready := make(chan struct{})
 	o := Options{RunDir: dir, Config: c, MPS: m, Ready: ready}
 	for _, f := range with {

@@ -18,23 +18,7 @@ import (
 // the page back to its size (the memory is given back to the host), rewrites its header from the table, and a new
 // tenant is admitted.
 func TestPageWrittenPastItsEndCannotFillTheRunDirectory(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs of its own")
-	}
-	base := t.TempDir()
-	if err := syscall.Mount("tmpfs", base, "tmpfs", 0, "size=8m,mode=0755"); err != nil {
-		t.Fatalf("mount a small tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(base, syscall.MNT_DETACH) })
-	dir := filepath.Join(base, "run")
-	tb, err := table.Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tb.Close() })
-	if err := tb.SetGPUs([]table.GPUInfo{simGPU}); err != nil {
-		t.Fatal(err)
-	}
+	dir, tb := runDirOnTmpfs(t, "8m")
 	hostile := register(t, tb, "hostile", table.TierBestEffort, table.RoleNone, 0, false, 0)
 	f, err := os.OpenFile(hostile.ClientPagePath, os.O_RDWR, 0)
 	if err != nil {
@@ -87,4 +71,28 @@ func TestPageWrittenPastItsEndCannotFillTheRunDirectory(t *testing.T) {
 	if _, err := tb.Register(table.RegisterRequest{ID: "newcomer", Tier: table.TierBestEffort, GPU: 0, Weight: 1}); err != nil {
 		t.Fatalf("a new tenant is still refused after the repair: %v", err)
 	}
+}
+
+// runDirOnTmpfs makes a run directory on a tmpfs of its own of the given size (as /run is on a host), with a table
+// recording the simulated GPU. Needs root (skipped otherwise).
+func runDirOnTmpfs(t *testing.T, size string) (string, *table.Table) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs of its own")
+	}
+	base := t.TempDir()
+	if err := syscall.Mount("tmpfs", base, "tmpfs", 0, "size="+size+",mode=0755"); err != nil {
+		t.Fatalf("mount a tmpfs of %s: %v", size, err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(base, syscall.MNT_DETACH) })
+	dir := filepath.Join(base, "run")
+	tb, err := table.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	if err := tb.SetGPUs([]table.GPUInfo{simGPU}); err != nil {
+		t.Fatal(err)
+	}
+	return dir, tb
 }

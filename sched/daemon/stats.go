@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/detshare/detshare/internal/failopen"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/metrics"
@@ -116,6 +118,9 @@ func (s *Scheduler) MetricsSource() metrics.Source {
 		var snap view.Snapshot
 		if err == nil {
 			snap = view.Take(ro)
+			if err := view.GPUMemory(&snap, ro, s.opts.ProcessMemory); err != nil {
+				logrus.WithError(err).Debug("per-process GPU memory not read")
+			}
 		}
 		c := &s.stats.Stats
 		ex := metrics.Extra{Passes: c.Passes.Load(), GrantChanges: c.GrantChanges.Load(),

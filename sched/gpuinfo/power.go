@@ -23,20 +23,12 @@ func BoardSampler() func(index int) (Board, error) {
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
 		return nil
 	}
-	var mu sync.Mutex
-	devs := map[int]nvml.Device{}
+	devs := &deviceCache{}
 	return func(index int) (Board, error) {
-		mu.Lock()
-		dev, ok := devs[index]
-		if !ok {
-			d, ret := nvml.DeviceGetHandleByIndex(index)
-			if ret != nvml.SUCCESS {
-				mu.Unlock()
-				return Board{}, fmt.Errorf("nvmlDeviceGetHandleByIndex(%d): %s", index, nvml.ErrorString(ret))
-			}
-			devs[index], dev = d, d
+		dev, err := devs.get(index)
+		if err != nil {
+			return Board{}, err
 		}
-		mu.Unlock()
 		var b Board
 		mw, ret := dev.GetPowerUsage()
 		if ret != nvml.SUCCESS {
@@ -51,4 +43,27 @@ func BoardSampler() func(index int) (Board, error) {
 		}
 		return b, nil
 	}
+}
+
+// deviceCache keeps the NVML handle of each GPU index a sampler asked for (NVML initialised by its caller).
+type deviceCache struct {
+	mu   sync.Mutex
+	devs map[int]nvml.Device
+}
+
+func (c *deviceCache) get(index int) (nvml.Device, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.devs[index]; ok {
+		return d, nil
+	}
+	d, ret := nvml.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvmlDeviceGetHandleByIndex(%d): %s", index, nvml.ErrorString(ret))
+	}
+	if c.devs == nil {
+		c.devs = map[int]nvml.Device{}
+	}
+	c.devs[index] = d
+	return d, nil
 }

@@ -93,6 +93,8 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	tl := nf("detshare_tenant_launches_total", "counter", "kernel launches")
 	tm := nf("detshare_tenant_memory_used_bytes", "gauge", "device memory held")
 	tml := nf("detshare_tenant_memory_limit_bytes", "gauge", "device memory quota (0 = unlimited)")
+	tmg := nf("detshare_tenant_memory_gpu_bytes", "gauge", "device memory NVML reports for the tenant's processes (absent without NVML)")
+	tmo := nf("detshare_tenant_memory_outside_bytes", "gauge", "device memory the tenant's processes hold that the library did not charge (NVML's figure minus memory_used; absent without NVML)")
 	tqd := nf("detshare_tenant_queue_delay_seconds_total", "counter", "cumulative wait for SMs or the token")
 	tgc := nf("detshare_tenant_grant_changes_total", "counter", "grant changes of the tenant's slot")
 	tslo := nf("detshare_tenant_slo_violations_total", "counter", "latency-tier demand answered later than scheduler.latency_slo")
@@ -117,6 +119,10 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 		tl.add(float64(t.Launches), l...)
 		tm.add(float64(t.MemUsed), l...)
 		tml.add(float64(t.MemLimit), l...)
+		if t.MemGPUKnown {
+			tmg.add(float64(t.MemGPU), l...)
+			tmo.add(float64(t.MemOutside), l...)
+		}
 		tqd.add(float64(t.QueueDelayNs)/1e9, l...)
 		tgc.add(float64(t.GrantEpoch), l...)
 		tslo.add(float64(ex.SLOViolations[t.ID]), l...)

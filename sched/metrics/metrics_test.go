@@ -20,7 +20,8 @@ func sampleSnap() (view.Snapshot, Extra) {
 		GPUs: []view.GPU{{Index: 0, UUID: "SIM-0", SMs: 132, Groups: make([]uint32, 15), Mode: "spatial", Simulated: true, GrantChanges: 9}},
 		Tenants: []view.Tenant{{ID: `we"ird\id`, GPU: 0, Tier: "latency-critical", Role: "decode", GrantedSMs: 32, GuaranteedSMs: 32,
 			BusyNs: 1500000000, Launches: 42, MemUsed: 1 << 30, MemLimit: 2 << 30, QueueDelayNs: 2000000, GrantEpoch: 5,
-			SLOP99Ms: 5, LatencyCount: 100, LatencyP99Ms: 4.096, SLOWithin: 97, GateDepth: 0}}}
+			SLOP99Ms: 5, LatencyCount: 100, LatencyP99Ms: 4.096, SLOWithin: 97, GateDepth: 0,
+			MemGPUKnown: true, MemGPU: 3 << 30, MemOutside: 2 << 30}}}
 	return s, Extra{Passes: 7, GrantChanges: 5, SLOViolations: map[string]uint64{`we"ird\id`: 2}}
 }
 
@@ -47,6 +48,8 @@ func TestWrite(t *testing.T) {
 		`detshare_tenant_busy_seconds_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 1.5`,
 		`detshare_tenant_slo_violations_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 2`,
 		`detshare_tenant_memory_used_bytes{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 1073741824`,
+		`detshare_tenant_memory_gpu_bytes{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 3221225472`,
+		`detshare_tenant_memory_outside_bytes{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 2147483648`,
 		`detshare_gpu_sms{gpu="0",uuid="SIM-0",simulated="true"} 132`,
 		`detshare_tenant_slo_p99_seconds{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 0.005`,
 		`detshare_tenant_slo_within_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 97`,

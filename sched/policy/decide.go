@@ -67,7 +67,7 @@ func sizeReserves(nGroups int, tenants []Tenant, o Options, buf *[]Tenant) []Ten
 			continue
 		}
 		out[i].Guarantee = ReserveOf(t, min(nGroups, 64), guaranteed-max(t.Guarantee, 0), lower, o)
-		out[i].Pinned, out[i].Shrink = true, 0
+		out[i].Pinned, out[i].Shrink, out[i].overlap = true, 0, o.LCOverlap
 		guaranteed += out[i].Guarantee - max(t.Guarantee, 0)
 	}
 	return out
@@ -355,6 +355,9 @@ func (p *pass) grantGroups() {
 			if g.Groups == 0 {
 				g.Groups = p.shared
 			}
+		}
+		if t.overlap {
+			g.Groups = p.all // its partition (Exclusive) and, shared, everything its neighbours run on
 		}
 		if t.Tier != table.TierLatencyCritical {
 			g.Gate = p.gate

@@ -645,3 +645,38 @@ func TestDefaultReserveDoesNotShrinkWithNeighbours(t *testing.T) {
 		}
 	}
 }
+
+// With LCOverlap a sized latency-critical tenant is granted every group, busy or idle, while only its partition is
+// exclusive: the best-effort neighbour keeps exactly the complement of that partition, ungated, and neither grant
+// moves when the LC turns busy or idle (the trainer never flips). Without the option the LC runs on its partition only.
+func TestOverlapGrantsTheLCEveryGroupAndTheNeighbourItsComplement(t *testing.T) {
+	gs := groups(16, 8)
+	for _, overlap := range []bool{false, true} {
+		o := DefaultOptions()
+		o.LCOverlap = overlap
+		var prevLC, prevBE uint64
+		for _, busy := range []bool{true, false, true} {
+			ts := []Tenant{
+				{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Busy: busy, Sized: true,
+					Shrink: ReserveShrink(2, 16, o), Prev: prevLC},
+				{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true, Prev: prevBE},
+			}
+			d := Decide(gs, ts, o)
+			lc, be, excl := d.Grants[0].Groups, d.Grants[1].Groups, d.Exclusive[0]
+			if bits.OnesCount64(excl) != 8 || be != (uint64(1)<<16-1)&^excl {
+				t.Fatalf("overlap %v busy %v: LC exclusive %#x, BE %#x: want 8 exclusive groups and BE on the rest",
+					overlap, busy, excl, be)
+			}
+			if want := map[bool]uint64{false: excl, true: uint64(1)<<16 - 1}[overlap]; lc != want {
+				t.Fatalf("overlap %v busy %v: LC granted %#x, want %#x", overlap, busy, lc, want)
+			}
+			if d.Grants[0].SMs != map[bool]uint32{false: 64, true: 128}[overlap] || d.Grants[1].Gate != (Gate{}) {
+				t.Fatalf("overlap %v: LC %d SMs, BE gate %+v", overlap, d.Grants[0].SMs, d.Grants[1].Gate)
+			}
+			if prevLC != 0 && (lc != prevLC || be != prevBE) {
+				t.Fatalf("overlap %v: a grant moved when the LC turned busy=%v", overlap, busy)
+			}
+			prevLC, prevBE = lc, be
+		}
+	}
+}

@@ -102,6 +102,10 @@ type Options struct {
 	// (never less than its guarantee; Tenant.Sized), its neighbours keeping the rest; 0 = issue 12's dynamic
 	// expansion over throttled neighbours. It is also where the SLO controller starts.
 	LCReserve float64
+	// LCOverlap: a Sized latency-critical tenant is granted every group, its partition exclusive and the rest
+	// shared with the neighbours, who keep the complement of its partition (no flips). Under MPS its blocks take
+	// the slots the neighbours' kernels leave, as with a thread percentage, instead of its partition alone.
+	LCOverlap bool
 }
 
 // ReserveOf is the partition of a Sized latency-critical tenant: all groups but one neighbour's floor, less what its
@@ -167,6 +171,8 @@ type Tenant struct {
 	// 64-SM partition gave the LC the P99 of full expansion with 3x the trainer's throughput). Shrink is then the
 	// number of groups the partition leaves to lower tiers beyond their floor.
 	Sized bool
+
+	overlap bool // sizeReserves: a Sized tenant under Options.LCOverlap, granted every group
 }
 
 // Grant is the decision for one tenant.

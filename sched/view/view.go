@@ -4,6 +4,7 @@
 package view
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"os"
@@ -74,18 +75,25 @@ type Tenant struct {
 	GrantEpoch    uint32 `json:"grant_epoch"`
 	// BorrowedSMs is what the grant holds beyond the guarantee (lent, expanded or shared groups); SharedSMs the SMs
 	// of its grant that are also in another tenant's grant, SharesWith those tenants (Account).
-	BorrowedSMs     uint32   `json:"borrowed_sms"`
-	SharedSMs       uint32   `json:"shared_sms"`
-	SharesWith      []string `json:"shares_with,omitempty"`
-	Demand          uint32   `json:"demand"`
-	Processes       int      `json:"processes"`
-	Launches        uint64   `json:"launches"`
-	BusyNs          uint64   `json:"busy_ns"`
-	MemUsed         uint64   `json:"memory_used_bytes"`
-	MemLimit        uint64   `json:"memory_limit_bytes"`
-	OOMRefusals     uint64   `json:"oom_refusals"`
-	QueueDelayNs    uint64   `json:"queue_delay_ns"`
-	QueueDelayMaxNs uint64   `json:"queue_delay_max_ns"`
+	BorrowedSMs uint32   `json:"borrowed_sms"`
+	SharedSMs   uint32   `json:"shared_sms"`
+	SharesWith  []string `json:"shares_with,omitempty"`
+	Demand      uint32   `json:"demand"`
+	Processes   int      `json:"processes"`
+	Launches    uint64   `json:"launches"`
+	BusyNs      uint64   `json:"busy_ns"`
+	MemUsed     uint64   `json:"memory_used_bytes"`
+	MemLimit    uint64   `json:"memory_limit_bytes"`
+	// Issue 27: the device memory NVML reports for the tenant's processes (table.Attributor: those mapping its client
+	// page, in its container's cgroup, or descending from its `detshare run`), and how much of that the library did
+	// not charge (MemGPU - MemUsed when positive): allocations that bypassed libdetshare, and the driver's own memory
+	// per context. Filled by GPUMemory; MemGPUKnown is false where NVML could not be read.
+	MemGPUKnown     bool   `json:"memory_gpu_known"`
+	MemGPU          uint64 `json:"memory_gpu_bytes"`
+	MemOutside      uint64 `json:"memory_outside_bytes"`
+	OOMRefusals     uint64 `json:"oom_refusals"`
+	QueueDelayNs    uint64 `json:"queue_delay_ns"`
+	QueueDelayMaxNs uint64 `json:"queue_delay_max_ns"`
 	// Issue 12: the latency the library observed (completion of each synchronisation that waited for work; counters
 	// of the client page), the tenant's target and the dispatch gate the scheduler set.
 	Pinned        bool    `json:"pinned"`
@@ -301,4 +309,45 @@ func Groups(mask uint64) int { return bits.OnesCount64(mask) }
 func RunDirExists(runDir string) bool {
 	_, err := os.Stat(table.NewPaths(runDir).Table())
 	return err == nil
+}
+
+// GPUMemory fills every tenant's MemGPU and MemOutside (issue 27): read gives a GPU's per-process device memory
+// (host PID -> bytes, gpuinfo.ProcessMemorySampler), and each process is attributed to a tenant by what the kernel
+// says of it (table.Attributor), never by what a tenant wrote. A GPU that cannot be read leaves its tenants unknown
+// (the error is returned, the rest is filled).
+func GPUMemory(s *Snapshot, t *table.Table, read func(gpu int) (map[int]uint64, error)) error {
+	if read == nil || len(s.Tenants) == 0 {
+		return nil
+	}
+	var attr *table.Attributor
+	used := map[string]uint64{}
+	known := map[int]bool{}
+	var errs []error
+	for _, g := range s.GPUs {
+		procs, err := read(g.Index)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		known[g.Index] = true
+		if len(procs) > 0 && attr == nil {
+			attr = t.NewAttributor(t.List(), nil)
+		}
+		for pid, b := range procs {
+			if id, ok := attr.Tenant(pid); ok {
+				used[id] += b
+			}
+		}
+	}
+	for i := range s.Tenants {
+		v := &s.Tenants[i]
+		if !known[v.GPU] {
+			continue
+		}
+		v.MemGPUKnown, v.MemGPU = true, used[v.ID]
+		if v.MemGPU > v.MemUsed {
+			v.MemOutside = v.MemGPU - v.MemUsed
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -91,6 +91,7 @@ GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
         if (PASS_THROUGH())                                                                                          \
             return real args;                                                                                        \
         ds_depth++;                                                                                                  \
+        ds_streams_before_capture(hStream, pt);                                                                      \
         struct ds_sop op_;                                                                                           \
         ds_stream_before(&op_, DS_OP_OP, hStream, pt);                                                               \
         CUresult r = real args;                                                                                      \

@@ -77,6 +77,7 @@ struct lstream {
     atomic_int pending;           /* the physical stream has kernels app has not waited for */
     atomic_int unconfinable;
     atomic_int in_place;          /* capturing into a graph the application made: work stays on app (see below) */
+    atomic_int relearn;           /* first seen while capturing: kind and priority are defaults until learn() */
     atomic_int unconfined;        /* work went to app itself (every group granted): drained only when app is */
     atomic_uint seen_order, seen_cross;
     struct ds_gate gate;          /* dispatch gate (ds_gate.c) */
@@ -246,9 +247,17 @@ static CUstream app_handle(CUstream s, int per_thread) {
     return s;
 }
 
-/* What the application's stream is: which legacy-stream rules apply, and the priority its physical streams get. */
+static uint64_t capture_of(CUstream s);
+
+/* What the application's stream is: which legacy-stream rules apply, and the priority its physical streams get.
+ * Never asked of a stream that is capturing: on the H100 (driver 580) cuStreamGetFlags on a capturing stream
+ * invalidates its capture even in relaxed capture mode (integration/gpu/capture_trace.sh found it: a capture that
+ * was a process's first GPU work, conformance c14/c15, issue 28). Such a stream is taken as blocking (the
+ * conservative kind) at priority 0 until the capture is over (ds_streams_capture_ended learns it then); streams are
+ * learnt before a capture begins on them and before a wait pulls them into one, so this is the rare case. */
 static void learn(struct lstream *ls) {
     ls->prio = 0;
+    atomic_store_explicit(&ls->relearn, 0, memory_order_relaxed);
     if (ls->app == CU_STREAM_LEGACY) {
         ls->kind = LS_LEGACY;
         return;
@@ -256,6 +265,10 @@ static void learn(struct lstream *ls) {
     ls->kind = LS_BLOCKING; /* the per-thread default stream, and any stream whose flags cannot be read */
     if (ls->app == CU_STREAM_PER_THREAD)
         return;
+    if (atomic_load_explicit(&ds_process.capturing, memory_order_relaxed) && capture_of(ls->app)) {
+        atomic_store_explicit(&ls->relearn, 1, memory_order_release);
+        return;
+    }
     unsigned flags = 0;
     if (ds_real.cuStreamGetFlags && ds_real.cuStreamGetFlags(ls->app, &flags) == CUDA_SUCCESS &&
         (flags & CU_STREAM_NON_BLOCKING))
@@ -604,6 +617,8 @@ void ds_stream_before(struct ds_sop *op, int kind, CUstream s, int per_thread) {
     CUstream app = app_handle(s, per_thread);
     struct lstream *ls;
     op->lkind = op_kind(app, &ls);
+    if (!ls && kind == DS_OP_WAIT && DS_UNLIKELY(atomic_load_explicit(&ds_process.capturing, memory_order_relaxed)))
+        ls = lstream_get(app); /* the wait may pull app into a capture: learn it while it is not capturing */
     op->ls = ls;
     if (kind == DS_OP_WAIT)
         return;
@@ -858,6 +873,27 @@ bool ds_launch_retry(struct ds_launch *l, CUresult r) {
     return true;
 }
 
+/* A stream first seen while it was capturing learns its kind and priority now that no capture runs (learn()). Its
+ * physical streams keep the priority they were made with; a blocking guess already switched the legacy-stream
+ * rules on, which costs edges, never order. */
+static void relearn(struct lstream *ls) {
+    pthread_mutex_lock(&g_reg_lock);
+    if (atomic_load_explicit(&ls->relearn, memory_order_acquire) && atomic_load(&ls->app)) {
+        CUstreamCaptureMode m = ds_relaxed_begin();
+        learn(ls);
+        ds_relaxed_end(m);
+        register_locked(ls);
+    }
+    pthread_mutex_unlock(&g_reg_lock);
+}
+
+/* A capture is about to begin on s: its logical stream is made (and learnt) while s is not capturing yet. */
+void ds_streams_before_capture(CUstream s, int per_thread) {
+    CUstream app = app_handle(s, per_thread);
+    if (app != CU_STREAM_LEGACY && !lstream_find(app))
+        (void)lstream_get(app);
+}
+
 /* A capture ended (or was invalidated). The edges made while it ran between a capturing stream and a physical stream
  * pulled into its capture were captured, not issued: dependencies inside the graph that order nothing outside it.
  * Yet an edge in marked its logical stream as having seen everything issued so far (need_in cleared, seen_order and
@@ -871,11 +907,14 @@ bool ds_launch_retry(struct ds_launch *l, CUresult r) {
 void ds_streams_capture_ended(void) {
     atomic_fetch_add_explicit(&g_order_gen, 1, memory_order_release);
     unsigned n = atomic_load_explicit(&g_nall, memory_order_acquire);
+    bool none_left = atomic_load(&ds_process.capturing) == 0;
     for (unsigned i = 0; i < n; i++) {
         struct lstream *ls = pool_at(i);
         if (atomic_load_explicit(&ls->phys, memory_order_acquire) &&
             !atomic_load_explicit(&ls->pending, memory_order_relaxed))
             atomic_store_explicit(&ls->pending, 1, memory_order_release);
+        if (none_left && atomic_load_explicit(&ls->relearn, memory_order_acquire))
+            relearn(ls);
     }
 }
 

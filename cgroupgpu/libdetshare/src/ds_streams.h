@@ -52,6 +52,7 @@ void ds_stream_before(struct ds_sop *op, int kind, CUstream s, int per_thread);
 void ds_stream_after(struct ds_sop *op, int kind, CUresult r);
 void ds_join_all(void);
 void ds_streams_capture_in_place(CUstream s, int per_thread, bool on); /* cuStreamBeginCaptureToGraph .. End */
+void ds_streams_before_capture(CUstream s, int per_thread); /* learns s while it is not capturing */
 void ds_streams_capture_ended(void); /* edges made during a capture were captured: the next kernels take real ones */
 
 bool ds_streams_drained(void); /* every physical stream has finished (demand monitor) */

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -180,18 +181,23 @@ static void set_mps_priority(uint32_t tier) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Privilege drops (issue 13 item 7). The client page is writable by root only (0644 on the host, and bound as is
- * into the container), so a process that drops to another user before it execs its program (setpriv, su, gosu,
- * runuser) could no longer open it and would run without DetShare. A root process therefore keeps the page open,
- * without close-on-exec, and names the descriptor in DETSHARE_CLIENT_PAGE_FD; the library in the program it execs
- * maps that descriptor when opening the path is refused. It is accepted only if it is open read-write on the file
- * the quota file names (same device and inode when the path can be stat'ed) and holds this tenant's slot and
- * generation, so it can never give a process more than the page it was started with.
+ * Privilege drops (issue 13 item 7, issue 27). A host tenant's client page is reachable by root only (clients/ is
+ * 0700), so a process that drops to another user before it execs its program (setpriv, su, gosu, runuser) could no
+ * longer open it and would run without DetShare. A root process therefore leaves a page carrier for the programs it
+ * execs: a datagram socket, inherited across exec and named in DETSHARE_CLIENT_PAGE_SOCK, holding one queued message
+ * whose SCM_RIGHTS is a read-write descriptor of the page (`detshare run` makes one too, table.NewPageCarrier). The
+ * library takes its own copy with recvmsg(MSG_PEEK), which leaves the message for the next process, and only after
+ * it made this process non-dumpable. Never the page itself crosses exec: the kernel makes every exec'd program
+ * dumpable until its constructor runs, and in that window another process of the same user could reopen an inherited
+ * page read-write through /proc/<pid>/fd/<n>; a socket cannot be reopened there (ENXIO). The copy is accepted only if
+ * it is open read-write on the file the quota file names (same device and inode when the path can be stat'ed) and
+ * holds this tenant's slot and generation, so it can never give a process more than the page it was started with.
  * ------------------------------------------------------------------------------------------------------------- */
-#define DS_PAGE_FD_ENV "DETSHARE_CLIENT_PAGE_FD"
+#define DS_PAGE_SOCK_ENV "DETSHARE_CLIENT_PAGE_SOCK"
 
-static int inherited_page_fd(const char *path) {
-    const char *v = getenv(DS_PAGE_FD_ENV);
+/* The carrier named in the environment, if it is a socket (-1 if not). */
+static int page_carrier(void) {
+    const char *v = getenv(DS_PAGE_SOCK_ENV);
     if (!v || !*v)
         return -1;
     char *end = NULL;
@@ -199,64 +205,139 @@ static int inherited_page_fd(const char *path) {
     long fd = strtol(v, &end, 10);
     if (errno || *end || fd < 3 || fd > 1 << 20)
         return -1;
-    struct stat fst, pst;
-    if (fstat((int)fd, &fst) != 0 || !S_ISREG(fst.st_mode))
-        return -1;
-    int fl = fcntl((int)fd, F_GETFL);
-    if (fl < 0 || (fl & O_ACCMODE) != O_RDWR)
-        return -1;
-    if (stat(path, &pst) == 0 && (pst.st_dev != fst.st_dev || pst.st_ino != fst.st_ino))
+    struct stat st;
+    if (fstat((int)fd, &st) != 0 || !S_ISSOCK(st.st_mode))
         return -1;
     return (int)fd;
 }
 
-static int map_inherited_page(const char *path, struct ds_client_page **out) {
-    int fd = inherited_page_fd(path);
+/* Whether fd is open read-write on a regular file that is the page at path (when path can be stat'ed). */
+static bool is_page_fd(int fd, const char *path) {
+    struct stat fst, pst;
+    if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode))
+        return false;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) != O_RDWR)
+        return false;
+    return !(stat(path, &pst) == 0 && (pst.st_dev != fst.st_dev || pst.st_ino != fst.st_ino));
+}
+
+/* A descriptor of the page (close-on-exec) taken from the carrier, or -1. Every descriptor that came with the
+ * message is closed unless it is the one page descriptor accepted. */
+static int page_from_carrier(int sock, const char *path) {
+    char data[8];
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+    } u;
+    struct iovec iov = {.iov_base = data, .iov_len = sizeof data};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    ssize_t n;
+    do
+        n = recvmsg(sock, &m, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -1;
+    int page = -1, extra = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (page < 0 && !extra)
+                page = fd;
+            else {
+                close(fd);
+                extra = 1;
+            }
+        }
+    }
+    if (page >= 0 && (extra || (m.msg_flags & MSG_CTRUNC) || !is_page_fd(page, path))) {
+        close(page);
+        page = -1;
+    }
+    return page;
+}
+
+/* A process that maps its page from the carrier is a privilege-dropped one: it makes itself non-dumpable before it
+ * holds a descriptor of the page, so /proc/<pid>/fd, /proc/<pid>/mem and ptrace are root's from then on and another
+ * process of its user can never reopen the page through it. The price, for these processes only: no core dumps and
+ * no debugger attach by the same user (root still can). */
+static int map_carried_page(const char *path, struct ds_client_page **out, int *kept) {
+    int sock = page_carrier();
+    if (sock < 0)
+        return -EACCES;
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+        DS_LOG(DS_LOG_ERROR, "PR_SET_DUMPABLE 0: %s; the client page is not taken into a process others could "
+                             "reach", strerror(errno));
+        return -EACCES;
+    }
+    int fd = page_from_carrier(sock, path);
     if (fd < 0)
         return -EACCES;
     struct stat st;
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < sizeof **out)
-        return -DS_ECORRUPT;
-    void *p = mmap(NULL, sizeof **out, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED)
-        return -errno;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= sizeof **out)
+        p = mmap(NULL, sizeof **out, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     struct ds_client_page *cp = p;
-    if (cp->magic != DS_CLIENT_MAGIC || cp->abi_version != DS_TABLE_ABI_VERSION) {
-        munmap(p, sizeof *cp);
+    if (p == MAP_FAILED || cp->magic != DS_CLIENT_MAGIC || cp->abi_version != DS_TABLE_ABI_VERSION) {
+        if (p != MAP_FAILED)
+            munmap(p, sizeof *cp);
+        close(fd);
         return -DS_ECORRUPT;
     }
     *out = cp;
+    *kept = fd; /* the ledger reopens its own description through /proc/self/fd/<fd> */
     return 0;
 }
 
-/* The descriptor this process inherited is the only way its user reaches the page (clients/ is root's), and any
- * other process of the same user could reopen it read-write through /proc/<pid>/fd/<n> and write the tenant's page
- * (issue 27). A process that is not dumpable keeps /proc/<pid>/fd, /proc/<pid>/mem and ptrace to root. The price,
- * for these privilege-dropped processes only: no core dumps and no debugger attach by the same user (root still can).
- * The kernel makes every exec'd program dumpable again until its own constructor runs (docs/threat-model.md). */
-static void protect_inherited_page(void) {
-    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
-        DS_LOG(DS_LOG_WARN, "PR_SET_DUMPABLE 0: %s; another process of this user could reopen the client page",
-               strerror(errno));
-}
-
-/* Root only: keep the page open across exec for a program that drops privileges first (see above). */
+/* Root only: leave a page carrier for the programs this process execs (see above), unless one is inherited. */
 static void keep_page_for_exec(const char *path) {
-    if (geteuid() != 0 || inherited_page_fd(path) >= 0)
+    if (geteuid() != 0 || page_carrier() >= 0)
         return;
-    int fd = open(path, O_RDWR);
-    if (fd < 0)
+    int page = open(path, O_RDWR | O_CLOEXEC);
+    if (page < 0)
         return;
-    if (fd < 3) { /* never take the place of a standard stream the program closed */
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        close(page);
+        return;
+    }
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    memset(&u, 0, sizeof u);
+    char data = 'p';
+    struct iovec iov = {.iov_base = &data, .iov_len = 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &page, sizeof page);
+    ssize_t n = sendmsg(sv[1], &m, MSG_NOSIGNAL);
+    close(sv[1]);
+    close(page);
+    int fd = sv[0];
+    if (n == 1 && fd < 3) { /* never take the place of a standard stream the program closed */
         int hi = fcntl(fd, F_DUPFD, 3);
         close(fd);
-        if (hi < 0)
-            return;
         fd = hi;
+    } else if (n != 1) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0 || fcntl(fd, F_SETFD, 0) != 0) { /* inherited across exec */
+        if (fd >= 0)
+            close(fd);
+        return;
     }
     char v[16];
     snprintf(v, sizeof v, "%d", fd);
-    setenv(DS_PAGE_FD_ENV, v, 1);
+    setenv(DS_PAGE_SOCK_ENV, v, 1);
 }
 
 /* The quota file the hook mounts read-only into every tenant container. When it exists it is the only source of
@@ -318,13 +399,11 @@ void ds_tenant_load(void) {
         goto fail_table;
     }
     struct ds_client_page *pg = NULL;
-    bool inherited = false;
+    int kept = -1;
     rc = ds_client_map(q.client_page, &pg);
-    if (rc == -EACCES && map_inherited_page(q.client_page, &pg) == 0) {
+    if (rc == -EACCES && map_carried_page(q.client_page, &pg, &kept) == 0) {
         rc = 0;
-        inherited = true;
-        DS_LOG(DS_LOG_INFO, "client page %s mapped from the descriptor kept before a privilege drop", q.client_page);
-        protect_inherited_page();
+        DS_LOG(DS_LOG_INFO, "client page %s taken from the carrier left before a privilege drop", q.client_page);
     }
     if (rc != 0) {
         refuse(q.id, "client page %s: %s", q.client_page,
@@ -338,6 +417,8 @@ void ds_tenant_load(void) {
                      "generation %llu (overwritten by the tenant?)",
                q.client_page, pg->slot, pg->slot_gen, pg->max_procs, q.slot, q.slot_gen);
         munmap(pg, sizeof *pg);
+        if (kept >= 0)
+            close(kept);
         goto fail_table;
     }
     struct ds_doorbell *db = NULL;
@@ -361,7 +442,6 @@ void ds_tenant_load(void) {
     memcpy(t->mps_pipe_dir, q.mps_pipe_dir, sizeof t->mps_pipe_dir);
     memcpy(t->table_path, q.table, sizeof t->table_path);
     memcpy(t->doorbell_path, q.doorbell, sizeof t->doorbell_path);
-    int kept = inherited ? inherited_page_fd(q.client_page) : -1;
     if (kept >= 0)
         snprintf(t->ledger_path, sizeof t->ledger_path, "/proc/self/fd/%d", kept);
     else

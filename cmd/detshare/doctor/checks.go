@@ -17,6 +17,7 @@ import (
 
 	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/failopen"
+	"github.com/detshare/detshare/internal/kubeletdevices"
 	"github.com/detshare/detshare/internal/layout"
 	"github.com/detshare/detshare/sched/ensure"
 )
@@ -48,6 +49,11 @@ type Env struct {
 	Driver func() DriverInfo
 	// HostConfig is the scheduler's configuration file (config.PathFromEnv); "" or missing: the defaults.
 	HostConfig string
+	// CDIDirs are where CDI specs are looked for; DevicePluginDir is kubelet's device-plugin directory (its
+	// checkpoint lists what each device plugin advertises); PluginsRegistry where kubelet plugins (DRA drivers)
+	// register.
+	CDIDirs                          []string
+	DevicePluginDir, PluginsRegistry string
 }
 
 // DriverInfo is what NVML says about the driver and GPUs.
@@ -85,9 +91,12 @@ func DefaultEnv(libDir string, simulated bool) Env {
 			out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 			return string(out), err
 		},
-		ReadFile:   os.ReadFile,
-		Driver:     nvmlDriverInfo,
-		HostConfig: config.PathFromEnv(),
+		ReadFile:        os.ReadFile,
+		Driver:          nvmlDriverInfo,
+		HostConfig:      config.PathFromEnv(),
+		CDIDirs:         []string{"/etc/cdi", "/var/run/cdi"},
+		DevicePluginDir: kubeletdevices.DefaultDevicePluginDir,
+		PluginsRegistry: kubeletdevices.DefaultPluginsRegistry,
 	}
 }
 
@@ -108,6 +117,7 @@ func Run(env Env) *Report {
 		r.Checks = append(r.Checks, c)
 	}
 	r.Checks = append(r.Checks, checkFailOpens(env))
+	r.Checks = append(r.Checks, checkPlatform(env)...)
 	r.Finish()
 	return r
 }

@@ -4,7 +4,11 @@
  * physical stream and events: calls CUDA counts as potentially unsafe during a global-mode capture, which invalidate
  * it unless the library switches its thread to relaxed capture mode around them (issue 28; the H100 returned
  * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for the memset). The simulated GPU models that rule (simgpu graph.c, "Unsafe
- * calls"). No dalloc here: its synchronous memset would be the first work. */
+ * calls"). No dalloc here: its synchronous memset would be the first work.
+ * Then a capture forks into a stream no work has named yet (an event wait pulls it in), as a framework's side stream
+ * does: the library first sees that stream when it joins the capture. On the H100 asking a capturing stream for its
+ * flags invalidates the capture in every capture mode (probes/capture_unsafe.c), so the library must learn a stream
+ * before it is captured. */
 #include "conf.h"
 
 #define N 4096
@@ -43,6 +47,33 @@ int main(void) {
     fact("first_capture.replay_ok", "%s", yn(ok && all_f32(y, N, 3.0f)));
     CK(D.cuGraphExecDestroy(ge));
     CK(D.cuGraphDestroy(g));
+
+    /* fork/join into a fresh side stream: z = 2.5 there, then y = z + z on S */
+    CUstream T = mkstream(CU_STREAM_NON_BLOCKING);
+    CUevent fork = mkevent(CU_EVENT_DISABLE_TIMING), join = mkevent(CU_EVENT_DISABLE_TIMING);
+    CUdeviceptr z;
+    CK(D.cuMemAlloc_v2(&z, N * 4));
+    CK(D.cuStreamBeginCapture_v2(S, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CK(D.cuEventRecord(fork, S));
+    fact("side_stream.wait_rc", "%s", st(D.cuStreamWaitEvent(T, fork, 0)));
+    fact("side_stream.memset_rc", "%s", st(D.cuMemsetD32Async(z, bits(2.5f), N, T)));
+    CK(D.cuEventRecord(join, T));
+    CK(D.cuStreamWaitEvent(S, join, 0));
+    k_add(S, y, z, z, N);
+    g = NULL;
+    r = D.cuStreamEndCapture(S, &g);
+    fact("side_stream.end_rc", "%s", st(r));
+    if (r != CUDA_SUCCESS) {
+        printf("fatal: side-stream capture: no graph\n");
+        return 2;
+    }
+    CK(D.cuGraphInstantiateWithFlags(&ge, g, 0));
+    CK(D.cuGraphLaunch(ge, S));
+    CK(D.cuStreamSynchronize(S));
+    fact("side_stream.replay_ok", "%s", yn(all_f32(y, N, 5.0f)));
+    CK(D.cuGraphExecDestroy(ge));
+    CK(D.cuGraphDestroy(g));
+    CK(D.cuMemFree_v2(z));
     CK(D.cuMemFree_v2(big));
     conf_done();
     return 0;

@@ -37,7 +37,7 @@ static CUgreenCtx green;
 static CUstream other;
 static CUdeviceptr buf;
 
-static CUresult step(const char *name) {
+static CUresult step(const char *name, CUstream capturing) {
     CUdevice d;
     CUcontext c;
     CUresult r;
@@ -78,6 +78,15 @@ static CUresult step(const char *name) {
     if (!strcmp(name, "cuStreamGetPriority")) {
         int p;
         return D.cuStreamGetPriority(other, &p);
+    }
+    /* the capturing stream's own flags and priority: what the library asks of a stream it first sees */
+    if (!strcmp(name, "cuStreamGetFlags(capturing)")) {
+        unsigned f;
+        return D.cuStreamGetFlags(capturing, &f);
+    }
+    if (!strcmp(name, "cuStreamGetPriority(capturing)")) {
+        int p;
+        return D.cuStreamGetPriority(capturing, &p);
     }
     if (!strcmp(name, "cuCtxGetCurrent"))
         return D.cuCtxGetCurrent(&c);
@@ -131,7 +140,9 @@ int main(void) {
     static const char *const calls[] = {"cuCtxGetDevice", "cuDeviceGetDevResource", "cuDevSmResourceSplitByCount",
                                         "cuDevResourceGenerateDesc", "cuGreenCtxCreate", "cuCtxFromGreenCtx",
                                         "cuGreenCtxStreamCreate", "cuEventCreate", "cuStreamGetFlags",
-                                        "cuStreamGetPriority", "cuCtxGetCurrent", "cuDriverGetVersion", "cuMemAlloc"};
+                                        "cuStreamGetPriority", "cuStreamGetFlags(capturing)",
+                                        "cuStreamGetPriority(capturing)", "cuCtxGetCurrent", "cuDriverGetVersion",
+                                        "cuMemAlloc"};
     static const char *const modes[] = {"global", "relaxed"};
     for (int m = 0; m < 2; m++)
         for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
@@ -141,7 +152,7 @@ int main(void) {
             CK(D.cuMemsetD32Async(buf, 7, 1024, s));
             CUstreamCaptureMode tm = m ? CU_STREAM_CAPTURE_MODE_RELAXED : CU_STREAM_CAPTURE_MODE_GLOBAL;
             CK(D.cuThreadExchangeStreamCaptureMode(&tm));
-            CUresult rc = step(calls[i]);
+            CUresult rc = step(calls[i], s);
             CK(D.cuThreadExchangeStreamCaptureMode(&tm));
             CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
             CK(D.cuStreamIsCapturing(s, &st));

@@ -726,6 +726,11 @@ static CUresult stream_flags(CUstream h, unsigned *flags, bool ptd) {
         return r;
     if (!flags)
         return CUDA_ERROR_INVALID_VALUE;
+    /* Asking a capturing stream for its flags is forbidden in every capture mode: the H100 (driver 580) answers
+     * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, even with the thread in relaxed mode; its
+     * priority may be asked (integration/gpu/probes/capture_unsafe.c, issue 28). */
+    if (s->capture)
+        return sim_capture_forbidden(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     *flags = s->flags;
     return CUDA_SUCCESS;
 }

@@ -29,6 +29,10 @@ func main() {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "device-plugin-dir", Value: pluginapi.DevicePluginPath, EnvVars: []string{"DETSHARE_DEVICE_PLUGIN_DIR"},
 				Usage: "kubelet's device-plugin directory (holds kubelet.sock)"},
+			&cli.StringFlag{Name: "gpus", Value: "all", EnvVars: []string{"DETSHARE_DEVICE_PLUGIN_GPUS"},
+				Usage: "the GPUs DetShare serves on this node: all, or a comma-separated list of indexes or UUIDs (the others are left to another plugin)"},
+			&cli.StringFlag{Name: "ready-file", EnvVars: []string{"DETSHARE_DEVICE_PLUGIN_READY_FILE"},
+				Usage: "a file kept present while every GPU served is DetShare's alone (no other device plugin registered with kubelet advertises it), for a readiness probe"},
 		}, nodecli.Flags()...),
 		Action: run,
 	}
@@ -44,9 +48,15 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if inv, err = inv.Select(c.String("gpus")); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	devices := nodecli.Devices(c, simgpu.Selected(os.Environ()), cdi.Simulated{})
-	// A GPU whose MPS the scheduler records as failed is unhealthy until it recovers.
-	return deviceplugin.Run(ctx, c.String("device-plugin-dir"), inv, devices, deviceplugin.TableHealth(c.String("run-dir")))
+	// A GPU whose MPS the scheduler records as failed is unhealthy until it recovers; one that another device plugin
+	// registered with kubelet advertises (NVIDIA's) is not served, and the plugin is not ready, while it does.
+	dir := c.String("device-plugin-dir")
+	health := deviceplugin.TableHealth(c.String("run-dir")).Or(deviceplugin.ClaimHealth(dir, inv))
+	return deviceplugin.Run(ctx, dir, inv, devices, deviceplugin.Readiness(c.String("ready-file"), inv, health))
 }
