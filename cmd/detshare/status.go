@@ -209,8 +209,11 @@ func gpuMemNote(t view.Tenant) string {
 	switch {
 	case !t.MemGPUKnown:
 		return ""
-	case t.MemOutside > 0:
+	case t.MemOutsideFlagged:
 		return fmt.Sprintf("  GPU %s: %s OUTSIDE the library (!)", human(t.MemGPU), human(t.MemOutside))
+	}
+	if t.MemOutside > 0 {
+		return fmt.Sprintf("  GPU %s (%s of it the driver's contexts)", human(t.MemGPU), human(t.MemOutside))
 	}
 	return fmt.Sprintf("  GPU %s", human(t.MemGPU))
 }

@@ -143,7 +143,7 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 				slo += "!" // missed even at the most protective share (issue 26; `status` says more)
 			}
 			mem := human(t.MemUsed) + "/" + limit(t.MemLimit)
-			if t.MemOutside > 0 {
+			if t.MemOutsideFlagged {
 				mem += "!" // the tenant's processes hold memory the library did not charge (`status` says how much)
 			}
 			line(w, fmt.Sprintf("%-16s %-2s %-3s %4d %5s %5.1f %8.0f %15s %8.2f %5s", id, tierShort[t.Tier], roleShort[t.Role],

@@ -88,12 +88,15 @@ type Tenant struct {
 	// page, in its container's cgroup, or descending from its `detshare run`), and how much of that the library did
 	// not charge (MemGPU - MemUsed when positive): allocations that bypassed libdetshare, and the driver's own memory
 	// per context. Filled by GPUMemory; MemGPUKnown is false where NVML could not be read.
-	MemGPUKnown     bool   `json:"memory_gpu_known"`
-	MemGPU          uint64 `json:"memory_gpu_bytes"`
-	MemOutside      uint64 `json:"memory_outside_bytes"`
-	OOMRefusals     uint64 `json:"oom_refusals"`
-	QueueDelayNs    uint64 `json:"queue_delay_ns"`
-	QueueDelayMaxNs uint64 `json:"queue_delay_max_ns"`
+	MemGPUKnown bool   `json:"memory_gpu_known"`
+	MemGPU      uint64 `json:"memory_gpu_bytes"`
+	MemOutside  uint64 `json:"memory_outside_bytes"`
+	// MemOutsideFlagged: MemOutside exceeds what the driver itself keeps for the tenant's contexts
+	// (ContextAllowance per process NVML lists), so something allocated past the library.
+	MemOutsideFlagged bool   `json:"memory_outside_flagged"`
+	OOMRefusals       uint64 `json:"oom_refusals"`
+	QueueDelayNs      uint64 `json:"queue_delay_ns"`
+	QueueDelayMaxNs   uint64 `json:"queue_delay_max_ns"`
 	// Issue 12: the latency the library observed (completion of each synchronisation that waited for work; counters
 	// of the client page), the tenant's target and the dispatch gate the scheduler set.
 	Pinned        bool    `json:"pinned"`
@@ -311,6 +314,11 @@ func RunDirExists(runDir string) bool {
 	return err == nil
 }
 
+// ContextAllowance is the device memory the driver may keep per process for its context, outside anything the
+// library charges: 516 MiB per MPS client on the H100 (driver 580, BENCHMARKS.md, issue 27 outside_mem.sh), with
+// headroom. Only what a tenant holds beyond it per process is flagged as allocated past the library.
+const ContextAllowance = 768 << 20
+
 // GPUMemory fills every tenant's MemGPU and MemOutside (issue 27): read gives a GPU's per-process device memory
 // (host PID -> bytes, gpuinfo.ProcessMemorySampler), and each process is attributed to a tenant by what the kernel
 // says of it (table.Attributor), never by what a tenant wrote. A GPU that cannot be read leaves its tenants unknown
@@ -321,21 +329,23 @@ func GPUMemory(s *Snapshot, t *table.Table, read func(gpu int) (map[int]uint64, 
 	}
 	var attr *table.Attributor
 	used := map[string]uint64{}
+	procs := map[string]uint64{}
 	known := map[int]bool{}
 	var errs []error
 	for _, g := range s.GPUs {
-		procs, err := read(g.Index)
+		mem, err := read(g.Index)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		known[g.Index] = true
-		if len(procs) > 0 && attr == nil {
+		if len(mem) > 0 && attr == nil {
 			attr = t.NewAttributor(t.List(), nil)
 		}
-		for pid, b := range procs {
+		for pid, b := range mem {
 			if id, ok := attr.Tenant(pid); ok {
 				used[id] += b
+				procs[id]++
 			}
 		}
 	}
@@ -348,6 +358,7 @@ func GPUMemory(s *Snapshot, t *table.Table, read func(gpu int) (map[int]uint64, 
 		if v.MemGPU > v.MemUsed {
 			v.MemOutside = v.MemGPU - v.MemUsed
 		}
+		v.MemOutsideFlagged = v.MemOutside > procs[v.ID]*ContextAllowance
 	}
 	return errors.Join(errs...)
 }
