@@ -29,6 +29,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -130,6 +131,17 @@ type Prepared struct {
 	Registered bool          // the container is a DetShare tenant; its spec was edited
 	Result     tenant.Result // valid when Registered
 	FailedOpen error         // DetShare failed and the container runs unshared (nil otherwise)
+	Phases     Phases        // how long each step took (valid when Registered)
+}
+
+// Phases are the durations of Prepare's steps for one registered container; the shim logs them at debug level
+// with its own (BENCHMARKS.md, issue 28: where a container start's added time goes).
+type Phases struct {
+	Setup    time.Duration // host checks and the preload file
+	Register time.Duration // tenant.Registrar.Register (its own steps in Tenant)
+	Tenant   tenant.Phases
+	Devices  time.Duration // the placed GPU's device edit (cgroupgpu/cdi)
+	Apply    time.Duration // the spec edit and its write (managed), or the bind mounts (standalone)
 }
 
 // Request is one container to prepare.
@@ -205,6 +217,8 @@ func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepar
 		return Prepared{}, nil
 	}
 	log := logrus.WithField("id", c.id)
+	var ph Phases
+	t0 := time.Now()
 	for _, m := range in.Capped { // the container asked above what the cluster allocated it
 		log.WithField("capped", m).Warn("quota capped to the allocation")
 	}
@@ -216,6 +230,8 @@ func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepar
 		return failOpen(cfg, c.id, err)
 	}
 	treq := tenant.Request{ID: c.id, Quota: in, Annotations: ann, OwnerPID: c.ownerPID}
+	t1 := time.Now()
+	ph.Setup = t1.Sub(t0)
 	res, err := cfg.Registrar.Register(ctx, cfg.RunDir, treq)
 	if errors.Is(err, table.ErrExists) {
 		// runc refuses to create two containers with one ID, so a registration under this ID belongs to an earlier
@@ -232,6 +248,8 @@ func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepar
 		}
 		return failOpen(cfg, c.id, err)
 	}
+	t2 := time.Now()
+	ph.Register, ph.Tenant = t2.Sub(t1), res.Phases
 	t := specmod.Tenant{ID: c.id, RunDir: cfg.RunDir, LibPath: cfg.LibPath, PreloadFile: preload,
 		QuotaFile: res.ContainerQuotaFile, MPSPipeDir: res.GPU.MPSPipeDir, HookPath: c.hookPath}
 	if cfg.Devices != nil && c.managed {
@@ -247,13 +265,16 @@ func attach(ctx context.Context, cfg Config, c container, apply applier) (Prepar
 			return failOpen(cfg, c.id, fmt.Errorf("give the container GPU %d (%s): %w", res.GPU.Index, res.GPU.UUID, err))
 		}
 	}
+	t3 := time.Now()
+	ph.Devices = t3.Sub(t2)
 	if err := apply(t); err != nil {
 		Rollback(cfg, c.id)
 		return failOpen(cfg, c.id, err)
 	}
+	ph.Apply = time.Since(t3)
 	log.WithFields(logrus.Fields{"slot": res.Registration.Slot, "gpu": res.Registration.GPU,
 		"tier": res.Quota.Tier}).Info("container registered with DetShare")
-	return Prepared{Registered: true, Result: res}, nil
+	return Prepared{Registered: true, Result: res, Phases: ph}, nil
 }
 
 // failOpen applies the host's policy to a container that asked for DetShare and cannot get it.

@@ -7,6 +7,7 @@ package shimv2
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -76,10 +77,20 @@ func RegisterPlugin(reg tenant.Registrar, devices func(hookPath string) cdi.Sour
 			if devices != nil {
 				cfg.Devices = devices(cfg.HookPath)
 			}
-			return New(inner, cfg, labels), nil
+			s := New(inner, cfg, labels)
+			// Outside CRI (its namespace; CRI containers carry annotations and are never looked up) a shim serves
+			// the one container whose ID it was started with: read its labels while containerd is still on its
+			// way to Create.
+			if f := flag.Lookup("id"); f != nil && ns != CRINamespace {
+				s.PrefetchLabels(f.Value.String())
+			}
+			return s, nil
 		},
 	})
 }
+
+// CRINamespace is the containerd namespace of containerd's CRI plugin (Kubernetes).
+const CRINamespace = "k8s.io"
 
 // LabelFunc returns a container's engine labels.
 type LabelFunc func(ctx context.Context, id string) (map[string]string, error)
@@ -92,6 +103,65 @@ type Service struct {
 
 	mu         sync.Mutex
 	registered map[string]bool
+	prefetch   *labelPrefetch
+}
+
+// labelPrefetch is one container's label lookup started ahead of its Create.
+type labelPrefetch struct {
+	id     string
+	done   chan struct{}
+	labels map[string]string
+	err    error
+}
+
+// LabelPrefetchTimeout bounds a prefetched label lookup (as Create's own lookup is bounded).
+const LabelPrefetchTimeout = 3 * time.Second
+
+// PrefetchLabels starts reading container id's labels now, so that its Create finds them read: the lookup is a new
+// gRPC connection to containerd and a round trip, 2.6 ms of CPU and ~15 ms of a loaded machine's start (issue 28),
+// which otherwise the container's start waits for. Create uses the result only for that ID; a failed prefetch is
+// looked up again there.
+func (s *Service) PrefetchLabels(id string) {
+	if s.labels == nil || id == "" {
+		return
+	}
+	p := &labelPrefetch{id: id, done: make(chan struct{})}
+	s.mu.Lock()
+	s.prefetch = p
+	s.mu.Unlock()
+	go func() {
+		defer close(p.done)
+		ctx, cancel := context.WithTimeout(context.Background(), LabelPrefetchTimeout)
+		defer cancel()
+		t0 := time.Now()
+		p.labels, p.err = s.labels(ctx, id)
+		logrus.WithError(p.err).WithFields(logrus.Fields{"id": id,
+			"ms": float64(time.Since(t0).Microseconds()) / 1000}).Debug("container labels prefetched")
+	}()
+}
+
+// containerLabels returns container id's labels: the prefetched ones when they were read for id, else a lookup.
+func (s *Service) containerLabels(ctx context.Context, id string) (map[string]string, error) {
+	s.mu.Lock()
+	p := s.prefetch
+	if p != nil && p.id == id {
+		s.prefetch = nil // once: a retried create of the same ID reads them again
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, LabelPrefetchTimeout)
+	defer cancel()
+	if p != nil && p.id == id {
+		select {
+		case <-p.done:
+			if p.err == nil {
+				return p.labels, nil
+			}
+			logrus.WithError(p.err).WithField("id", id).Debug("prefetched label lookup failed; looking up again")
+		case <-ctx.Done():
+			return nil, fmt.Errorf("labels of %s: %w", id, ctx.Err())
+		}
+	}
+	return s.labels(ctx, id)
 }
 
 // New wraps inner.
@@ -109,6 +179,7 @@ func (s *Service) RegisterTTRPC(server *ttrpc.Server) error {
 // rolled back.
 func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
 	// config.json is read once per create: for the cgroup driver here and for registration (hook.Prepare).
+	tStart := time.Now()
 	spec, specErr := specmod.Load(filepath.Join(r.Bundle, "config.json"))
 	cgroupsPath := ""
 	if specErr == nil {
@@ -120,9 +191,8 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	}
 	r.Options = opts
 	t0 := time.Now()
-	prep, err := s.prepare(ctx, r, spec)
-	logrus.WithFields(logrus.Fields{"id": r.ID, "registered": prep.Registered,
-		"prepare_ms": float64(time.Since(t0).Microseconds()) / 1000}).Debug("detshare prepare done")
+	prep, labelsTime, err := s.prepare(ctx, r, spec)
+	tPrepared := time.Now()
 	if err != nil {
 		return nil, invalidArgument(err)
 	}
@@ -132,6 +202,10 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		s.mu.Unlock()
 	}
 	resp, err := s.TaskService.Create(ctx, r)
+	if prep.Registered {
+		logPhases(r.ID, prep.Phases, map[string]time.Duration{"spec_load": t0.Sub(tStart), "labels": labelsTime,
+			"prepare": tPrepared.Sub(t0), "runc_create": time.Since(tPrepared), "create": time.Since(tStart)})
+	}
 	if err != nil && prep.Registered {
 		hook.Rollback(s.cfg, r.ID)
 		s.forget(r.ID)
@@ -184,14 +258,33 @@ func invalidArgument(err error) error {
 // FullwidthPercent stands for '%' in refusals sent to containerd < 1.7.
 const FullwidthPercent = "\uff05"
 
-// prepare registers the container; spec is its config.json (nil when unreadable).
-func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specmod.Spec) (hook.Prepared, error) {
+// logPhases logs, at debug level, how long each step of a registered container's create took, in milliseconds:
+// the shim's own steps (own) and hook.Prepare's (BENCHMARKS.md, issue 28: where a container start's added time
+// goes; BenchmarkStartPaired collects these lines when containerd runs at debug level).
+func logPhases(id string, ph hook.Phases, own map[string]time.Duration) {
+	if !logrus.IsLevelEnabled(logrus.DebugLevel) {
+		return
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	f := logrus.Fields{"id": id, "setup_ms": ms(ph.Setup), "register_ms": ms(ph.Register),
+		"open_table_ms": ms(ph.Tenant.OpenTable), "ensure_scheduler_ms": ms(ph.Tenant.EnsureScheduler),
+		"table_register_ms": ms(ph.Tenant.Register), "devices_ms": ms(ph.Devices), "spec_edit_ms": ms(ph.Apply)}
+	for k, d := range own {
+		f[k+"_ms"] = ms(d)
+	}
+	logrus.WithFields(f).Debug("detshare create phases")
+}
+
+// prepare registers the container; spec is its config.json (nil when unreadable). It also returns how long the
+// label lookup took.
+func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specmod.Spec) (hook.Prepared, time.Duration, error) {
 	if spec == nil {
 		// hook.Prepare reports it (fail-open); an unreadable spec is not the user's quota.
-		return hook.Prepare(ctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle})
+		p, err := hook.Prepare(ctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle})
+		return p, 0, err
 	}
 	if spec.Annotations()[SandboxTypeAnnotation] == "sandbox" {
-		return hook.Prepared{}, nil // the pause container carries the pod's annotations but runs no GPU work
+		return hook.Prepared{}, 0, nil // the pause container carries the pod's annotations but runs no GPU work
 	}
 	var labels map[string]string
 	var err error
@@ -199,10 +292,11 @@ func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest, spe
 	// Kubernetes reaches DetShare through annotations (container_annotations: the device plugin's allocation;
 	// pod_annotations where passed) and the environment (DRA's CDI edits); CRI containers skip the label
 	// round trip to containerd (~10 ms of start latency).
+	var labelsTime time.Duration
 	if s.labels != nil && !cri {
-		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		labels, err = s.labels(lctx, r.ID)
-		cancel()
+		t0 := time.Now()
+		labels, err = s.containerLabels(ctx, r.ID)
+		labelsTime = time.Since(t0)
 		if err != nil {
 			logrus.WithError(err).WithField("id", r.ID).Warn("containerd labels not read; using annotations and env")
 		}
@@ -210,8 +304,9 @@ func (s *Service) prepare(ctx context.Context, r *taskAPI.CreateTaskRequest, spe
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	// Delete and Manager.Stop deregister; no poststop hook needed.
-	return hook.Prepare(pctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle, Spec: spec, Labels: labels,
+	p, err := hook.Prepare(pctx, s.cfg, hook.Request{ID: r.ID, Bundle: r.Bundle, Spec: spec, Labels: labels,
 		NoPoststopHook: true})
+	return p, labelsTime, err
 }
 
 func (s *Service) forget(id string) {

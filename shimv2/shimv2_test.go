@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/runc/options"
@@ -268,5 +270,50 @@ func TestInvalidArgumentEscapesPercentForOldDaemons(t *testing.T) {
 	t.Setenv("MAX_SHIM_VERSION", "2")
 	if got := invalidArgument(errors.New("sms=\"200%\"")).Error(); !strings.Contains(got, `sms="200%"`) || strings.Contains(got, "%%") {
 		t.Errorf("containerd ≥1.7 does not format; got %q", got)
+	}
+}
+
+// The label lookup started at the shim's start (PrefetchLabels) is what Create uses for that container: the
+// quota in the labels applies and containerd is asked once; another container, or a prefetch that failed, is looked
+// up at Create.
+func TestPrefetchedLabels(t *testing.T) {
+	cfg := testCfg(t)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	failFirst := map[string]bool{"ctr-fail": true}
+	release := make(chan struct{})
+	s := New(&fakeTask{}, cfg, func(ctx context.Context, id string) (map[string]string, error) {
+		mu.Lock()
+		calls[id]++
+		n, fail := calls[id], failFirst[id]
+		mu.Unlock()
+		if id == "ctr-pre" {
+			<-release // Create must wait for the lookup in flight, not start a second one
+		}
+		if fail && n == 1 {
+			return nil, errors.New("containerd not reachable yet")
+		}
+		return map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "16"}, nil
+	})
+	spec := `{"process":{"env":["PATH=/bin"]},"root":{"path":"rootfs"}}`
+	create := func(id string) {
+		t.Helper()
+		if _, err := s.Create(context.Background(), &taskAPI.CreateTaskRequest{ID: id, Bundle: bundle(t, spec)}); err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
+		if res, ok, _ := tenant.Lookup(cfg.RunDir, id); !ok || res.Registration.SMs < 16 {
+			t.Fatalf("%s not registered with the quota of its labels: %+v", id, res)
+		}
+	}
+	s.PrefetchLabels("ctr-pre")
+	time.AfterFunc(50*time.Millisecond, func() { close(release) })
+	create("ctr-pre")
+	create("ctr-other")
+	s.PrefetchLabels("ctr-fail")
+	create("ctr-fail")
+	mu.Lock()
+	defer mu.Unlock()
+	if calls["ctr-pre"] != 1 || calls["ctr-other"] != 1 || calls["ctr-fail"] != 2 {
+		t.Fatalf("label lookups %v: want ctr-pre once (prefetched), ctr-other once, ctr-fail twice (its prefetch failed)", calls)
 	}
 }

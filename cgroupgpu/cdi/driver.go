@@ -25,6 +25,9 @@ type Driver struct {
 	HookPath string
 	// LdconfigP lists the loader cache (`ldconfig -p`); nil runs ldconfig when Root is the host. Tests set it.
 	LdconfigP func() (string, error)
+	// CacheDir keeps the generated common edit between container starts (CacheFile; a root-owned directory such as
+	// the run directory); "" generates it every time.
+	CacheDir string
 }
 
 // Control nodes every GPU container needs; the first two are required.
@@ -182,8 +185,26 @@ func (d Driver) Edits(gpu GPU) (ContainerEdits, error) {
 	return e, nil
 }
 
-// Common is the edit every GPU of the host shares: control nodes, libraries, tools, loader hook.
+// Common is the edit every GPU of the host shares: control nodes, libraries, tools, loader hook. With CacheDir set
+// it is generated once per driver installation (CacheFile).
 func (d Driver) Common() (ContainerEdits, error) {
+	if d.CacheDir == "" {
+		return d.common()
+	}
+	key := d.cacheKey()
+	if key != "" {
+		if e, ok := d.cachedCommon(key); ok {
+			return e, nil
+		}
+	}
+	e, err := d.common()
+	if err == nil && key != "" {
+		d.storeCommon(key, e)
+	}
+	return e, err
+}
+
+func (d Driver) common() (ContainerEdits, error) {
 	var e ContainerEdits
 	for _, c := range controlNodes {
 		n, err := d.Node(c.path)

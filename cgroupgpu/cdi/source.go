@@ -38,6 +38,8 @@ type Host struct {
 	// StripRoot: Root is where the host's / is mounted (a Kubernetes plugin's pod mounts it at /host); files are
 	// looked up under Root but the edit names them by their host paths, which is what kubelet and the runtime see.
 	StripRoot bool
+	// CacheDir keeps the edit generated from the driver's files between calls (Driver.CacheDir); "" regenerates it.
+	CacheDir string
 }
 
 // Edit implements Source.
@@ -99,7 +101,7 @@ func (h Host) edit(gpu GPU) (Edit, error) {
 		logrus.WithFields(logrus.Fields{"uuid": gpu.UUID, "index": gpu.Index}).
 			Warn("the NVIDIA CDI spec does not name this GPU; generating its edit from the driver's files")
 	}
-	d := Driver{Root: h.Root, HookPath: h.HookPath}
+	d := Driver{Root: h.Root, HookPath: h.HookPath, CacheDir: h.CacheDir}
 	e, err := d.Edits(gpu)
 	if err != nil {
 		return Edit{}, fmt.Errorf("GPU device edit: %w", err)

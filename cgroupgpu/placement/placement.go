@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -47,6 +46,7 @@ type Pressure struct {
 type candidate struct {
 	gpu   table.GPUState
 	free  int
+	total int
 	p     Pressure
 	score float64
 }
@@ -80,7 +80,6 @@ func Score(kind string, p Pressure, free, total int) float64 {
 
 // Place implements cgroupgpu/tenant.Placer.
 func (pl *Placer) Place(id string, q quota.Quota, gpus []table.GPUState, active []quota.Registered) (int, error) {
-	pressure := pl.measure(gpus)
 	kind := Kind(q.Role)
 	var cands []candidate
 	var refusals []error
@@ -100,15 +99,24 @@ func (pl *Placer) Place(id string, q quota.Quota, gpus []table.GPUState, active 
 			}
 		}
 		total := len(g.Split.Groups)
-		c := candidate{gpu: g, free: total - used - int(p.Groups), p: pressure[g.Index]}
-		c.score = Score(kind, c.p, c.free, total)
-		cands = append(cands, c)
+		cands = append(cands, candidate{gpu: g, free: total - used - int(p.Groups), total: total})
 	}
 	if len(cands) == 0 {
 		if len(refusals) == 0 {
 			return -1, errors.New("gpu=auto: no GPUs")
 		}
 		return -1, fmt.Errorf("gpu=auto: no GPU can take %q: %w", id, errors.Join(refusals...))
+	}
+	// The neighbours' profile decides between GPUs; with one candidate there is nothing to decide, and measuring
+	// reads every tenant's client page (a registration would cost more the more tenants there are, issue 28).
+	if len(cands) > 1 {
+		pressure := pl.measure(gpus)
+		for i := range cands {
+			cands[i].p = pressure[cands[i].gpu.Index]
+		}
+	}
+	for i := range cands {
+		cands[i].score = Score(kind, cands[i].p, cands[i].free, cands[i].total)
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].score < cands[j].score })
 	best := cands[0]
@@ -121,6 +129,10 @@ func (pl *Placer) Place(id string, q quota.Quota, gpus []table.GPUState, active 
 	}
 	reason := fmt.Sprintf("GPU %d: guarantee fits (%d groups left free); neighbours' compute pressure %.2f, memory pressure %.2f; %s newcomer, score %.2f",
 		best.gpu.Index, best.free, best.p.Compute, best.p.Memory, kind, best.score)
+	if len(cands) == 1 {
+		reason = fmt.Sprintf("GPU %d: the only GPU that admits it (%d groups left free; neighbours not measured)",
+			best.gpu.Index, best.free)
+	}
 	if len(others) > 0 {
 		reason += " [" + strings.Join(others, "; ") + "]"
 	}
@@ -148,29 +160,25 @@ func (pl *Placer) measure(gpus []table.GPUState) map[int]Pressure {
 	if pl.Now != nil {
 		now = pl.Now
 	}
+	// One copy of each page, read (not mapped: unmapping 256 pages cost ~0.1 s on a 2-core VM); a page a tenant
+	// truncated or damaged only loses this tenant's measurement.
+	pg := new(table.ClientPage)
 	for _, r := range t.List() {
 		p := out[r.GPU]
 		busy, used, age := 0.0, uint64(0), now().Sub(time.Unix(0, int64(r.RegisteredNs)))
 		measured := false
-		if cl, err := table.OpenClientPageReadOnly(r.ClientPagePath); err == nil {
-			pg := cl.Page()
-			// A tenant may truncate its page under us: a fault only loses this tenant's measurement.
-			_ = table.Guard("load of "+r.ID, func() {
-				if pg.Slot == uint32(r.Slot) && pg.SlotGen == r.Gen {
-					b := atomic.LoadUint64(&pg.BusyNs)
-					for i := range pg.Procs {
-						if atomic.LoadUint32(&pg.Procs[i].State) == table.ProcLive {
-							b = max(b, atomic.LoadUint64(&pg.Procs[i].BusyNs))
-						}
-					}
-					used = atomic.LoadUint64(&pg.MemUsed)
-					if age > time.Second && (b > 0 || used > 0) {
-						busy = min(1, float64(b)/float64(age))
-						measured = true
-					}
+		if err := table.ReadClientPage(r.ClientPagePath, pg); err == nil && pg.Slot == uint32(r.Slot) && pg.SlotGen == r.Gen {
+			b := pg.BusyNs
+			for i := range pg.Procs {
+				if pg.Procs[i].State == table.ProcLive {
+					b = max(b, pg.Procs[i].BusyNs)
 				}
-			})
-			cl.Close()
+			}
+			used = pg.MemUsed
+			if age > time.Second && (b > 0 || used > 0) {
+				busy = min(1, float64(b)/float64(age))
+				measured = true
+			}
 		}
 		if !measured { // no history yet: count it by its role
 			switch r.Role {

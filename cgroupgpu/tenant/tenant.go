@@ -97,6 +97,15 @@ type Result struct {
 	GPU                table.GPUState
 	QuotaFile          string // host paths (DETSHARE_QUOTA_FILE for `detshare run`)
 	ContainerQuotaFile string // in-container paths (mounted by the hook at /run/detshare/quota)
+	// Phases is how long each step of the registration took (the shim logs them per container start, issue 28).
+	Phases Phases
+}
+
+// Phases are the durations of a registration's steps.
+type Phases struct {
+	OpenTable       time.Duration // table.Create: the run directory, the table and doorbell files, their mapping
+	EnsureScheduler time.Duration // sched/ensure: is a scheduler leading (and starting one when not)
+	Register        time.Duration // table.Register: lock, admission, slot, client page, quota files
 }
 
 // Register resolves, admits and registers one tenant. Validation and admission errors name the field, value, source
@@ -116,11 +125,14 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 		return Result{}, fmt.Errorf("quota of %s: %w", req.ID, err)
 	}
 	q := req.Quota.Quota
+	var ph Phases
+	t0 := time.Now()
 	t, err := table.Create(runDir)
 	if err != nil {
 		return Result{}, fmt.Errorf("register %s: %w", req.ID, err)
 	}
 	defer t.Close()
+	ph.OpenTable = time.Since(t0)
 	if len(t.GPUs()) == 0 {
 		if r.DiscoverGPUs == nil {
 			return Result{}, fmt.Errorf("register %s: %w", req.ID, ErrNoGPUs)
@@ -136,9 +148,11 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 	// Only once the host is known to have GPUs: a registration refused for want of them must not leave a
 	// scheduler running behind it.
 	if r.EnsureScheduler != nil {
+		t1 := time.Now()
 		if err := r.EnsureScheduler(runDir); err != nil {
 			logrus.WithError(err).WithField("run_dir", runDir).Warn("scheduler not running; tenant registered fail-static")
 		}
+		ph.EnsureScheduler = time.Since(t1)
 	}
 	placer := req.Placer
 	if placer == nil {
@@ -178,7 +192,9 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 			return workload.Write(paths, reg.ID, workload.FromAnnotations(req.Annotations))
 		},
 	}
+	t2 := time.Now()
 	reg, err := t.Register(treq)
+	ph.Register = time.Since(t2)
 	if err != nil {
 		if errors.Is(err, table.ErrExists) {
 			return Result{Registration: reg, QuotaFile: paths.QuotaFile(reg.ID),
@@ -189,7 +205,7 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 	// The scheduler sleeps on the doorbell: ring it so the new tenant gets its first grant now rather than at the
 	// next tick (the library holds the tenant's first launches until that grant arrives).
 	t.RingDoorbell()
-	res.Registration = reg
+	res.Registration, res.Phases = reg, ph
 	res.QuotaFile = paths.QuotaFile(reg.ID)
 	res.ContainerQuotaFile = paths.ContainerQuotaFile(reg.ID)
 	logrus.WithFields(logrus.Fields{"id": reg.ID, "slot": reg.Slot, "gpu": reg.GPU, "tier": q.Tier,

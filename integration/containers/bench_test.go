@@ -3,6 +3,7 @@ package containers
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,7 +114,9 @@ func buildUpstreamShim(b *testing.B, e *env) {
 // shims and runc inherit; the container's own processes go to the container's cgroup), plus ctr's own CPU time, 20
 // runs of each runtime interleaved. On a machine shared with other work the wall-clock medians of
 // BenchmarkStartLatency wander by ±100 ms between runs; CPU time does not, so this is the figure to compare there.
-// Skipped where the cpuacct hierarchy is not mounted.
+// DETSHARE_BENCH_PAIRS sets the runs of each (default 20; a random order every round), DETSHARE_BENCH_UPSTREAM=0
+// leaves out containerd's own shim (a build of it), DETSHARE_BENCH_REF_SHIM adds a reference build of the DetShare
+// shim (BenchmarkStartPaired). Skipped where the cpuacct hierarchy is not mounted.
 func BenchmarkStartCPU(b *testing.B) {
 	if setupErr != nil {
 		b.Fatalf("container test environment not available: %v", setupErr)
@@ -123,7 +126,10 @@ func BenchmarkStartCPU(b *testing.B) {
 	if _, err := os.Stat(filepath.Join(root, "cpuacct.usage")); err != nil {
 		b.Skipf("no cgroup v1 cpuacct hierarchy at %s: %v", root, err)
 	}
-	buildUpstreamShim(b, e)
+	upstream := os.Getenv("DETSHARE_BENCH_UPSTREAM") != "0"
+	if upstream {
+		buildUpstreamShim(b, e)
+	}
 	cg := filepath.Join(root, fmt.Sprintf("detshare-bench-%d", os.Getpid()))
 	if err := os.Mkdir(cg, 0o755); err != nil {
 		b.Fatalf("cpuacct group: %v", err)
@@ -158,13 +164,37 @@ func BenchmarkStartCPU(b *testing.B) {
 		{"detshare", []string{"--runtime", shimRuntime, "--env", "DETSHARE_TIER=burstable", "--env", "DETSHARE_SMS=16",
 			"--env", "DETSHARE_MEMORY=1GiB"}},
 		{"detshare-no-quota", []string{"--runtime", shimRuntime}},
-		{"upstream-go126", []string{"--runtime", "io.containerd.runcupstream.v1"}},
 	}
-	const runs = 20
+	if upstream {
+		kinds = append(kinds, struct {
+			name string
+			args []string
+		}{"upstream-go126", []string{"--runtime", "io.containerd.runcupstream.v1"}})
+	}
+	var shims *refShims
+	if ref := os.Getenv("DETSHARE_BENCH_REF_SHIM"); ref != "" { // as in BenchmarkStartPaired
+		var err error
+		if shims, err = newRefShims(e, ref); err != nil {
+			b.Fatal(err)
+		}
+		defer shims.restore()
+		kinds = append(kinds, struct {
+			name string
+			args []string
+		}{"reference", append([]string{"--runtime", shimRuntime}, detshareQuota...)})
+	}
+	runs := benchCount("DETSHARE_BENCH_PAIRS", 20)
+	order := rand.New(rand.NewSource(1))
 	for i := 0; i < b.N; i++ {
 		cpu := map[string][]float64{}
 		for r := 0; r < runs; r++ {
-			for _, k := range kinds {
+			for _, j := range order.Perm(len(kinds)) { // a random order every round, as in BenchmarkStartPaired
+				k := kinds[j]
+				if shims != nil {
+					if err := shims.use(k.name == "reference"); err != nil {
+						b.Fatal(err)
+					}
+				}
 				id := fmt.Sprintf("ds-cpu-%d-%d-%s", i, r, k.name)
 				args := append([]string{"--address", e.ctrSock, "--namespace", ctrNS, "run", "--rm"}, k.args...)
 				cmd := exec.Command(e.ctrBin, append(args, imageRef, id, "true")...)
@@ -181,7 +211,17 @@ func BenchmarkStartCPU(b *testing.B) {
 			b.ReportMetric(median(cpu[k.name]), k.name+"-cpu-ms")
 		}
 		b.ReportMetric(median(cpu["detshare"])-median(cpu["runc"]), "added-cpu-ms")
-		b.Logf("ctr run --rm true, CPU ms per start (containerd + shims + runc + ctr), median of %d: runc %.1f, detshare %.1f (added %.1f), detshare shim without a quota %.1f, containerd's runc shim rebuilt with this Go %.1f",
+		added := paired(cpu["runc"], cpu["detshare"])
+		b.ReportMetric(added.addedP50, "paired-added-cpu-ms")
+		b.Logf("CPU per start, paired by round: DetShare over runc P50 %.1f ms (95%% CI %.1f..%.1f); without a quota over runc %.1f ms",
+			added.addedP50, added.addedLo, added.addedHi, paired(cpu["runc"], cpu["detshare-no-quota"]).addedP50)
+		if len(cpu["reference"]) > 0 {
+			ref := paired(cpu["reference"], cpu["detshare"])
+			b.ReportMetric(ref.addedP50, "vs-ref-cpu-ms")
+			b.Logf("this shim minus the reference shim (DETSHARE_BENCH_REF_SHIM), CPU per start, paired: P50 %.1f ms (95%% CI %.1f..%.1f); reference over runc %.1f ms",
+				ref.addedP50, ref.addedLo, ref.addedHi, paired(cpu["runc"], cpu["reference"]).addedP50)
+		}
+		b.Logf("ctr run --rm true, CPU ms per start (containerd + shims + runc + ctr), median of %d: runc %.1f, detshare %.1f (added %.1f), detshare shim without a quota %.1f, containerd's runc shim rebuilt with this Go %.1f (0: not run)",
 			runs, median(cpu["runc"]), median(cpu["detshare"]), median(cpu["detshare"])-median(cpu["runc"]),
 			median(cpu["detshare-no-quota"]), median(cpu["upstream-go126"]))
 	}

@@ -199,7 +199,12 @@ func (e *env) startContainerd() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(e.ctrdBin, "--config", e.ctrCfg)
+	args := []string{"--config", e.ctrCfg}
+	if lvl := os.Getenv("DETSHARE_E2E_CONTAINERD_LOG_LEVEL"); lvl != "" {
+		// debug makes the DetShare shim log each start's phases (BenchmarkStartPaired collects them)
+		args = append(args, "--log-level", lvl)
+	}
+	cmd := exec.Command(e.ctrdBin, args...)
 	cmd.Env = e.daemonEnv
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if e.ctrd, err = testenv.StartDaemon(cmd); err != nil {

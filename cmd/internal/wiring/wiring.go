@@ -51,9 +51,10 @@ func Host(nvml func() ([]table.GPUInfo, error)) tenant.Registrar {
 
 // Devices is the GPU device source of the shim, the runc wrapper and `detshare cdi`: the simulated GPU's (a test
 // double) when the environment selects it at the time of the call, else the host's (NVIDIA's CDI spec, or the
-// driver's files, with hookPath's `detshare-hook ldcache` as the loader hook).
+// driver's files, with hookPath's `detshare-hook ldcache` as the loader hook; the edit generated from the driver's
+// files is kept in the run directory between starts, cdi.CacheFile).
 func Devices(hookPath string) cdi.Source {
-	return devices{host: cdi.Host{HookPath: hookPath}}
+	return devices{host: cdi.Host{HookPath: hookPath, CacheDir: table.RunDir("")}}
 }
 
 type devices struct{ host cdi.Host }

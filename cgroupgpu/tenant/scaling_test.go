@@ -1,0 +1,100 @@
+package tenant
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/detshare/detshare/cgroupgpu/placement"
+	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/internal/simgpu"
+	"github.com/detshare/detshare/internal/table"
+)
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// scalingSizes are the tenant counts of BenchmarkRegisterScaling (the n-th registration, n-1 already registered).
+var scalingSizes = []int{1, 16, 64, 128, 256}
+var _ = os.Getenv
+
+// BenchmarkRegisterScaling registers the n-th tenant as the shim and `detshare run` do (the container Registrar:
+// placement by the neighbours' measured profile, quota gpu=auto by default; admission; slot; client page; quota
+// files) while n-1 tenants are registered, for n from 1 to 256, and deregisters it again outside the timing. The
+// sizes take turns registration by registration (one run directory each, all set up first), so load on the machine
+// falls on every size alike; it reports each size's median and the ratio of the 256th to the 1st (issue 28:
+// registration must cost the same for the 256th tenant as for the 1st). gpus=1 is the common host; gpus=2 makes
+// placement choose between two GPUs.
+func BenchmarkRegisterScaling(b *testing.B) {
+	for _, gpus := range []int{1, 2} {
+		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) { benchRegisterScaling(b, gpus) })
+	}
+}
+
+func benchRegisterScaling(b *testing.B, gpus int) {
+	b.Setenv("DETSHARE_SIMGPU", "1")
+	b.Setenv("DETSHARE_SIMGPU_COUNT", fmt.Sprint(gpus))
+	b.Setenv("DETSHARE_SIMGPU_SMS", "132")
+	b.Setenv("DETSHARE_SIMGPU_MEM", fmt.Sprint(80<<30))
+	be := quota.Inputs{Annotations: map[string]string{"detshare.io/memory": "64MiB"}}.Resolve() // best-effort, gpu=auto
+	type size struct {
+		n   int
+		dir string
+		reg Registrar
+		ms  []float64
+	}
+	var sizes []*size
+	for _, n := range scalingSizes {
+		dir := filepath.Join(b.TempDir(), "run")
+		s := &size{n: n, dir: dir, reg: Registrar{DiscoverGPUs: simgpu.Discover, Placer: &placement.Placer{RunDir: dir}}}
+		for i := 1; i < n; i++ {
+			if _, err := s.reg.Register(context.Background(), dir, Request{ID: fmt.Sprint("tenant-", i), Quota: be,
+				OwnerPID: os.Getpid()}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sizes = append(sizes, s)
+	}
+	// A live leader, as on a host where the scheduler runs (its reaper reaps dead host tenants, not registration).
+	for _, s := range sizes {
+		t, err := table.Create(s.dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := t.SetLeader(os.Getpid()); err != nil {
+			b.Fatal(err)
+		}
+		t.Close()
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, s := range sizes {
+			t0 := time.Now()
+			if _, err := s.reg.Register(context.Background(), s.dir, Request{ID: "nth", Quota: be, OwnerPID: os.Getpid()}); err != nil {
+				b.Fatal(err)
+			}
+			s.ms = append(s.ms, float64(time.Since(t0).Nanoseconds())/1e6)
+			b.StopTimer()
+			if err := Deregister(s.dir, "nth"); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	first, last := median(sizes[0].ms), median(sizes[len(sizes)-1].ms)
+	for _, s := range sizes {
+		b.ReportMetric(median(s.ms), fmt.Sprintf("ms/reg-n%d", s.n))
+	}
+	b.ReportMetric(last/first, "ratio-256th/1st")
+}
