@@ -25,7 +25,7 @@ var runtimeEnv = map[string]bool{
 	"DETSHARE_DEVICE_PLUGIN_DIR": true, "DETSHARE_SHIM_LABELS": true, "DETSHARE_SIMULATED_GPU": true,
 	"DETSHARE_FORCE_REMOVE": true, "DETSHARE_HOST_ROOT": true, "DETSHARE_DEPS_YES": true,
 	"DETSHARE_MAX_WEIGHT": true, "DETSHARE_ALLOWED_ROLES": true, "DETSHARE_DRA_DEVICES": true, "DETSHARE_DEVICE_TAINTS": true,
-	"DETSHARE_DEVICE_PLUGIN_GPUS": true, "DETSHARE_DEVICE_PLUGIN_READY_FILE": true,
+	"DETSHARE_DEVICE_PLUGIN_GPUS": true, "DETSHARE_DEVICE_PLUGIN_READY_FILE": true, "DETSHARE_DEVICE_METADATA": true,
 	// set in the tenant by DetShare, read by libdetshare
 	"DETSHARE_QUOTA_FILE": true, "DETSHARE_TENANT": true, "DETSHARE_CLIENT_PAGE_SOCK": true, "DETSHARE_LOG": true,
 	"DETSHARE_STRICT_STREAMS": true, "DETSHARE_MPS_PRIORITY": true, "DETSHARE_REAL_LIBCUDA": true,
@@ -34,7 +34,7 @@ var runtimeEnv = map[string]bool{
 	// the test suites and benchmarks (`detshare run` passes the shell's environment on)
 	"DETSHARE_BIN": true, "DETSHARE_BUILD_DIR": true, "DETSHARE_K8S_CACHE": true, "DETSHARE_CONTAINERD_BIN": true,
 	"DETSHARE_TORCH_PYTHON": true, "DETSHARE_DAEMON_TEST_ROLE": true, "DETSHARE_LIB_DIR": true,
-	"DETSHARE_OLD_GLIBC_ROOT": true,
+	"DETSHARE_OLD_GLIBC_ROOT": true, "DETSHARE_K8S_VERSION": true,
 }
 
 // runtimeEnvPrefixes are families of such variables: the simulated GPU (a test double) and the test suites.
