@@ -65,7 +65,18 @@ type Tenants struct {
 	// on for the default run directory (/run/detshare, on the host's /run), off for any other. Needs registrars
 	// that may mount (root); see PageMountsFor.
 	PageMounts string `toml:"page_mounts"`
+	// MemoryOutside (MemoryOutsideKill or Report): what the scheduler does when the device memory NVML reports for
+	// a tenant's processes exceeds its memory quota plus the driver's context memory per process
+	// (view.ContextAllowance), i.e. when it allocated past the library (issue 27). kill: its largest such process is
+	// killed, one per housekeeping round, as a cgroup's OOM killer would; report: status, top and metrics only.
+	MemoryOutside string `toml:"memory_outside"`
 }
+
+// Values of tenants.memory_outside.
+const (
+	MemoryOutsideKill   = "kill"
+	MemoryOutsideReport = "report"
+)
 
 // Values of tenants.page_mounts.
 const (
@@ -168,7 +179,7 @@ func Default() Config {
 		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
 		Metrics: Metrics{Listen: ""},
 		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second},
-			PageMounts: PageMountsAuto},
+			PageMounts: PageMountsAuto, MemoryOutside: MemoryOutsideKill},
 	}
 }
 
@@ -238,6 +249,13 @@ func (c Config) Validate() error {
 	}
 	if _, err := table.ParseTier(c.Tenants.MaxTier); err != nil {
 		return fmt.Errorf("tenants.max_tier = %w", err)
+	}
+	switch c.Tenants.MemoryOutside {
+	case MemoryOutsideKill, MemoryOutsideReport:
+	default:
+		return fmt.Errorf("tenants.memory_outside = %q: allowed values are %q (kill the largest process of a tenant "+
+			"over its memory quota past the library) and %q (show it only)", c.Tenants.MemoryOutside,
+			MemoryOutsideKill, MemoryOutsideReport)
 	}
 	switch c.Tenants.PageMounts {
 	case PageMountsAuto, PageMountsOn, PageMountsOff:

@@ -67,6 +67,9 @@ func (s *Scheduler) housekeep(r *table.Reaper) {
 		logrus.WithFields(logrus.Fields{"id": fp.ID, "size_found": fp.Size, "mode": fp.Mode, "header": fp.Header}).
 			Warn("client page was damaged by its tenant; repaired")
 	}
+	if n := s.enforceMemoryOutside(); n > 0 {
+		s.stats.MemoryKills.Add(uint64(n))
+	}
 	ps, err := scanProcesses()
 	if err != nil {
 		logrus.WithError(err).Warn("scan of /proc failed; reaping slots only")

@@ -19,6 +19,7 @@ type Stats struct {
 	Passes        atomic.Uint64
 	GrantChanges  atomic.Uint64
 	Reaped        atomic.Uint64
+	MemoryKills   atomic.Uint64 // processes killed for memory past the library beyond their tenant's quota
 	TokenHandoffs atomic.Uint64
 	Reloads       atomic.Uint64
 	LastPassNs    atomic.Uint64
@@ -124,7 +125,7 @@ func (s *Scheduler) MetricsSource() metrics.Source {
 		}
 		c := &s.stats.Stats
 		ex := metrics.Extra{Passes: c.Passes.Load(), GrantChanges: c.GrantChanges.Load(),
-			Reaped: c.Reaped.Load(), TokenHandoffs: c.TokenHandoffs.Load(), Reloads: c.Reloads.Load(),
+			Reaped: c.Reaped.Load(), MemoryKills: c.MemoryKills.Load(), TokenHandoffs: c.TokenHandoffs.Load(), Reloads: c.Reloads.Load(),
 			LastPassSeconds: float64(c.LastPassNs.Load()) / 1e9, FailOpens: failopen.Count(s.opts.RunDir),
 			SLOViolations: map[string]uint64{}, Reasons: map[string]string{}}
 		for id, st := range s.stats.snapshot() {

@@ -23,7 +23,7 @@ import (
 
 // Extra are the counters only the scheduler process knows.
 type Extra struct {
-	Passes, GrantChanges, Reaped, TokenHandoffs, Reloads uint64
+	Passes, GrantChanges, Reaped, MemoryKills, TokenHandoffs, Reloads uint64
 	// FailOpens counts tenants that asked for DetShare and ran without it under [tenants] fail_open
 	// (<run dir>/fail-open.log, internal/failopen).
 	FailOpens       uint64
@@ -69,6 +69,7 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	nf("detshare_scheduler_passes_total", "counter", "decision passes").add(float64(ex.Passes))
 	nf("detshare_scheduler_grant_changes_total", "counter", "grants published").add(float64(ex.GrantChanges))
 	nf("detshare_scheduler_reaped_total", "counter", "dead processes, tenants and registrations cleaned up").add(float64(ex.Reaped))
+	nf("detshare_scheduler_memory_kills_total", "counter", "tenant processes killed because the tenant held device memory past the library beyond its quota (tenants.memory_outside = kill)").add(float64(ex.MemoryKills))
 	nf("detshare_scheduler_token_handoffs_total", "counter", "temporal tokens handed over").add(float64(ex.TokenHandoffs))
 	nf("detshare_scheduler_reloads_total", "counter", "configuration reloads (SIGHUP)").add(float64(ex.Reloads))
 	nf("detshare_fail_open_total", "counter", "tenants that asked for DetShare and ran without it (host policy fail_open)").add(float64(ex.FailOpens))
