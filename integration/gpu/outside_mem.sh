@@ -9,6 +9,9 @@
 #      resolved past the library (rawalloc): "outside" grows by about 2 GiB, the library's figure does not
 #   C. a third process, a child of the tenant's `detshare run` started without the library (LD_PRELOAD emptied), holds
 #      1 GiB: "outside" grows by about 1 GiB more; the status text says "OUTSIDE the library"; the metrics agree
+#   D. a fourth process takes 3.5 GiB past the library: the tenant now holds more than its 4 GiB quota plus 768 MiB of
+#      context memory per process, and the scheduler kills its largest process (D) within a few reaper rounds
+#      (tenants.memory_outside = kill, the default), logging it; A, B and C keep running
 # Before issue 27's item 2 status showed 1.0G used and nothing else. OUTDIR/summary.txt has one line per check, "ok"
 # or "FAIL", and the measured figures; OUTDIR/status-*.json the snapshots; nvidia-smi's per-process view beside them.
 #   bash integration/gpu/outside_mem.sh /tmp/om     (repository root; build/ built on a Go machine and carried)
@@ -69,7 +72,7 @@ cleanup() {
 }
 trap cleanup EXIT
 sleep 3
-mkfifo "$RUN/owner.in" "$RUN/hon.in" "$RUN/byp.in"
+mkfifo "$RUN/owner.in" "$RUN/hon.in" "$RUN/byp.in" "$RUN/d.in"
 # The tenant lives as long as its owner's command: a shell that, on "go", starts C's process without the library.
 $DS run --memory 4Gi --name om -- sh -c "read go; LD_PRELOAD= exec $PROBE init alloc:1073741824 hold" \
   <"$RUN/owner.in" >"$out/C.out" 2>&1 &
@@ -125,6 +128,24 @@ if command -v curl >/dev/null; then
   check "C metrics export the outside figure" yes "$([ -n "$M" ] && echo yes || echo no)"
 fi
 cat "$out/status-C.txt" >>"$out/outside_mem.log"
+
+log "D. a fourth process takes 3.5 GiB past the library: the tenant is past its quota plus 768 MiB per process"
+timeout -k 5 60 "$DS" run --join om -- "$PROBE" init rawalloc:3758096384 hold <"$RUN/d.in" >"$out/D.out" 2>&1 &
+DPID=$!
+exec 6>"$RUN/d.in"
+wait_for "$out/D.out" holding
+check "D 3.5 GiB past the library" 0 "$(rc D rawalloc:3758096384)"
+for _ in $(seq 50); do kill -0 $DPID 2>/dev/null || break; sleep 0.1; done
+if kill -0 $DPID 2>/dev/null; then
+  check "D killed by the scheduler within 5 s (tenants.memory_outside = kill)" yes no
+else
+  wait $DPID; DRC=$?
+  check "D killed by the scheduler within 5 s (tenants.memory_outside = kill)" yes yes
+  figure "D exit status $DRC; $(grep -c 'its largest process killed' "$out/sched.log") kill(s) logged"
+fi
+check "the scheduler logged the kill" yes "$(grep -q 'its largest process killed' "$out/sched.log" && echo yes || echo no)"
+check "B, C and the honest A still run" yes "$(kill -0 $HON $BYP $OWNER 2>/dev/null && echo yes || echo no)"
+exec 6>&-
 
 exec 7>&- 8>&- 9>&-
 wait $HON $BYP 2>/dev/null
