@@ -310,7 +310,10 @@ class SchedWatch(threading.Thread):
                 snap = None
             if snap is None:
                 self.error = r.stdout + r.stderr
-            elif self.tenants <= set(tn.get("id") for tn in snap.get("tenants") or []):
+            elif self.tenants <= set(tn.get("id") for tn in snap.get("tenants") or []
+                                     if tn.get("grant_mode") not in (None, "", "none")):
+                # every tenant present and decided: a look between a registration and the scheduler's first
+                # decision for it (grant mode none) says nothing about the run (a loaded CI machine took one)
                 self.last = snap
                 with open(self.path + ".tmp", "w") as f:
                     json.dump(snap, f, indent=1)
