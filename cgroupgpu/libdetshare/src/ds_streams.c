@@ -890,8 +890,8 @@ static void relearn(struct lstream *ls) {
 /* A capture is about to begin on s: its logical stream is made (and learnt) while s is not capturing yet. */
 void ds_streams_before_capture(CUstream s, int per_thread) {
     CUstream app = app_handle(s, per_thread);
-    if (app != CU_STREAM_LEGACY && !lstream_find(app))
-        (void)lstream_get(app);
+    if (app != CU_STREAM_LEGACY)
+        (void)lstream_get(app); /* found, or made and learnt */
 }
 
 /* A capture ended (or was invalidated). The edges made while it ran between a capturing stream and a physical stream
