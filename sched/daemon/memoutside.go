@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"sort"
 
 	"github.com/sirupsen/logrus"
@@ -27,67 +26,45 @@ var killProcess = func(pidfd int) error { return unix.PidfdSendSignal(pidfd, uni
 type overQuota struct {
 	id           string
 	limit, total uint64
-	procs        []procMem
-}
-
-type procMem struct {
-	pid   int
-	bytes uint64
+	procs        []view.ProcMem
 }
 
 // tenantsOverQuota reads every GPU's per-process memory once and returns the tenants with a memory quota whose
 // processes hold more than it plus ContextAllowance each.
 func tenantsOverQuota(t *table.Table, read func(int) (map[int]uint64, error)) ([]overQuota, *table.Attributor, error) {
 	regs := t.List()
-	limits, gpus := map[string]uint64{}, map[int]bool{}
+	limits, gpuSet := map[string]uint64{}, map[int]bool{}
 	for _, r := range regs {
 		if r.MemLimit > 0 {
 			limits[r.ID] = r.MemLimit
-			gpus[r.GPU] = true
+			gpuSet[r.GPU] = true
 		}
 	}
 	if len(limits) == 0 {
 		return nil, nil, nil
 	}
-	// NVML first: the attributor opens every client page, so it is made only when some process holds memory
-	var errs []error
-	var mems []map[int]uint64
-	for g := range gpus {
-		mem, err := read(g)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if len(mem) > 0 {
-			mems = append(mems, mem)
-		}
+	gpus := make([]int, 0, len(gpuSet))
+	for g := range gpuSet {
+		gpus = append(gpus, g)
 	}
-	if len(mems) == 0 {
-		return nil, nil, errors.Join(errs...)
-	}
-	attr := t.NewAttributor(regs, nil)
-	per := map[string][]procMem{}
-	for _, mem := range mems {
-		for pid, b := range mem {
-			if id, ok := attr.Tenant(pid); ok && limits[id] > 0 {
-				per[id] = append(per[id], procMem{pid, b})
-			}
-		}
-	}
+	per, _, attr, err := view.TenantProcesses(t, regs, gpus, read)
 	var over []overQuota
 	for id, ps := range per {
+		if limits[id] == 0 {
+			continue
+		}
 		var total uint64
 		for _, p := range ps {
-			total += p.bytes
+			total += p.Bytes
 		}
 		if total <= limits[id]+uint64(len(ps))*view.ContextAllowance {
 			continue
 		}
-		sort.Slice(ps, func(i, j int) bool { return ps[i].bytes > ps[j].bytes })
+		sort.Slice(ps, func(i, j int) bool { return ps[i].Bytes > ps[j].Bytes })
 		over = append(over, overQuota{id: id, limit: limits[id], total: total, procs: ps})
 	}
 	sort.Slice(over, func(i, j int) bool { return over[i].id < over[j].id })
-	return over, attr, errors.Join(errs...)
+	return over, attr, err
 }
 
 // enforceMemoryOutside is the reaper's memory round; it returns how many processes it killed.
@@ -104,17 +81,17 @@ func (s *Scheduler) enforceMemoryOutside() int {
 	killed := 0
 	for _, o := range over {
 		p := o.procs[0]
-		f := logrus.Fields{"id": o.id, "pid": p.pid, "held": p.bytes, "tenant_total": o.total, "quota": o.limit}
+		f := logrus.Fields{"id": o.id, "pid": p.PID, "held": p.Bytes, "tenant_total": o.total, "quota": o.limit}
 		if mode != config.MemoryOutsideKill {
 			logrus.WithFields(f).Warn("tenant holds device memory past the library beyond its quota (memory_outside = report)")
 			continue
 		}
-		fd, err := unix.PidfdOpen(p.pid, 0)
+		fd, err := unix.PidfdOpen(p.PID, 0)
 		if err != nil {
 			continue // gone already
 		}
 		// attributed again with the pidfd held: the PID cannot be reused for another process until it is closed
-		if id, ok := attr.Tenant(p.pid); !ok || id != o.id {
+		if id, ok := attr.Tenant(p.PID); !ok || id != o.id {
 			unix.Close(fd)
 			continue
 		}

@@ -327,26 +327,15 @@ func GPUMemory(s *Snapshot, t *table.Table, read func(gpu int) (map[int]uint64, 
 	if read == nil || len(s.Tenants) == 0 {
 		return nil
 	}
-	var attr *table.Attributor
-	used := map[string]uint64{}
-	procs := map[string]uint64{}
-	known := map[int]bool{}
-	var errs []error
+	gpus := make([]int, 0, len(s.GPUs))
 	for _, g := range s.GPUs {
-		mem, err := read(g.Index)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		known[g.Index] = true
-		if len(mem) > 0 && attr == nil {
-			attr = t.NewAttributor(t.List(), nil)
-		}
-		for pid, b := range mem {
-			if id, ok := attr.Tenant(pid); ok {
-				used[id] += b
-				procs[id]++
-			}
+		gpus = append(gpus, g.Index)
+	}
+	procs, known, _, err := TenantProcesses(t, t.List(), gpus, read)
+	used := map[string]uint64{}
+	for id, ps := range procs {
+		for _, p := range ps {
+			used[id] += p.Bytes
 		}
 	}
 	for i := range s.Tenants {
@@ -358,7 +347,40 @@ func GPUMemory(s *Snapshot, t *table.Table, read func(gpu int) (map[int]uint64, 
 		if v.MemGPU > v.MemUsed {
 			v.MemOutside = v.MemGPU - v.MemUsed
 		}
-		v.MemOutsideFlagged = v.MemOutside > procs[v.ID]*ContextAllowance
+		v.MemOutsideFlagged = v.MemOutside > uint64(len(procs[v.ID]))*ContextAllowance
 	}
-	return errors.Join(errs...)
+	return err
+}
+
+// ProcMem is one process's device memory, as NVML reports it.
+type ProcMem struct {
+	PID   int
+	Bytes uint64
+}
+
+// TenantProcesses reads the per-process device memory of each GPU in gpus once (read: host PID -> bytes) and
+// attributes every process to a tenant of regs by what the kernel says of it (table.Attributor), never by what a
+// tenant wrote. known holds the GPUs read; attr is nil when no GPU listed a process (the attributor opens every
+// client page, so it is made only then). A GPU that cannot be read is left out and its error returned.
+func TenantProcesses(t *table.Table, regs []table.Registration, gpus []int,
+	read func(gpu int) (map[int]uint64, error)) (procs map[string][]ProcMem, known map[int]bool, attr *table.Attributor, err error) {
+	procs, known = map[string][]ProcMem{}, map[int]bool{}
+	var errs []error
+	for _, g := range gpus {
+		mem, rerr := read(g)
+		if rerr != nil {
+			errs = append(errs, rerr)
+			continue
+		}
+		known[g] = true
+		if len(mem) > 0 && attr == nil {
+			attr = t.NewAttributor(regs, nil)
+		}
+		for pid, b := range mem {
+			if id, ok := attr.Tenant(pid); ok {
+				procs[id] = append(procs[id], ProcMem{pid, b})
+			}
+		}
+	}
+	return procs, known, attr, errors.Join(errs...)
 }
