@@ -14,17 +14,8 @@
 # FC_SIM=1 runs the same on the simulated GPU (a test double), to check the script without a GPU.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/lib.sh" # check, rc
-repo=$(cd "$here/../.." && pwd)
-out=${1:?usage: failclosed.sh OUTDIR}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-cd "$repo"
-DS=$repo/build/bin/detshare
-PROBE=$repo/build/tests/ds_probe_rt
-for f in "$DS" "$PROBE"; do
-  [ -x "$f" ] || { echo "failclosed.sh: $f missing: run 'make build' on a Go machine and carry build/" >&2; exit 2; }
-done
+. "$here/lib.sh" # probe_script, check, rc
+probe_script failclosed.sh "${1:-}"
 RUN=$(mktemp -d /tmp/detshare-fc.XXXX)
 export DETSHARE_RUN_DIR=$RUN
 if [ "${FC_SIM:-0}" = 1 ]; then

@@ -34,3 +34,22 @@ check() {
 
 # rc NAME STEP: the rc= the probe printed for STEP in $out/NAME.out (its last such line).
 rc() { sed -n "s/^$2 rc=\([0-9-]*\).*/\1/p" "$out/$1.out" | tail -1; }
+
+# probe_script NAME OUTDIR: the start of a script that drives libdetshare's probe (build/tests/ds_probe_rt) under
+# the real `detshare`: sets out (OUTDIR, made and absolute), repo, DS and PROBE and enters the repository; exits 1
+# without OUTDIR and 2 when a build is missing, saying what to do.
+probe_script() {
+  local name=$1
+  [ -n "${2:-}" ] || { echo "usage: $name OUTDIR" >&2; exit 1; }
+  out=$2
+  mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+  repo=$(cd "$here/../.." && pwd)
+  cd "$repo" || exit 2
+  DS=$repo/build/bin/detshare
+  PROBE=$repo/build/tests/ds_probe_rt
+  local f
+  for f in "$DS" "$PROBE"; do
+    [ -x "$f" ] || { echo "$name: $f missing: run 'make build' on a Go machine and carry build/" >&2; exit 2; }
+  done
+}

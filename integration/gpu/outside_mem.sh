@@ -18,17 +18,8 @@
 # OM_SIM=1 runs the same on the simulated GPU and its NVML double (test doubles), to check the script without a GPU.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/lib.sh" # check, rc
-repo=$(cd "$here/../.." && pwd)
-out=${1:?usage: outside_mem.sh OUTDIR}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-cd "$repo"
-DS=$repo/build/bin/detshare
-PROBE=$repo/build/tests/ds_probe_rt
-for f in "$DS" "$PROBE"; do
-  [ -x "$f" ] || { echo "outside_mem.sh: $f missing: run 'make build' on a Go machine and carry build/" >&2; exit 2; }
-done
+. "$here/lib.sh" # probe_script, check, rc
+probe_script outside_mem.sh "${1:-}"
 RUN=$(mktemp -d /tmp/detshare-om.XXXX)
 export DETSHARE_RUN_DIR=$RUN
 PORT=${OM_METRICS_PORT:-19464}
