@@ -6,7 +6,6 @@ package shimv2
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v2"
-	containersapi "github.com/containerd/containerd/api/services/containers/v1"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/pkg/shutdown"
 	"github.com/containerd/containerd/plugin"
@@ -25,9 +23,7 @@ import (
 	"github.com/containerd/containerd/runtime/v2/shim"
 	"github.com/containerd/ttrpc"
 	"github.com/sirupsen/logrus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
@@ -330,24 +326,4 @@ func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 		}
 	}
 	return resp, err
-}
-
-// ContainerdLabels reads a container's labels from containerd's containers API at address (the shim's -address).
-func ContainerdLabels(address, namespace string) LabelFunc {
-	return func(ctx context.Context, id string) (map[string]string, error) {
-		if address == "" {
-			return nil, errors.New("no containerd address given to the shim")
-		}
-		conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, fmt.Errorf("connect to containerd at %s: %w", address, err)
-		}
-		defer conn.Close()
-		ctx = namespaces.WithNamespace(ctx, namespace)
-		resp, err := containersapi.NewContainersClient(conn).Get(ctx, &containersapi.GetContainerRequest{ID: id})
-		if err != nil {
-			return nil, fmt.Errorf("get container %s from containerd: %w", id, err)
-		}
-		return resp.Container.Labels, nil
-	}
 }

@@ -1,5 +1,10 @@
 // Command containerd-shim-detshare-v1 is DetShare's containerd shim (runtime type io.containerd.detshare.v1): the
 // runc shim with DetShare's Create/Delete (package shimv2).
+//
+// Unlike containerd's containerd-shim-runc-v2 it does not link containerd 1.7's pause sandbox plugin (a stub of the
+// sandbox API that no containerd release uses by default; its generated code pulls in grpc-go, net/http and
+// crypto/tls): containerd runs this binary three times per container, and each run pays for every package linked
+// (TestShimLinksNoGRPCClientOrHTTP).
 package main
 
 import (
@@ -8,7 +13,6 @@ import (
 	"io"
 	"os"
 
-	_ "github.com/containerd/containerd/runtime/v2/runc/pause"
 	"github.com/containerd/containerd/runtime/v2/shim"
 
 	"github.com/detshare/detshare/cmd/detshare/version"
