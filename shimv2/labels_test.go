@@ -134,3 +134,46 @@ func TestDecodeLabelsTruncated(t *testing.T) {
 		t.Fatal("empty response decoded")
 	}
 }
+
+// PrefetchAtStart starts the lookup only for the long-lived shim's command line (no start/delete action, not -v),
+// outside CRI's namespace and with labels on, for the container and namespace of that command line.
+func TestPrefetchAtStart(t *testing.T) {
+	srv := &containersServer{byNS: map[string]map[string]*containersapi.Container{
+		"default": {"c1": {ID: "c1", Labels: map[string]string{"detshare.io/tier": "burstable"}}},
+	}}
+	sock := serveContainers(t, srv)
+	t.Cleanup(func() { earlyPrefetch.Store(nil) })
+	for _, tc := range []struct {
+		args   []string
+		labels string // DETSHARE_SHIM_LABELS
+		want   bool
+	}{
+		{[]string{"-namespace", "default", "-id", "c1", "-address", sock, "-debug"}, "", true},
+		{[]string{"-namespace=default", "--id=c1", "-address", sock}, "", true},
+		{[]string{"-namespace", "default", "-address", sock, "-publish-binary", "/usr/bin/containerd", "-id", "c1", "start"}, "", false},
+		{[]string{"-namespace", "default", "-address", sock, "-id", "c1", "-bundle", "/b", "delete"}, "", false},
+		{[]string{"-namespace", CRINamespace, "-id", "c1", "-address", sock}, "", false},
+		{[]string{"-namespace", "default", "-id", "c1", "-address", sock}, "0", false},
+		{[]string{"-v"}, "", false},
+		{[]string{"-namespace", "default", "-id", "c1", "-address", sock, "-unknown-flag"}, "", false},
+	} {
+		earlyPrefetch.Store(nil)
+		t.Setenv(EnvLabels, tc.labels)
+		PrefetchAtStart(tc.args)
+		p := earlyPrefetch.Load()
+		if (p != nil) != tc.want {
+			t.Fatalf("%v (labels %q): prefetch started %v, want %v", tc.args, tc.labels, p != nil, tc.want)
+		}
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%v: prefetch did not finish", tc.args)
+		}
+		if p.id != "c1" || p.err != nil || p.labels["detshare.io/tier"] != "burstable" {
+			t.Fatalf("%v: prefetch %+v, want c1's labels from namespace default", tc.args, p)
+		}
+	}
+}

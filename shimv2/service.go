@@ -8,10 +8,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -76,8 +78,12 @@ func RegisterPlugin(reg tenant.Registrar, devices func(hookPath string) cdi.Sour
 			s := New(inner, cfg, labels)
 			// Outside CRI (its namespace; CRI containers carry annotations and are never looked up) a shim serves
 			// the one container whose ID it was started with: read its labels while containerd is still on its
-			// way to Create.
-			if f := flag.Lookup("id"); f != nil && ns != CRINamespace {
+			// way to Create. main started that lookup already (PrefetchAtStart) unless labels are off.
+			if p := earlyPrefetch.Load(); p != nil && labels != nil {
+				s.mu.Lock()
+				s.prefetch = p
+				s.mu.Unlock()
+			} else if f := flag.Lookup("id"); f != nil && ns != CRINamespace {
 				s.PrefetchLabels(f.Value.String())
 			}
 			return s, nil
@@ -121,19 +127,51 @@ func (s *Service) PrefetchLabels(id string) {
 	if s.labels == nil || id == "" {
 		return
 	}
-	p := &labelPrefetch{id: id, done: make(chan struct{})}
+	p := startPrefetch(s.labels, id)
 	s.mu.Lock()
 	s.prefetch = p
 	s.mu.Unlock()
+}
+
+// earlyPrefetch is the label lookup PrefetchAtStart started (nil: none).
+var earlyPrefetch atomic.Pointer[labelPrefetch]
+
+// PrefetchAtStart starts the label lookup of the container a long-lived shim is started for, from the shim's
+// command line (args without the program name), before containerd's shim library sets the shim up: the ~5 ms of
+// that setup then overlap the lookup (issue 28). It does nothing for the binary's start and delete actions, in
+// CRI's namespace, without an ID or address, or with DETSHARE_SHIM_LABELS=0. The task service adopts the lookup
+// (RegisterPlugin); Create uses it only for that ID.
+func PrefetchAtStart(args []string) {
+	fs := flag.NewFlagSet("shim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Bool("debug", false, "")
+	version := fs.Bool("v", false, "")
+	ns := fs.String("namespace", "", "")
+	id := fs.String("id", "", "")
+	fs.String("socket", "", "")
+	fs.String("bundle", "", "")
+	address := fs.String("address", "", "")
+	fs.String("publish-binary", "", "")
+	if fs.Parse(args) != nil || fs.NArg() > 0 || *version || *id == "" || *address == "" || *ns == "" ||
+		*ns == CRINamespace || os.Getenv(EnvLabels) == "0" {
+		return
+	}
+	earlyPrefetch.Store(startPrefetch(ContainerdLabels(*address, *ns), *id))
+}
+
+// startPrefetch starts looking up id's labels with labels.
+func startPrefetch(labels LabelFunc, id string) *labelPrefetch {
+	p := &labelPrefetch{id: id, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		ctx, cancel := context.WithTimeout(context.Background(), LabelPrefetchTimeout)
 		defer cancel()
 		t0 := time.Now()
-		p.labels, p.err = s.labels(ctx, id)
+		p.labels, p.err = labels(ctx, id)
 		logrus.WithError(p.err).WithFields(logrus.Fields{"id": id,
 			"ms": float64(time.Since(t0).Microseconds()) / 1000}).Debug("container labels prefetched")
 	}()
+	return p
 }
 
 // containerLabels returns container id's labels: the prefetched ones when they were read for id, else a lookup.

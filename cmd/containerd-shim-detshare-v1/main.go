@@ -59,6 +59,7 @@ func main() {
 		return
 	}
 	// Registration starts the host scheduler on demand (sched/ensure) and stays free of NVML (cmd/internal/wiring).
+	shimv2.PrefetchAtStart(os.Args[1:])
 	shimv2.RegisterPlugin(wiring.Container(), wiring.Devices)
 	shim.RunManager(context.Background(), shimv2.NewManager())
 }
