@@ -171,18 +171,16 @@ func BenchmarkStartCPU(b *testing.B) {
 			args []string
 		}{"upstream-go126", []string{"--runtime", "io.containerd.runcupstream.v1"}})
 	}
-	var shims *refShims
 	if ref := os.Getenv("DETSHARE_BENCH_REF_SHIM"); ref != "" { // as in BenchmarkStartPaired
-		var err error
-		if shims, err = newRefShims(e, ref); err != nil {
+		if err := installRefShim(e, ref); err != nil {
 			b.Fatal(err)
 		}
-		defer shims.restore()
 		kinds = append(kinds, struct {
 			name string
 			args []string
-		}{"reference", append([]string{"--runtime", shimRuntime}, detshareQuota...)})
+		}{"reference", append([]string{"--runtime", refRuntime}, detshareQuota...)})
 	}
+	evictShims(b, e)
 	runs := benchCount("DETSHARE_BENCH_PAIRS", 20)
 	order := rand.New(rand.NewSource(1))
 	for i := 0; i < b.N; i++ {
@@ -190,11 +188,6 @@ func BenchmarkStartCPU(b *testing.B) {
 		for r := 0; r < runs; r++ {
 			for _, j := range order.Perm(len(kinds)) { // a random order every round, as in BenchmarkStartPaired
 				k := kinds[j]
-				if shims != nil {
-					if err := shims.use(k.name == "reference"); err != nil {
-						b.Fatal(err)
-					}
-				}
 				id := fmt.Sprintf("ds-cpu-%d-%d-%s", i, r, k.name)
 				args := append([]string{"--address", e.ctrSock, "--namespace", ctrNS, "run", "--rm"}, k.args...)
 				cmd := exec.Command(e.ctrBin, append(args, imageRef, id, "true")...)

@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -29,8 +31,7 @@ import (
 //
 // DETSHARE_BENCH_PAIRS (default 50) sets the pairs, DETSHARE_BENCH_ROUNDS (default 5) the concurrent rounds;
 // DETSHARE_BENCH_REF_SHIM names another build of the shim (e.g. main's) that BenchmarkStartPaired adds as a fourth
-// runtime (the binary swapped in place before each of its starts), so a change is measured against it in the same
-// run. With
+// runtime (under its own runtime name, refRuntime), so a change is measured against it in the same run. With
 // DETSHARE_E2E_CONTAINERD_LOG_LEVEL=debug the DetShare shim logs each start's phases, and BenchmarkStartPaired
 // reports their medians (the debug log costs both runtimes alike).
 
@@ -53,43 +54,66 @@ const (
 	startReference // DETSHARE_BENCH_REF_SHIM: another build of the shim (main, to compare), with the quota
 )
 
-// refShims swaps the DetShare shim binary between this build and a reference build (DETSHARE_BENCH_REF_SHIM)
-// before each start, under the same runtime name and path, so that containerd treats both alike: containerd
-// executes the binary anew for every container, and a running shim keeps the file it was started from.
-type refShims struct{ dir, ours, ref string }
+// refRuntime is the runtime name a reference build of the shim (DETSHARE_BENCH_REF_SHIM) runs under: containerd
+// executes containerd-shim-detshareref-v1 for it, a copy of that build beside this build's shim. Both runtimes are
+// then started alike, each from its own file (an earlier method swapped the reference binary into this build's
+// place before each of its starts, and an A/A run showed it biased by ~46 ms of CPU per start).
+const refRuntime = "io.containerd.detshareref.v1"
 
-func newRefShims(e *env, refPath string) (*refShims, error) {
-	live := filepath.Join(e.bin, "containerd-shim-detshare-v1")
-	r := &refShims{dir: e.bin, ours: filepath.Join(e.bin, ".shim-ours"), ref: filepath.Join(e.bin, ".shim-ref")}
+// installRefShim copies the reference build to the binary name of refRuntime in the engines' PATH.
+func installRefShim(e *env, refPath string) error {
 	data, err := os.ReadFile(refPath)
 	if err == nil {
-		err = os.WriteFile(r.ref, data, 0o755)
-	}
-	if err == nil {
-		err = os.Link(live, r.ours)
+		err = os.WriteFile(filepath.Join(e.bin, "containerd-shim-detshareref-v1"), data, 0o755)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reference shim %s: %w", refPath, err)
+		return fmt.Errorf("reference shim %s: %w", refPath, err)
 	}
-	return r, nil
+	return nil
 }
 
-// use puts this build's shim (ref false) or the reference's in place.
-func (r *refShims) use(ref bool) error {
-	src := r.ours
-	if ref {
-		src = r.ref
+// evictShims drops the shim binaries of every runtime compared (this build's, the reference's, the runc shim the
+// daemon finds on its PATH) from the page cache, so that each is read from disk by its first start, as on a host
+// after boot. How a binary came into the page cache changes what every later start of it costs: a file written
+// with one write (os.WriteFile, how the reference shim was copied) takes ~15% fewer page faults per process start
+// than the same bytes written by the Go linker, with `cp` or read back from disk, ~3 ms less per shim process here,
+// and containerd starts the shim binary three times per container (BENCHMARKS.md, issue 28, 2026-11-27: the cause
+// of the earlier reference-swap bias). Without eviction the runtimes would be compared in different states.
+func evictShims(b *testing.B, e *env) {
+	paths := []string{filepath.Join(e.bin, "containerd-shim-detshare-v1"), filepath.Join(e.bin, "containerd-shim-detshareref-v1")}
+	for _, d := range filepath.SplitList(envValue(e.daemonEnv, "PATH")) {
+		if p := filepath.Join(d, "containerd-shim-runc-v2"); fileSize(p) > 0 {
+			paths = append(paths, p)
+			break
+		}
 	}
-	tmp := filepath.Join(r.dir, ".shim-swap")
-	os.Remove(tmp)
-	if err := os.Link(src, tmp); err != nil {
-		return err
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			if err = f.Sync(); err == nil {
+				err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+			}
+			f.Close()
+		}
+		if err != nil {
+			b.Fatalf("evict %s from the page cache: %v", p, err)
+		}
 	}
-	return os.Rename(tmp, filepath.Join(r.dir, "containerd-shim-detshare-v1"))
 }
 
-// restore leaves this build's shim in place.
-func (r *refShims) restore() { _ = r.use(false) }
+// envValue is the value of key in env (KEY=value entries; the last one counts).
+func envValue(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}
 
 // concurrentQuota is the quota of BenchmarkStartConcurrent's DetShare starts: best-effort (20 guarantees of 16 SMs
 // would not all be admitted on the simulated GPU), with a memory quota.
@@ -111,8 +135,8 @@ func ctrStartWith(e *env, kind int, id string) (float64, error) {
 		args = []string{"run", "--rm", "--runtime", shimRuntime}
 	case startDetShare:
 		args = append([]string{"run", "--rm", "--runtime", shimRuntime}, detshareQuota...)
-	case startReference: // the reference build, put in place by refShims.use
-		args = append([]string{"run", "--rm", "--runtime", shimRuntime}, detshareQuota...)
+	case startReference: // the reference build (installRefShim)
+		args = append([]string{"run", "--rm", "--runtime", refRuntime}, detshareQuota...)
 	}
 	return ctrRun(e, args, id)
 }
@@ -195,15 +219,13 @@ func BenchmarkStartPaired(b *testing.B) {
 	pairs := benchCount("DETSHARE_BENCH_PAIRS", 50)
 	logPath := filepath.Join(e.dir, "containerd.log")
 	kinds := 3
-	var shims *refShims
 	if ref := os.Getenv("DETSHARE_BENCH_REF_SHIM"); ref != "" {
-		var err error
-		if shims, err = newRefShims(e, ref); err != nil {
+		if err := installRefShim(e, ref); err != nil {
 			b.Fatal(err)
 		}
-		defer shims.restore()
 		kinds = 4
 	}
+	evictShims(b, e)
 	order := rand.New(rand.NewSource(1))
 	for i := 0; i < b.N; i++ {
 		// one start of each first: the scheduler is started by the first registration, images are paged in
@@ -218,11 +240,6 @@ func BenchmarkStartPaired(b *testing.B) {
 			// A new random order every round: each runtime follows each other one alike (what the previous start
 			// leaves running, a shim exiting, falls on all of them).
 			for _, kind := range order.Perm(kinds) {
-				if shims != nil {
-					if err := shims.use(kind == startReference); err != nil {
-						b.Fatal(err)
-					}
-				}
 				v, err := ctrStartWith(e, kind, fmt.Sprintf("ds-pair-%d-%d-%d", i, r, kind))
 				if err != nil {
 					b.Fatal(err)
@@ -270,7 +287,10 @@ func fileSize(p string) int64 {
 	return st.Size()
 }
 
-var phaseField = regexp.MustCompile(`\b([a-z_]+_ms)=([0-9.]+)`)
+var (
+	phaseField = regexp.MustCompile(`\b([a-z_]+_ms)=([0-9.]+)`)
+	phaseID    = regexp.MustCompile(`\bid="?([^" ]+)`)
+)
 
 // shimPhases collects the fields of the shim's "detshare create phases" debug lines written to the containerd log
 // at path after offset from.
@@ -283,6 +303,9 @@ func shimPhases(path string, from int64) map[string][]float64 {
 	for _, line := range strings.Split(string(data[from:]), "\n") {
 		if !strings.Contains(line, "detshare create phases") {
 			continue
+		}
+		if m := phaseID.FindStringSubmatch(line); m != nil && strings.HasSuffix(m[1], fmt.Sprintf("-%d", startReference)) {
+			continue // the reference build's starts
 		}
 		for _, m := range phaseField.FindAllStringSubmatch(line, -1) {
 			if v, err := strconv.ParseFloat(m[2], 64); err == nil {
@@ -323,6 +346,7 @@ func BenchmarkStartConcurrent(b *testing.B) {
 		}
 		return ms, nil
 	}
+	evictShims(b, e)
 	for i := 0; i < b.N; i++ {
 		if _, err := batch(fmt.Sprintf("%d-warm", i), true); err != nil {
 			b.Fatal(err)
@@ -426,6 +450,7 @@ func BenchmarkCRIStartPaired(b *testing.B) {
 		}
 		return pod, float64(time.Since(t1).Microseconds()) / 1000, nil
 	}
+	evictShims(b, e)
 	for i := 0; i < b.N; i++ {
 		for _, h := range []string{"runc", "detshare"} {
 			if _, _, err := start(h, fmt.Sprintf("ds-cri-warm-%d-%s", i, h)); err != nil {
