@@ -7,8 +7,8 @@ import (
 	"github.com/containerd/containerd/runtime/v2/shim"
 	"github.com/sirupsen/logrus"
 
-	"github.com/detshare/detshare/cgroupgpu/tenant"
 	"github.com/detshare/detshare/hook"
+	"github.com/detshare/detshare/internal/table"
 )
 
 // Manager is the runc shim manager with deregistration added to Stop. containerd runs Stop (the shim binary's
@@ -17,20 +17,20 @@ import (
 // container).
 type Manager struct {
 	shim.Manager
-	cfg hook.Config
+	runDir string
 }
 
-// NewManager returns the manager for RuntimeName.
+// NewManager returns the manager for RuntimeName. Stop only deregisters, which needs the run directory alone: the
+// binary's start and delete actions (two of its three executions per container) read no host configuration.
 func NewManager() *Manager {
-	// Stop only deregisters: no Registrar is needed.
-	return &Manager{Manager: manager.NewShimManager(RuntimeName), cfg: hook.ConfigFromEnv(tenant.Registrar{})}
+	return &Manager{Manager: manager.NewShimManager(RuntimeName), runDir: table.RunDir("")}
 }
 
 // Stop delegates, then deregisters id (a no-op for containers that were never registered).
 func (m *Manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 	st, err := m.Manager.Stop(ctx, id)
 	if err == nil {
-		if derr := hook.Poststop(m.cfg, id); derr != nil {
+		if derr := hook.Poststop(hook.Config{RunDir: m.runDir}, id); derr != nil {
 			logrus.WithError(derr).WithField("id", id).Warn("deregistration at shim delete failed")
 		}
 	}
