@@ -120,8 +120,8 @@ type labelPrefetch struct {
 const LabelPrefetchTimeout = 3 * time.Second
 
 // PrefetchLabels starts reading container id's labels now, so that its Create finds them read: the lookup is a new
-// gRPC connection to containerd and a round trip, 2.6 ms of CPU and ~15 ms of a loaded machine's start (issue 28),
-// which otherwise the container's start waits for. Create uses the result only for that ID; a failed prefetch is
+// connection to containerd's gRPC socket and a round trip (ContainerdLabels), up to ~15 ms of a loaded machine's
+// start (issue 28), which otherwise the container's start waits for. Create uses the result only for that ID; a failed prefetch is
 // looked up again there.
 func (s *Service) PrefetchLabels(id string) {
 	if s.labels == nil || id == "" {
