@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -81,11 +82,13 @@ func installRefShim(e *env, refPath string) error {
 // of the earlier reference-swap bias). Without eviction the runtimes would be compared in different states.
 func evictShims(b *testing.B, e *env) {
 	paths := []string{filepath.Join(e.bin, "containerd-shim-detshare-v1"), filepath.Join(e.bin, "containerd-shim-detshareref-v1")}
-	for _, d := range filepath.SplitList(envValue(e.daemonEnv, "PATH")) {
-		if p := filepath.Join(d, "containerd-shim-runc-v2"); fileSize(p) > 0 {
-			paths = append(paths, p)
-			break
-		}
+	// the daemon's PATH is e.bin (no runc shim there), DETSHARE_CONTAINERD_BIN, then this process's PATH
+	runcShim := filepath.Join(os.Getenv("DETSHARE_CONTAINERD_BIN"), "containerd-shim-runc-v2")
+	if os.Getenv("DETSHARE_CONTAINERD_BIN") == "" || fileSize(runcShim) == 0 {
+		runcShim, _ = exec.LookPath("containerd-shim-runc-v2")
+	}
+	if runcShim != "" {
+		paths = append(paths, runcShim)
 	}
 	for _, p := range paths {
 		f, err := os.Open(p)
@@ -102,17 +105,6 @@ func evictShims(b *testing.B, e *env) {
 			b.Fatalf("evict %s from the page cache: %v", p, err)
 		}
 	}
-}
-
-// envValue is the value of key in env (KEY=value entries; the last one counts).
-func envValue(env []string, key string) string {
-	v := ""
-	for _, kv := range env {
-		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
-			v = val
-		}
-	}
-	return v
 }
 
 // concurrentQuota is the quota of BenchmarkStartConcurrent's DetShare starts: best-effort (20 guarantees of 16 SMs
