@@ -383,8 +383,8 @@ func fmtList(v []float64, f string) string {
 }
 
 // BenchmarkCRIStartPaired drives containerd's CRI plugin as kubelet does, alternating the runtime handler runc and
-// detshare pair by pair (DETSHARE_BENCH_PAIRS, default 50), with the same pod (quota in pod annotations, which
-// runc ignores). It reports two paired figures: a pod start (RunPodSandbox, CreateContainer and StartContainer of
+// detshare pair by pair (DETSHARE_BENCH_PAIRS, default 50), with the same pod and containers (the containers carry a
+// DetShare allocation in their annotations, which runc ignores). It reports two paired figures: a pod start (RunPodSandbox, CreateContainer and StartContainer of
 // `true`: one shim start per pod) and a second container started in that running pod (CreateContainer and
 // StartContainer: the shim's per-container work only).
 func BenchmarkCRIStartPaired(b *testing.B) {
@@ -399,7 +399,9 @@ func BenchmarkCRIStartPaired(b *testing.B) {
 	defer conn.Close()
 	rt := cri.NewRuntimeServiceClient(conn)
 	pairs := benchCount("DETSHARE_BENCH_PAIRS", 50)
-	ann := map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "16", "detshare.io/memory": "1GiB"}
+	// The container's DetShare allocation as kubelet passes it from DetShare's device plugin (container annotations;
+	// a CRI container without one may not ask for DetShare); runc ignores it.
+	alloc := map[string]string{"alloc.detshare.io/tier": "burstable", "alloc.detshare.io/sms": "16", "alloc.detshare.io/memory": "1Gi"}
 	start := func(handler, name string) (pod, ctr float64, err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -407,14 +409,15 @@ func BenchmarkCRIStartPaired(b *testing.B) {
 		os.MkdirAll(logDir, 0o755)
 		cfg := &cri.PodSandboxConfig{
 			Metadata:     &cri.PodSandboxMetadata{Name: name, Uid: name + "-uid", Namespace: "default"},
-			LogDirectory: logDir, Annotations: ann,
+			LogDirectory: logDir,
 			Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
 				NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
 		}
 		container := func(sb, cname string) error {
 			cr, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb, SandboxConfig: cfg,
 				Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: cname},
-					Image: &cri.ImageSpec{Image: imageRef}, Command: []string{"true"}, LogPath: cname + ".log"}})
+					Image: &cri.ImageSpec{Image: imageRef}, Command: []string{"true"}, LogPath: cname + ".log",
+					Annotations: alloc}})
 			if err != nil {
 				return fmt.Errorf("CreateContainer %s (%s): %w", cname, handler, err)
 			}
