@@ -128,6 +128,9 @@ type Scheduler struct {
 	// stays exclusive; the rest is shared under MPS, its client priority above theirs), as MPS with a thread
 	// percentage lets it, while the neighbours keep their groups and never flip.
 	LCOverlap bool `toml:"lc_overlap"`
+	// ShareOverlap (issue 26): busy tenants share the groups nobody holds exclusively (each granted all of them,
+	// interleaved by MPS) instead of splitting them by weight.
+	ShareOverlap bool `toml:"share_overlap"`
 }
 
 // MPS controls the per-GPU MPS control daemons.
@@ -293,20 +296,22 @@ func (c Config) Validate() error {
 // PolicyOptions are the scheduler section's settings of the grant policy, as plain values: sched/daemon converts
 // them to sched/policy.Options field by field.
 type PolicyOptions struct {
-	Kind        string // one of Policies
-	DecodeBoost uint32
-	Quantum     time.Duration
-	MaxQuantum  time.Duration
-	Floor       int // scheduler.be_floor
-	GateDepth   uint32
-	GateBudget  time.Duration
-	LCReserve   float64 // scheduler.lc_reserve
-	LCOverlap   bool    // scheduler.lc_overlap
+	Kind         string // one of Policies
+	DecodeBoost  uint32
+	Quantum      time.Duration
+	MaxQuantum   time.Duration
+	Floor        int // scheduler.be_floor
+	GateDepth    uint32
+	GateBudget   time.Duration
+	LCReserve    float64 // scheduler.lc_reserve
+	LCOverlap    bool    // scheduler.lc_overlap
+	ShareOverlap bool    // scheduler.share_overlap
 }
 
 // PolicyOptions returns the scheduler section's policy settings.
 func (c Config) PolicyOptions() PolicyOptions {
 	return PolicyOptions{Kind: c.Scheduler.Policy, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
 		MaxQuantum: c.Scheduler.MaxQuantum.Duration, Floor: c.Scheduler.BEFloor, GateDepth: c.Scheduler.GateDepth,
-		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve, LCOverlap: c.Scheduler.LCOverlap}
+		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve, LCOverlap: c.Scheduler.LCOverlap,
+		ShareOverlap: c.Scheduler.ShareOverlap}
 }
