@@ -148,6 +148,21 @@ func checkDRADrivers(env Env) Check {
 		return c
 	}
 	c.Status, c.Found = OK, strings.Join(drivers, ", ")
+	// What DetShare's DRA plugin found of the apiserver (it probes the DRA features with dry-run creates and writes
+	// them beside its sockets; doctor needs no API access).
+	dir := filepath.Join(filepath.Dir(env.PluginsRegistry), "plugins", "gpu.detshare.io")
+	if p, err := kubeletdevices.ReadDRAPlatform(dir); err != nil {
+		c.Found += "; " + err.Error()
+	} else if p != nil {
+		served := strings.Join(p.Served, ", ")
+		if served == "" {
+			served = "none"
+		}
+		c.Found += fmt.Sprintf("; gpu.detshare.io found Kubernetes %s serving DRA features: %s", p.Kubernetes, served)
+		if len(p.Withheld) > 0 {
+			c.Found += "; withheld or tainted: " + strings.Join(p.Withheld, "; ")
+		}
+	}
 	has := func(prefix string) bool {
 		return slices.ContainsFunc(drivers, func(d string) bool { return strings.HasPrefix(d, prefix) })
 	}
