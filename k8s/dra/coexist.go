@@ -3,10 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
-	"sync"
 
 	"github.com/sirupsen/logrus"
 	resourceapi "k8s.io/api/resource/v1"
@@ -61,8 +58,13 @@ func OtherDriverHealth(ctx context.Context, client kubernetes.Interface, node st
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil, fmt.Errorf("watch the ResourceSlices of %s on node %s: cache not synced", NVIDIADriver, node)
 	}
-	var mu sync.Mutex
-	var last map[int][]string
+	report := deviceplugin.ClaimReport(inv, func(g deviceplugin.GPU, devs []string) {
+		logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID, "driver": NVIDIADriver, "devices": devs}).Error(
+			"NVIDIA's DRA driver publishes this GPU: DetShare does not publish it until that ResourceSlice goes; " +
+				"give the GPU to one driver (docs/kubernetes.md \"Coexistence\")")
+	}, func(g deviceplugin.GPU) {
+		logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID}).Info("NVIDIA's DRA driver publishes this GPU no more: DetShare publishes it again")
+	})
 	return func() map[int]string {
 		var list []*resourceapi.ResourceSlice
 		for _, o := range inf.GetStore().List() {
@@ -70,28 +72,6 @@ func OtherDriverHealth(ctx context.Context, client kubernetes.Interface, node st
 				list = append(list, s)
 			}
 		}
-		claims := OtherDrivers(inv, list)
-		mu.Lock()
-		defer mu.Unlock()
-		if !maps.EqualFunc(claims, last, slices.Equal) {
-			for _, g := range inv.GPUs {
-				if devs := claims[g.Index]; len(devs) > 0 {
-					logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID, "driver": NVIDIADriver, "devices": devs}).Error(
-						"NVIDIA's DRA driver publishes this GPU: DetShare does not publish it until that ResourceSlice goes; " +
-							"give the GPU to one driver (docs/kubernetes.md \"Coexistence\")")
-				} else if len(last[g.Index]) > 0 {
-					logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID}).Info("NVIDIA's DRA driver publishes this GPU no more: DetShare publishes it again")
-				}
-			}
-			last = claims
-		}
-		var out map[int]string
-		for i := range claims {
-			if out == nil {
-				out = map[int]string{}
-			}
-			out[i] = deviceplugin.ReasonClaimedElsewhere
-		}
-		return out
+		return report(OtherDrivers(inv, list))
 	}, nil
 }
