@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
 	"github.com/detshare/detshare/integration/simgpu"
 	"github.com/detshare/detshare/sched/gpuinfo"
 )
@@ -93,5 +95,57 @@ func TestXidHealthWatchesTheNVMLDouble(t *testing.T) {
 	t.Setenv(simgpu.EnvNVMLEvents, "0")
 	if h := (&XidHealth{}).Watch(context.Background(), gpuinfo.WatchXid); h != nil {
 		t.Errorf("without event support: a Health %v, want none", h())
+	}
+}
+
+// The device plugin's whole path against the NVML double: a critical Xid injected for GPU 1 makes ListAndWatch send
+// GPU 1's units Unhealthy (GPU 0's stay healthy; an ignored Xid on GPU 0 changes nothing), and once the hold time
+// passes without another they are Healthy again.
+func TestXidMarksUnitsUnhealthyUntilTheHoldPasses(t *testing.T) {
+	xid := simgpu.UseNVMLDouble(t, "2")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); time.Sleep(1500 * time.Millisecond) }() // the watch shuts NVML down before the double is let go
+	ignored, _ := ParseIgnoredXids("--xid-ignored", DefaultIgnoredXids)
+	x := (&XidHealth{Ignored: ignored, Hold: 2 * time.Second}).Watch(ctx, gpuinfo.WatchXid)
+	if x == nil {
+		t.Fatal("no Xid watch on the NVML double")
+	}
+	dir := t.TempDir()
+	p, err := New(ResourceShares, dir, testInventory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Health, p.HealthInterval = TableHealth(t.TempDir()).Or(x), 20*time.Millisecond
+	_, conn := serve(t, dir, p)
+	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+	defer scancel()
+	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(sctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unhealthy := func(what string) map[int]int {
+		t.Helper()
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		out := map[int]int{}
+		for _, d := range r.Devices {
+			if g, _, _, _ := parseDeviceID(d.ID); d.Health == pluginapi.Unhealthy {
+				out[g]++
+			}
+		}
+		return out
+	}
+	if u := unhealthy("start"); len(u) != 0 {
+		t.Fatalf("at start: unhealthy units %v, want none", u)
+	}
+	simgpu.InjectXid(t, xid, 0, 43)
+	simgpu.InjectXid(t, xid, 1, 79)
+	if u := unhealthy("after Xid 79 on GPU 1"); u[1] != 15 || u[0] != 0 {
+		t.Fatalf("after Xid 43 (ignored) on GPU 0 and 79 on GPU 1: unhealthy units %v, want GPU 1's 15 only", u)
+	}
+	if u := unhealthy("after the hold"); len(u) != 0 {
+		t.Errorf("2 s after the last critical Xid (hold 2 s): unhealthy units %v, want none", u)
 	}
 }
