@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-
-	"github.com/detshare/detshare/sched/gpuinfo"
 )
 
 // Critical Xid errors (NVML events): a GPU that reports one is unhealthy, reason xid-<n> (a valid label value), for
@@ -67,10 +64,10 @@ func (x *XidHealth) now() time.Time {
 	return time.Now()
 }
 
-// Observe records e; it tells whether e counts (its Xid is not ignored).
-func (x *XidHealth) Observe(e gpuinfo.XidEvent) bool {
-	log := logrus.WithFields(logrus.Fields{"gpu": e.GPU, "xid": e.Xid})
-	if x.Ignored[e.Xid] {
+// Observe records critical Xid xid on GPU gpu; it tells whether it counts (the Xid is not ignored).
+func (x *XidHealth) Observe(gpu int, xid uint64) bool {
+	log := logrus.WithFields(logrus.Fields{"gpu": gpu, "xid": xid})
+	if x.Ignored[xid] {
 		log.Info("Xid error ignored (application-caused; --xid-ignored)")
 		return false
 	}
@@ -79,7 +76,7 @@ func (x *XidHealth) Observe(e gpuinfo.XidEvent) bool {
 	if x.last == nil {
 		x.last = map[int]xidSeen{}
 	}
-	x.last[e.GPU] = xidSeen{xid: e.Xid, at: x.now()}
+	x.last[gpu] = xidSeen{xid: xid, at: x.now()}
 	hold := "until the plugin restarts"
 	if x.Hold > 0 {
 		hold = "until " + x.Hold.String() + " pass without another"
@@ -110,17 +107,16 @@ func (x *XidHealth) Health() Health {
 	}
 }
 
-// Watch starts watching NVML's critical Xid events (gpuinfo.WatchXid) until ctx ends and returns x's Health. Where
-// NVML cannot be reached or has no event support it logs why and returns a Health that reports nothing: the GPUs'
-// health then follows the scheduler alone.
-func (x *XidHealth) Watch(ctx context.Context, watch func(context.Context) (<-chan gpuinfo.XidEvent, error)) Health {
-	events, err := watch(ctx)
-	if err != nil {
-		msg := "critical Xid errors are not watched: NVML cannot be reached from this container"
-		if errors.Is(err, gpuinfo.ErrNoEvents) {
-			msg = "critical Xid errors are not watched: the driver's NVML has no event support"
-		}
-		logrus.WithError(err).Warn(msg)
+// XidWatch starts watching critical Xid errors until ctx ends, calling fn with each one's GPU and Xid (the binaries
+// wire in sched/gpuinfo.WatchXid, NVML's events); its error says why it cannot (no NVML, no event support).
+type XidWatch func(ctx context.Context, fn func(gpu int, xid uint64)) error
+
+// Watch starts watch until ctx ends and returns x's Health. Where it cannot watch (NVML not reachable from this
+// container, no event support) it logs why and returns a Health that reports nothing: the GPUs' health then follows
+// the scheduler alone.
+func (x *XidHealth) Watch(ctx context.Context, watch XidWatch) Health {
+	if err := watch(ctx, func(gpu int, xid uint64) { x.Observe(gpu, xid) }); err != nil {
+		logrus.WithError(err).Warn("critical Xid errors are not watched")
 		return nil
 	}
 	ignored := make([]uint64, 0, len(x.Ignored))
@@ -129,10 +125,5 @@ func (x *XidHealth) Watch(ctx context.Context, watch func(context.Context) (<-ch
 	}
 	slices.Sort(ignored)
 	logrus.WithFields(logrus.Fields{"ignored": ignored, "hold": x.Hold}).Info("watching critical Xid errors (NVML events)")
-	go func() {
-		for e := range events {
-			x.Observe(e)
-		}
-	}()
 	return x.Health()
 }

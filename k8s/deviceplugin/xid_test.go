@@ -23,17 +23,17 @@ func TestXidHealthHoldsAndClears(t *testing.T) {
 	}
 	x := &XidHealth{Ignored: ignored, Hold: time.Minute, Now: func() time.Time { return now }}
 	h := x.Health()
-	if x.Observe(gpuinfo.XidEvent{GPU: 0, Xid: 13}) || h() != nil {
+	if x.Observe(0, 13) || h() != nil {
 		t.Fatalf("Xid 13 (application-caused, ignored by default) made GPU 0 unhealthy: %v", h())
 	}
-	if !x.Observe(gpuinfo.XidEvent{GPU: 1, Xid: 79}) {
+	if !x.Observe(1, 79) {
 		t.Fatal("Xid 79 not counted")
 	}
 	if got := h(); !maps.Equal(got, map[int]string{1: "xid-79"}) {
 		t.Fatalf("after Xid 79 on GPU 1: %v, want map[1:xid-79]", got)
 	}
 	now = now.Add(50 * time.Second)
-	x.Observe(gpuinfo.XidEvent{GPU: 1, Xid: 48})
+	x.Observe(1, 48)
 	now = now.Add(50 * time.Second) // 100 s after the first, 50 after the second
 	if got := h(); !maps.Equal(got, map[int]string{1: "xid-48"}) {
 		t.Fatalf("50 s after Xid 48 (hold 1 min): %v, want map[1:xid-48]", got)
@@ -43,7 +43,7 @@ func TestXidHealthHoldsAndClears(t *testing.T) {
 		t.Fatalf("60 s after the last critical Xid (hold 1 min): %v, want healthy", got)
 	}
 	forever := &XidHealth{Now: func() time.Time { return now }}
-	forever.Observe(gpuinfo.XidEvent{GPU: 0, Xid: 13}) // nothing ignored
+	forever.Observe(0, 13) // nothing ignored
 	now = now.Add(1000 * time.Hour)
 	if got := forever.Health()(); !maps.Equal(got, map[int]string{0: "xid-13"}) {
 		t.Fatalf("hold 0, 1000 h later: %v, want map[0:xid-13] until restart", got)

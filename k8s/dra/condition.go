@@ -15,9 +15,9 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/internal/atomicfile"
+	"github.com/detshare/detshare/internal/gpufacts"
 	"github.com/detshare/detshare/internal/kubeletdevices"
 	"github.com/detshare/detshare/internal/table"
-	"github.com/detshare/detshare/sched/gpuinfo"
 )
 
 // ConditionType is the node condition the DRA plugin keeps on its node: True while it publishes at least one GPU,
@@ -50,8 +50,8 @@ func (s Served) Names() []string {
 // Platform is what the node's DRA plugin found: the driver (NVML), MPS (the scheduler's table), NVIDIA's container
 // toolkit and CDI spec (under the host root), the apiserver's version and DRA features, and the GPUs it publishes.
 type Platform struct {
-	Driver     *gpuinfo.DriverFacts // nil: NVML not reachable
-	DriverErr  string               // why not
+	Driver     *gpufacts.Driver // nil: NVML not reachable
+	DriverErr  string           // why not
 	MPS        string
 	Toolkit    string
 	CDI        string
@@ -103,7 +103,7 @@ func (p Platform) Condition(now time.Time) corev1.NodeCondition {
 		driver += " (" + p.DriverErr + ")"
 	}
 	if p.Driver != nil {
-		driver = "driver " + p.Driver.DriverVersion
+		driver = "driver " + p.Driver.Version
 		if p.Driver.CUDAVersion > 0 {
 			driver += fmt.Sprintf(" (CUDA %d.%d)", p.Driver.CUDAVersion/1000, p.Driver.CUDAVersion%1000/10)
 		}

@@ -28,9 +28,9 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/internal/gpufacts"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/k8s/deviceplugin"
-	"github.com/detshare/detshare/sched/gpuinfo"
 )
 
 // DriverName is the DRA driver's name and the DeviceClass users ask for.
@@ -86,8 +86,9 @@ type SliceOptions struct {
 	// TaintEffect is the effect of TaintKey ("": NoSchedule): NoSchedule keeps new claims off an unhealthy GPU,
 	// NoExecute also evicts the pods whose claims use it (the controller-manager's device-taint eviction).
 	TaintEffect resourceapi.DeviceTaintEffect
-	// Facts are NVML's facts of the driver and the GPUs (gpuinfo.Facts), published as attributes; nil: none.
-	Facts *gpuinfo.DriverFacts
+	// Facts are NVML's facts of the driver and the GPUs (the binary reads them: sched/gpuinfo.Facts), published as
+	// attributes; nil: none.
+	Facts *gpufacts.Driver
 }
 
 // Device attributes (in the driver's domain, gpu.detshare.io/<name> in CEL: device.attributes["gpu.detshare.io"].name).
@@ -109,12 +110,12 @@ const (
 )
 
 // factAttrs are GPU index's attributes from NVML's facts.
-func factAttrs(f *gpuinfo.DriverFacts, index int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+func factAttrs(f *gpufacts.Driver, index int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	out := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 	if f == nil {
 		return out
 	}
-	if v, ok := semver(f.DriverVersion); ok {
+	if v, ok := semver(f.Version); ok {
 		out[AttrDriverVersion] = resourceapi.DeviceAttribute{VersionValue: &v}
 	}
 	if f.CUDAVersion > 0 {

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/detshare/detshare/internal/gpufacts"
 	"github.com/detshare/detshare/k8s/deviceplugin"
-	"github.com/detshare/detshare/sched/gpuinfo"
 )
 
 // A GPU with a critical Xid is tainted xid-<n> with the configured effect (NoExecute evicts) but keeps
@@ -38,8 +38,8 @@ func TestSlicesTaintXidWithTheConfiguredEffect(t *testing.T) {
 // versions (the apiserver's version attributes); without facts none of them.
 func TestSlicesCarryNVMLFacts(t *testing.T) {
 	inv := testDriver(t).Inventory
-	facts := &gpuinfo.DriverFacts{DriverVersion: "580.95.05", CUDAVersion: 13010,
-		GPUs: map[int]gpuinfo.GPUFacts{0: {Architecture: "hopper", CCMajor: 9, CCMinor: 0}, 1: {Architecture: "blackwell", CCMajor: 10, CCMinor: 0}}}
+	facts := &gpufacts.Driver{Version: "580.95.05", CUDAVersion: 13010,
+		GPUs: map[int]gpufacts.GPU{0: {Architecture: "hopper", CCMajor: 9, CCMinor: 0}, 1: {Architecture: "blackwell", CCMajor: 10, CCMinor: 0}}}
 	for _, consumable := range []bool{false, true} {
 		res := Slices(inv, nil, SliceOptions{Consumable: consumable, Partitionable: consumable, Facts: facts})
 		for pool, arch := range map[string]string{"gpu0": "hopper", "gpu1": "blackwell"} {
@@ -114,7 +114,7 @@ func TestNVIDIADRASliceWithholdsTheGPU(t *testing.T) {
 
 // The node condition says what was found and is True while a GPU is published.
 func TestNodeConditionReportsThePlatform(t *testing.T) {
-	p := Platform{Driver: &gpuinfo.DriverFacts{DriverVersion: "580.95.05", CUDAVersion: 13000}, MPS: "GPU 0 running", Toolkit: "not found",
+	p := Platform{Driver: &gpufacts.Driver{Version: "580.95.05", CUDAVersion: 13000}, MPS: "GPU 0 running", Toolkit: "not found",
 		CDI: "no nvidia.com/gpu spec", Kubernetes: "v1.36.3", Served: Served{ConsumableCapacity: true, DeviceTaints: true}, Published: []int{0}}
 	c := p.Condition(time.Now())
 	for _, want := range []string{"driver 580.95.05 (CUDA 13.0)", "MPS: GPU 0 running", "NVIDIA toolkit: not found", "CDI: no nvidia.com/gpu spec",

@@ -4,33 +4,21 @@ import (
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/detshare/detshare/internal/gpufacts"
 )
-
-// DriverFacts are what NVML tells of the driver and each GPU beyond discovery: the attributes DetShare's DRA driver
-// publishes on each GPU's devices.
-type DriverFacts struct {
-	DriverVersion string // nvmlSystemGetDriverVersion, e.g. 580.95.05
-	CUDAVersion   int    // nvmlSystemGetCudaDriverVersion, e.g. 13000 (13.0); 0 unknown
-	GPUs          map[int]GPUFacts
-}
-
-// GPUFacts are one GPU's architecture and compute capability.
-type GPUFacts struct {
-	Architecture string // lower case: volta, turing, ampere, ada, hopper, blackwell, …; "" unknown
-	CCMajor      int    // compute capability; -1 unknown
-	CCMinor      int
-}
 
 var archNames = map[nvml.DeviceArchitecture]string{nvml.DEVICE_ARCH_KEPLER: "kepler", nvml.DEVICE_ARCH_MAXWELL: "maxwell",
 	nvml.DEVICE_ARCH_PASCAL: "pascal", nvml.DEVICE_ARCH_VOLTA: "volta", nvml.DEVICE_ARCH_TURING: "turing",
 	nvml.DEVICE_ARCH_AMPERE: "ampere", nvml.DEVICE_ARCH_ADA: "ada", nvml.DEVICE_ARCH_HOPPER: "hopper",
 	nvml.DEVICE_ARCH_BLACKWELL: "blackwell", nvml.DEVICE_ARCH_RUBIN: "rubin"}
 
-// Facts asks NVML for the driver's facts and each GPU's (by NVML index). What a driver does not answer stays unknown.
-func Facts() (f DriverFacts, err error) {
+// Facts asks NVML for the driver's facts and each GPU's (by NVML index): the attributes DetShare's DRA driver publishes
+// on each GPU's devices. What a driver does not answer stays unknown.
+func Facts() (f gpufacts.Driver, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			f, err = DriverFacts{}, fmt.Errorf("NVML unusable: %v", r)
+			f, err = gpufacts.Driver{}, fmt.Errorf("NVML unusable: %v", r)
 		}
 	}()
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
@@ -40,7 +28,7 @@ func Facts() (f DriverFacts, err error) {
 		return f, fmt.Errorf("nvmlInit: %s", nvml.ErrorString(ret))
 	}
 	defer nvml.Shutdown()
-	f.DriverVersion, _ = nvml.SystemGetDriverVersion()
+	f.Version, _ = nvml.SystemGetDriverVersion()
 	if v, ret := nvml.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS {
 		f.CUDAVersion = v
 	}
@@ -48,14 +36,14 @@ func Facts() (f DriverFacts, err error) {
 	if ret != nvml.SUCCESS {
 		return f, fmt.Errorf("nvmlDeviceGetCount: %s", nvml.ErrorString(ret))
 	}
-	f.GPUs = map[int]GPUFacts{}
+	f.GPUs = map[int]gpufacts.GPU{}
 	archKnown := nvml.Extensions().LookupSymbol("nvmlDeviceGetArchitecture") == nil
 	for i := 0; i < n; i++ {
 		dev, ret := nvml.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
 			continue
 		}
-		g := GPUFacts{CCMajor: -1, CCMinor: -1}
+		g := gpufacts.GPU{CCMajor: -1, CCMinor: -1}
 		if major, minor, ret := dev.GetCudaComputeCapability(); ret == nvml.SUCCESS {
 			g.CCMajor, g.CCMinor = major, minor
 		}

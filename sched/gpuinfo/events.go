@@ -10,36 +10,28 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// XidEvent is one critical Xid error NVML reported for the GPU of NVML index GPU.
-type XidEvent struct {
-	GPU int
-	Xid uint64
-}
-
 // ErrNoEvents is returned (wrapped) by WatchXid when the driver's NVML has no event support (an old driver, the
 // simulated GPU's double with DETSHARE_SIMGPU_NVML_EVENTS=0, a vGPU guest): Xid errors cannot be watched there.
 var ErrNoEvents = errors.New("NVML has no event support")
 
 // WatchXid registers every GPU NVML sees for critical Xid errors (nvmlEventSetCreate, nvmlDeviceRegisterEvents with
-// nvmlEventTypeXidCriticalError, as NVIDIA's device plugin does) and then sends each one on the returned channel,
-// waiting with nvmlEventSetWait, until ctx ends (the channel is closed then). Setting up fails when NVML cannot be
-// initialised (ErrNoDriver without the library) or has no event support (ErrNoEvents); a GPU that does not support
-// Xid events is logged and left out. NVML stays initialised while the watch runs.
-func WatchXid(ctx context.Context) (<-chan XidEvent, error) {
+// nvmlEventTypeXidCriticalError, as NVIDIA's device plugin does) and then, in a goroutine of its own, calls fn with
+// each one's GPU (NVML index) and Xid, waiting with nvmlEventSetWait, until ctx ends. Setting up fails when NVML
+// cannot be initialised (ErrNoDriver without the library) or has no event support (ErrNoEvents); a GPU that does not
+// support Xid events is logged and left out. NVML stays initialised while the watch runs and is shut down after.
+func WatchXid(ctx context.Context, fn func(gpu int, xid uint64)) error {
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			return nil, ErrNoDriver
+			return ErrNoDriver
 		}
-		return nil, fmt.Errorf("nvmlInit: %s", nvml.ErrorString(ret))
+		return fmt.Errorf("nvmlInit: %s", nvml.ErrorString(ret))
 	}
 	set, err := xidEventSet()
 	if err != nil {
 		nvml.Shutdown()
-		return nil, err
+		return err
 	}
-	out := make(chan XidEvent, 16)
 	go func() {
-		defer close(out)
 		defer nvml.Shutdown()
 		defer set.Free()
 		for ctx.Err() == nil {
@@ -62,13 +54,10 @@ func WatchXid(ctx context.Context) (<-chan XidEvent, error) {
 				logrus.WithFields(logrus.Fields{"xid": e.EventData, "error": nvml.ErrorString(ret)}).Warn("critical Xid on a GPU whose index NVML does not give")
 				continue
 			}
-			select {
-			case out <- XidEvent{GPU: idx, Xid: e.EventData}:
-			case <-ctx.Done():
-			}
+			fn(idx, e.EventData)
 		}
 	}()
-	return out, nil
+	return nil
 }
 
 // xidEventSet creates the event set and registers each GPU's critical Xid events.

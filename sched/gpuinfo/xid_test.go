@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/detshare/detshare/integration/simgpu"
+	"github.com/detshare/detshare/internal/gpufacts"
 )
 
 // (This file sorts after gpuinfo_test.go, whose TestHostDiscovery must see the host's own NVML, not the double.)
@@ -17,14 +18,18 @@ func TestWatchXidOnTheNVMLDouble(t *testing.T) {
 	xid := simgpu.UseNVMLDouble(t, "2")
 	simgpu.InjectXid(t, xid, 1, 48) // before the watch: not delivered
 	ctx, cancel := context.WithCancel(context.Background())
-	events, err := WatchXid(ctx)
-	if err != nil {
-		cancel()
+	defer func() { cancel(); time.Sleep(1500 * time.Millisecond) }() // NVML shut down before the double is let go
+	type event struct {
+		gpu int
+		xid uint64
+	}
+	events := make(chan event, 4)
+	if err := WatchXid(ctx, func(gpu int, xid uint64) { events <- event{gpu, xid} }); err != nil {
 		t.Fatalf("WatchXid on the NVML double: %v", err)
 	}
 	simgpu.InjectXid(t, xid, 1, 79)
 	simgpu.InjectXid(t, xid, 0, 13)
-	for _, want := range []XidEvent{{GPU: 1, Xid: 79}, {GPU: 0, Xid: 13}} {
+	for _, want := range []event{{1, 79}, {0, 13}} {
 		select {
 		case got := <-events:
 			if got != want {
@@ -34,9 +39,6 @@ func TestWatchXidOnTheNVMLDouble(t *testing.T) {
 			t.Fatalf("no event after 10 s, want %+v", want)
 		}
 	}
-	cancel()
-	for range events { // closed once the watch has shut NVML down
-	}
 }
 
 // A driver without event support (modelled by the double with DETSHARE_SIMGPU_NVML_EVENTS=0) is ErrNoEvents, not a
@@ -44,7 +46,7 @@ func TestWatchXidOnTheNVMLDouble(t *testing.T) {
 func TestWatchXidWithoutEventSupport(t *testing.T) {
 	simgpu.UseNVMLDouble(t, "1")
 	t.Setenv(simgpu.EnvNVMLEvents, "0")
-	_, err := WatchXid(context.Background())
+	err := WatchXid(context.Background(), func(int, uint64) { t.Error("an event without event support") })
 	if !errors.Is(err, ErrNoEvents) {
 		t.Fatalf("WatchXid without event support: %v, want ErrNoEvents", err)
 	}
@@ -58,8 +60,8 @@ func TestFactsOnTheNVMLDouble(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := GPUFacts{Architecture: "hopper", CCMajor: 9, CCMinor: 0}
-	if f.DriverVersion != "580.00-simgpu" || f.CUDAVersion != 13000 || len(f.GPUs) != 2 || f.GPUs[0] != want || f.GPUs[1] != want {
+	want := gpufacts.GPU{Architecture: "hopper", CCMajor: 9, CCMinor: 0}
+	if f.Version != "580.00-simgpu" || f.CUDAVersion != 13000 || len(f.GPUs) != 2 || f.GPUs[0] != want || f.GPUs[1] != want {
 		t.Errorf("Facts: %+v, want driver 580.00-simgpu, CUDA 13000, two GPUs %+v", f, want)
 	}
 }

@@ -128,7 +128,7 @@ func run(c *cli.Context) error {
 	if v, err := client.Discovery().ServerVersion(); err == nil {
 		platform.Kubernetes = v.GitVersion
 	}
-	xid, err := nodecli.XidHealth(ctx, c)
+	xid, err := nodecli.XidHealth(ctx, c, gpuinfo.WatchXid)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/k8s/deviceplugin"
-	"github.com/detshare/detshare/sched/gpuinfo"
 )
 
 // Flags are --run-dir, --log-level, the host limits of a pod's weight and role, and --host-root.
@@ -73,10 +72,10 @@ func Inventory(c *cli.Context, discover func() ([]table.GPUInfo, error)) (device
 	return inv, nil
 }
 
-// XidHealth watches NVML's critical Xid errors with --xid-ignored and --xid-hold until ctx ends (deviceplugin
-// XidHealth): the GPUs that reported one are unhealthy, reason xid-<n>. Where NVML cannot be reached or has no event
-// support it logs why and reports nothing.
-func XidHealth(ctx context.Context, c *cli.Context) (deviceplugin.Health, error) {
+// XidHealth watches critical Xid errors with watch (the binary's NVML events) under --xid-ignored and --xid-hold
+// until ctx ends (deviceplugin XidHealth): the GPUs that reported one are unhealthy, reason xid-<n>. Where it cannot
+// watch it logs why and reports nothing.
+func XidHealth(ctx context.Context, c *cli.Context, watch deviceplugin.XidWatch) (deviceplugin.Health, error) {
 	ignored, err := deviceplugin.ParseIgnoredXids("--xid-ignored", c.String("xid-ignored"))
 	if err != nil {
 		return nil, err
@@ -85,5 +84,5 @@ func XidHealth(ctx context.Context, c *cli.Context) (deviceplugin.Health, error)
 	if hold < 0 {
 		return nil, fmt.Errorf("--xid-hold=%s: allowed values are 0 (until the plugin restarts) or a positive duration such as 10m", hold)
 	}
-	return (&deviceplugin.XidHealth{Ignored: ignored, Hold: hold}).Watch(ctx, gpuinfo.WatchXid), nil
+	return (&deviceplugin.XidHealth{Ignored: ignored, Hold: hold}).Watch(ctx, watch), nil
 }

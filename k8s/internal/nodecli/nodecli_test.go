@@ -20,7 +20,10 @@ func TestXidFlagsRefuseBadValues(t *testing.T) {
 	} {
 		var err error
 		app := &cli.App{Flags: Flags(), Action: func(c *cli.Context) error {
-			_, err = XidHealth(context.Background(), c)
+			_, err = XidHealth(context.Background(), c, func(context.Context, func(int, uint64)) error {
+				t.Error("a watch started with bad flags")
+				return nil
+			})
 			return nil
 		}}
 		if runErr := app.Run(append([]string{"plugin"}, tc.args...)); runErr != nil {
