@@ -137,7 +137,8 @@ func checkDevicePlugins(env Env) Check {
 }
 
 func checkDRADrivers(env Env) Check {
-	c := Check{Name: "dra drivers", Need: "optional: DetShare's DRA driver gpu.detshare.io (not beside NVIDIA's gpu.nvidia.com on the same GPUs)"}
+	c := Check{Name: "dra drivers", Need: "optional: DetShare's DRA driver gpu.detshare.io (not beside NVIDIA's gpu.nvidia.com on the same GPUs), " +
+		"and the DRA features the apiserver serves as its plugin found them"}
 	drivers, err := kubeletdevices.DRADrivers(env.PluginsRegistry)
 	if err != nil {
 		c.Status, c.Found = Warn, err.Error()
