@@ -178,7 +178,7 @@ func Default() Config {
 			MaxQuantum: Duration{50 * time.Millisecond}, Tick: Duration{100 * time.Millisecond},
 			ReapEvery: Duration{250 * time.Millisecond}, LatencySLO: Duration{time.Millisecond},
 			BEFloor: 1, GateDepth: 8, GateBudget: Duration{500 * time.Microsecond}, PowerNearLimit: 0.92,
-			LCReserve: DefaultLCReserve},
+			LCReserve: DefaultLCReserve, LCOverlap: true},
 		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
 		Metrics: Metrics{Listen: ""},
 		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second},
@@ -207,7 +207,7 @@ func Parse(name string, data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,lc_reserve}, mps.{enable,control,exclusive}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window})", name, und[0].String())
+		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,lc_reserve,lc_overlap,share_overlap}, mps.{enable,control,exclusive}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window,page_mounts,memory_outside})", name, und[0].String())
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)

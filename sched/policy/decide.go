@@ -365,7 +365,9 @@ func (p *pass) grantGroups() {
 			}
 		}
 		if t.overlap {
-			g.Groups = p.all // its partition (Exclusive) and, shared, everything its neighbours run on
+			// its partition (Exclusive) and, shared, everything its neighbours run on; never another tenant's
+			// exclusive groups (a busy burstable guarantee, another partition)
+			g.Groups = p.all &^ (p.exclusive &^ p.d.Exclusive[i])
 		}
 		if t.Tier != table.TierLatencyCritical {
 			g.Gate = p.gate

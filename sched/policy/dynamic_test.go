@@ -602,6 +602,7 @@ func TestIdleOfferLeavesWhatIsGivenBack(t *testing.T) {
 func TestSizedLatencyCriticalIsAPartition(t *testing.T) {
 	gs := groups(15, 8)
 	o := DefaultOptions()
+	o.LCOverlap = false // the partition alone; the overlap has its own tests
 	for _, shrink := range []int{0, 4, 10, 99} {
 		want := max(4, 15-1-shrink)
 		var prevLC, prevBE uint64
@@ -730,5 +731,26 @@ func TestShareOverlapGrantsEveryBusySharerTheSharedGroups(t *testing.T) {
 		} else if a, b, c := d.Grants[1].Groups, d.Grants[2].Groups, d.Grants[3].Groups; a&b != 0 || a&c != 0 || b&c != 0 {
 			t.Fatalf("split: the sharers' grants overlap: %#x %#x %#x", a, b, c)
 		}
+	}
+}
+
+// Under LCOverlap a sized latency-critical tenant is granted every group but another tenant's exclusive ones: a busy
+// burstable neighbour's guarantee stays its own.
+func TestOverlapNeverGrantsAnotherTenantsExclusiveGroups(t *testing.T) {
+	gs := groups(16, 8)
+	o := DefaultOptions()
+	o.LCOverlap = true
+	ts := []Tenant{
+		{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Busy: true, Sized: true,
+			Shrink: ReserveShrink(2, 16, o)},
+		{Slot: 1, ID: "burst", Tier: table.TierBurstable, Weight: 1, Guarantee: 3, Busy: true},
+		{Slot: 2, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+	}
+	d := Decide(gs, ts, o)
+	if d.Exclusive[1] == 0 || d.Grants[0].Groups&d.Exclusive[1] != 0 {
+		t.Fatalf("LC granted %#x, burstable's exclusive guarantee %#x", d.Grants[0].Groups, d.Exclusive[1])
+	}
+	if want := (uint64(1)<<16 - 1) &^ d.Exclusive[1]; d.Grants[0].Groups != want {
+		t.Fatalf("LC granted %#x, want every group but the burstable's: %#x", d.Grants[0].Groups, want)
 	}
 }

@@ -150,7 +150,8 @@ func (o Options) throttledFloor(lcBusy bool) int {
 // DefaultOptions are the defaults of configs/detshare/config.toml.
 func DefaultOptions() Options {
 	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond,
-		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond, LCReserve: 0.5}
+		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond, LCReserve: 0.5,
+		LCOverlap: true}
 }
 
 // Tenant is one tenant of the GPU being decided.
