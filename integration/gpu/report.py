@@ -400,6 +400,7 @@ def build(outdir, skip, slo_ms):
     # ---- training pairs: "train:<A>+<B>" with each trainer alone in "train-solo:<model>" (older runs: one pair,
     # group "train", its solos inside it as alone/a and alone/b)
     pairs = sorted(g for g in raw if g.startswith("train:")) + (["train"] if "train" in raw else [])
+    power = read_power(outdir) if pairs else []
     for group in pairs:
         cfgs = raw[group]
         if group == "train":
@@ -413,8 +414,9 @@ def build(outdir, skip, slo_ms):
         sb = train_stats(bb, skip) if bb else None
         md.append("### Training pair %s + %s (both best-effort)" % (name_a, name_b))
         md.append("")
-        md.append("| config | A steps/s | A norm | B steps/s | B norm | sum | losses bit-identical to solo (A / B) |")
-        md.append("|---|---|---|---|---|---|---|")
+        md.append("| config | A steps/s | A norm | B steps/s | B norm | sum | board W (mean / max) | SM MHz (mean / min) "
+                  "| losses bit-identical to solo (A / B) |")
+        md.append("|---|---|---|---|---|---|---|---|---|")
         rows = {}
         yn = {True: "yes", False: "**NO**", None: "—"}
         for cfg in ["alone"] + [c for c in cfgs if c != "alone"]:
@@ -428,11 +430,15 @@ def build(outdir, skip, slo_ms):
             s_ = (na or 0) + (nb or 0) if cfg != "alone" else None
             bia = (xa["loss_hash"] == sa["loss_hash"]) if xa and sa and xa["loss_hash"] else None
             bib = (xb["loss_hash"] == sb["loss_hash"]) if xb and sb and xb["loss_hash"] else None
+            first = c.get("a") or c.get("b")
+            pw = power_in(power, first["t0"] + skip * first["duration"], first["t0"] + first["duration"]) \
+                if first and "t0" in first and cfg != "alone" else {}
             rows[cfg] = {"a": xa, "b": xb, "a_norm": na, "b_norm": nb, "sum": s_, "a_bit_identical": bia,
-                         "b_bit_identical": bib}
-            md.append("| %s | %s | %s | %s | %s | %s | %s / %s |" % (
+                         "b_bit_identical": bib, "power": pw}
+            md.append("| %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
                 cfg, fmt(xa and xa["steps_per_s"]), fmt(na), fmt(xb and xb["steps_per_s"]), fmt(nb), fmt(s_),
-                yn[bia], yn[bib]))
+                fmt(pw.get("power_w_mean"), 0), fmt(pw.get("power_w_max"), 0), fmt(pw.get("sm_mhz_mean"), 0),
+                fmt(pw.get("sm_mhz_min"), 0), yn[bia], yn[bib]))
         md.append("")
         res["train"][group] = rows
         ds = [k for k in rows if k.startswith("detshare") and rows[k]["sum"] is not None]
