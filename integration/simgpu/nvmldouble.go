@@ -45,12 +45,24 @@ func UseNVMLDouble(t testing.TB, gpus string) (xidFile string) {
 // InjectXid appends "gpu xid" to the NVML double's Xid file: its event sets deliver critical Xid xid on GPU gpu.
 func InjectXid(t testing.TB, xidFile string, gpu int, xid uint64) {
 	t.Helper()
-	f, err := os.OpenFile(xidFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	appendLine(t, xidFile, strconv.Itoa(gpu)+" "+strconv.FormatUint(xid, 10))
+}
+
+// InjectGPULost makes the NVML double's next event wait return NVML_ERROR_GPU_IS_LOST (a GPU fallen off the bus;
+// NVML names none), through xidFile as InjectXid.
+func InjectGPULost(t testing.TB, xidFile string) {
+	t.Helper()
+	appendLine(t, xidFile, "lost")
+}
+
+func appendLine(t testing.TB, path, line string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := f.WriteString(strconv.Itoa(gpu) + " " + strconv.FormatUint(xid, 10) + "\n"); err != nil {
+	if _, err := f.WriteString(line + "\n"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,3 +15,7 @@ type GPU struct {
 	CCMajor      int    // compute capability; -1 unknown
 	CCMinor      int
 }
+
+// AllGPUs is the GPU index of an event that concerns every GPU of the host: NVML reporting a GPU lost
+// (nvmlEventSetWait's NVML_ERROR_GPU_IS_LOST names none).
+const AllGPUs = -1

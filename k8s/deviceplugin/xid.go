@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/detshare/detshare/internal/gpufacts"
 )
 
 // Critical Xid errors (NVML events): a GPU that reports one is unhealthy, reason xid-<n> (a valid label value), for
@@ -20,6 +22,10 @@ import (
 // exception), 31 (GPU memory page fault), 43 (GPU stopped processing), 45 (preemptive cleanup), 68 (video decoder
 // exception), 109 (context switch timeout).
 const DefaultIgnoredXids = "13,31,43,45,68,109"
+
+// ReasonGPULost is the unhealthy reason of every GPU once NVML reports a GPU lost (fallen off the bus): NVML does not
+// say which, so none is trusted until the hold passes (or the plugin restarts, after the driver is reloaded).
+const ReasonGPULost = "gpu-lost"
 
 // ReasonXid is the unhealthy reason of a GPU that reported critical Xid xid.
 func ReasonXid(xid uint64) string { return "xid-" + strconv.FormatUint(xid, 10) }
@@ -47,9 +53,12 @@ type XidHealth struct {
 	Ignored map[uint64]bool  // Xids that do not make a GPU unhealthy
 	Hold    time.Duration    // how long a GPU stays unhealthy after its last critical Xid; 0: until restart
 	Now     func() time.Time // nil: time.Now
+	// GPUs are the node's GPU indices: all of them are unhealthy (ReasonGPULost) when NVML reports a GPU lost.
+	GPUs []int
 
 	mu   sync.Mutex
 	last map[int]xidSeen // GPU index → its last counted Xid
+	lost time.Time       // when NVML last reported a GPU lost; zero: never
 }
 
 type xidSeen struct {
@@ -64,8 +73,16 @@ func (x *XidHealth) now() time.Time {
 	return time.Now()
 }
 
-// Observe records critical Xid xid on GPU gpu; it tells whether it counts (the Xid is not ignored).
+// Observe records critical Xid xid on GPU gpu, or a GPU lost (gpu gpufacts.AllGPUs); it tells whether it counts (the
+// Xid is not ignored).
 func (x *XidHealth) Observe(gpu int, xid uint64) bool {
+	if gpu == gpufacts.AllGPUs {
+		x.mu.Lock()
+		x.lost = x.now()
+		x.mu.Unlock()
+		logrus.WithField("gpus", x.GPUs).Error("NVML reports a GPU lost: every GPU of the node is unhealthy")
+		return true
+	}
 	log := logrus.WithFields(logrus.Fields{"gpu": gpu, "xid": xid})
 	if x.Ignored[xid] {
 		log.Info("Xid error ignored (application-caused; --xid-ignored)")
@@ -92,6 +109,16 @@ func (x *XidHealth) Health() Health {
 		defer x.mu.Unlock()
 		var out map[int]string
 		now := x.now()
+		if !x.lost.IsZero() && x.Hold > 0 && now.Sub(x.lost) >= x.Hold {
+			logrus.WithField("hold", x.Hold).Info("no GPU lost for the hold time: the GPUs are healthy again")
+			x.lost = time.Time{}
+		}
+		if !x.lost.IsZero() {
+			out = make(map[int]string, len(x.GPUs))
+			for _, g := range x.GPUs {
+				out[g] = ReasonGPULost
+			}
+		}
 		for gpu, s := range x.last {
 			if x.Hold > 0 && now.Sub(s.at) >= x.Hold {
 				logrus.WithFields(logrus.Fields{"gpu": gpu, "xid": s.xid, "hold": x.Hold}).Info("no critical Xid error for the hold time: the GPU is healthy again")
@@ -101,7 +128,9 @@ func (x *XidHealth) Health() Health {
 			if out == nil {
 				out = map[int]string{}
 			}
-			out[gpu] = ReasonXid(s.xid)
+			if _, lost := out[gpu]; !lost {
+				out[gpu] = ReasonXid(s.xid)
+			}
 		}
 		return out
 	}

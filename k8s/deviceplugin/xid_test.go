@@ -42,6 +42,17 @@ func TestXidHealthHoldsAndClears(t *testing.T) {
 	if got := h(); got != nil {
 		t.Fatalf("60 s after the last critical Xid (hold 1 min): %v, want healthy", got)
 	}
+	// a GPU lost: every GPU of the node, over any Xid, until the hold passes
+	x.GPUs = []int{0, 1, 2}
+	x.Observe(1, 79)
+	x.Observe(-1, 0)
+	if got := h(); !maps.Equal(got, map[int]string{0: ReasonGPULost, 1: ReasonGPULost, 2: ReasonGPULost}) {
+		t.Fatalf("after a GPU lost: %v, want every GPU %s", got, ReasonGPULost)
+	}
+	now = now.Add(time.Minute)
+	if got := h(); got != nil {
+		t.Fatalf("a minute after the GPU lost and the Xid (hold 1 min): %v, want healthy", got)
+	}
 	forever := &XidHealth{Now: func() time.Time { return now }}
 	forever.Observe(0, 13) // nothing ignored
 	now = now.Add(1000 * time.Hour)
@@ -89,6 +100,17 @@ func TestXidHealthWatchesTheNVMLDouble(t *testing.T) {
 	}
 	if !maps.Equal(got, map[int]string{1: "xid-79"}) {
 		t.Fatalf("health after Xids 13 (ignored) on GPU 0 and 79 on GPU 1: %v, want map[1:xid-79]", got)
+	}
+	// A GPU lost (NVML's wait returns GPU_IS_LOST, naming no GPU): every GPU of the node is unhealthy, gpu-lost.
+	x.GPUs = []int{0, 1}
+	simgpu.InjectGPULost(t, xid)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got = h(); len(got) == 2 {
+			break
+		}
+	}
+	if !maps.Equal(got, map[int]string{0: ReasonGPULost, 1: ReasonGPULost}) {
+		t.Fatalf("health after NVML reported a GPU lost: %v, want both GPUs %s", got, ReasonGPULost)
 	}
 	cancel()
 	time.Sleep(1500 * time.Millisecond) // the watch shuts NVML down within its 1 s wait

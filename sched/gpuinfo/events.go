@@ -8,6 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/sirupsen/logrus"
+
+	"github.com/detshare/detshare/internal/gpufacts"
 )
 
 // ErrNoEvents is returned (wrapped) by WatchXid when the driver's NVML has no event support (an old driver, the
@@ -16,7 +18,8 @@ var ErrNoEvents = errors.New("NVML has no event support")
 
 // WatchXid registers every GPU NVML sees for critical Xid errors (nvmlEventSetCreate, nvmlDeviceRegisterEvents with
 // nvmlEventTypeXidCriticalError, as NVIDIA's device plugin does) and then, in a goroutine of its own, calls fn with
-// each one's GPU (NVML index) and Xid, waiting with nvmlEventSetWait, until ctx ends. Setting up fails when NVML
+// each one's GPU (NVML index) and Xid, waiting with nvmlEventSetWait, until ctx ends; a GPU lost (the wait's
+// NVML_ERROR_GPU_IS_LOST) calls fn(gpufacts.AllGPUs, 0) at most once a second while it lasts. Setting up fails when NVML
 // cannot be initialised (ErrNoDriver without the library) or has no event support (ErrNoEvents); a GPU that does not
 // support Xid events is logged and left out. NVML stays initialised while the watch runs and is shut down after.
 func WatchXid(ctx context.Context, fn func(gpu int, xid uint64)) error {
@@ -38,6 +41,16 @@ func WatchXid(ctx context.Context, fn func(gpu int, xid uint64)) error {
 			e, ret := set.Wait(1000)
 			switch {
 			case ret == nvml.ERROR_TIMEOUT:
+				continue
+			case ret == nvml.ERROR_GPU_IS_LOST:
+				// a GPU fell off the bus; NVML does not say which, so every GPU is reported (NVIDIA's device plugin
+				// marks them all unhealthy too); waiting on returns the same until the driver is reloaded
+				logrus.Error("NVML reports a GPU lost: every GPU is reported unhealthy")
+				fn(gpufacts.AllGPUs, 0)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
 				continue
 			case ret != nvml.SUCCESS:
 				logrus.WithField("error", nvml.ErrorString(ret)).Warn("nvmlEventSetWait failed; watching on")

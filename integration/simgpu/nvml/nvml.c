@@ -23,6 +23,7 @@ enum {
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_UNKNOWN = 999,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
 };
@@ -87,6 +88,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
     default: return "Unknown Error";
     }
@@ -274,7 +276,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int 
  * Events. A test injects a critical Xid on GPU N by appending the line "N XID" to the Xid file: DETSHARE_SIMGPU_XID,
  * or else the state file's path + ".xid". An event set delivers the lines appended after it was created, for the
  * devices registered for nvmlEventTypeXidCriticalError, as that event (eventData: the Xid), in order; a line naming
- * an unregistered device or malformed is skipped. DETSHARE_SIMGPU_NVML_EVENTS=0 models a driver without event
+ * an unregistered device or malformed is skipped. The line "lost" makes that wait return NVML_ERROR_GPU_IS_LOST, as the
+ * driver does when a GPU falls off the bus (it names no GPU). DETSHARE_SIMGPU_NVML_EVENTS=0 models a driver without event
  * support: nvmlEventSetCreate and nvmlDeviceRegisterEvents return NVML_ERROR_NOT_SUPPORTED.
  */
 #define SIM_EVENT_XID_CRITICAL 8ull /* nvmlEventTypeXidCriticalError */
@@ -341,19 +344,24 @@ EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long 
     return NVML_SUCCESS;
 }
 
-/* next_xid reads the Xid file past set's offset up to the first whole line for a registered device. */
-static bool next_xid(nvmlEventSet_t set, nvmlEventData_t *data) {
+/* next_xid reads the Xid file past set's offset up to the first whole line for a registered device (NVML_SUCCESS)
+ * or "lost" (NVML_ERROR_GPU_IS_LOST); NVML_ERROR_TIMEOUT: none yet. */
+static nvmlReturn_t next_xid(nvmlEventSet_t set, nvmlEventData_t *data) {
     FILE *f = fopen(set->path, "r");
     if (!f)
-        return false;
-    bool found = false;
+        return NVML_ERROR_TIMEOUT;
+    bool found = false, lost = false;
     char line[128];
     if (fseek(f, set->offset, SEEK_SET) == 0) {
-        while (!found && fgets(line, sizeof line, f)) {
+        while (!found && !lost && fgets(line, sizeof line, f)) {
             size_t n = strlen(line);
             if (n == 0 || line[n - 1] != '\n') /* a line still being written: read it next time */
                 break;
             set->offset += (long)n;
+            if (strcmp(line, "lost\n") == 0) {
+                lost = true;
+                break;
+            }
             int dev;
             unsigned long long xid;
             if (sscanf(line, "%d %llu", &dev, &xid) != 2 || dev < 0 || dev >= g_sim.ndev ||
@@ -364,7 +372,7 @@ static bool next_xid(nvmlEventSet_t set, nvmlEventData_t *data) {
         }
     }
     fclose(f);
-    return found;
+    return lost ? NVML_ERROR_GPU_IS_LOST : found ? NVML_SUCCESS : NVML_ERROR_TIMEOUT;
 }
 
 EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
@@ -372,8 +380,9 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     if (!set || !data)
         return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned int waited = 0;; waited += 20) {
-        if (next_xid(set, data))
-            return NVML_SUCCESS;
+        nvmlReturn_t r = next_xid(set, data);
+        if (r != NVML_ERROR_TIMEOUT)
+            return r;
         if (waited >= timeoutms)
             return NVML_ERROR_TIMEOUT;
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);

@@ -57,7 +57,7 @@ func run(c *cli.Context) error {
 	// A GPU whose MPS the scheduler records as failed is unhealthy until it recovers, one that reported a critical Xid
 	// error for --xid-hold; one that another device plugin registered with kubelet advertises (NVIDIA's) is not
 	// served, and the plugin is not ready, while it does.
-	xid, err := nodecli.XidHealth(ctx, c, gpuinfo.WatchXid)
+	xid, err := nodecli.XidHealth(ctx, c, gpuinfo.WatchXid, inv)
 	if err != nil {
 		return err
 	}

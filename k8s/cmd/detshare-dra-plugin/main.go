@@ -128,7 +128,7 @@ func run(c *cli.Context) error {
 	if v, err := client.Discovery().ServerVersion(); err == nil {
 		platform.Kubernetes = v.GitVersion
 	}
-	xid, err := nodecli.XidHealth(ctx, c, gpuinfo.WatchXid)
+	xid, err := nodecli.XidHealth(ctx, c, gpuinfo.WatchXid, inv)
 	if err != nil {
 		return err
 	}

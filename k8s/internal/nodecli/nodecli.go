@@ -75,7 +75,7 @@ func Inventory(c *cli.Context, discover func() ([]table.GPUInfo, error)) (device
 // XidHealth watches critical Xid errors with watch (the binary's NVML events) under --xid-ignored and --xid-hold
 // until ctx ends (deviceplugin XidHealth): the GPUs that reported one are unhealthy, reason xid-<n>. Where it cannot
 // watch it logs why and reports nothing.
-func XidHealth(ctx context.Context, c *cli.Context, watch deviceplugin.XidWatch) (deviceplugin.Health, error) {
+func XidHealth(ctx context.Context, c *cli.Context, watch deviceplugin.XidWatch, inv deviceplugin.Inventory) (deviceplugin.Health, error) {
 	ignored, err := deviceplugin.ParseIgnoredXids("--xid-ignored", c.String("xid-ignored"))
 	if err != nil {
 		return nil, err
@@ -84,5 +84,9 @@ func XidHealth(ctx context.Context, c *cli.Context, watch deviceplugin.XidWatch)
 	if hold < 0 {
 		return nil, fmt.Errorf("--xid-hold=%s: allowed values are 0 (until the plugin restarts) or a positive duration such as 10m", hold)
 	}
-	return (&deviceplugin.XidHealth{Ignored: ignored, Hold: hold}).Watch(ctx, watch), nil
+	gpus := make([]int, 0, len(inv.GPUs))
+	for _, g := range inv.GPUs {
+		gpus = append(gpus, g.Index)
+	}
+	return (&deviceplugin.XidHealth{Ignored: ignored, Hold: hold, GPUs: gpus}).Watch(ctx, watch), nil
 }

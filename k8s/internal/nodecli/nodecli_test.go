@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/detshare/detshare/k8s/deviceplugin"
 )
 
 // --xid-ignored and --xid-hold are checked before any watch starts: a value that is not an Xid and a negative hold are
@@ -23,7 +25,7 @@ func TestXidFlagsRefuseBadValues(t *testing.T) {
 			_, err = XidHealth(context.Background(), c, func(context.Context, func(int, uint64)) error {
 				t.Error("a watch started with bad flags")
 				return nil
-			})
+			}, deviceplugin.Inventory{})
 			return nil
 		}}
 		if runErr := app.Run(append([]string{"plugin"}, tc.args...)); runErr != nil {
