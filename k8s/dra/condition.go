@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
@@ -154,6 +155,28 @@ func SetNodeCondition(ctx context.Context, client kubernetes.Interface, node str
 		return fmt.Errorf("set node condition %s on %s (the plugin's role needs patch on nodes/status): %w", c.Type, node, err)
 	}
 	return nil
+}
+
+// ConditionHeartbeat is how often the DRA plugin re-sets its node condition while nothing changes, so that its
+// LastHeartbeatTime says the plugin is alive (a condition whose heartbeat is much older is stale: the plugin is gone
+// without having said so).
+const ConditionHeartbeat = time.Minute
+
+// KeepNodeCondition sets the condition cond returns on node every interval until ctx ends (SetNodeCondition: its
+// LastTransitionTime moves only when the status does). Failures are logged and tried again at the next beat.
+func KeepNodeCondition(ctx context.Context, client kubernetes.Interface, node string, every time.Duration, cond func(now time.Time) corev1.NodeCondition) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if err := SetNodeCondition(ctx, client, node, cond(now)); err != nil && ctx.Err() == nil {
+				logrus.WithError(err).Warn("node condition heartbeat not set")
+			}
+		}
+	}
 }
 
 // WritePlatformFile writes p for `detshare doctor` into the plugin's directory dataDir (kubeletdevices.DRAPlatform).

@@ -146,3 +146,32 @@ func TestNodeConditionReportsThePlatform(t *testing.T) {
 		t.Errorf("node conditions after the patch: %+v, want Ready kept and %s added", n.Status.Conditions, ConditionType)
 	}
 }
+
+// While nothing changes the condition is set again every beat: its heartbeat moves on, its transition time stays.
+func TestNodeConditionHeartbeat(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
+	p := Platform{Published: []int{0}}
+	first := time.Unix(1000, 0)
+	if err := SetNodeCondition(context.Background(), client, "n", p.Condition(first)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go KeepNodeCondition(ctx, client, "n", 10*time.Millisecond, p.Condition)
+	var c corev1.NodeCondition
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		n, _ := client.CoreV1().Nodes().Get(context.Background(), "n", metav1.GetOptions{})
+		for _, x := range n.Status.Conditions {
+			if x.Type == ConditionType {
+				c = x
+			}
+		}
+		if c.LastHeartbeatTime.After(first.Add(time.Hour)) {
+			break
+		}
+	}
+	if !c.LastHeartbeatTime.After(first.Add(time.Hour)) || !c.LastTransitionTime.Time.Equal(first) {
+		t.Fatalf("condition after beats: heartbeat %v, transition %v; want a heartbeat now and the transition kept at %v",
+			c.LastHeartbeatTime, c.LastTransitionTime, first)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -139,7 +140,10 @@ func run(c *cli.Context) error {
 		return err
 	}
 	health := deviceplugin.TableHealth(c.String("run-dir")).Or(xid).Or(other)
+	var platformMu sync.Mutex // report (health changes) and the condition's heartbeat both read platform
 	report := func(unhealthy map[int]string) {
+		platformMu.Lock()
+		defer platformMu.Unlock()
 		platform.HostPlatform(c.String("host-root"), c.String("run-dir"))
 		platform.Published, platform.Withheld = nil, nil
 		for _, g := range inv.GPUs {
@@ -165,6 +169,11 @@ func run(c *cli.Context) error {
 	}
 	report(unhealthy)
 	if c.Bool("node-condition") {
+		go dra.KeepNodeCondition(ctx, client, node, dra.ConditionHeartbeat, func(now time.Time) corev1.NodeCondition {
+			platformMu.Lock()
+			defer platformMu.Unlock()
+			return platform.Condition(now)
+		})
 		defer func() {
 			stopped := platform.Condition(time.Now())
 			stopped.Status, stopped.Reason = corev1.ConditionFalse, dra.ReasonStopped
