@@ -143,10 +143,29 @@ func (pl *Placer) Place(id string, q quota.Quota, gpus []table.GPUState, active 
 	return best.gpu.Index, nil
 }
 
-// measure reads the table and client pages read-only. Anything unreadable counts as no pressure: placement must
-// never fail because a page could not be read.
+// measure is each GPU's Pressure: what the scheduler published (table.Reaper.PublishPressure) when every GPU's
+// publication is fresh (table.PressureFresh), else measured here from the client pages, read-only, with the same
+// table.TenantLoad. Anything unreadable counts as no pressure: placement must never fail because a page could not
+// be read.
 func (pl *Placer) measure(gpus []table.GPUState) map[int]Pressure {
+	now := time.Now
+	if pl.Now != nil {
+		now = pl.Now
+	}
 	out := map[int]Pressure{}
+	fresh := true
+	for _, g := range gpus {
+		age := now().Sub(g.Pressure.At)
+		if g.Pressure.At.IsZero() || age < -table.PressureFresh || age > table.PressureFresh {
+			fresh = false
+			break
+		}
+		out[g.Index] = Pressure{Compute: g.Pressure.Compute, Memory: ratio(g.Pressure.MemBytes, g.MemTotal)}
+	}
+	if fresh {
+		return out
+	}
+	clear(out)
 	t, err := table.OpenReadOnly(table.RunDir(pl.RunDir))
 	if err != nil {
 		return out
@@ -156,43 +175,27 @@ func (pl *Placer) measure(gpus []table.GPUState) map[int]Pressure {
 	for _, g := range gpus {
 		mem[g.Index] = g.MemTotal
 	}
-	now := time.Now
-	if pl.Now != nil {
-		now = pl.Now
-	}
 	// One copy of each page, read (not mapped: unmapping 256 pages cost ~0.1 s on a 2-core VM); a page a tenant
 	// truncated or damaged only loses this tenant's measurement.
 	pg := new(table.ClientPage)
 	for _, r := range t.List() {
+		mine := table.ReadClientPage(r.ClientPagePath, pg) == nil && pg.Slot == uint32(r.Slot) && pg.SlotGen == r.Gen
+		page := pg
+		if !mine {
+			page = nil
+		}
+		busy, used := table.TenantLoad(page, r.RegisteredNs, r.Role, mem[r.GPU], now())
 		p := out[r.GPU]
-		busy, used, age := 0.0, uint64(0), now().Sub(time.Unix(0, int64(r.RegisteredNs)))
-		measured := false
-		if err := table.ReadClientPage(r.ClientPagePath, pg); err == nil && pg.Slot == uint32(r.Slot) && pg.SlotGen == r.Gen {
-			b := pg.BusyNs
-			for i := range pg.Procs {
-				if pg.Procs[i].State == table.ProcLive {
-					b = max(b, pg.Procs[i].BusyNs)
-				}
-			}
-			used = pg.MemUsed
-			if age > time.Second && (b > 0 || used > 0) {
-				busy = min(1, float64(b)/float64(age))
-				measured = true
-			}
-		}
-		if !measured { // no history yet: count it by its role
-			switch r.Role {
-			case table.RolePrefill:
-				busy = 0.5
-			case table.RoleDecode:
-				used = mem[r.GPU] / 4
-			}
-		}
 		p.Compute += busy
-		if m := mem[r.GPU]; m > 0 {
-			p.Memory += float64(used) / float64(m)
-		}
+		p.Memory += ratio(used, mem[r.GPU])
 		out[r.GPU] = p
 	}
 	return out
+}
+
+func ratio(used, total uint64) float64 {
+	if total == 0 {
+		return 0
+	}
+	return float64(used) / float64(total)
 }

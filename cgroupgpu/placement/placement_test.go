@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -89,5 +90,39 @@ func TestScore(t *testing.T) {
 	}
 	if Kind(table.RolePrefill) != "compute-heavy" || Kind(table.RoleNone) != "unknown" {
 		t.Error("kind")
+	}
+}
+
+// TestPublishedPressureDecides: while the scheduler's published pressure is fresh, placement follows it without
+// reading a client page (issue 28: reading every page made a registration cost grow with the tenants); a stale or
+// missing publication makes it measure the pages itself. The published figures here contradict the pages, so
+// the GPU chosen tells which was used.
+func TestPublishedPressureDecides(t *testing.T) {
+	t.Setenv("DETSHARE_SIMGPU_COUNT", "2")
+	t.Setenv("DETSHARE_SIMGPU_SMS", "64")
+	dir := filepath.Join(t.TempDir(), "run")
+	pl := &Placer{RunDir: dir}
+	reg(t, dir, pl, "pf", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=prefill", "DETSHARE_GPU=0")
+	reg(t, dir, pl, "dc", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=decode", "DETSHARE_GPU=1")
+	tb, err := table.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	publish := func(at time.Time, compute0, compute1 float64) {
+		for g, c := range []float64{compute0, compute1} {
+			e := tb.GPU(g)
+			e.PressureComputePPM, e.PressureMemBytes = uint64(c*1e6), 0
+			e.PressureNs = uint64(at.UnixNano())
+		}
+	}
+	// published: GPU 1 is the busy one; the pages say GPU 0 (its prefill neighbour)
+	publish(time.Now(), 0, 3)
+	if r := reg(t, dir, pl, "pf2", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=prefill", "DETSHARE_GPU=auto"); r.Registration.GPU != 0 {
+		t.Fatalf("with a fresh publication saying GPU 1 is busy: placed on GPU %d (%s)", r.Registration.GPU, pl.LastReason())
+	}
+	publish(time.Now().Add(-10*time.Second), 0, 3) // stale: measured from the pages
+	if r := reg(t, dir, pl, "pf3", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=prefill", "DETSHARE_GPU=auto"); r.Registration.GPU != 1 {
+		t.Fatalf("with a stale publication: placed on GPU %d (%s), want 1 (measured: beside the decode tenant)", r.Registration.GPU, pl.LastReason())
 	}
 }

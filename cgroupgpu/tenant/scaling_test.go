@@ -37,11 +37,13 @@ var _ = os.Getenv
 // placement choose between two GPUs.
 func BenchmarkRegisterScaling(b *testing.B) {
 	for _, gpus := range []int{1, 2} {
-		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) { benchRegisterScaling(b, gpus) })
+		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) { benchRegisterScaling(b, gpus, true) })
 	}
+	// placement measuring every page itself, as without a scheduler publishing (the fallback, and before issue 28)
+	b.Run("gpus=2/unpublished", func(b *testing.B) { benchRegisterScaling(b, 2, false) })
 }
 
-func benchRegisterScaling(b *testing.B, gpus int) {
+func benchRegisterScaling(b *testing.B, gpus int, published bool) {
 	b.Setenv("DETSHARE_SIMGPU", "1")
 	b.Setenv("DETSHARE_SIMGPU_COUNT", fmt.Sprint(gpus))
 	b.Setenv("DETSHARE_SIMGPU_SMS", "132")
@@ -52,6 +54,7 @@ func benchRegisterScaling(b *testing.B, gpus int) {
 		dir string
 		reg Registrar
 		ms  []float64
+		rp  *table.Reaper // the scheduler's reaper: publishes each GPU's pressure, as every reaper round does
 	}
 	var sizes []*size
 	for _, n := range scalingSizes {
@@ -65,20 +68,28 @@ func benchRegisterScaling(b *testing.B, gpus int) {
 		}
 		sizes = append(sizes, s)
 	}
-	// A live leader, as on a host where the scheduler runs (its reaper reaps dead host tenants, not registration).
+	// A live leader, as on a host where the scheduler runs (its reaper reaps dead host tenants, not registration,
+	// and publishes each GPU's pressure, which gpu=auto placement reads instead of every tenant's page).
 	for _, s := range sizes {
 		t, err := table.Create(s.dir)
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Cleanup(func() { t.Close() })
 		if _, err := t.SetLeader(os.Getpid()); err != nil {
 			b.Fatal(err)
 		}
-		t.Close()
+		s.rp = t.NewReaper()
+		b.Cleanup(s.rp.Close)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, s := range sizes {
+			if published {
+				b.StopTimer()
+				s.rp.PublishPressure(time.Now())
+				b.StartTimer()
+			}
 			t0 := time.Now()
 			if _, err := s.reg.Register(context.Background(), s.dir, Request{ID: "nth", Quota: be, OwnerPID: os.Getpid()}); err != nil {
 				b.Fatal(err)

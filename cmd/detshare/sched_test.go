@@ -237,7 +237,7 @@ func TestStatusAndTopExplainOverlappingGrants(t *testing.T) {
 	renderTop(&top, nil, s, 80)
 	footer := []string{
 		"132 SMs: 32 guaranteed, 168 borrowed, 128 granted (each SM once), 4 free",
-		"72 SMs granted to 2+ tenants (grants overlap while tenants are idle or lend):",
+		"72 SMs granted to 2+ tenants (overlap: tenants idle, lending or sharing):",
 		"groups 4-12 (72 SMs): train (idle), web",
 	}
 	for name, out := range map[string]string{"status": st.String(), "top": top.String()} {

@@ -111,7 +111,7 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 		line(w, fmt.Sprintf("GPU %d  %s%s", g.Index, g.Name, sim))
 		line(w, fmt.Sprintf("  %d SMs/%d grp  MPS %s  %s", g.SMs, len(g.Groups), g.MPS, g.Mode))
 		// GUAR: guaranteed SMs; NOW: SMs granted now, "*" when some of them are also granted to another tenant
-		// (grants overlap while tenants are idle or lend: the footer says which groups and whose).
+		// (grants overlap while tenants are idle, lend or share: the footer says which groups and whose).
 		line(w, fmt.Sprintf("%-16s %-2s %-3s %4s %5s %5s %8s %15s %8s %5s", "TENANT", "T", "ROL", "GUAR", "NOW", "BUSY%", "LAUNCH/s", "MEM used/quota", "QDLY ms", "SLO%"))
 		for _, t := range s.Tenants {
 			if t.GPU != g.Index {

@@ -73,7 +73,7 @@ INFER_PAIRS = {"quick": [("resnet50", "resnet50")],
 # ordered so that MPS starts once per pair (alone, alone-lib and timeslice run without it)
 PAIR_CONFIGS = ["alone", "alone-lib", "timeslice", "alone-grant", "mps", "mps-pct", "detshare"]
 LLM_CONFIGS = ["alone", "timeslice", "mps", "detshare-to", "detshare-tpot"]
-TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare"]
+TRAIN_CONFIGS = ["alone", "timeslice", "mps", "detshare", "detshare-share"]  # detshare-share: scheduler.share_overlap
 COLOC_CONFIGS = ["alone", "alone-mps", "timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
                  "detshare-dynamic-pause", "detshare-dynamic-noprio", "detshare-temporal"]
 COLOC_LC = ["bert", "resnet50", "llama-step"]
@@ -90,11 +90,13 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #                      groups, its partition exclusive; the trainer keeps the rest and never flips)
 #   detshare-pinned<N> the real scheduler, LC pinned to N groups (a static partition: the trainer keeps the rest)
 #   detshare-slo<X>x   the real scheduler, the LC's slo-p99 = X x its solo service P99 measured first in this run
+#   detshare-sloov<X>x as detshare-slo<X>x, plus scheduler.lc_overlap = true
 #   detshare-default   the real scheduler with its defaults (LC --sm at --lc-groups, no SLO)
 PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-floor(\d+)"),
                  ("detshare-pinned", r"detshare-pinned(\d+)"), ("detshare-slo", r"detshare-slo(\d+(?:\.\d+)?)x"),
                  ("detshare-reserve", r"detshare-reserve(\d+(?:\.\d+)?)"),
-                 ("detshare-overlap", r"detshare-overlap(\d+(?:\.\d+)?)"))
+                 ("detshare-overlap", r"detshare-overlap(\d+(?:\.\d+)?)"),
+                 ("detshare-sloov", r"detshare-sloov(\d+(?:\.\d+)?)x"))
 
 
 def param_config(cfg):
@@ -130,6 +132,9 @@ def parse(argv=None):
                     help="detshare-tpot: scheduler.decode_boost, the decode tenant's weight multiplier under "
                          "tpot-first (0: the scheduler's default)")
     ap.add_argument("--tpot-slo-ms", type=float, default=100.0)
+    ap.add_argument("--train-pairs", default="resnet50:gpt2",
+                    help="train suite: comma list of trainer pairs A:B, each of resnet50, gpt2, lin8192-bf16, "
+                         "lin8192-fp32, with @N for batch N (resnet50@16: a trainer that does not fill an H100)")
     ap.add_argument("--coloc-lc", default=",".join(COLOC_LC), help="coloc suite: LC workloads (comma list of %s; also "
                     "llama-step-math, or the probe `reclaim`)" % ", ".join(COLOC_LC))
     ap.add_argument("--coloc-be", default=",".join(COLOC_BE), help="coloc suite: trainers (comma list of %s; also "
@@ -181,8 +186,20 @@ def parse(argv=None):
             ap.error("--configs %s: a group count must be 0 or more" % c)
         if c not in known and fam is None:
             ap.error("--configs: %r is not one of %s, or mps-pct<P>, detshare-floor<N>, detshare-pinned<N>, "
-                     "detshare-slo<X>x, detshare-reserve<F>, detshare-overlap<F>" % (c, ", ".join(sorted(known))))
+                     "detshare-slo<X>x, detshare-sloov<X>x, detshare-reserve<F>, detshare-overlap<F>" % (c, ", ".join(sorted(known))))
     a.config_order = [c for c in a.configs.split(",") if c]
+    pairs = []
+    for pair in (x for x in a.train_pairs.split(",") if x):
+        ms = pair.split(":")
+        for m in ms:
+            name, at, batch = m.partition("@")
+            if name not in ("resnet50", "gpt2", "lin8192-bf16", "lin8192-fp32") or (at and not batch.isdigit()):
+                ap.error("--train-pairs %s: a trainer is resnet50, gpt2, lin8192-bf16 or lin8192-fp32, optionally "
+                         "with @N (batch N)" % m)
+        if len(ms) != 2:
+            ap.error("--train-pairs %s: a pair is A:B" % pair)
+        pairs.append(tuple(ms))
+    a.train_pairs = pairs
     if not a.duration:
         a.duration = 6.0 if a.quick else 8.0
     if not a.pairs:
@@ -503,16 +520,23 @@ class Runner:
                         c.workers[0].rate_key = ("coloc:" + lc, "lc")
                         cases.append(c)
         if "train" in a.suites:
-            t1 = ["--role", "train", "--model", "resnet50" + tiny] + dev
-            t2 = ["--role", "train", "--model", "gpt2" + tiny] + dev
+            def targs(m):  # resnet50@16: resnet50 at batch 16
+                name, _, batch = m.partition("@")
+                return ["--role", "train", "--model", name + tiny] + (["--batch", batch] if batch else []) + dev
+            models = []
+            for x, y in a.train_pairs:
+                models += [m for m in (x, y) if m not in models]
             for cfg in TRAIN_CONFIGS:
                 if not want(cfg):
                     continue
-                if cfg == "alone":
-                    cases.append(self.case("train/alone/a", cfg, [("a", t1, "a", "train")]))
-                    cases.append(self.case("train/alone/b", cfg, [("b", t2, "b", "train")]))
-                else:
-                    cases.append(self.case("train/" + cfg, cfg, [("a", t1, "a", "train"), ("b", t2, "b", "train")]))
+                if cfg == "alone":  # each trainer alone once, shared by every pair it is in
+                    for m in models:
+                        cases.append(self.case("train/alone/" + m, cfg, [("a", targs(m), "a", "train-solo:" + m)]))
+                    continue
+                for x, y in a.train_pairs:
+                    g = "train:%s+%s" % (x, y)
+                    cases.append(self.case("train/%s+%s/%s" % (x, y, cfg), cfg,
+                                           [("a", targs(x), "a", g), ("b", targs(y), "b", g)]))
         return cases
 
     def coloc_lc_args(self, lc, tiny, dev):
@@ -686,7 +710,8 @@ class Runner:
                                                  else num) if fam in ("detshare-floor", "detshare-reserve",
                                                                       "detshare-overlap") or
                         c.config.startswith("detshare-dynamic") else "") +
-                       ("lc_overlap = true\n" if fam == "detshare-overlap" else ""),
+                       ("lc_overlap = true\n" if fam in ("detshare-overlap", "detshare-sloov") else "") +
+                       ("share_overlap = true\n" if c.config == "detshare-share" else ""),
                        "false" if c.config == "detshare-temporal" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":
@@ -720,7 +745,7 @@ class Runner:
                 elif fam == "detshare-pinned":
                     flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sum(self.groups()[:int(num)])),
                                        "--pinned"]
-                elif fam == "detshare-slo":
+                elif fam in ("detshare-slo", "detshare-sloov"):
                     solo = self.solo_p99.get(w.group.split("+")[0])
                     if not solo:
                         raise RuntimeError("%s: the LC's solo P99 is unknown (run the alone configuration first)"

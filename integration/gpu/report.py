@@ -263,7 +263,7 @@ def build(outdir, skip, slo_ms):
     md.append("")
     cdf_rows = []
     for group, cfgs in sorted(raw.items()):
-        if group in ("llm", "train") or group.startswith("coloc:"):
+        if group in ("llm", "train") or group.startswith(("coloc:", "train:", "train-solo:")):
             continue
         # ---- LC/BE pair
         base_lc = cfgs.get("alone", {}).get("lc")
@@ -397,32 +397,58 @@ def build(outdir, skip, slo_ms):
                 res["targets"].append(target("LLM: TPOT violations (relative SLO 3x solo median) at least 20% lower "
                                              "with TPOT-First", rcut, ">=", TARGETS["tpot_violation_cut"]))
         res["llm"] = rows
-    # ---- training pair
-    if "train" in raw:
-        cfgs = raw["train"]
-        ba = cfgs.get("alone", {}).get("a")
-        bb = cfgs.get("alone", {}).get("b")
+    # ---- training pairs: "train:<A>+<B>" with each trainer alone in "train-solo:<model>" (older runs: one pair,
+    # group "train", its solos inside it as alone/a and alone/b)
+    pairs = sorted(g for g in raw if g.startswith("train:")) + (["train"] if "train" in raw else [])
+    power = read_power(outdir) if pairs else []
+    for group in pairs:
+        cfgs = raw[group]
+        if group == "train":
+            name_a, name_b = "resnet50", "gpt2"
+            ba, bb = cfgs.get("alone", {}).get("a"), cfgs.get("alone", {}).get("b")
+        else:
+            name_a, name_b = group[len("train:"):].split("+")
+            ba = raw.get("train-solo:" + name_a, {}).get("alone", {}).get("a")
+            bb = raw.get("train-solo:" + name_b, {}).get("alone", {}).get("a")
         sa = train_stats(ba, skip) if ba else None
         sb = train_stats(bb, skip) if bb else None
-        md.append("### Training pair (ResNet-50 + GPT-2-like)")
+        md.append("### Training pair %s + %s (both best-effort)" % (name_a, name_b))
         md.append("")
-        md.append("| config | A steps/s | A norm | B steps/s | B norm | sum |")
-        md.append("|---|---|---|---|---|---|")
+        md.append("| config | A steps/s | A norm | B steps/s | B norm | sum | board W (mean / max) | SM MHz (mean / min) "
+                  "| losses bit-identical to solo (A / B) |")
+        md.append("|---|---|---|---|---|---|---|---|---|")
         rows = {}
-        for cfg in ("alone", "timeslice", "mps", "detshare"):
-            c = cfgs.get(cfg)
+        yn = {True: "yes", False: "**NO**", None: "—"}
+        for cfg in ["alone"] + [c for c in cfgs if c != "alone"]:
+            c = cfgs.get(cfg) if cfg != "alone" or group == "train" else {"a": ba, "b": bb}
             if not c:
                 continue
-            xa = train_stats(c["a"], skip) if "a" in c else None
-            xb = train_stats(c["b"], skip) if "b" in c else None
+            xa = train_stats(c["a"], skip) if c.get("a") else None
+            xb = train_stats(c["b"], skip) if c.get("b") else None
             na = ratio(xa and xa["steps_per_s"], sa and sa["steps_per_s"])
             nb = ratio(xb and xb["steps_per_s"], sb and sb["steps_per_s"])
-            s = (na or 0) + (nb or 0) if cfg != "alone" else None
-            rows[cfg] = {"a": xa, "b": xb, "a_norm": na, "b_norm": nb, "sum": s}
-            md.append("| %s | %s | %s | %s | %s | %s |" % (cfg, fmt(xa and xa["steps_per_s"]), fmt(na),
-                                                          fmt(xb and xb["steps_per_s"]), fmt(nb), fmt(s)))
+            s_ = (na or 0) + (nb or 0) if cfg != "alone" else None
+            bia = (xa["loss_hash"] == sa["loss_hash"]) if xa and sa and xa["loss_hash"] else None
+            bib = (xb["loss_hash"] == sb["loss_hash"]) if xb and sb and xb["loss_hash"] else None
+            first = c.get("a") or c.get("b")
+            pw = power_in(power, first["t0"] + skip * first["duration"], first["t0"] + first["duration"]) \
+                if first and "t0" in first and cfg != "alone" else {}
+            rows[cfg] = {"a": xa, "b": xb, "a_norm": na, "b_norm": nb, "sum": s_, "a_bit_identical": bia,
+                         "b_bit_identical": bib, "power": pw}
+            md.append("| %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
+                cfg, fmt(xa and xa["steps_per_s"]), fmt(na), fmt(xb and xb["steps_per_s"]), fmt(nb), fmt(s_),
+                fmt(pw.get("power_w_mean"), 0), fmt(pw.get("power_w_max"), 0), fmt(pw.get("sm_mhz_mean"), 0),
+                fmt(pw.get("sm_mhz_min"), 0), yn[bia], yn[bib]))
         md.append("")
-        res["train"] = rows
+        res["train"][group] = rows
+        ds = [k for k in rows if k.startswith("detshare") and rows[k]["sum"] is not None]
+        if ds and rows.get("mps", {}).get("sum") is not None:
+            best = max(ds, key=lambda k: rows[k]["sum"])
+            res["targets"].append(target("%s: DetShare's best sum (%s) / plain MPS's" % (group, best),
+                                         rows[best]["sum"] / rows["mps"]["sum"], ">=", 1.0))
+            if rows.get("timeslice", {}).get("sum"):
+                res["targets"].append(target("%s: DetShare's best sum (%s) / time-slicing's" % (group, best),
+                                             rows[best]["sum"] / rows["timeslice"]["sum"], ">=", 1.0))
     # ---- co-location (issue 12)
     if any(g.startswith("coloc:") for g in raw):
         coloc(raw, meta, skip, outdir, res, md, cdf_rows)

@@ -128,6 +128,9 @@ type Scheduler struct {
 	// stays exclusive; the rest is shared under MPS, its client priority above theirs), as MPS with a thread
 	// percentage lets it, while the neighbours keep their groups and never flip.
 	LCOverlap bool `toml:"lc_overlap"`
+	// ShareOverlap (issue 26): busy tenants share the groups nobody holds exclusively (each granted all of them,
+	// interleaved by MPS) instead of splitting them by weight.
+	ShareOverlap bool `toml:"share_overlap"`
 }
 
 // MPS controls the per-GPU MPS control daemons.
@@ -175,7 +178,7 @@ func Default() Config {
 			MaxQuantum: Duration{50 * time.Millisecond}, Tick: Duration{100 * time.Millisecond},
 			ReapEvery: Duration{250 * time.Millisecond}, LatencySLO: Duration{time.Millisecond},
 			BEFloor: 1, GateDepth: 8, GateBudget: Duration{500 * time.Microsecond}, PowerNearLimit: 0.92,
-			LCReserve: DefaultLCReserve},
+			LCReserve: DefaultLCReserve, LCOverlap: true},
 		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
 		Metrics: Metrics{Listen: ""},
 		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second},
@@ -204,7 +207,7 @@ func Parse(name string, data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,lc_reserve}, mps.{enable,control,exclusive}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window})", name, und[0].String())
+		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,lc_reserve,lc_overlap,share_overlap}, mps.{enable,control,exclusive}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window,page_mounts,memory_outside})", name, und[0].String())
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
@@ -293,20 +296,22 @@ func (c Config) Validate() error {
 // PolicyOptions are the scheduler section's settings of the grant policy, as plain values: sched/daemon converts
 // them to sched/policy.Options field by field.
 type PolicyOptions struct {
-	Kind        string // one of Policies
-	DecodeBoost uint32
-	Quantum     time.Duration
-	MaxQuantum  time.Duration
-	Floor       int // scheduler.be_floor
-	GateDepth   uint32
-	GateBudget  time.Duration
-	LCReserve   float64 // scheduler.lc_reserve
-	LCOverlap   bool    // scheduler.lc_overlap
+	Kind         string // one of Policies
+	DecodeBoost  uint32
+	Quantum      time.Duration
+	MaxQuantum   time.Duration
+	Floor        int // scheduler.be_floor
+	GateDepth    uint32
+	GateBudget   time.Duration
+	LCReserve    float64 // scheduler.lc_reserve
+	LCOverlap    bool    // scheduler.lc_overlap
+	ShareOverlap bool    // scheduler.share_overlap
 }
 
 // PolicyOptions returns the scheduler section's policy settings.
 func (c Config) PolicyOptions() PolicyOptions {
 	return PolicyOptions{Kind: c.Scheduler.Policy, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
 		MaxQuantum: c.Scheduler.MaxQuantum.Duration, Floor: c.Scheduler.BEFloor, GateDepth: c.Scheduler.GateDepth,
-		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve, LCOverlap: c.Scheduler.LCOverlap}
+		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve, LCOverlap: c.Scheduler.LCOverlap,
+		ShareOverlap: c.Scheduler.ShareOverlap}
 }

@@ -87,3 +87,32 @@ func DRADrivers(dir string) ([]string, error) {
 	slices.Sort(out)
 	return out, nil
 }
+
+// DRAPlatform is what DetShare's DRA plugin found of the cluster, in PlatformFile of its directory under kubelet's
+// plugins directory (<kubelet-dir>/plugins/gpu.detshare.io/platform.json), for `detshare doctor` on the node, which
+// has no API access: the apiserver's version and the DRA features it serves (the plugin's dry-run probe).
+type DRAPlatform struct {
+	Kubernetes string   `json:"kubernetes"` // the apiserver's gitVersion
+	Served     []string `json:"served"`     // consumableCapacity, partitionableDevices, deviceTaints
+	Published  []int    `json:"published"`  // the GPUs published
+	Withheld   []string `json:"withheld"`   // "GPU <i> (<uuid>): <reason>" for each GPU not published or tainted
+}
+
+// PlatformFile is DRAPlatform's file name.
+const PlatformFile = "platform.json"
+
+// ReadDRAPlatform reads the DRA plugin's platform file from its directory pluginDir; none is nil and no error.
+func ReadDRAPlatform(pluginDir string) (*DRAPlatform, error) {
+	data, err := os.ReadFile(filepath.Join(pluginDir, PlatformFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the DRA plugin's platform file: %w", err)
+	}
+	var p DRAPlatform
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("the DRA plugin's platform file %s: %w", filepath.Join(pluginDir, PlatformFile), err)
+	}
+	return &p, nil
+}

@@ -106,7 +106,10 @@ struct ds_gpu {                          /* 1024 bytes each */
     uint32_t pad0;                       /* 572 */
     uint64_t token_deadline_ns;          /* 576 CLOCK_MONOTONIC end of the current quantum */
     uint64_t grant_changes;              /* 584 grants published on this GPU */
-    uint8_t  reserved[1024 - 592];
+    uint64_t pressure_compute_ppm;       /* 592 sum of the tenants' busy fractions, millionths (placement) */
+    uint64_t pressure_mem_bytes;         /* 600 sum of the device memory they hold */
+    uint64_t pressure_ns;                /* 608 CLOCK_REALTIME when the scheduler published them; 0 never */
+    uint8_t  reserved[1024 - 616];
 };
 
 #define DS_SLO_ACTIVE         1u  /* the controller has stepped at least once */

@@ -3,6 +3,7 @@ package table
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // GPUInfo is what discovery (NVML in sched/gpuinfo, or the simulated GPU, a test double) knows about one GPU.
@@ -66,6 +67,8 @@ type GPUState struct {
 	MPSState   uint32
 	Mode       uint32
 	MPSPipeDir string
+	// Pressure is what the scheduler last published of the GPU's load (Pressure.At zero: never).
+	Pressure Pressure
 }
 
 // SetGPUs records the discovered GPUs. Entries whose UUID is unchanged keep their split, MPS state and tokens, so a
@@ -139,6 +142,10 @@ func (t *Table) gpuState(e *GPU) GPUState {
 		MPSState:   atomic.LoadUint32(&e.MPSState),
 		Mode:       atomic.LoadUint32(&e.Mode),
 		MPSPipeDir: cString(e.MPSPipeDir[:]),
+	}
+	if ns := atomic.LoadUint64(&e.PressureNs); ns != 0 {
+		s.Pressure = Pressure{Compute: float64(atomic.LoadUint64(&e.PressureComputePPM)) / 1e6,
+			MemBytes: atomic.LoadUint64(&e.PressureMemBytes), At: time.Unix(0, int64(ns))}
 	}
 	if atomic.LoadUint32(&e.SplitState) == SplitPublished {
 		n := e.NGroups

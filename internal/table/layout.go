@@ -151,7 +151,11 @@ type GPU struct {
 	Pad0            uint32              `c:"pad0"`
 	TokenDeadlineNs uint64              `c:"token_deadline_ns"`
 	GrantChanges    uint64              `c:"grant_changes"`
-	Reserved        [432]byte           `c:"reserved"`
+	// What the GPU's tenants load it with, published by the scheduler's reaper (PublishPressure) for placement.
+	PressureComputePPM uint64    `c:"pressure_compute_ppm"` // sum of the tenants' busy fractions, millionths
+	PressureMemBytes   uint64    `c:"pressure_mem_bytes"`   // sum of the device memory they hold
+	PressureNs         uint64    `c:"pressure_ns"`          // CLOCK_REALTIME when published; 0: never
+	Reserved           [408]byte `c:"reserved"`
 }
 
 // Container is struct ds_container (512 bytes each, MaxContainers of them at ContainersOffset).

@@ -49,24 +49,38 @@ func Claims(dir string, inv Inventory) (map[int][]string, error) {
 // ReasonClaimedElsewhere, logging each new claim as an error naming the GPU and the other resource. An unreadable
 // checkpoint is logged and claims nothing.
 func ClaimHealth(dir string, inv Inventory) Health {
-	var mu sync.Mutex // both resources' ListAndWatch poll it
-	var last map[int][]string
+	report := ClaimReport(inv, func(g GPU, res []string) {
+		logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID, "resources": res}).Error(
+			"another device plugin advertises this GPU: DetShare does not serve it (its units are Unhealthy) " +
+				"until that plugin stops; give the GPU to one of them (docs/kubernetes.md \"Coexistence\")")
+	}, func(g GPU) {
+		logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID}).Info("no other device plugin advertises this GPU any more")
+	})
 	return func() map[int]string {
-		mu.Lock()
-		defer mu.Unlock()
 		claims, err := Claims(dir, inv)
 		if err != nil {
 			logrus.WithError(err).Warn("cannot tell whether another device plugin advertises the GPUs")
 			return nil
 		}
+		return report(claims)
+	}
+}
+
+// ClaimReport turns each view of the GPUs of inv that another plugin or driver claims (index → its claimants) into
+// their health, ReasonClaimedElsewhere, calling claimed for each GPU whose claimants changed to some and released for
+// each that no one claims any more. It is safe for concurrent use (both resources' ListAndWatch poll it).
+func ClaimReport(inv Inventory, claimed func(g GPU, by []string), released func(g GPU)) func(claims map[int][]string) map[int]string {
+	var mu sync.Mutex
+	var last map[int][]string
+	return func(claims map[int][]string) map[int]string {
+		mu.Lock()
+		defer mu.Unlock()
 		if !maps.EqualFunc(claims, last, slices.Equal) {
 			for _, g := range inv.GPUs {
-				if res := claims[g.Index]; len(res) > 0 {
-					logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID, "resources": res}).Error(
-						"another device plugin advertises this GPU: DetShare does not serve it (its units are Unhealthy) " +
-							"until that plugin stops; give the GPU to one of them (docs/kubernetes.md \"Coexistence\")")
+				if by := claims[g.Index]; len(by) > 0 {
+					claimed(g, by)
 				} else if len(last[g.Index]) > 0 {
-					logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID}).Info("no other device plugin advertises this GPU any more")
+					released(g)
 				}
 			}
 			last = claims

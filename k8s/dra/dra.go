@@ -13,8 +13,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/cdi"
 	"github.com/detshare/detshare/cgroupgpu/quota"
+	"github.com/detshare/detshare/internal/gpufacts"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/k8s/deviceplugin"
 )
@@ -59,7 +62,8 @@ const (
 )
 
 // TaintKey is the device taint the driver puts on the devices of an unhealthy GPU (value: the reason, e.g.
-// mps-failed), with effect NoSchedule: the scheduler allocates them to no new claim until the GPU recovers.
+// mps-failed, xid-79), with effect NoSchedule (the scheduler allocates them to no new claim until the GPU recovers)
+// or, where configured (SliceOptions.TaintEffect), NoExecute (the pods using them are evicted too).
 const TaintKey = DriverName + "/unhealthy"
 
 // SliceOptions say how Slices describes the GPUs: what the apiserver serves (Probe decides it).
@@ -79,6 +83,12 @@ type SliceOptions struct {
 	// and on by default in 1.36), so a whole-GPU claim and SM claims exclude each other: the shared device consumes
 	// its counters once, when its first claim is allocated, and gives them back when its last one goes.
 	Partitionable bool
+	// TaintEffect is the effect of TaintKey ("": NoSchedule): NoSchedule keeps new claims off an unhealthy GPU,
+	// NoExecute also evicts the pods whose claims use it (the controller-manager's device-taint eviction).
+	TaintEffect resourceapi.DeviceTaintEffect
+	// Facts are NVML's facts of the driver and the GPUs (the binary reads them: sched/gpuinfo.Facts), published as
+	// attributes; nil: none.
+	Facts *gpufacts.Driver
 }
 
 // Device attributes (in the driver's domain, gpu.detshare.io/<name> in CEL: device.attributes["gpu.detshare.io"].name).
@@ -91,26 +101,98 @@ const (
 	AttrSMGroups     = "smGroups"     // int: groups on the GPU
 	AttrMPSAvailable = "mpsAvailable" // bool: the scheduler does not record the GPU's MPS as failed
 	AttrWhole        = "wholeGPU"     // bool: the device is the whole GPU for one claim (gpu<i>-whole)
+	// From NVML (absent where the plugin cannot reach it): DeviceClass selectors test them with
+	// "name" in device.attributes["gpu.detshare.io"] first.
+	AttrArchitecture      = "architecture"      // string: lower case, e.g. hopper, ampere, blackwell
+	AttrComputeCapability = "computeCapability" // version: e.g. 9.0.0
+	AttrDriverVersion     = "driverVersion"     // version: the driver's, e.g. 580.95.5 (580.95.05)
+	AttrCUDADriverVersion = "cudaDriverVersion" // version: the CUDA version the driver supports, e.g. 13.0.0
 )
 
+// factAttrs are GPU index's attributes from NVML's facts.
+func factAttrs(f *gpufacts.Driver, index int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	out := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	if f == nil {
+		return out
+	}
+	if v, ok := semver(f.Version); ok {
+		out[AttrDriverVersion] = resourceapi.DeviceAttribute{VersionValue: &v}
+	}
+	if f.CUDAVersion > 0 {
+		v := fmt.Sprintf("%d.%d.0", f.CUDAVersion/1000, f.CUDAVersion%1000/10)
+		out[AttrCUDADriverVersion] = resourceapi.DeviceAttribute{VersionValue: &v}
+	}
+	g, ok := f.GPUs[index]
+	if !ok {
+		return out
+	}
+	if g.Architecture != "" {
+		a := g.Architecture
+		out[AttrArchitecture] = resourceapi.DeviceAttribute{StringValue: &a}
+	}
+	if g.CCMajor >= 0 && g.CCMinor >= 0 {
+		v := fmt.Sprintf("%d.%d.0", g.CCMajor, g.CCMinor)
+		out[AttrComputeCapability] = resourceapi.DeviceAttribute{VersionValue: &v}
+	}
+	return out
+}
+
+// semver writes a driver version (580.95.05, 535.104.12, 580.00-simgpu) as a semantic version (580.95.5,
+// 535.104.12, 580.0.0-simgpu): numbers without leading zeros, three of them, a suffix after "-" kept as the
+// pre-release when it is alphanumeric.
+func semver(v string) (string, bool) {
+	core, pre, _ := strings.Cut(v, "-")
+	parts := strings.Split(core, ".")
+	if core == "" || len(parts) > 3 {
+		return "", false
+	}
+	nums := []string{"0", "0", "0"}
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return "", false
+		}
+		nums[i] = strconv.FormatUint(n, 10)
+	}
+	out := strings.Join(nums, ".")
+	if pre != "" {
+		for _, r := range pre {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				return "", false
+			}
+		}
+		out += "-" + pre
+	}
+	return out, true
+}
+
 // Slices describes the node's GPUs as one pool per GPU; the GPUs in unhealthy (index → reason) are tainted when
-// opts.Taints. With opts.Partitionable the pool's first slice holds the GPU's counter set (an apiserver takes shared
-// counters and devices in separate slices).
+// opts.Taints, except those another driver or plugin claims (reason deviceplugin.ReasonClaimedElsewhere), which are
+// not published at all. With opts.Partitionable the pool's first slice holds the GPU's counter set (an apiserver
+// takes shared counters and devices in separate slices).
 func Slices(inv deviceplugin.Inventory, unhealthy map[int]string, opts SliceOptions) resourceslice.DriverResources {
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
+	effect := opts.TaintEffect
+	if effect == "" {
+		effect = resourceapi.DeviceTaintEffectNoSchedule
+	}
 	for _, g := range inv.GPUs {
 		var taint []resourceapi.DeviceTaint
 		why := unhealthy[g.Index]
+		if why == deviceplugin.ReasonClaimedElsewhere {
+			continue
+		}
 		if why != "" && opts.Taints {
-			taint = []resourceapi.DeviceTaint{{Key: TaintKey, Value: why, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+			taint = []resourceapi.DeviceTaint{{Key: TaintKey, Value: why, Effect: effect}}
 		}
 		idx, memBytes := int64(g.Index), int64(g.MemGiB)<<30
-		uuid, product, mps := g.UUID, g.Product, why == ""
+		uuid, product, mps := g.UUID, g.Product, why != deviceplugin.ReasonMPSFailed
 		attrs := func() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 			// Every device carries wholeGPU (false but on gpu<i>-whole): a DeviceClass selector naming an attribute a
 			// device lacks fails the allocation rather than skipping the device.
-			a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{AttrGPU: {IntValue: &idx}, AttrUUID: {StringValue: &uuid},
-				AttrMemory: {IntValue: &memBytes}, AttrMPSAvailable: {BoolValue: &mps}, AttrWhole: {BoolValue: ptr(false)}}
+			a := factAttrs(opts.Facts, g.Index)
+			maps.Copy(a, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{AttrGPU: {IntValue: &idx}, AttrUUID: {StringValue: &uuid},
+				AttrMemory: {IntValue: &memBytes}, AttrMPSAvailable: {BoolValue: &mps}, AttrWhole: {BoolValue: ptr(false)}})
 			if product != "" {
 				a[AttrProduct] = resourceapi.DeviceAttribute{StringValue: &product}
 			}

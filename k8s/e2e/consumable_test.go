@@ -197,26 +197,11 @@ func TestDRADeviceTaintOnMPSFailure(t *testing.T) {
 	fail, restore := c.simulateMPSFailure(t)
 	tainted := func(want bool) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		var devs []resourceapi.Device
-		for time.Now().Before(deadline) {
-			l, err := c.client.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{})
-			if err == nil {
-				devs = devicesOf(l.Items)
-				ok := len(devs) == 2
-				for _, d := range devs {
-					has := len(d.Taints) == 1 && d.Taints[0].Key == dra.TaintKey && d.Taints[0].Value == "mps-failed" &&
-						d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule
-					mps := d.Attributes[dra.AttrMPSAvailable].BoolValue
-					ok = ok && has == want && (len(d.Taints) > 0) == want && mps != nil && *mps == !want
-				}
-				if ok {
-					return
-				}
-			}
-			time.Sleep(500 * time.Millisecond)
+		if want {
+			c.waitDeviceTaint(t, "mps-failed", resourceapi.DeviceTaintEffectNoSchedule, false)
+		} else {
+			c.waitDeviceTaint(t, "", "", true)
 		}
-		t.Fatalf("devices after 60 s: %+v; want tainted %v (and mpsAvailable %v)", devs, want, !want)
 	}
 	tainted(false)
 	fail()
@@ -226,6 +211,31 @@ func TestDRADeviceTaintOnMPSFailure(t *testing.T) {
 	restore()
 	tainted(false)
 	c.checkTenant(t, "taint-wait", 8, 1*gib, "burstable")
+}
+
+// waitDeviceTaint waits until both devices of GPU 0 carry the taint gpu.detshare.io/unhealthy=value:effect (value
+// "": no taint) and mpsAvailable mps.
+func (c *cluster) waitDeviceTaint(t *testing.T, value string, effect resourceapi.DeviceTaintEffect, mps bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var devs []resourceapi.Device
+	for time.Now().Before(deadline) {
+		l, err := c.client.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{})
+		if err == nil {
+			devs = devicesOf(l.Items)
+			ok := len(devs) == 2
+			for _, d := range devs {
+				has := len(d.Taints) == 1 && d.Taints[0].Key == dra.TaintKey && d.Taints[0].Value == value && d.Taints[0].Effect == effect
+				m := d.Attributes[dra.AttrMPSAvailable].BoolValue
+				ok = ok && (has || value == "" && len(d.Taints) == 0) && m != nil && *m == mps
+			}
+			if ok {
+				return
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("devices after 60 s: %+v; want taint %q effect %q and mpsAvailable %v", devs, value, effect, mps)
 }
 
 // KEP-5304: the DRA driver writes each prepared request's device metadata, which the container reads at

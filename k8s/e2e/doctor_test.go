@@ -11,7 +11,7 @@ import (
 
 // `detshare doctor` on the cluster's node reports the Kubernetes platform it finds: kubelet's version (the one the
 // apiserver reports), DetShare's device plugin registered with kubelet (15 SM-group units) and its DRA driver
-// registered in kubelet's plugin registry.
+// registered in kubelet's plugin registry, with the DRA features the apiserver serves (on 1.36: the plugin's probe).
 func TestDoctorReportsTheNodesPlatform(t *testing.T) {
 	c := need(t)
 	ver, err := c.client.Discovery().ServerVersion()
@@ -33,8 +33,11 @@ func TestDoctorReportsTheNodesPlatform(t *testing.T) {
 	for _, ch := range r.Checks {
 		found[ch.Name] = ch.Status + " " + ch.Found
 	}
-	for name, want := range map[string]string{"kubernetes": "ok Kubernetes " + ver.GitVersion,
-		"device plugins": "detshare.io/gpu: 15", "dra drivers": "gpu.detshare.io"} {
+	want := map[string]string{"kubernetes": "ok Kubernetes " + ver.GitVersion, "device plugins": "detshare.io/gpu: 15", "dra drivers": "gpu.detshare.io"}
+	if c.consumable() { // what the DRA plugin's probe found, from its platform file
+		want["dra drivers"] = "gpu.detshare.io found Kubernetes " + ver.GitVersion + " serving DRA features: consumableCapacity, partitionableDevices, deviceTaints"
+	}
+	for name, want := range want {
 		if !strings.Contains(found[name], want) {
 			t.Errorf("doctor %q: %q, want it to contain %q (report: %s)", name, found[name], want, out)
 		}

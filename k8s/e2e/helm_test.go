@@ -73,8 +73,17 @@ func (c *cluster) mainValues() []string {
 func (c *cluster) draValues() []string {
 	return append(c.commonValues(), "--set", "devicePlugin.enabled=false", "--set", "nodeDaemon.enabled=false",
 		"--set", "runtimeClass.enabled=false", "--set", "dra.enabled=true",
-		"--set", "dra.kubeletDir="+c.kubeletRoot, "--set", "dra.cdiDir="+c.cdiDir())
+		"--set", "dra.kubeletDir="+c.kubeletRoot, "--set", "dra.cdiDir="+c.cdiDir(),
+		// The NVML double (the simulated GPU's libnvidia-ml.so.1, through the node's / at /host): the plugin reads the
+		// GPUs' attributes from it and watches the critical Xid errors a test injects through its Xid file; a GPU is
+		// healthy again 30 s after its last one.
+		"--set", "extraEnv[3].name=LD_LIBRARY_PATH", "--set-string", "extraEnv[3].value=/host"+filepath.Join(c.build, "lib/simgpu"),
+		"--set", "extraEnv[4].name=DETSHARE_SIMGPU_XID", "--set-string", "extraEnv[4].value=/host"+c.xidFile(),
+		"--set-string", "gpuHealth.xidHold=30s")
 }
+
+// xidFile is the NVML double's Xid file the DRA plugin's watch reads (simgpu.InjectXid).
+func (c *cluster) xidFile() string { return filepath.Join(c.dir, "xid") }
 
 // deployChart imports the installer image, labels the node as a DetShare node and installs the chart with `helm
 // install` against the cluster's kube-apiserver, as a user would: release ds with the chart's defaults, release

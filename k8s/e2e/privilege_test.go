@@ -265,3 +265,37 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+// The DRA plugin's ClusterRole grants, on the core API, only get on nodes and, for the DetShareReady condition
+// (dra.nodeCondition, on by default), patch on nodes/status; with dra.nodeCondition=false not even that.
+func TestChartDRAPluginRBAC(t *testing.T) {
+	for _, cond := range []bool{true, false} {
+		objs, err := helmTemplate(t, "devicePlugin.enabled=false", "dra.enabled=true", fmt.Sprintf("dra.nodeCondition=%v", cond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var core []string
+		for _, o := range objs {
+			if o.GetKind() != "ClusterRole" || !strings.HasSuffix(o.GetName(), "-dra-plugin") {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				groups, _, _ := unstructured.NestedStringSlice(rule, "apiGroups")
+				res, _, _ := unstructured.NestedStringSlice(rule, "resources")
+				verbs, _, _ := unstructured.NestedStringSlice(rule, "verbs")
+				if len(groups) == 1 && groups[0] == "" {
+					core = append(core, strings.Join(res, ",")+":"+strings.Join(verbs, ","))
+				}
+			}
+		}
+		want := []string{"nodes:get"}
+		if cond {
+			want = append(want, "nodes/status:patch")
+		}
+		if strings.Join(core, " ") != strings.Join(want, " ") {
+			t.Errorf("dra.nodeCondition=%v: the DRA plugin's core-API rules %v, want %v", cond, core, want)
+		}
+	}
+}

@@ -84,20 +84,37 @@ func untilGrant(t *testing.T, tb *table.Table, slot int, within time.Duration, w
 // An LC with an SLO is a partition sized by the SLO controller: it starts on the default reserve, takes groups from
 // the best-effort neighbour while its windows miss the SLO, and gives them back one or two a window while they are
 // comfortably inside it. The neighbour's grant does not flip with the LC's
-// requests: it never drops below its floor and is never gated.
+// requests: it never drops below its floor and is never gated. With scheduler.lc_overlap (the default) the LC is
+// granted every group besides and the partition shows in what its neighbour keeps.
 func TestSLOSizingFromObservedLatency(t *testing.T) {
+	for _, overlap := range []bool{true, false} {
+		t.Run(fmt.Sprintf("lc_overlap=%v", overlap), func(t *testing.T) { sloSizing(t, overlap) })
+	}
+}
+
+func sloSizing(t *testing.T, overlap bool) {
 	dir, tb, lc, be := sloPair(t)
 	c := steadyDemand(testConfig())
 	c.Scheduler.LCReserve = 0.5
+	c.Scheduler.LCOverlap = overlap
 	s := startSched(t, dir, c, nil)
 	pl, pb := play(t, tb, lc), play(t, tb, be)
 	pb.busy(true)
 	pl.busy(true)
-	waitGrant(t, tb, lc.Slot, time.Second, "a new LC starts on the default reserve, half the GPU", groupsIs(4))
+	lcHolds := func(n int) func(table.Grant) bool { // its partition; every group under lc_overlap
+		if overlap {
+			return groupsIs(8)
+		}
+		return groupsIs(n)
+	}
+	waitGrant(t, tb, lc.Slot, time.Second, "a new LC starts on the default reserve, half the GPU", lcHolds(4))
 	waitGrant(t, tb, be.Slot, time.Second, "its neighbour on the other half", groupsIs(4))
 	pg := pl.cl.Page()
 	// 8.2 ms completions (octave 13) against a 5 ms SLO: the partition grows to everything but the BE's floor.
-	untilGrant(t, tb, lc.Slot, 3*time.Second, "LC above its SLO takes 7 groups", func() { reportLatency(pg, 13, 0, 50) }, groupsIs(7))
+	untilGrant(t, tb, be.Slot, 3*time.Second, "LC above its SLO takes 7 groups: the BE keeps its floor", func() { reportLatency(pg, 13, 0, 50) }, groupsIs(1))
+	if g, _ := tb.ReadGrant(lc.Slot); !lcHolds(7)(g) {
+		t.Fatalf("LC above its SLO: %+v", g)
+	}
 	if g, _ := tb.ReadGrant(be.Slot); !groupsIs(1)(g) {
 		t.Fatalf("BE beside an LC missing its SLO: %+v, want its floor of 1 group", g)
 	}
@@ -143,6 +160,16 @@ func lcView(t *testing.T, tb *table.Table) view.Tenant {
 // request instead (issue 12's behaviour).
 func TestDefaultReserveIsAPartition(t *testing.T) {
 	for _, reserve := range []float64{0.5, 0.75, 0} {
+		for _, overlap := range []bool{true, false} {
+			reservePartition(t, reserve, overlap)
+		}
+	}
+}
+
+// reservePartition: with overlap (scheduler.lc_overlap, the default) the LC is granted every group, its partition
+// exclusive, and the BE keeps the complement; without, the LC is granted its partition alone.
+func reservePartition(t *testing.T, reserve float64, overlap bool) {
+	{
 		dir, tb := newRunDir(t)
 		lc, err := tb.Register(table.RegisterRequest{ID: "lc", Tier: table.TierLatencyCritical, GPU: 0, Weight: 1,
 			SMGroups: 2, SMs: 16})
@@ -152,18 +179,26 @@ func TestDefaultReserveIsAPartition(t *testing.T) {
 		be := register(t, tb, "be", table.TierBestEffort, table.RoleNone, 0, false, 0)
 		c := steadyDemand(testConfig())
 		c.Scheduler.LCReserve = reserve
+		c.Scheduler.LCOverlap = overlap
 		startSched(t, dir, c, nil)
 		pl, pb := play(t, tb, lc), play(t, tb, be)
 		pb.busy(true)
 		if reserve == 0 {
 			pl.busy(true)
 			waitGrant(t, tb, lc.Slot, time.Second, "lc_reserve = 0: the busy LC expands to 7 groups", groupsIs(7))
-			continue
+			return
 		}
 		want := int(reserve * 8)
-		waitGrant(t, tb, lc.Slot, time.Second, fmt.Sprintf("idle LC holds %d groups", want), groupsIs(want))
+		granted := want
+		if overlap {
+			granted = 8
+		}
+		waitGrant(t, tb, lc.Slot, time.Second, fmt.Sprintf("idle LC holds %d groups (overlap %v)", want, overlap), groupsIs(granted))
 		waitGrant(t, tb, be.Slot, time.Second, fmt.Sprintf("BE keeps the other %d", 8-want), groupsIs(8-want))
 		idleLC, idleBE := grantOf(tb, lc.Slot), grantOf(tb, be.Slot)
+		if n := bits.OnesCount64(idleLC.Groups &^ idleBE.Groups); n != want {
+			t.Fatalf("reserve %v overlap %v: the LC holds %d groups its neighbour lacks, want its partition of %d", reserve, overlap, n, want)
+		}
 		for i := 0; i < 5; i++ {
 			pl.busy(i%2 == 0)
 			time.Sleep(30 * time.Millisecond)
@@ -194,7 +229,7 @@ func TestForgedLatencyCannotWidenAGrant(t *testing.T) {
 	pl, pb := play(t, tb, lc), play(t, tb, be)
 	pb.busy(true)
 	pl.busy(true)
-	waitGrant(t, tb, lc.Slot, time.Second, "a new LC starts on its guarantee", groupsIs(2))
+	waitGrant(t, tb, be.Slot, time.Second, "a new LC starts on its guarantee: the BE keeps the other 6 groups", groupsIs(6))
 	lp, bp := pl.cl.Page(), pb.cl.Page()
 	for round := 0; round < 20; round++ {
 		v := ^uint64(0) >> uint(round%3) // huge, then smaller: counters going backwards
@@ -210,8 +245,8 @@ func TestForgedLatencyCannotWidenAGrant(t *testing.T) {
 		time.Sleep(30 * time.Millisecond)
 		gl, _ := tb.ReadGrant(lc.Slot)
 		gb, _ := tb.ReadGrant(be.Slot)
-		if n := bits.OnesCount64(gl.Groups); n > 7 {
-			t.Fatalf("round %d: forged latency widened the LC to %d groups", round, n)
+		if n := bits.OnesCount64(gl.Groups &^ gb.Groups); n > 7 {
+			t.Fatalf("round %d: forged latency widened the LC's own groups to %d", round, n)
 		}
 		if n := bits.OnesCount64(gb.Groups); n < 1 {
 			t.Fatalf("round %d: BE lost its floor beside a busy LC (%d groups)", round, n)

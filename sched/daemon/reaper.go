@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -11,7 +12,8 @@ import (
 // The reaper: housekeeping that must never delay a grant (issue 28). Every reap_every it checks that the table is
 // still the one this leader opened, repairs a damaged doorbell and damaged client pages (issue 27), walks /proc once and applies that walk: dead
 // registrars' slots, host tenants whose owner died (judged by the walk's start times, not a read per tenant) and
-// dead processes' entries in every client page (mapped once per registration and kept, table.Reaper). It runs on
+// dead processes' entries in every client page (mapped once per registration and kept, table.Reaper), then publishes
+// each GPU's pressure from those pages for gpu=auto placement. It runs on
 // its own goroutine and owns all of that state. Its results reach the decision loop the way every tenant's do:
 // through the table (a freed slot moves the generation, a freed entry the page's demand) and the doorbell, which
 // it rings when it changed anything. The loop never waits for it and never takes its lock on the way.
@@ -77,6 +79,8 @@ func (s *Scheduler) housekeep(r *table.Reaper) {
 	}
 	reapStarting()
 	rep, err := r.Pass(ps)
+	// gpu=auto placement reads this instead of every tenant's page (issue 28); after the pass, without the dead
+	r.PublishPressure(time.Now())
 	if err != nil {
 		logrus.WithError(err).Warn("reap pass failed")
 		return

@@ -263,8 +263,16 @@ func (p *pass) shareBusy() {
 }
 
 // shareByWeight splits the shared groups among the busy borrowers by weight, their exclusive guarantees counted in
-// their share (nobody latency-critical is busy, so this is burstable and best-effort borrowing).
+// their share (nobody latency-critical is busy, so this is burstable and best-effort borrowing). Under
+// Options.ShareOverlap it does not split them: each busy borrower is granted all of them.
 func (p *pass) shareByWeight(busy []int) {
+	if p.o.ShareOverlap {
+		// every busy borrower runs on every shared group; MPS interleaves their blocks as the SMs free up
+		for _, i := range busy {
+			p.got[i] |= p.shared
+		}
+		return
+	}
 	extra := p.sc.shareCounts(bits.OnesCount64(p.shared)+sumGuaranteeBits(p.guar, busy, p.d.Exclusive), busy, p.tenants, p.guar, p.o)
 	for _, i := range busy {
 		extra[i] = max(0, extra[i]-bits.OnesCount64(p.guar[i]&p.d.Exclusive[i]))
@@ -357,7 +365,9 @@ func (p *pass) grantGroups() {
 			}
 		}
 		if t.overlap {
-			g.Groups = p.all // its partition (Exclusive) and, shared, everything its neighbours run on
+			// its partition (Exclusive) and, shared, everything its neighbours run on; never another tenant's
+			// exclusive groups (a busy burstable guarantee, another partition)
+			g.Groups = p.all &^ (p.exclusive &^ p.d.Exclusive[i])
 		}
 		if t.Tier != table.TierLatencyCritical {
 			g.Gate = p.gate

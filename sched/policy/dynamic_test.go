@@ -602,6 +602,7 @@ func TestIdleOfferLeavesWhatIsGivenBack(t *testing.T) {
 func TestSizedLatencyCriticalIsAPartition(t *testing.T) {
 	gs := groups(15, 8)
 	o := DefaultOptions()
+	o.LCOverlap = false // the partition alone; the overlap has its own tests
 	for _, shrink := range []int{0, 4, 10, 99} {
 		want := max(4, 15-1-shrink)
 		var prevLC, prevBE uint64
@@ -678,5 +679,78 @@ func TestOverlapGrantsTheLCEveryGroupAndTheNeighbourItsComplement(t *testing.T) 
 			}
 			prevLC, prevBE = lc, be
 		}
+	}
+}
+
+// Under ShareOverlap two busy best-effort tenants (two trainers) are each granted every group nobody holds
+// exclusively, instead of half each; beside a sized latency-critical tenant both keep its complement; a burstable
+// tenant's busy guarantee stays exclusive. Off, the split by weight stands.
+func TestShareOverlapGrantsEveryBusySharerTheSharedGroups(t *testing.T) {
+	gs := groups(16, 8)
+	all := uint64(1)<<16 - 1
+	for _, on := range []bool{false, true} {
+		o := DefaultOptions()
+		o.ShareOverlap = on
+		ts := []Tenant{
+			{Slot: 0, ID: "a", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+			{Slot: 1, ID: "b", Tier: table.TierBestEffort, Weight: 3, Busy: true},
+		}
+		d := Decide(gs, ts, o)
+		a, b := d.Grants[0].Groups, d.Grants[1].Groups
+		if on && (a != all || b != all) {
+			t.Fatalf("share overlap: grants %#x, %#x: want every group for both", a, b)
+		}
+		if !on && (a&b != 0 || bits.OnesCount64(a) != 4 || bits.OnesCount64(b) != 12) {
+			t.Fatalf("split: grants %#x, %#x: want disjoint 4 and 12 groups (weights 1:3)", a, b)
+		}
+
+		o.LCOverlap = true
+		ts = []Tenant{
+			{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Busy: true, Sized: true,
+				Shrink: ReserveShrink(2, 16, o)},
+			{Slot: 1, ID: "a", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+			{Slot: 2, ID: "b", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+			{Slot: 3, ID: "c", Tier: table.TierBurstable, Weight: 1, Guarantee: 1, Busy: true},
+		}
+		d = Decide(gs, ts, o)
+		excl := d.Exclusive[0] | d.Exclusive[3]
+		if d.Exclusive[3] == 0 || d.Grants[3].Groups&d.Exclusive[3] != d.Exclusive[3] {
+			t.Fatalf("share overlap %v: burstable exclusive %#x, granted %#x", on, d.Exclusive[3], d.Grants[3].Groups)
+		}
+		for i := 1; i <= 3; i++ {
+			if g := d.Grants[i].Groups; g&d.Exclusive[0] != 0 {
+				t.Fatalf("share overlap %v: tenant %s granted %#x, inside the LC's partition %#x", on, ts[i].ID, g, d.Exclusive[0])
+			}
+		}
+		if on {
+			for i := 1; i <= 2; i++ {
+				if g := d.Grants[i].Groups; g != all&^excl {
+					t.Fatalf("share overlap: tenant %s granted %#x, want the complement of the exclusive groups %#x", ts[i].ID, g, all&^excl)
+				}
+			}
+		} else if a, b, c := d.Grants[1].Groups, d.Grants[2].Groups, d.Grants[3].Groups; a&b != 0 || a&c != 0 || b&c != 0 {
+			t.Fatalf("split: the sharers' grants overlap: %#x %#x %#x", a, b, c)
+		}
+	}
+}
+
+// Under LCOverlap a sized latency-critical tenant is granted every group but another tenant's exclusive ones: a busy
+// burstable neighbour's guarantee stays its own.
+func TestOverlapNeverGrantsAnotherTenantsExclusiveGroups(t *testing.T) {
+	gs := groups(16, 8)
+	o := DefaultOptions()
+	o.LCOverlap = true
+	ts := []Tenant{
+		{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Busy: true, Sized: true,
+			Shrink: ReserveShrink(2, 16, o)},
+		{Slot: 1, ID: "burst", Tier: table.TierBurstable, Weight: 1, Guarantee: 3, Busy: true},
+		{Slot: 2, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+	}
+	d := Decide(gs, ts, o)
+	if d.Exclusive[1] == 0 || d.Grants[0].Groups&d.Exclusive[1] != 0 {
+		t.Fatalf("LC granted %#x, burstable's exclusive guarantee %#x", d.Grants[0].Groups, d.Exclusive[1])
+	}
+	if want := (uint64(1)<<16 - 1) &^ d.Exclusive[1]; d.Grants[0].Groups != want {
+		t.Fatalf("LC granted %#x, want every group but the burstable's: %#x", d.Grants[0].Groups, want)
 	}
 }

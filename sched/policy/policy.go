@@ -27,7 +27,8 @@
 //     every busy tenant gets at least one group while there are enough). Throughput-oriented uses the plain weights;
 //     TPOT-First lets decode tenants pick first (boosted weight, first choice of groups, rounding in their favour)
 //     and prefill tenants get the rest.
-//   - Busy tenants' grants never overlap each other, and no grant overlaps another tenant's exclusive groups. An
+//   - Busy tenants' grants never overlap each other (unless Options.ShareOverlap), and no grant overlaps another
+//     tenant's exclusive groups. An
 //     idle tenant without a guarantee keeps what it had of the shared groups (or is offered all of them): it runs
 //     nothing, so overlap costs nothing until it wakes, and then the scheduler answers its doorbell within
 //     microseconds.
@@ -106,6 +107,11 @@ type Options struct {
 	// shared with the neighbours, who keep the complement of its partition (no flips). Under MPS its blocks take
 	// the slots the neighbours' kernels leave, as with a thread percentage, instead of its partition alone.
 	LCOverlap bool
+	// ShareOverlap: busy tenants are each granted every group nobody holds exclusively, instead of a split by
+	// weight, while no latency-critical tenant throttles them: under MPS their blocks interleave on those SMs as
+	// they free up (work-conserving, as plain MPS), so a tenant whose kernels do not fill its split leaves nothing
+	// idle. Weights then order nothing spatially. Exclusive guarantees and partitions are unchanged.
+	ShareOverlap bool
 }
 
 // ReserveOf is the partition of a Sized latency-critical tenant: all groups but one neighbour's floor, less what its
@@ -144,7 +150,8 @@ func (o Options) throttledFloor(lcBusy bool) int {
 // DefaultOptions are the defaults of configs/detshare/config.toml.
 func DefaultOptions() Options {
 	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond,
-		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond, LCReserve: 0.5}
+		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond, LCReserve: 0.5,
+		LCOverlap: true}
 }
 
 // Tenant is one tenant of the GPU being decided.

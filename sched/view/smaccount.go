@@ -9,7 +9,8 @@ import (
 // SM accounting. Grants are not a partition: the policy lets them overlap while the tenants involved are idle (an
 // idle tenant without a guarantee keeps its share of the shared groups, an idle lender keeps its grant while the same
 // groups are lent to busy borrowers, an idle expanding latency-critical tenant is offered every group nobody else
-// holds), and in temporal mode every grant is the GPU taken in turns. So the granted SMs of a GPU's tenants can add up
+// holds; under scheduler.lc_overlap a sized latency-critical tenant runs on its neighbours' groups too, and under
+// share_overlap busy sharers run on the same groups), and in temporal mode every grant is the GPU taken in turns. So the granted SMs of a GPU's tenants can add up
 // to more than the GPU has; status and top show guarantees, what is granted beyond them, and which groups are
 // granted to several tenants, instead of a sum that makes no sense.
 
@@ -159,7 +160,7 @@ func AccountLines(g GPU, a SMAccount, tenants []Tenant) []string {
 			busy[t.ID] = t.Demand > 0
 		}
 	}
-	why := "grants overlap while tenants are idle or lend"
+	why := "overlap: tenants idle, lending or sharing"
 	if g.Mode == "temporal" {
 		why = "temporal mode: they take turns"
 	}

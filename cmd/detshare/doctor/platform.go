@@ -137,7 +137,8 @@ func checkDevicePlugins(env Env) Check {
 }
 
 func checkDRADrivers(env Env) Check {
-	c := Check{Name: "dra drivers", Need: "optional: DetShare's DRA driver gpu.detshare.io (not beside NVIDIA's gpu.nvidia.com on the same GPUs)"}
+	c := Check{Name: "dra drivers", Need: "optional: DetShare's DRA driver gpu.detshare.io (not beside NVIDIA's gpu.nvidia.com on the same GPUs), " +
+		"and the DRA features the apiserver serves as its plugin found them"}
 	drivers, err := kubeletdevices.DRADrivers(env.PluginsRegistry)
 	if err != nil {
 		c.Status, c.Found = Warn, err.Error()
@@ -148,6 +149,21 @@ func checkDRADrivers(env Env) Check {
 		return c
 	}
 	c.Status, c.Found = OK, strings.Join(drivers, ", ")
+	// What DetShare's DRA plugin found of the apiserver (it probes the DRA features with dry-run creates and writes
+	// them beside its sockets; doctor needs no API access).
+	dir := filepath.Join(filepath.Dir(env.PluginsRegistry), "plugins", "gpu.detshare.io")
+	if p, err := kubeletdevices.ReadDRAPlatform(dir); err != nil {
+		c.Found += "; " + err.Error()
+	} else if p != nil {
+		served := strings.Join(p.Served, ", ")
+		if served == "" {
+			served = "none"
+		}
+		c.Found += fmt.Sprintf("; gpu.detshare.io found Kubernetes %s serving DRA features: %s", p.Kubernetes, served)
+		if len(p.Withheld) > 0 {
+			c.Found += "; withheld or tainted: " + strings.Join(p.Withheld, "; ")
+		}
+	}
 	has := func(prefix string) bool {
 		return slices.ContainsFunc(drivers, func(d string) bool { return strings.HasPrefix(d, prefix) })
 	}

@@ -17,7 +17,12 @@ func TestPlatformReportsToolkitCDIKubeletPluginsAndDrivers(t *testing.T) {
 	env := fakeEnv(t, map[string]string{"nvidia-ctk": "NVIDIA Container Toolkit CLI version 1.17.8\ncommit: x",
 		"kubelet": "Kubernetes v1.34.4\n"}, nil, drv)
 	env.ReadFile = os.ReadFile
-	cdi1, cdi2, dp, preg := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	kubelet := t.TempDir()
+	cdi1, cdi2, dp, preg := t.TempDir(), t.TempDir(), t.TempDir(), filepath.Join(kubelet, "plugins_registry")
+	os.MkdirAll(preg, 0o755)
+	os.MkdirAll(filepath.Join(kubelet, "plugins/gpu.detshare.io"), 0o755)
+	os.WriteFile(filepath.Join(kubelet, "plugins/gpu.detshare.io", kubeletdevices.PlatformFile), []byte(`{"kubernetes": "v1.36.3",
+		"served": ["consumableCapacity", "partitionableDevices", "deviceTaints"], "published": [0], "withheld": ["GPU 1 (GPU-bbbb): xid-79"]}`), 0o644)
 	env.CDIDirs, env.DevicePluginDir, env.PluginsRegistry = []string{cdi1, cdi2}, dp, preg
 	os.WriteFile(filepath.Join(cdi1, "nvidia.yaml"), []byte("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices: []\n"), 0o644)
 	for _, n := range []string{"a.json", "b.json"} {
@@ -34,7 +39,8 @@ func TestPlatformReportsToolkitCDIKubeletPluginsAndDrivers(t *testing.T) {
 		"cdi":            {"nvidia.com/gpu (" + filepath.Join(cdi1, "nvidia.yaml") + ")", "detshare.io/gpu (2 specs)"},
 		"kubernetes":     {"Kubernetes v1.34.4"},
 		"device plugins": {"detshare.io/gpu: 2", "nvidia.com/gpu: 1", "GPU 1 (GPU-bbbb): nvidia.com/gpu"},
-		"dra drivers":    {"gpu.detshare.io, gpu.nvidia.com"},
+		"dra drivers": {"gpu.detshare.io, gpu.nvidia.com", "gpu.detshare.io found Kubernetes v1.36.3 serving DRA features: " +
+			"consumableCapacity, partitionableDevices, deviceTaints", "GPU 1 (GPU-bbbb): xid-79"},
 	} {
 		c := find(r, name)
 		for _, w := range want {

@@ -9,7 +9,9 @@
 #include "../src/simgpu.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
@@ -20,6 +22,8 @@ enum {
     NVML_ERROR_NOT_SUPPORTED = 3,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_UNKNOWN = 999,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
 };
@@ -83,6 +87,8 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
     default: return "Unknown Error";
     }
@@ -255,4 +261,140 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                           nvmlProcessInfo_v1_t *infos) {
     return procs(device, infoCount, infos, sizeof *infos, true);
+}
+
+/* The architecture of the simulated GPU: NVML_DEVICE_ARCH_HOPPER, as its compute capability 9.0 says. */
+EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch) {
+    CHECK_INIT();
+    if (dev_index(device) < 0 || !arch)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *arch = 9;
+    return NVML_SUCCESS;
+}
+
+/*
+ * Events. A test injects a critical Xid on GPU N by appending the line "N XID" to the Xid file: DETSHARE_SIMGPU_XID,
+ * or else the state file's path + ".xid". An event set delivers the lines appended after it was created, for the
+ * devices registered for nvmlEventTypeXidCriticalError, as that event (eventData: the Xid), in order; a line naming
+ * an unregistered device or malformed is skipped. The line "lost" makes that wait return NVML_ERROR_GPU_IS_LOST, as the
+ * driver does when a GPU falls off the bus (it names no GPU). DETSHARE_SIMGPU_NVML_EVENTS=0 models a driver without event
+ * support: nvmlEventSetCreate and nvmlDeviceRegisterEvents return NVML_ERROR_NOT_SUPPORTED.
+ */
+#define SIM_EVENT_XID_CRITICAL 8ull /* nvmlEventTypeXidCriticalError */
+#define SIM_EVENT_SBE 1ull          /* nvmlEventTypeSingleBitEccError */
+#define SIM_EVENT_DBE 2ull          /* nvmlEventTypeDoubleBitEccError */
+#define SIM_EVENT_SUPPORTED (SIM_EVENT_XID_CRITICAL | SIM_EVENT_SBE | SIM_EVENT_DBE)
+
+typedef struct nvmlEventSet_st {
+    unsigned long long mask[SIM_MAX_DEVICES]; /* the event types registered per device */
+    long offset;                              /* how far the Xid file was read */
+    char path[4096 + 8];
+} *nvmlEventSet_t;
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+static bool events_supported(void) {
+    const char *v = getenv("DETSHARE_SIMGPU_NVML_EVENTS");
+    return !v || strcmp(v, "0") != 0;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types) {
+    CHECK_INIT();
+    if (dev_index(device) < 0 || !types)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *types = events_supported() ? SIM_EVENT_SUPPORTED : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    CHECK_INIT();
+    if (!set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!events_supported())
+        return NVML_ERROR_NOT_SUPPORTED;
+    struct nvmlEventSet_st *s = calloc(1, sizeof *s);
+    if (!s)
+        return NVML_ERROR_UNKNOWN;
+    const char *p = getenv("DETSHARE_SIMGPU_XID");
+    if (p && *p)
+        snprintf(s->path, sizeof s->path, "%s", p);
+    else
+        snprintf(s->path, sizeof s->path, "%s.xid", g_sim.state_path);
+    FILE *f = fopen(s->path, "r");
+    if (f) {
+        if (fseek(f, 0, SEEK_END) == 0)
+            s->offset = ftell(f);
+        fclose(f);
+    }
+    *set = s;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
+    CHECK_INIT();
+    int i = dev_index(device);
+    if (i < 0 || !set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!events_supported() || (types & ~SIM_EVENT_SUPPORTED))
+        return NVML_ERROR_NOT_SUPPORTED;
+    set->mask[i] |= types;
+    return NVML_SUCCESS;
+}
+
+/* next_xid reads the Xid file past set's offset up to the first whole line for a registered device (NVML_SUCCESS)
+ * or "lost" (NVML_ERROR_GPU_IS_LOST); NVML_ERROR_TIMEOUT: none yet. */
+static nvmlReturn_t next_xid(nvmlEventSet_t set, nvmlEventData_t *data) {
+    FILE *f = fopen(set->path, "r");
+    if (!f)
+        return NVML_ERROR_TIMEOUT;
+    bool found = false, lost = false;
+    char line[128];
+    if (fseek(f, set->offset, SEEK_SET) == 0) {
+        while (!found && !lost && fgets(line, sizeof line, f)) {
+            size_t n = strlen(line);
+            if (n == 0 || line[n - 1] != '\n') /* a line still being written: read it next time */
+                break;
+            set->offset += (long)n;
+            if (strcmp(line, "lost\n") == 0) {
+                lost = true;
+                break;
+            }
+            int dev;
+            unsigned long long xid;
+            if (sscanf(line, "%d %llu", &dev, &xid) != 2 || dev < 0 || dev >= g_sim.ndev ||
+                !(set->mask[dev] & SIM_EVENT_XID_CRITICAL))
+                continue;
+            *data = (nvmlEventData_t){&g_devs[dev], SIM_EVENT_XID_CRITICAL, xid, 0xffffffffu, 0xffffffffu};
+            found = true;
+        }
+    }
+    fclose(f);
+    return lost ? NVML_ERROR_GPU_IS_LOST : found ? NVML_SUCCESS : NVML_ERROR_TIMEOUT;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    CHECK_INIT();
+    if (!set || !data)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int waited = 0;; waited += 20) {
+        nvmlReturn_t r = next_xid(set, data);
+        if (r != NVML_ERROR_TIMEOUT)
+            return r;
+        if (waited >= timeoutms)
+            return NVML_ERROR_TIMEOUT;
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+}
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    return nvmlEventSetWait_v2(set, data, timeoutms);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (!set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    free(set);
+    return NVML_SUCCESS;
 }

@@ -54,9 +54,14 @@ func run(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	devices := nodecli.Devices(c, simgpu.Selected(os.Environ()), cdi.Simulated{})
-	// A GPU whose MPS the scheduler records as failed is unhealthy until it recovers; one that another device plugin
-	// registered with kubelet advertises (NVIDIA's) is not served, and the plugin is not ready, while it does.
+	// A GPU whose MPS the scheduler records as failed is unhealthy until it recovers, one that reported a critical Xid
+	// error for --xid-hold; one that another device plugin registered with kubelet advertises (NVIDIA's) is not
+	// served, and the plugin is not ready, while it does.
+	xid, err := nodecli.XidHealth(ctx, c, gpuinfo.WatchXid, inv)
+	if err != nil {
+		return err
+	}
 	dir := c.String("device-plugin-dir")
-	health := deviceplugin.TableHealth(c.String("run-dir")).Or(deviceplugin.ClaimHealth(dir, inv))
+	health := deviceplugin.TableHealth(c.String("run-dir")).Or(xid).Or(deviceplugin.ClaimHealth(dir, inv))
 	return deviceplugin.Run(ctx, dir, inv, devices, deviceplugin.Readiness(c.String("ready-file"), inv, health))
 }

@@ -10,11 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -47,6 +50,12 @@ func main() {
 			&cli.StringFlag{Name: "device-taints", Value: "auto", EnvVars: []string{"DETSHARE_DEVICE_TAINTS"},
 				Usage: "taint the devices of a GPU the scheduler reports unhealthy (" + dra.TaintKey + ", NoSchedule) and untaint them on recovery: " +
 					"on, off, or auto (on where the apiserver serves device taints: DRADeviceTaints, on by default from Kubernetes 1.36)"},
+			&cli.StringFlag{Name: "unhealthy-effect", Value: string(resourceapi.DeviceTaintEffectNoSchedule), EnvVars: []string{"DETSHARE_UNHEALTHY_EFFECT"},
+				Usage: "the effect of the taint on an unhealthy GPU's devices: NoSchedule (no new claim gets them) or NoExecute (the " +
+					"controller-manager also evicts the pods whose claims use them)"},
+			&cli.BoolFlag{Name: "node-condition", Value: true, EnvVars: []string{"DETSHARE_NODE_CONDITION"},
+				Usage: "keep the node condition " + string(dra.ConditionType) + " (the platform found: driver, MPS, toolkit, CDI, Kubernetes " +
+					"version, DRA features served, GPUs published) on this node; needs patch on nodes/status"},
 			&cli.BoolFlag{Name: "device-metadata", Value: true, EnvVars: []string{"DETSHARE_DEVICE_METADATA"},
 				Usage: "write each prepared request's device metadata (KEP-5304: granted SMs, tier, memory limit, GPU) and mount it into " +
 					"the container at /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/gpu.detshare.io-metadata.json"},
@@ -106,24 +115,98 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if opts.TaintEffect, err = taintEffect(c.String("unhealthy-effect")); err != nil {
+		return err
+	}
 	opts.Node = node
-	health := deviceplugin.TableHealth(c.String("run-dir"))
+	platform := dra.Platform{Served: served}
+	if f, err := gpuinfo.Facts(); err != nil {
+		logrus.WithError(err).Warn("NVML not reachable: the devices carry no architecture, compute capability or driver versions")
+		platform.DriverErr = err.Error()
+	} else {
+		opts.Facts, platform.Driver = &f, &f
+	}
+	if v, err := client.Discovery().ServerVersion(); err == nil {
+		platform.Kubernetes = v.GitVersion
+	}
+	xid, err := nodecli.XidHealth(ctx, c, gpuinfo.WatchXid, inv)
+	if err != nil {
+		return err
+	}
+	// NVIDIA's DRA driver publishing a GPU of this node (a ResourceSlice of gpu.nvidia.com with its UUID) keeps it
+	// out of DetShare's slices until that slice goes.
+	other, err := dra.OtherDriverHealth(ctx, client, node, inv)
+	if err != nil {
+		return err
+	}
+	health := deviceplugin.TableHealth(c.String("run-dir")).Or(xid).Or(other)
+	var platformMu sync.Mutex // report (health changes) and the condition's heartbeat both read platform
+	report := func(unhealthy map[int]string) {
+		platformMu.Lock()
+		defer platformMu.Unlock()
+		platform.HostPlatform(c.String("host-root"), c.String("run-dir"))
+		platform.Published, platform.Withheld = nil, nil
+		for _, g := range inv.GPUs {
+			if why := unhealthy[g.Index]; why != "" {
+				platform.Withheld = append(platform.Withheld, fmt.Sprintf("GPU %d (%s): %s", g.Index, g.UUID, why))
+			}
+			if unhealthy[g.Index] != deviceplugin.ReasonClaimedElsewhere {
+				platform.Published = append(platform.Published, g.Index)
+			}
+		}
+		if err := platform.WritePlatformFile(dataDir); err != nil {
+			logrus.WithError(err).Warn("platform file for detshare doctor not written")
+		}
+		if c.Bool("node-condition") {
+			if err := dra.SetNodeCondition(ctx, client, node, platform.Condition(time.Now())); err != nil {
+				logrus.WithError(err).Warn("node condition not set")
+			}
+		}
+	}
 	unhealthy := health()
 	if err := helper.PublishResources(ctx, dra.Slices(inv, unhealthy, opts)); err != nil {
 		return fmt.Errorf("publish ResourceSlices: %w", err)
 	}
-	logrus.WithFields(logrus.Fields{"node": node, "gpus": len(inv.GPUs), "device_taints": opts.Taints,
+	report(unhealthy)
+	if c.Bool("node-condition") {
+		go dra.KeepNodeCondition(ctx, client, node, dra.ConditionHeartbeat, func(now time.Time) corev1.NodeCondition {
+			platformMu.Lock()
+			defer platformMu.Unlock()
+			return platform.Condition(now)
+		})
+		defer func() {
+			stopped := platform.Condition(time.Now())
+			stopped.Status, stopped.Reason = corev1.ConditionFalse, dra.ReasonStopped
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := dra.SetNodeCondition(sctx, client, node, stopped); err != nil {
+				logrus.WithError(err).Warn("node condition not set")
+			}
+		}()
+	}
+	logrus.WithFields(logrus.Fields{"node": node, "gpus": len(inv.GPUs), "device_taints": opts.Taints, "taint_effect": opts.TaintEffect,
 		"consumable_capacity": opts.Consumable, "partitionable": opts.Partitionable, "served": fmt.Sprintf("%+v", served)}).Info("DRA plugin serving")
-	// The scheduler's view of each GPU: a failed MPS server taints its devices (where taints are on) and clears their
-	// mpsAvailable attribute until it runs again.
+	// The scheduler's view of each GPU, critical Xid errors and NVIDIA's DRA driver: a failed MPS server or a
+	// critical Xid taints the GPU's devices (where taints are on; a failed MPS also clears their mpsAvailable
+	// attribute) until it recovers; a GPU NVIDIA's driver publishes is not published.
 	return health.Watch(ctx, time.Second, unhealthy, func(now, was map[int]string) error {
 		logrus.WithFields(logrus.Fields{"unhealthy": now, "was": was}).Warn("GPU health changed: publishing device taints")
 		if err := helper.PublishResources(ctx, dra.Slices(inv, now, opts)); err != nil {
 			logrus.WithError(err).Warn("publish ResourceSlices")
 			return deviceplugin.ErrRetry
 		}
+		report(now)
 		return nil
 	})
+}
+
+// taintEffect reads --unhealthy-effect.
+func taintEffect(v string) (resourceapi.DeviceTaintEffect, error) {
+	switch e := resourceapi.DeviceTaintEffect(v); e {
+	case resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute:
+		return e, nil
+	}
+	return "", fmt.Errorf("--unhealthy-effect=%q: allowed values are %s, %s", v, resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute)
 }
 
 // sliceOptions decides --devices and --device-taints from what the apiserver serves: --devices gpu (one shared

@@ -39,3 +39,18 @@ func TestDevicesModeFollowsTheAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// --unhealthy-effect takes NoSchedule or NoExecute; anything else is refused naming the flag and both values.
+func TestUnhealthyEffect(t *testing.T) {
+	for _, v := range []string{"NoSchedule", "NoExecute"} {
+		if e, err := taintEffect(v); err != nil || string(e) != v {
+			t.Errorf("--unhealthy-effect=%s: %q, %v", v, e, err)
+		}
+	}
+	for _, v := range []string{"noexecute", "", "Evict"} {
+		if _, err := taintEffect(v); err == nil || !strings.Contains(err.Error(), "--unhealthy-effect") ||
+			!strings.Contains(err.Error(), "NoSchedule, NoExecute") {
+			t.Errorf("--unhealthy-effect=%q: %v, want a refusal naming the flag and NoSchedule, NoExecute", v, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@
 package nodecli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -25,6 +26,11 @@ func Flags() []cli.Flag {
 			Usage: "the highest weight (1..10000) a pod's own detshare.io/weight or DETSHARE_WEIGHT may set; above it is capped"},
 		&cli.StringFlag{Name: "allowed-roles", Value: "none", EnvVars: []string{"DETSHARE_ALLOWED_ROLES"},
 			Usage: "the TPOT-First roles a pod may take (comma-separated: none, prefill, decode); any other is capped to none"},
+		&cli.StringFlag{Name: "xid-ignored", Value: deviceplugin.DefaultIgnoredXids, EnvVars: []string{"DETSHARE_XID_IGNORED"},
+			Usage: "critical Xid errors (NVML events) that do not make a GPU unhealthy, comma-separated, or none: by default the " +
+				"application-caused ones NVIDIA's device plugin ignores"},
+		&cli.DurationFlag{Name: "xid-hold", Value: 0, EnvVars: []string{"DETSHARE_XID_HOLD"},
+			Usage: "how long a GPU stays unhealthy (reason xid-<n>) after its last critical Xid error, e.g. 10m; 0: until the plugin restarts"},
 		&cli.StringFlag{Name: "host-root", Value: "/", EnvVars: []string{"DETSHARE_HOST_ROOT"},
 			Usage: "where the node's / is mounted in this container (e.g. /host): the GPU's device nodes, driver " +
 				"libraries and NVIDIA's CDI specs are looked up there and handed out by their host paths"},
@@ -64,4 +70,23 @@ func Inventory(c *cli.Context, discover func() ([]table.GPUInfo, error)) (device
 		logrus.WithFields(logrus.Fields{"gpu": g.Index, "uuid": g.UUID, "smGroups": len(g.Groups), "memGiB": g.MemGiB}).Info("GPU")
 	}
 	return inv, nil
+}
+
+// XidHealth watches critical Xid errors with watch (the binary's NVML events) under --xid-ignored and --xid-hold
+// until ctx ends (deviceplugin XidHealth): the GPUs that reported one are unhealthy, reason xid-<n>. Where it cannot
+// watch it logs why and reports nothing.
+func XidHealth(ctx context.Context, c *cli.Context, watch deviceplugin.XidWatch, inv deviceplugin.Inventory) (deviceplugin.Health, error) {
+	ignored, err := deviceplugin.ParseIgnoredXids("--xid-ignored", c.String("xid-ignored"))
+	if err != nil {
+		return nil, err
+	}
+	hold := c.Duration("xid-hold")
+	if hold < 0 {
+		return nil, fmt.Errorf("--xid-hold=%s: allowed values are 0 (until the plugin restarts) or a positive duration such as 10m", hold)
+	}
+	gpus := make([]int, 0, len(inv.GPUs))
+	for _, g := range inv.GPUs {
+		gpus = append(gpus, g.Index)
+	}
+	return (&deviceplugin.XidHealth{Ignored: ignored, Hold: hold, GPUs: gpus}).Watch(ctx, watch), nil
 }

@@ -32,6 +32,11 @@ tolerations:
 "--max-weight", "{{ .Values.tenantLimits.maxWeight }}", "--allowed-roles", {{ join "," .Values.tenantLimits.allowedRoles | quote }}
 {{- end -}}
 
+{{- /* Critical Xid errors and the GPUs' health (both plugins). */ -}}
+{{- define "detshare.healthArgs" -}}
+"--xid-ignored", {{ .Values.gpuHealth.xidIgnored | quote }}, "--xid-hold", {{ .Values.gpuHealth.xidHold | quote }}
+{{- end -}}
+
 {{- /* A container that needs no privilege at all: no capabilities, no escalation, a read-only root. */ -}}
 {{- define "detshare.unprivileged" -}}
 allowPrivilegeEscalation: false
