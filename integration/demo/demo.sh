@@ -12,8 +12,9 @@
 # 4. runs a latency-critical inference-like container (short kernels on 32 SMs' worth of blocks, back to back)
 #    and a best-effort training-like container (long multi-wave kernels) on one GPU: each alone, both shared
 #    without DetShare (plain runc: the GPU time-slices between them), and both under DetShare (latency-critical
-#    tier guaranteed 32 SMs and expanding onto what the best-effort tier gives up while busy; best-effort down to
-#    scheduler.be_floor meanwhile), showing `detshare top` while they run and saying what each phase shows;
+#    tier guaranteed 32 SMs, holding scheduler.lc_reserve of the GPU as its own partition and, with
+#    scheduler.lc_overlap, also running on the best-effort tier's groups; best-effort on the rest at full depth),
+#    showing `detshare top` while they run and saying what each phase shows;
 # 5. prints latency-critical p50/p99 and best-effort throughput for the three situations.
 # It runs on a host where containerd never ran (no /run/containerd): integration/freshhost tests that.
 # DETSHARE_CONFIG names the scheduler's configuration (default: the shipped configs/detshare/config.toml).
@@ -276,14 +277,13 @@ explain "Nothing arbitrates: the GPU time-slices between the two processes, so a
 run_phase shared runc 1 1
 say "phase 4/4: both shared WITH DetShare (latency-critical tier with 32 SMs guaranteed, best-effort tier) (${duration}s)"
 explain "The GPU is split into SM groups (15 of 8 SMs here, as on an H100; 12 SMs are in no group). The" \
-  "latency-critical container owns 4 groups (32 SMs). While it is busy it also expands onto every group the" \
-  "best-effort one gives up (sched/policy): the trainer shrinks to scheduler.be_floor groups (shipped default 1" \
-  "group = 8 SMs, about 6% of the GPU; this run reads $DETSHARE_CONFIG) and a dispatch gate bounds its kernels" \
-  "in flight, so that taken groups are free within about gate_budget. The groups flow back while the service is" \
-  "idle. In 'detshare top' below, GUAR is a tenant's guaranteed SMs and NOW the SMs granted to it now (* when" \
-  "another tenant holds some of them too); a sample taken between two requests shows the trainer with the shared" \
-  "groups back while the idle service still holds its grant (it runs nothing, so the overlap costs nothing until" \
-  "its next request takes the groups back), and the footer counts each SM once."
+  "latency-critical container is guaranteed 4 groups (32 SMs) and holds scheduler.lc_reserve of the GPU (half by" \
+  "default: 8 groups) as its own partition, busy or idle; the trainer keeps the other groups at full depth and its" \
+  "grant never flips with the service's requests. With scheduler.lc_overlap (the default; this run reads" \
+  "$DETSHARE_CONFIG) the service is also granted the trainer's groups, shared under MPS at its higher client" \
+  "priority, so its kernels spread over the whole GPU. In 'detshare top' below, GUAR is a tenant's guaranteed SMs" \
+  "and NOW the SMs granted to it now (* when another tenant holds some of them too: here the service shares the" \
+  "trainer's groups), and the footer counts each SM once."
 run_phase detshare detshare 1 1
 
 read -r a50 a99 < <(lc_stats "$tmp/alone-lc.lc.out")
@@ -303,10 +303,9 @@ printf '%-34s %10s %10s %16s %8s\n' "shared with DetShare" "$d50" "$d99" "$bd" "
 echo
 echo "LC = latency-critical inference-like container (p50/p99 of its request latency)."
 echo "BE = best-effort training-like container (its throughput, and the share of its solo throughput it kept)."
-echo "With DetShare the LC keeps about its latency alone: it runs on its own SMs plus the groups the BE gave up,"
-echo "not behind training kernels. The BE pays: this LC is busy almost all the time, so the BE runs on its be_floor"
-echo "share nearly all the time and keeps little of its throughput. To keep a trainer going beside a busy service,"
-echo "raise scheduler.be_floor: with be_floor = 11 (DETSHARE_CONFIG=<a copy of the config> make demo) the BE keeps"
-echo "every group outside the LC's 4 and the LC runs on its 32 SMs; pinning the service (detshare.io/pinned=true, a"
-echo "static partition) does the same for that one tenant. Measured on an H100: BENCHMARKS.md, issue 26."
+echo "With DetShare the LC runs on its own partition (half the GPU by default, scheduler.lc_reserve) and, shared at"
+echo "its higher priority, on the BE's groups too (scheduler.lc_overlap), not behind training kernels; the BE keeps"
+echo "the other half at full depth. A smaller lc_reserve gives the BE more and the LC less; an SLO (DETSHARE_SLO_P99)"
+echo "lets the scheduler size the partition from the latency it measures; lc_reserve = 0 restores the expansion of"
+echo "issue 12 (the LC takes every group the BE can give while busy). Measured on an H100: BENCHMARKS.md, issue 26."
 echo "Simulated GPU: shapes, not H100 numbers. Real-GPU results: BENCHMARKS.md."
