@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// The words users write and read for the table's Tier*, Role* and Mode* values: quota keys (cgroupgpu/quota),
+// The words users write and read for the table's Tier*, Role*, Mode* and MPS* values: quota keys (cgroupgpu/quota),
 // tenants.max_tier (internal/config), the scheduler's logs (sched/policy), `detshare status` and the metrics
 // (sched/view). This is the one place they are spelled; the values are the C enums of detshare_table.h
 // (TestABIMatchesC).
@@ -14,6 +14,7 @@ var (
 	roleNames = [...]string{RoleNone: "none", RolePrefill: "prefill", RoleDecode: "decode"}
 	modeNames = [...]string{ModeNone: "none", ModeSpatial: "spatial", ModeTemporal: "temporal",
 		ModeUnrestricted: "unrestricted"}
+	mpsNames = [...]string{MPSUnknown: "unknown", MPSAbsent: "absent", MPSRunning: "running", MPSFailed: "failed"}
 )
 
 // Tier is a tenant's SLO tier (C enum DS_TIER_*, struct ds_container.tier). Its values are ordered by priority, so
@@ -40,6 +41,9 @@ func (r Role) Valid() bool { return r <= RoleDecode }
 
 // ModeName names a Mode* value; a value outside the enum reads "mode(N)".
 func ModeName(v uint32) string { return name(modeNames[:], "mode", v) }
+
+// MPSName names a GPU.MPSState value (MPS*); a value outside the enum reads "mps(N)".
+func MPSName(v uint32) string { return name(mpsNames[:], "mps", v) }
 
 // ParseTier returns the tier named s, spelled exactly as Tier.String spells it (callers normalise case and space).
 func ParseTier(s string) (Tier, error) {

@@ -69,16 +69,7 @@ func (p *Platform) HostPlatform(hostRoot, runDir string) {
 	if tb, err := table.OpenReadOnly(runDir); err == nil {
 		var st []string
 		for _, g := range tb.GPUs() {
-			s := "unknown"
-			switch g.MPSState {
-			case table.MPSRunning:
-				s = "running"
-			case table.MPSFailed:
-				s = "failed"
-			case table.MPSAbsent:
-				s = "off"
-			}
-			st = append(st, fmt.Sprintf("GPU %d %s", g.Index, s))
+			st = append(st, fmt.Sprintf("GPU %d %s", g.Index, table.MPSName(g.MPSState)))
 		}
 		tb.Close()
 		p.MPS = strings.Join(st, ", ")

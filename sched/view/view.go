@@ -135,19 +135,6 @@ func SLOStateName(st uint32) string {
 	return "meeting"
 }
 
-// MPSName names an MPS state.
-func MPSName(m uint32) string {
-	switch m {
-	case table.MPSAbsent:
-		return "absent"
-	case table.MPSRunning:
-		return "running"
-	case table.MPSFailed:
-		return "failed"
-	}
-	return "unknown"
-}
-
 // PolicyName names the policy id in the header (sched/policy.Kind.ID).
 func PolicyName(id uint32) string {
 	switch id {
@@ -185,7 +172,7 @@ func Take(t *table.Table) Snapshot {
 	for _, g := range t.GPUs() {
 		e := t.GPU(g.Index)
 		v := GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, SMs: g.SMCount, MemTotal: g.MemTotal, Groups: g.Split.Groups,
-			SplitKnown: g.Split.Published, MPS: MPSName(g.MPSState), Mode: table.ModeName(g.Mode),
+			SplitKnown: g.Split.Published, MPS: table.MPSName(g.MPSState), Mode: table.ModeName(g.Mode),
 			GrantChanges: atomic.LoadUint64(&e.GrantChanges), Simulated: len(g.UUID) > 4 && g.UUID[:4] == "SIM-"}
 		if tok := t.ReadToken(g.Index); tok.Holder >= 0 {
 			v.TokenHolder = slotID[tok.Holder]
