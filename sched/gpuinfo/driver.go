@@ -21,11 +21,8 @@ func Facts() (f gpufacts.Driver, err error) {
 			f, err = gpufacts.Driver{}, fmt.Errorf("NVML unusable: %v", r)
 		}
 	}()
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
-		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			return f, ErrNoDriver
-		}
-		return f, fmt.Errorf("nvmlInit: %s", nvml.ErrorString(ret))
+	if err := initNVML(); err != nil {
+		return f, err
 	}
 	defer nvml.Shutdown()
 	f.Version, _ = nvml.SystemGetDriverVersion()

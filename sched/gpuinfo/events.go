@@ -23,11 +23,8 @@ var ErrNoEvents = errors.New("NVML has no event support")
 // cannot be initialised (ErrNoDriver without the library) or has no event support (ErrNoEvents); a GPU that does not
 // support Xid events is logged and left out. NVML stays initialised while the watch runs and is shut down after.
 func WatchXid(ctx context.Context, fn func(gpu int, xid uint64)) error {
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
-		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			return ErrNoDriver
-		}
-		return fmt.Errorf("nvmlInit: %s", nvml.ErrorString(ret))
+	if err := initNVML(); err != nil {
+		return err
 	}
 	set, err := xidEventSet()
 	if err != nil {

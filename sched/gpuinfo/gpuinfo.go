@@ -19,6 +19,18 @@ import (
 // ErrNoDriver is returned (wrapped) when there is no NVIDIA driver.
 var ErrNoDriver = errors.New("no NVIDIA driver (libnvidia-ml.so.1 not found)")
 
+// initNVML initialises NVML: ErrNoDriver without the library, the driver's reason otherwise. The caller shuts it
+// down after a nil error.
+func initNVML() error {
+	if ret := nvml.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return ErrNoDriver
+		}
+		return fmt.Errorf("nvmlInit: %s", nvml.ErrorString(ret))
+	}
+	return nil
+}
+
 // Discover lists the host's GPUs through NVML.
 func Discover() ([]table.GPUInfo, error) { return discoverNVML() }
 
@@ -29,11 +41,8 @@ func discoverNVML() (out []table.GPUInfo, err error) {
 			out, err = nil, fmt.Errorf("NVML unusable: %v", r)
 		}
 	}()
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
-		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			return nil, ErrNoDriver
-		}
-		return nil, fmt.Errorf("nvmlInit: %s", nvml.ErrorString(ret))
+	if err := initNVML(); err != nil {
+		return nil, err
 	}
 	defer nvml.Shutdown()
 	n, ret := nvml.DeviceGetCount()
