@@ -209,8 +209,8 @@ func TestAutoPlacementAndPlacer(t *testing.T) {
 	}
 	var sawActive int
 	r3, err := Register(context.Background(), dir, Request{ID: "d",
-		Quota: quota.Inputs{}.Resolve(), Placer: placerFunc(func(id string, q quota.Quota, gpus []table.GPUState, act []quota.Registered) (int, error) {
-			sawActive = len(act)
+		Quota: quota.Inputs{}.Resolve(), Placer: placerFunc(func(id string, q quota.Quota, gpus []table.GPUState, act *quota.Existing) (int, error) {
+			sawActive = act.Len()
 			return 1, nil
 		})})
 	if err != nil || r3.Registration.GPU != 1 || sawActive != 2 {
@@ -218,9 +218,9 @@ func TestAutoPlacementAndPlacer(t *testing.T) {
 	}
 }
 
-type placerFunc func(string, quota.Quota, []table.GPUState, []quota.Registered) (int, error)
+type placerFunc func(string, quota.Quota, []table.GPUState, *quota.Existing) (int, error)
 
-func (f placerFunc) Place(id string, q quota.Quota, g []table.GPUState, a []quota.Registered) (int, error) {
+func (f placerFunc) Place(id string, q quota.Quota, g []table.GPUState, a *quota.Existing) (int, error) {
 	return f(id, q, g, a)
 }
 
