@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
@@ -83,29 +82,7 @@ func TestAdmissionExactAt256Tenants(t *testing.T) {
 	}
 
 	// 253 tenants, 2 groups free, 3 slots free: 8 racing for both groups admit exactly one.
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var ok, no int
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			_, err := Register(context.Background(), dir, Request{ID: fmt.Sprint("race-", i), Quota: burstable("16", "1Gi")})
-			var ae *quota.AdmissionError
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ok++
-			case errors.As(err, &ae):
-				no++
-			default:
-				t.Errorf("race-%d: %v", i, err)
-			}
-		}(i)
-	}
-	wg.Wait()
-	if ok != 1 || no != 7 {
+	if ok, no := registerRacing(t, dir, "race-", 8, burstable("16", "1Gi")); ok != 1 || no != 7 {
 		t.Fatalf("racing for the last 2 groups: %d admitted, %d refused; want 1 and 7", ok, no)
 	}
 }
