@@ -476,3 +476,22 @@ func TestCreateRemovesStaleTemporaries(t *testing.T) {
 		t.Error("stale temporary left")
 	}
 }
+
+// The SMs left over run with the last group: RunSizes counts them there and leaves the split itself alone.
+func TestRunSizesPutTheRemainderInTheLastGroup(t *testing.T) {
+	s := EstimateSplit(132, 8)
+	got := s.RunSizes()
+	if len(got) != 15 || got[14] != 20 || got[0] != 8 || s.Groups[14] != 8 || s.Remainder != 12 {
+		t.Fatalf("RunSizes of %+v = %v, want 14 groups of 8 and one of 20 (the split unchanged)", s, got)
+	}
+	var sum uint32
+	for _, g := range got {
+		sum += g
+	}
+	if sum != 132 {
+		t.Fatalf("RunSizes sum to %d SMs, want all 132", sum)
+	}
+	if r := (Split{}).RunSizes(); len(r) != 0 {
+		t.Fatalf("RunSizes of an empty split = %v", r)
+	}
+}
