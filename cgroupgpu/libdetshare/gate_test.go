@@ -61,8 +61,11 @@ func TestDispatchGateBoundsReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = e.run("ds_probe_rt", "init", "stream", burst)
-	if tail := ms(t, r, "burst", "tail_ms"); tail > 5*1.5+1 {
-		t.Fatalf("budget 5 ms: %.1f ms queued after the last launch; the learnt duration must cap the depth", tail)
+	// 5 ms of learnt duration is two or three kernels; on a loaded machine they last longer, as in the depth case.
+	budgetBound := max(5.0, 3*max(kernelMs, ms(t, r, "burst", "total_ms")/n))
+	if tail := ms(t, r, "burst", "tail_ms"); tail > budgetBound*1.5+1 {
+		t.Fatalf("budget 5 ms: %.1f ms queued after the last launch, bound %.1f ms; the learnt duration must cap the depth",
+			tail, budgetBound)
 	}
 
 	// Lifting the gate restores the full queue (no gate without the scheduler's say-so).
