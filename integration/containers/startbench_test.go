@@ -81,7 +81,8 @@ func installRefShim(e *env, refPath string) error {
 // and containerd starts the shim binary three times per container (BENCHMARKS.md, issue 28, 2026-11-27: the cause
 // of the earlier reference-swap bias). Without eviction the runtimes would be compared in different states.
 func evictShims(b *testing.B, e *env) {
-	paths := []string{filepath.Join(e.bin, "containerd-shim-detshare-v1"), filepath.Join(e.bin, "containerd-shim-detshareref-v1")}
+	paths := []string{filepath.Join(e.bin, "containerd-shim-detshare-v1"), filepath.Join(e.bin, "containerd-shim-detshare-v1-serve"),
+		filepath.Join(e.bin, "containerd-shim-detshareref-v1")}
 	// the daemon's PATH is e.bin (no runc shim there), DETSHARE_CONTAINERD_BIN, then this process's PATH
 	runcShim := filepath.Join(os.Getenv("DETSHARE_CONTAINERD_BIN"), "containerd-shim-runc-v2")
 	if os.Getenv("DETSHARE_CONTAINERD_BIN") == "" || fileSize(runcShim) == 0 {
