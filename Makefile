@@ -28,7 +28,8 @@ DSLIBDIR       ?= $(PREFIX)/lib/detshare
 SHAREDIR       ?= $(PREFIX)/share/detshare
 SYSCONFDIR     ?= /etc
 SYSTEMDUNITDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/systemd/system,/etc/systemd/system)
-INSTALL_BINS   := detshare detshare-hook detshare-runtime containerd-shim-detshare-v1 containerd-shim-detshare-v1-serve
+# the serving shim before the front that starts it (install copies in this order)
+INSTALL_BINS   := detshare detshare-hook detshare-runtime containerd-shim-detshare-v1-serve containerd-shim-detshare-v1
 DEB_VERSION    ?= 0.1.0+git$(shell git rev-parse --short HEAD 2>/dev/null || echo 0)
 DEB_ARCH       ?= $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB_ROOT       := $(BUILD)/deb/root
