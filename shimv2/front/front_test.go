@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -443,5 +444,81 @@ func TestParseFlagsAndHandles(t *testing.T) {
 	}
 	if _, err := ParseFlags([]string{"-unknown"}); err == nil {
 		t.Error("unknown flag accepted")
+	}
+}
+
+// The shim cgroup of the runtime options: the serving shim is moved into it on every hierarchy that has it (cgroup
+// v1 here, or the unified hierarchy), as containerd's runc manager does.
+func TestJoinShimCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (creates a cgroup)")
+	}
+	cg := fmt.Sprintf("/detshare-front-test-%d", os.Getpid())
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/sys/fs/cgroup", &st); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("/sys/fs/cgroup", cg) // the unified hierarchy
+	controller := ""
+	if st.Type != 0x63677270 { // CGROUP2_SUPER_MAGIC: else cgroup v1, the pids hierarchy
+		dir, controller = filepath.Join("/sys/fs/cgroup/pids", cg), "pids"
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot create a cgroup here: %v", err)
+	}
+	defer os.Remove(dir)
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	if err := joinCgroup("", cg, child.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", child.Process.Pid))
+	if !strings.Contains(string(b), ":"+controller+":"+cg+"\n") {
+		t.Errorf("the process is not in %s (%s):\n%s", cg, controller, b)
+	}
+	if err := joinCgroup("", "/detshare-front-absent", child.Process.Pid); err == nil || !strings.Contains(err.Error(), "/detshare-front-absent") {
+		t.Errorf("joining a cgroup that exists nowhere: %v", err)
+	}
+}
+
+// delete unmounts what is left under the bundle's rootfs, deepest first, as containerd's mount.UnmountRecursive.
+func TestDeleteUnmountsRootfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (mounts)")
+	}
+	bundle := filepath.Join(t.TempDir(), "c1")
+	rootfs := filepath.Join(bundle, "rootfs")
+	sub := filepath.Join(rootfs, "with space")
+	os.MkdirAll(rootfs, 0o755)
+	if err := syscall.Mount("tmpfs", rootfs, "tmpfs", 0, ""); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	defer syscall.Unmount(rootfs, syscall.MNT_DETACH)
+	os.Mkdir(sub, 0o755)
+	if err := syscall.Mount("tmpfs", sub, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(sub, syscall.MNT_DETACH)
+	os.WriteFile(filepath.Join(bundle, "runtime"), []byte("true"), 0o600) // `true delete --force c1` succeeds
+	var logs bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&logs)
+	if _, err := Delete(DeleteConfig{Namespace: "default", ID: "c1", Dir: bundle, RunDir: t.TempDir(), Log: logrus.NewEntry(log)}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := mountInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if strings.HasPrefix(m.mountPoint, rootfs) {
+			t.Errorf("%s still mounted after delete", m.mountPoint)
+		}
+	}
+	if strings.Contains(logs.String(), "rootfs") {
+		t.Errorf("unmount warnings: %s", logs.String())
 	}
 }
