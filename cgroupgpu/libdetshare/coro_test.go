@@ -209,6 +209,10 @@ func groupsOfEach(t testing.TB, r result, step string) []map[int]bool {
 	return out
 }
 
+// remainderBlocks are the 8-SM blocks (as groupsOf numbers them) of the 12 SMs the split leaves over, SMs 120-131,
+// which run with the last group (14).
+const remainderBlocks = 1<<15 | 1<<16
+
 func within(got map[int]bool, mask uint64) bool {
 	for g := range got {
 		if g >= 64 || mask&(1<<g) == 0 {
@@ -242,6 +246,32 @@ func TestTwoTenantsRunOnDisjointSMsAsGranted(t *testing.T) {
 	}
 	if gg := groupsOf(t, ra, "graph"); !within(gg, 0b11) {
 		t.Errorf("a graph captured under the grant ran on groups %v, outside {0,1}", gg)
+	}
+}
+
+// The SMs the split leaves over (12 of 132) run with the last group: a tenant granted group 14 runs on its 8 SMs and
+// the remainder (SMs 112-131), one granted group 13 on its 8 SMs only, and two tenants so granted never share an SM.
+// Without it those 12 SMs sat idle under every grant short of the whole GPU (integration/gpu/remainder.sh measured
+// that the driver makes such contexts).
+func TestLastGroupRunsWithTheRemainder(t *testing.T) {
+	a := newEnv(t, true)
+	a.vars = append(a.vars, "DETSHARE_SIMGPU_MPS=1")
+	a.withTenant(0, "")
+	b := a.another(0)
+	a.playScheduler()
+	a.grant(table.ModeSpatial, 1<<14)
+	b.grant(table.ModeSpatial, 1<<13)
+	pa := a.start("ds_probe_rt", "init", "smid:256", "stream", "capture:64", "graph")
+	pb := b.start("ds_probe_lcuda", "init", "smid:256")
+	ra, rb := pa.finish(), pb.finish()
+	if sms, n := ra.get(t, "smid", "sms"), ra.num(t, "smid", "distinct"); sms != "112-131" || n != 20 {
+		t.Errorf("granted the last group: ran on SMs %s (%d distinct), want 112-131, the group and the remainder", sms, n)
+	}
+	if gg := groupsOf(t, ra, "graph"); !within(gg, 1<<14|remainderBlocks) {
+		t.Errorf("granted the last group: a graph ran on groups %v, outside the group and the remainder", gg)
+	}
+	if sms, n := rb.get(t, "smid", "sms"), rb.num(t, "smid", "distinct"); sms != "104-111" || n != 8 {
+		t.Errorf("granted group 13: ran on SMs %s (%d distinct), want 104-111", sms, n)
 	}
 }
 
@@ -289,8 +319,8 @@ func TestBestEffortExpandsAndShrinksAtKernelBoundary(t *testing.T) {
 	p.resume()
 	r2 := p.until()
 	g2 := groupsOf(t, r2, "smid")
-	if !within(g2, 0x7ff0) || len(g2) != 11 {
-		t.Errorf("after shrinking to groups 4-14 the next kernel ran on groups %v", g2)
+	if !within(g2, 0x7ff0|remainderBlocks) || len(g2) != 13 {
+		t.Errorf("after shrinking to groups 4-14 (and the SMs left over) the next kernel ran on groups %v", g2)
 	}
 	be.grant(table.ModeSpatial, 0x7fff) // idle again: expand
 	p.resume()

@@ -79,25 +79,20 @@ func Score(kind string, p Pressure, free, total int) float64 {
 }
 
 // Place implements cgroupgpu/tenant.Placer.
-func (pl *Placer) Place(id string, q quota.Quota, gpus []table.GPUState, active []quota.Registered) (int, error) {
+func (pl *Placer) Place(id string, q quota.Quota, gpus []table.GPUState, existing *quota.Existing) (int, error) {
 	kind := Kind(q.Role)
 	var cands []candidate
 	var refusals []error
 	for _, g := range gpus {
 		p, err := q.Place(g)
 		if err == nil {
-			err = quota.Admit(g, active, id, q.Tier, p)
+			err = quota.Admit(g, existing, id, q.Tier, p)
 		}
 		if err != nil {
 			refusals = append(refusals, err)
 			continue
 		}
-		used := 0
-		for _, r := range active {
-			if r.GPU == g.Index && r.Tier.Guaranteed() {
-				used += int(r.Groups)
-			}
-		}
+		used := int(existing.Groups(g.Index))
 		total := len(g.Split.Groups)
 		cands = append(cands, candidate{gpu: g, free: total - used - int(p.Groups), total: total})
 	}

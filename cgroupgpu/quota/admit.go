@@ -2,6 +2,8 @@ package quota
 
 import (
 	"fmt"
+	"iter"
+	"slices"
 	"strings"
 
 	"github.com/detshare/detshare/internal/table"
@@ -74,20 +76,113 @@ type Registered struct {
 	Memory uint64 // bytes, 0 = unlimited
 }
 
-// FromTable converts table registrations.
-func FromTable(regs []table.Registration) []Registered {
-	out := make([]Registered, 0, len(regs))
-	for _, r := range regs {
-		t := table.TierBestEffort
-		switch r.Tier {
-		case table.TierLatencyCritical:
-			t = table.TierLatencyCritical
-		case table.TierBurstable:
-			t = table.TierBurstable
-		}
-		out = append(out, Registered{ID: r.ID, GPU: r.GPU, Tier: t, Groups: r.SMGroups, SMs: r.SMs, Memory: r.MemLimit})
+// reserves is what r holds back on its GPU: the SM groups of a latency-critical or burstable tenant, and its memory
+// limit (an unlimited tenant reserves nothing). The one rule admission sums and lists by.
+func (r Registered) reserves() (groups uint32, memory uint64) {
+	if r.Tier.Guaranteed() {
+		groups = r.Groups
 	}
-	return out
+	return groups, r.Memory
+}
+
+// Existing is the tenants already registered, as admission and placement see them: each GPU's reserved SM groups
+// and memory, summed once when it is made, and the tenants themselves, enumerated only to explain a refusal. Made
+// from the table (FromTable) it copies no tenant and builds no string while admitting, so that admission costs the
+// same beside 255 tenants as beside none (issue 28: a Registered per tenant and a description of every one, on
+// each admission, made the n-th registration cost grow with n).
+type Existing struct {
+	n       int
+	groups  [table.MaxGPUs]uint32
+	memory  [table.MaxGPUs]uint64
+	tenants iter.Seq[Registered]
+}
+
+// ExistingOf is Existing over a list of tenants.
+func ExistingOf(regs ...Registered) *Existing {
+	return newExisting(slices.Values(regs), slices.Values(regs))
+}
+
+// FromTable is Existing over a registration's active slots (table.RegisterRequest.Check), read in place; a tenant's
+// ID is read only to explain a refusal. It is valid only while Check runs.
+func FromTable(active *table.Active) *Existing {
+	quotas := func(yield func(Registered) bool) {
+		for a := range active.All() {
+			if !yield(registeredOf(a, "")) {
+				return
+			}
+		}
+	}
+	withIDs := func(yield func(Registered) bool) {
+		for a := range active.All() {
+			if !yield(registeredOf(a, a.ID())) {
+				return
+			}
+		}
+	}
+	return newExisting(quotas, withIDs)
+}
+
+func registeredOf(a table.ActiveSlot, id string) Registered {
+	t := table.TierBestEffort
+	switch a.Tier {
+	case table.TierLatencyCritical:
+		t = table.TierLatencyCritical
+	case table.TierBurstable:
+		t = table.TierBurstable
+	}
+	return Registered{ID: id, GPU: a.GPU, Tier: t, Groups: a.SMGroups, SMs: a.SMs, Memory: a.MemLimit}
+}
+
+// newExisting sums quotas (the tenants, IDs not needed) per GPU; tenants enumerates them again, with IDs.
+func newExisting(quotas, tenants iter.Seq[Registered]) *Existing {
+	e := &Existing{tenants: tenants}
+	for r := range quotas {
+		e.n++
+		if r.GPU < 0 || r.GPU >= table.MaxGPUs {
+			continue // no GPU admits on an index the table cannot hold
+		}
+		g, m := r.reserves()
+		e.groups[r.GPU] += g
+		e.memory[r.GPU] += m
+	}
+	return e
+}
+
+// Len is the number of existing tenants (on every GPU).
+func (e *Existing) Len() int { return e.n }
+
+// Groups is the SM groups guaranteed to the existing tenants of GPU gpu.
+func (e *Existing) Groups(gpu int) uint32 {
+	if gpu < 0 || gpu >= table.MaxGPUs {
+		return 0
+	}
+	return e.groups[gpu]
+}
+
+// Memory is the memory reserved by the existing tenants of GPU gpu (bytes).
+func (e *Existing) Memory(gpu int) uint64 {
+	if gpu < 0 || gpu >= table.MaxGPUs {
+		return 0
+	}
+	return e.memory[gpu]
+}
+
+// users describes the tenants of GPU gpu that reserve SM groups and those that reserve memory (a refusal's
+// explanation).
+func (e *Existing) users(gpu int) (groupUsers, memUsers []string) {
+	for r := range e.tenants {
+		if r.GPU != gpu {
+			continue
+		}
+		g, m := r.reserves()
+		if g > 0 {
+			groupUsers = append(groupUsers, fmt.Sprintf("%q %d groups/%d SMs (%s)", r.ID, r.Groups, r.SMs, r.Tier))
+		}
+		if m > 0 {
+			memUsers = append(memUsers, fmt.Sprintf("%q %s", r.ID, FormatBytes(m)))
+		}
+	}
+	return groupUsers, memUsers
 }
 
 // AdmissionError is a refusal: the guarantee does not fit on the GPU.
@@ -104,34 +199,21 @@ func (e *AdmissionError) Error() string {
 // Admit checks that the new tenant's guarantees fit on gpu beside the existing tenants there: the SM groups of
 // latency-critical and burstable tenants must not exceed the split's groups, and the memory limits of all tenants
 // must not exceed the GPU's memory (unlimited tenants reserve nothing). The refusal lists what is in use and by whom.
-func Admit(gpu table.GPUState, existing []Registered, id string, tier table.Tier, p Placement) error {
-	var usedGroups uint32
-	var usedMem uint64
-	var groupUsers, memUsers []string
-	for _, r := range existing {
-		if r.GPU != gpu.Index {
-			continue
-		}
-		if r.Tier.Guaranteed() && r.Groups > 0 {
-			usedGroups += r.Groups
-			groupUsers = append(groupUsers, fmt.Sprintf("%q %d groups/%d SMs (%s)", r.ID, r.Groups, r.SMs, r.Tier))
-		}
-		if r.Memory > 0 {
-			usedMem += r.Memory
-			memUsers = append(memUsers, fmt.Sprintf("%q %s", r.ID, FormatBytes(r.Memory)))
-		}
-	}
+func Admit(gpu table.GPUState, existing *Existing, id string, tier table.Tier, p Placement) error {
+	usedGroups, usedMem := existing.Groups(gpu.Index), existing.Memory(gpu.Index)
 	total := uint32(len(gpu.Split.Groups))
-	if tier.Guaranteed() && p.Groups > 0 && usedGroups+p.Groups > total {
+	if tier.Guaranteed() && p.Groups > 0 && uint64(usedGroups)+uint64(p.Groups) > uint64(total) {
+		groupUsers, _ := existing.users(gpu.Index)
 		return &AdmissionError{ID: id, GPU: gpu, Reason: fmt.Sprintf(
 			"asks %d SM groups (%d SMs) but %d of the %d groups are guaranteed to others [%s]; %d free",
 			p.Groups, p.SMs, usedGroups, total, strings.Join(groupUsers, ", "), total-min(usedGroups, total))}
 	}
-	if p.MemLimit > 0 && gpu.MemTotal > 0 && usedMem+p.MemLimit > gpu.MemTotal {
+	if p.MemLimit > 0 && gpu.MemTotal > 0 && (usedMem > gpu.MemTotal || p.MemLimit > gpu.MemTotal-usedMem) {
 		free := uint64(0)
 		if usedMem < gpu.MemTotal {
 			free = gpu.MemTotal - usedMem
 		}
+		_, memUsers := existing.users(gpu.Index)
 		return &AdmissionError{ID: id, GPU: gpu, Reason: fmt.Sprintf(
 			"asks %s of memory but %s of %s are reserved by others [%s]; %s free",
 			FormatBytes(p.MemLimit), FormatBytes(usedMem), FormatBytes(gpu.MemTotal), strings.Join(memUsers, ", "),

@@ -229,12 +229,12 @@ func TestRoundAndPlace(t *testing.T) {
 
 func TestAdmit(t *testing.T) {
 	g := h100() // 15 groups, 80 GiB
-	existing := []Registered{
-		{ID: "lc", GPU: 0, Tier: table.TierLatencyCritical, Groups: 8, SMs: 64, Memory: 40 << 30},
-		{ID: "bu", GPU: 0, Tier: table.TierBurstable, Groups: 4, SMs: 32},
-		{ID: "be", GPU: 0, Tier: table.TierBestEffort, Memory: 30 << 30},
-		{ID: "other-gpu", GPU: 1, Tier: table.TierLatencyCritical, Groups: 15, Memory: 80 << 30},
-	}
+	existing := ExistingOf(
+		Registered{ID: "lc", GPU: 0, Tier: table.TierLatencyCritical, Groups: 8, SMs: 64, Memory: 40 << 30},
+		Registered{ID: "bu", GPU: 0, Tier: table.TierBurstable, Groups: 4, SMs: 32},
+		Registered{ID: "be", GPU: 0, Tier: table.TierBestEffort, Memory: 30 << 30},
+		Registered{ID: "other-gpu", GPU: 1, Tier: table.TierLatencyCritical, Groups: 15, Memory: 80 << 30},
+	)
 	for _, tc := range []struct {
 		name string
 		tier table.Tier

@@ -47,23 +47,23 @@ var ErrNoGPUs = errors.New("no GPUs are recorded in the table and this program c
 	"start the scheduler (`detshare sched`)")
 
 // Placer picks the GPU for a tenant whose quota says gpu=auto. It is called under the registration lock with every
-// GPU and every active tenant; it returns the index of a GPU from gpus or an error explaining why none fits. It
-// must not register, deregister or set GPUs itself (those take the same lock). Admission is checked again on the
-// GPU it picks.
+// GPU and the active tenants (what each GPU has reserved, and the tenants to explain a refusal; valid only during
+// the call); it returns the index of a GPU from gpus or an error explaining why none fits. It must not register,
+// deregister or set GPUs itself (those take the same lock). Admission is checked again on the GPU it picks.
 type Placer interface {
-	Place(id string, q quota.Quota, gpus []table.GPUState, active []quota.Registered) (int, error)
+	Place(id string, q quota.Quota, gpus []table.GPUState, existing *quota.Existing) (int, error)
 }
 
 // FirstFit places a tenant on the first GPU where its guarantee is admitted.
 type FirstFit struct{}
 
 // Place implements Placer.
-func (FirstFit) Place(id string, q quota.Quota, gpus []table.GPUState, active []quota.Registered) (int, error) {
+func (FirstFit) Place(id string, q quota.Quota, gpus []table.GPUState, existing *quota.Existing) (int, error) {
 	var errs []error
 	for _, g := range gpus {
 		p, err := q.Place(g)
 		if err == nil {
-			err = quota.Admit(g, active, id, q.Tier, p)
+			err = quota.Admit(g, existing, id, q.Tier, p)
 		}
 		if err == nil {
 			return g.Index, nil
@@ -166,7 +166,7 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 	treq := table.RegisterRequest{
 		ID: req.ID, Tier: q.Tier, Role: q.Role, Weight: q.Weight, Lend: q.Lend,
 		Pinned: q.Pinned, SLOP99Us: uint32(q.SLOP99 / time.Microsecond), OwnerPID: req.OwnerPID,
-		Check: func(active []table.Registration, tr *table.RegisterRequest) error {
+		Check: func(active *table.Active, tr *table.RegisterRequest) error {
 			gpus := t.GPUs()
 			existing := quota.FromTable(active)
 			gpu, err := selectGPU(req.ID, q, gpus, existing, placer)
@@ -213,7 +213,7 @@ func (r Registrar) Register(ctx context.Context, runDir string, req Request) (Re
 	return res, nil
 }
 
-func selectGPU(id string, q quota.Quota, gpus []table.GPUState, existing []quota.Registered, placer Placer) (table.GPUState, error) {
+func selectGPU(id string, q quota.Quota, gpus []table.GPUState, existing *quota.Existing, placer Placer) (table.GPUState, error) {
 	if len(gpus) == 0 {
 		return table.GPUState{}, errors.New("no GPUs recorded in the table")
 	}

@@ -209,8 +209,8 @@ func TestAutoPlacementAndPlacer(t *testing.T) {
 	}
 	var sawActive int
 	r3, err := Register(context.Background(), dir, Request{ID: "d",
-		Quota: quota.Inputs{}.Resolve(), Placer: placerFunc(func(id string, q quota.Quota, gpus []table.GPUState, act []quota.Registered) (int, error) {
-			sawActive = len(act)
+		Quota: quota.Inputs{}.Resolve(), Placer: placerFunc(func(id string, q quota.Quota, gpus []table.GPUState, act *quota.Existing) (int, error) {
+			sawActive = act.Len()
 			return 1, nil
 		})})
 	if err != nil || r3.Registration.GPU != 1 || sawActive != 2 {
@@ -218,9 +218,9 @@ func TestAutoPlacementAndPlacer(t *testing.T) {
 	}
 }
 
-type placerFunc func(string, quota.Quota, []table.GPUState, []quota.Registered) (int, error)
+type placerFunc func(string, quota.Quota, []table.GPUState, *quota.Existing) (int, error)
 
-func (f placerFunc) Place(id string, q quota.Quota, g []table.GPUState, a []quota.Registered) (int, error) {
+func (f placerFunc) Place(id string, q quota.Quota, g []table.GPUState, a *quota.Existing) (int, error) {
 	return f(id, q, g, a)
 }
 
@@ -228,15 +228,23 @@ func (f placerFunc) Place(id string, q quota.Quota, g []table.GPUState, a []quot
 // over-commit: 8 tenants asking 4 of 15 groups -> exactly 3 are admitted.
 func TestConcurrentAdmission(t *testing.T) {
 	dir := simRunDir(t, 1)
+	q := quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "32"}}.Resolve()
+	if ok, refused := registerRacing(t, dir, "t", 8, q); ok != 3 || refused != 5 {
+		t.Fatalf("admitted %d refused %d, want 3 and 5", ok, refused)
+	}
+}
+
+// registerRacing registers n tenants (prefix0, prefix1, ...) with quota q at once and counts those admitted and
+// those refused by admission; any other error fails the test.
+func registerRacing(t *testing.T, dir, prefix string, n int, q quota.Resolved) (ok, refused int) {
+	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	ok, refused := 0, 0
-	for i := 0; i < 8; i++ {
+	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			_, err := Register(context.Background(), dir, Request{ID: fmt.Sprintf("t%d", i),
-				Quota: quota.Inputs{Annotations: map[string]string{"detshare.io/tier": "burstable", "detshare.io/sms": "32"}}.Resolve()})
+			_, err := Register(context.Background(), dir, Request{ID: fmt.Sprint(prefix, i), Quota: q})
 			mu.Lock()
 			defer mu.Unlock()
 			var ae *quota.AdmissionError
@@ -246,14 +254,12 @@ func TestConcurrentAdmission(t *testing.T) {
 			case errors.As(err, &ae):
 				refused++
 			default:
-				t.Errorf("t%d: %v", i, err)
+				t.Errorf("%s%d: %v", prefix, i, err)
 			}
 		}(i)
 	}
 	wg.Wait()
-	if ok != 3 || refused != 5 {
-		t.Fatalf("admitted %d refused %d, want 3 and 5", ok, refused)
-	}
+	return ok, refused
 }
 
 func TestHostTenant(t *testing.T) {

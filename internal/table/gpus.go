@@ -15,7 +15,8 @@ type GPUInfo struct {
 	MemTotal uint64 // bytes
 }
 
-// Split is a GPU's SM-group split: Groups[i] SMs in group i; Remainder SMs belong to no group.
+// Split is a GPU's SM-group split as the driver made it: Groups[i] SMs in group i, and Remainder SMs in no group,
+// which libdetshare runs with the last group (its green contexts include them, ds_pool.c): RunSizes.
 type Split struct {
 	MinSize   uint32
 	Alignment uint32
@@ -33,6 +34,16 @@ func (s Split) TotalSMs() uint32 {
 		n += g
 	}
 	return n
+}
+
+// RunSizes returns the SMs each group's kernels run on: the groups, the remainder with the last one. Grants and
+// guarantees count groups; what they amount to in SMs is this.
+func (s Split) RunSizes() []uint32 {
+	out := append([]uint32(nil), s.Groups...)
+	if n := len(out); n > 0 {
+		out[n-1] += s.Remainder
+	}
+	return out
 }
 
 // DefaultSplitMinSize is the SM granularity of compute capability 9.0+ (H100): splits come in groups of 8 SMs.

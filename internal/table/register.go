@@ -3,6 +3,8 @@ package table
 import (
 	"errors"
 	"fmt"
+	"iter"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"sync"
@@ -41,12 +43,12 @@ type RegisterRequest struct {
 	// OwnerPID makes this a host tenant (`detshare run`), reaped when that process dies. 0 for containers.
 	OwnerPID int
 
-	// Check runs under the registration lock, before a slot is reserved, with every active registration (without
-	// ClientPagePath and TenantDir, which Paths gives from the ID: admission reads quotas). It may
+	// Check runs under the registration lock, before a slot is reserved, with every active registration as
+	// admission reads it (Active: the quota fields, read in place from the table; an ID only when asked for). It may
 	// fill in the placement and quota fields of req (GPU, SMGroups, SMs, MemLimit); an error refuses the
 	// registration. This is where admission runs, so that two registrations cannot both be admitted into the same
-	// free capacity.
-	Check func(active []Registration, req *RegisterRequest) error
+	// free capacity. active is valid only until Check returns.
+	Check func(active *Active, req *RegisterRequest) error
 	// Prepare runs under the lock with the slot RESERVED and the client page created (e.g. to write the quota
 	// files in Paths.TenantDir). An error rolls the registration back; a crash is rolled back by the next
 	// registration.
@@ -114,10 +116,10 @@ func (t *Table) Register(req RegisterRequest) (Registration, error) {
 		t.reapDeadTenantsLocked(nil)
 	}
 	var free int
+	active := &Active{t: t}
 	for attempt := 0; ; attempt++ {
-		var active []Registration
 		var err error
-		free, active, err = t.placeLocked(req)
+		free, err = t.placeLocked(req, active)
 		if err == nil && req.Check != nil {
 			if err = req.Check(active, &req); err == nil {
 				if err = validateRequest(req); err != nil {
@@ -198,30 +200,80 @@ func (t *Table) leaderReaps() bool {
 	return l.PID != 0 && HostProcessAlive(l.PID, l.StartTime)
 }
 
-// placeLocked finds the first free slot for req (-1: none) and, when req has an admission check, the active
-// registrations it needs. An ID already active is an error wrapping ErrExists, with free set to its slot. One pass
-// over the slot array's states; a slot's fields are read only when it is active, and its ID compared in place.
-func (t *Table) placeLocked(req RegisterRequest) (int, []Registration, error) {
+// placeLocked finds the first free slot for req (-1: none) and records the active slots in active. An ID already
+// active is an error wrapping ErrExists, with free set to its slot. One pass over the slot array's states; an active
+// slot's ID is compared in place, and nothing is copied or allocated per slot (issue 28: a Registration with its ID
+// as a new string for every active slot made the n-th registration cost grow with n).
+func (t *Table) placeLocked(req RegisterRequest, active *Active) (int, error) {
 	free := -1
-	var active []Registration
+	active.reset()
 	for slot := 0; slot < MaxContainers; slot++ {
 		c := t.Container(slot)
 		switch atomic.LoadUint32(&c.State) {
 		case SlotActive:
 			if cStringIs(c.ID[:], req.ID) {
-				return slot, nil, fmt.Errorf("register %s: %w in slot %d (generation %d)", req.ID, ErrExists, slot,
+				return slot, fmt.Errorf("register %s: %w in slot %d (generation %d)", req.ID, ErrExists, slot,
 					atomic.LoadUint32(&c.Gen))
 			}
-			if req.Check != nil {
-				active = append(active, t.fields(slot)) // admission reads quotas, not paths
-			}
+			active.add(slot)
 		case SlotFree:
 			if free < 0 {
 				free = slot
 			}
 		}
 	}
-	return free, active, nil
+	return free, nil
+}
+
+// Active is the active registrations as a registration's admission check (RegisterRequest.Check) sees them: the
+// slots found active by the registration's scan, under the registration lock, whose fields are read in place from
+// the table's mapping when enumerated. Nothing is copied per slot until asked for, so that admitting the 256th
+// tenant costs what admitting the 1st does (issue 28). Valid only while Check runs (the lock is held and the table
+// mapped); the fields cannot change meanwhile, since every writer of a slot takes the same lock.
+type Active struct {
+	t    *Table
+	bits [MaxContainers / 64]uint64
+	n    int
+}
+
+// ActiveSlot is one active registration's admission fields (from the table, which tenants cannot write).
+type ActiveSlot struct {
+	Slot     int
+	Tier     Tier
+	Role     Role
+	GPU      int
+	SMGroups uint32 // guaranteed groups
+	SMs      uint32 // guaranteed SMs
+	MemLimit uint64 // bytes, 0 = unlimited
+	c        *Container
+}
+
+// ID reads the slot's tenant ID (a new string: callers ask for it to explain a refusal, not to admit). Only while
+// the Check that got the slot runs.
+func (s ActiveSlot) ID() string { return cString(s.c.ID[:]) }
+
+func (a *Active) reset() { a.bits, a.n = [MaxContainers / 64]uint64{}, 0 }
+
+func (a *Active) add(slot int) { a.bits[slot/64] |= 1 << (slot % 64); a.n++ }
+
+// Len is the number of active registrations.
+func (a *Active) Len() int { return a.n }
+
+// All enumerates the active registrations in slot order.
+func (a *Active) All() iter.Seq[ActiveSlot] {
+	return func(yield func(ActiveSlot) bool) {
+		for w, word := range a.bits {
+			for word != 0 {
+				slot := w*64 + bits.TrailingZeros64(word)
+				word &= word - 1
+				c := a.t.Container(slot)
+				if !yield(ActiveSlot{Slot: slot, Tier: Tier(c.Tier), Role: Role(c.Role), GPU: int(c.GPU),
+					SMGroups: c.SMGroupsReq, SMs: c.SMReq, MemLimit: c.MemLimit, c: c}) {
+					return
+				}
+			}
+		}
+	}
 }
 
 func validateRequest(r RegisterRequest) error {
@@ -258,7 +310,7 @@ func (t *Table) Deregister(id string) error {
 	t.recoverLocked()
 	for slot := 0; slot < MaxContainers; slot++ {
 		c := t.Container(slot)
-		if atomic.LoadUint32(&c.State) == SlotActive && cString(c.ID[:]) == id {
+		if atomic.LoadUint32(&c.State) == SlotActive && cStringIs(c.ID[:], id) {
 			atomic.StoreUint32(&c.State, SlotDraining)
 			t.releaseSlotLocked(slot)
 			logrus.WithFields(logrus.Fields{"id": id, "slot": slot}).Debug("tenant deregistered")
@@ -300,7 +352,7 @@ func (t *Table) activeIDLocked(id string, except int) bool {
 			continue
 		}
 		c := t.Container(s)
-		if atomic.LoadUint32(&c.State) == SlotActive && cString(c.ID[:]) == id {
+		if atomic.LoadUint32(&c.State) == SlotActive && cStringIs(c.ID[:], id) {
 			return true
 		}
 	}
@@ -354,13 +406,6 @@ func (t *Table) Recover() (int, error) {
 
 // snapshot reads slot's registration fields (callers hold the lock, or use List/Lookup which re-check).
 func (t *Table) snapshot(slot int) Registration {
-	r := t.fields(slot)
-	r.ClientPagePath, r.TenantDir = t.paths.ClientPage(r.ID), t.paths.TenantDir(r.ID)
-	return r
-}
-
-// fields is snapshot without the paths (which cost two joins each).
-func (t *Table) fields(slot int) Registration {
 	c := t.Container(slot)
 	id := cString(c.ID[:])
 	return Registration{
@@ -368,7 +413,8 @@ func (t *Table) fields(slot int) Registration {
 		Weight: c.Weight, SMGroups: c.SMGroupsReq, SMs: c.SMReq, MemLimit: c.MemLimit, Flags: c.Flags,
 		SLOP99Us: atomic.LoadUint32(&c.SLOP99Us),
 		OwnerPID: int(c.OwnerPID), OwnerStart: c.OwnerStart, RegisteredNs: c.RegisteredNs,
-		State: atomic.LoadUint32(&c.State),
+		State:          atomic.LoadUint32(&c.State),
+		ClientPagePath: t.paths.ClientPage(id), TenantDir: t.paths.TenantDir(id),
 	}
 }
 

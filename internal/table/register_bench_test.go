@@ -12,7 +12,7 @@ import (
 // process) while n-1 host tenants are registered; the n-th is deregistered again outside the timer. Registration
 // must cost the same at the 256th as at the 1st (issue 28: 0.3 ms -> 4.8 ms, a /proc read per host tenant on every
 // registration). With admission=true the request carries an admission check that reads every active registration,
-// as the registrar's does (the check is handed all of them, so it reads n); admission=false is the table's own work.
+// as the registrar's does (it enumerates all n-1 of them); admission=false is the table's own work.
 // A live leader is recorded (this process), as on a host where the scheduler runs: its reaper reaps dead host
 // tenants, so registrations need not (with none, a registration reaps them itself, reading /proc per host tenant).
 func BenchmarkRegisterNth(b *testing.B) {
@@ -35,9 +35,9 @@ func benchRegisterNth(b *testing.B, admission bool, n int) {
 	req := func(id string) RegisterRequest {
 		r := RegisterRequest{ID: id, Tier: TierBestEffort, GPU: 0, Weight: 1, OwnerPID: os.Getpid()}
 		if admission {
-			r.Check = func(active []Registration, _ *RegisterRequest) error {
+			r.Check = func(active *Active, _ *RegisterRequest) error {
 				var groups uint32
-				for _, a := range active {
+				for a := range active.All() {
 					groups += a.SMGroups
 				}
 				if groups > MaxSMGroups*MaxContainers {

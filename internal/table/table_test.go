@@ -214,9 +214,9 @@ func TestRegisterCheckAndPrepareRollBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen []string
-	_, err := tb.Register(RegisterRequest{ID: "b", Weight: 1, Check: func(active []Registration, r *RegisterRequest) error {
-		for _, a := range active {
-			seen = append(seen, a.ID)
+	_, err := tb.Register(RegisterRequest{ID: "b", Weight: 1, Check: func(active *Active, r *RegisterRequest) error {
+		for a := range active.All() {
+			seen = append(seen, a.ID())
 		}
 		return errors.New("admission says no")
 	}})
@@ -251,6 +251,60 @@ func TestRegisterCheckAndPrepareRollBack(t *testing.T) {
 	}
 	if st := atomic.LoadUint32(&tb.Container(prepared.Slot).State); st != SlotFree {
 		t.Errorf("slot state %d after rollback", st)
+	}
+}
+
+// TestCheckSeesExactlyTheActiveSlots: the admission check is handed every active registration, with the fields the
+// table holds, and no other: not a deregistered one (a freed slot's guarantee must not be counted), not the one
+// being registered; at the last free slot as at the first (issue 28: Active reads them in place instead of copying).
+func TestCheckSeesExactlyTheActiveSlots(t *testing.T) {
+	tb := newTable(t)
+	for i := 0; i < MaxContainers-1; i++ {
+		req := RegisterRequest{ID: fmt.Sprint("t", i), Weight: 1, Tier: Tier(i % 3), Role: Role(i % 3), GPU: i % 4,
+			SMGroups: uint32(i % 5), SMs: uint32(i%5) * 8, MemLimit: uint64(i) << 20}
+		if _, err := tb.Register(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(stage string) {
+		t.Helper()
+		var seen []ActiveSlot
+		var ids []string
+		n := -1
+		_, err := tb.Register(RegisterRequest{ID: "new", Weight: 1, Check: func(active *Active, r *RegisterRequest) error {
+			n = active.Len()
+			for a := range active.All() {
+				seen, ids = append(seen, a), append(ids, a.ID())
+			}
+			for range active.All() {
+				break // an enumeration stopped early ends cleanly
+			}
+			return errors.New("refused")
+		}})
+		if err == nil || err.Error() != "refused" {
+			t.Fatalf("%s: %v", stage, err)
+		}
+		want := tb.List()
+		if n != len(want) || len(seen) != len(want) {
+			t.Fatalf("%s: Len %d, enumerated %d, want %d active", stage, n, len(seen), len(want))
+		}
+		for i, r := range want {
+			a := seen[i]
+			if ids[i] != r.ID || a.Slot != r.Slot || a.Tier != r.Tier || a.Role != r.Role || a.GPU != r.GPU ||
+				a.SMGroups != r.SMGroups || a.SMs != r.SMs || a.MemLimit != r.MemLimit {
+				t.Fatalf("%s: check saw %+v (%s), table holds %+v", stage, a, ids[i], r)
+			}
+		}
+	}
+	check("255 active")
+	for i := 0; i < MaxContainers-1; i += 3 {
+		if err := tb.Deregister(fmt.Sprint("t", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("every third deregistered")
+	if l := tb.List(); len(l) != MaxContainers-1-85 {
+		t.Fatalf("%d active after deregistering 85", len(l))
 	}
 }
 
@@ -420,5 +474,24 @@ func TestCreateRemovesStaleTemporaries(t *testing.T) {
 	t2.Close()
 	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
 		t.Error("stale temporary left")
+	}
+}
+
+// The SMs left over run with the last group: RunSizes counts them there and leaves the split itself alone.
+func TestRunSizesPutTheRemainderInTheLastGroup(t *testing.T) {
+	s := EstimateSplit(132, 8)
+	got := s.RunSizes()
+	if len(got) != 15 || got[14] != 20 || got[0] != 8 || s.Groups[14] != 8 || s.Remainder != 12 {
+		t.Fatalf("RunSizes of %+v = %v, want 14 groups of 8 and one of 20 (the split unchanged)", s, got)
+	}
+	var sum uint32
+	for _, g := range got {
+		sum += g
+	}
+	if sum != 132 {
+		t.Fatalf("RunSizes sum to %d SMs, want all 132", sum)
+	}
+	if r := (Split{}).RunSizes(); len(r) != 0 {
+		t.Fatalf("RunSizes of an empty split = %v", r)
 	}
 }

@@ -20,7 +20,7 @@ type SMAccount struct {
 	Guaranteed uint32         `json:"guaranteed_sms"` // sum of the tenants' guarantees
 	Granted    uint32         `json:"granted_sms"`    // SMs in at least one grant (each counted once)
 	Beyond     uint32         `json:"beyond_guarantee_sms"`
-	Free       uint32         `json:"free_sms"` // in no grant (the split's leftover SMs included)
+	Free       uint32         `json:"free_sms"` // in no grant (the split's leftover SMs run with its last group)
 	Shared     []SharedGroups `json:"shared,omitempty"`
 	SharedSMs  uint32         `json:"shared_sms"` // SMs in groups granted to more than one tenant
 }

@@ -171,7 +171,7 @@ func Take(t *table.Table) Snapshot {
 	}
 	for _, g := range t.GPUs() {
 		e := t.GPU(g.Index)
-		v := GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, SMs: g.SMCount, MemTotal: g.MemTotal, Groups: g.Split.Groups,
+		v := GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, SMs: g.SMCount, MemTotal: g.MemTotal, Groups: g.Split.RunSizes(),
 			SplitKnown: g.Split.Published, MPS: table.MPSName(g.MPSState), Mode: table.ModeName(g.Mode),
 			GrantChanges: atomic.LoadUint64(&e.GrantChanges), Simulated: len(g.UUID) > 4 && g.UUID[:4] == "SIM-"}
 		if tok := t.ReadToken(g.Index); tok.Holder >= 0 {

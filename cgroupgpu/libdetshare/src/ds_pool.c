@@ -3,6 +3,14 @@
  * same split the scheduler publishes in the table), and a grant names a set of groups; its green context is made
  * once and cached (at most DS_MAX_GCTX per process, never destroyed: logical streams keep physical streams in them).
  *
+ * The SMs the split leaves over (12 of an H100's 132 at 8 SMs a group) run with the last group: its contexts are
+ * made from that group and the remainder together (the table keeps publishing the split as the driver made it, groups
+ * and remainder; status shows the remainder in the last group). Without that, every grant short of the whole GPU left them idle
+ * (a trainer beside a latency-critical partition ran on 56 SMs instead of 68). Measured on the H100 without DetShare
+ * (integration/gpu/remainder.sh): descriptors of groups plus the remainder make green contexts of exactly those SMs,
+ * with and without MPS, and kernels with thread-block clusters of 2 launch on them. Should a driver refuse it, the
+ * last group's contexts are made without the remainder (logged once) and those SMs stay idle as before.
+ *
  * Green contexts for new grants are made by a helper thread while launches use the largest cached context inside
  * the grant (cuGreenCtxCreate waits for the process's in-flight work; measured on the H100, it does not hold up
  * other threads' launches); only a grant with nothing cached inside it makes its context on the launch path.
@@ -25,7 +33,9 @@ static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ds_gctx g_ctxs[DS_MAX_GCTX];
 static atomic_uint g_nctx;
 static CUdevResource g_groups[MAX_GROUPS];
-/* The split is learnt once (g_pool_lock held): g_groups, g_dev and g_primary are written before g_ngroups is
+static CUdevResource g_rem;              /* the split's remainder: part of the last group (g_rem.sm.smCount may be 0) */
+static atomic_int g_rem_refused;         /* a driver refused a context with the remainder: leave it out from then on */
+/* The split is learnt once (g_pool_lock held): g_groups, g_rem, g_dev and g_primary are written before g_ngroups is
  * published with a release store and never change afterwards, so a reader that loads g_ngroups != 0 with acquire
  * (ds_pool_groups) may read them without a lock (the launch path, the green-context thread). */
 static atomic_uint g_ngroups;            /* 0 until the split is learnt */
@@ -43,7 +53,7 @@ CUcontext ds_pool_primary(void) { return ds_pool_groups() ? g_primary : NULL; }
 /* ---------------------------------------------------------------------------------------------------------------
  * The split and green contexts (slow path, g_pool_lock held)
  * ------------------------------------------------------------------------------------------------------------- */
-static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdevResource *rem);
+static void publish_split(unsigned min, unsigned align, unsigned nb);
 
 static bool learn_split_locked(void) {
     if (ds_pool_groups())
@@ -92,21 +102,22 @@ static bool learn_split_locked(void) {
                nb, min, ge->n_groups);
         return false;
     }
+    g_rem = rem;
     if (split_state == DS_SPLIT_UNKNOWN)
-        publish_split(min, all.sm.smCoscheduledAlignment ? all.sm.smCoscheduledAlignment : min, nb, &rem);
+        publish_split(min, all.sm.smCoscheduledAlignment ? all.sm.smCoscheduledAlignment : min, nb);
     g_dev = dev;
     if (!ds_real.cuCtxGetCurrent || ds_real.cuCtxGetCurrent(&g_primary) != CUDA_SUCCESS)
         g_primary = NULL;
-    atomic_store_explicit(&g_ngroups, nb, memory_order_release); /* publishes g_groups, g_dev, g_primary */
+    atomic_store_explicit(&g_ngroups, nb, memory_order_release); /* publishes g_groups, g_rem, g_dev, g_primary */
     g_split_failed = 0;
-    DS_LOG(DS_LOG_INFO, "split: %u groups of %u SMs (%u SMs on the device)", nb, g_groups[0].sm.smCount,
-           all.sm.smCount);
+    DS_LOG(DS_LOG_INFO, "split: %u groups of %u SMs, the last with the %u SMs left over (%u SMs on the device)", nb,
+           g_groups[0].sm.smCount, rem.sm.smCount, all.sm.smCount);
     return true;
 }
 
 /* Host tenants (`detshare run`, root on the host) publish the split they learnt when nobody has (the same CAS
  * protocol as internal/table PublishSplit). Containers map the table read-only and leave it to the scheduler. */
-static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdevResource *rem) {
+static void publish_split(unsigned min, unsigned align, unsigned nb) {
     if (!(__atomic_load_n(&ds_process.tenant->ctr->flags, __ATOMIC_RELAXED) & DS_CF_HOST_TENANT))
         return;
     const char *path = ds_process.tenant->table_path;
@@ -121,13 +132,13 @@ static void publish_split(unsigned min, unsigned align, unsigned nb, const CUdev
                                     __ATOMIC_RELAXED)) {
         g->split_min_size = min;
         g->split_alignment = align;
-        g->remainder_sms = rem->sm.smCount;
+        g->remainder_sms = g_rem.sm.smCount; /* run with the last group (gctx_make) */
         for (unsigned i = 0; i < DS_MAX_SM_GROUPS; i++)
             g->group_sms[i] = i < nb ? g_groups[i].sm.smCount : 0;
         __atomic_store_n(&g->n_groups, nb, __ATOMIC_RELAXED);
         __atomic_store_n(&g->split_state, DS_SPLIT_PUBLISHED, __ATOMIC_RELEASE);
-        DS_LOG(DS_LOG_INFO, "published the split of GPU %d: %u groups, %u SMs left over", ds_process.tenant->gpu, nb,
-               rem->sm.smCount);
+        DS_LOG(DS_LOG_INFO, "published the split of GPU %d: %u groups, the last with the %u SMs left over",
+               ds_process.tenant->gpu, nb, g_rem.sm.smCount);
     }
     munmap(m, DS_TABLE_SIZE);
 }
@@ -155,23 +166,41 @@ static struct ds_gctx *largest_cached_subset_locked(uint64_t mask) {
 /* Makes a green context over the groups of mask (no lock needed: the split is fixed once learnt). The driver call
  * waits for the work the process already has on the GPU (measured on the H100: 102 ms behind a 100 ms kernel), but
  * not for other threads' launches. */
+static CUresult gctx_create(CUdevResource *res, unsigned n, CUgreenCtx *g, CUcontext *cu) {
+    CUstreamCaptureMode m = ds_relaxed_begin();
+    CUdevResourceDesc desc = NULL;
+    CUresult r = ds_real.cuDevResourceGenerateDesc(&desc, res, n);
+    if (r == CUDA_SUCCESS)
+        r = ds_real.cuGreenCtxCreate(g, desc, g_dev, CU_GREEN_CTX_DEFAULT_STREAM);
+    if (r == CUDA_SUCCESS) {
+        r = ds_real.cuCtxFromGreenCtx(cu, *g);
+        if (r != CUDA_SUCCESS && ds_real.cuGreenCtxDestroy)
+            ds_real.cuGreenCtxDestroy(*g);
+    }
+    ds_relaxed_end(m);
+    return r;
+}
+
 static CUresult gctx_make(uint64_t mask, CUgreenCtx *g, CUcontext *cu) {
-    CUdevResource res[MAX_GROUPS];
+    CUdevResource res[MAX_GROUPS + 1];
     unsigned n = 0, ngroups = ds_pool_groups();
     for (unsigned i = 0; i < ngroups; i++)
         if (mask & (1ull << i))
             res[n++] = g_groups[i];
     if (!n)
         return CUDA_ERROR_INVALID_VALUE;
-    CUstreamCaptureMode m = ds_relaxed_begin();
-    CUdevResourceDesc desc = NULL;
-    CUresult r = ds_real.cuDevResourceGenerateDesc(&desc, res, n);
+    bool with_rem = ngroups && (mask & (1ull << (ngroups - 1))) && g_rem.sm.smCount &&
+                    !atomic_load_explicit(&g_rem_refused, memory_order_relaxed);
+    if (!with_rem)
+        return gctx_create(res, n, g, cu);
+    res[n] = g_rem;
+    CUresult r = gctx_create(res, n + 1, g, cu);
     if (r == CUDA_SUCCESS)
-        r = ds_real.cuGreenCtxCreate(g, desc, g_dev, CU_GREEN_CTX_DEFAULT_STREAM);
-    if (r == CUDA_SUCCESS)
-        r = ds_real.cuCtxFromGreenCtx(cu, *g);
-    ds_relaxed_end(m);
-    return r;
+        return r;
+    if (!atomic_exchange(&g_rem_refused, 1))
+        DS_LOG(DS_LOG_WARN, "green context with the %u SMs left over by the split: %d; they stay idle", g_rem.sm.smCount,
+               r);
+    return gctx_create(res, n, g, cu);
 }
 
 static struct ds_gctx *gctx_insert_locked(uint64_t mask, CUgreenCtx g, CUcontext cu) {

@@ -7,7 +7,7 @@
  * IGNORE_SM_COSCHEDULING; at most 16 partitions including a non-empty remainder (132 SMs, minCount 8 -> 15x8 + 12,
  * as measured on the H100); split outputs and remainders cannot be split again (915); splitting under
  * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE < 100 with MPS fails with 915; descriptors with several resources need groups
- * of one split call.
+ * of one split call, that split's remainder among them allowed (measured on the H100, integration/gpu/remainder.sh).
  */
 #include "simgpu.h"
 
@@ -164,7 +164,7 @@ CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *res
     if (ur != CUDA_SUCCESS)
         return ur;
     sim_mask m = {0};
-    struct res_priv first;
+    struct res_priv first = {0};
     for (unsigned i = 0; i < nbResources; i++) {
         struct res_priv p;
         CUresult r = res_read(&resources[i], &p);
@@ -172,7 +172,8 @@ CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *res
             return r;
         if (i == 0)
             first = p;
-        else if (p.kind != RES_GROUP || first.kind != RES_GROUP || p.split_id != first.split_id ||
+        else if ((p.kind != RES_GROUP && p.kind != RES_REMAINDER) ||
+                 (first.kind != RES_GROUP && first.kind != RES_REMAINDER) || p.split_id != first.split_id ||
                  p.device != first.device)
             return CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION; /* several resources must come from one split */
         for (unsigned w = 0; w < SIM_MASK_WORDS; w++)
