@@ -28,7 +28,8 @@ DSLIBDIR       ?= $(PREFIX)/lib/detshare
 SHAREDIR       ?= $(PREFIX)/share/detshare
 SYSCONFDIR     ?= /etc
 SYSTEMDUNITDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/systemd/system,/etc/systemd/system)
-INSTALL_BINS   := detshare detshare-hook detshare-runtime containerd-shim-detshare-v1
+# the serving shim before the front that starts it (install copies in this order)
+INSTALL_BINS   := detshare detshare-hook detshare-runtime containerd-shim-detshare-v1-serve containerd-shim-detshare-v1
 DEB_VERSION    ?= 0.1.0+git$(shell git rev-parse --short HEAD 2>/dev/null || echo 0)
 DEB_ARCH       ?= $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB_ROOT       := $(BUILD)/deb/root
@@ -41,9 +42,10 @@ build: c-build go-build
 
 # The Kubernetes side (device plugin, DRA plugin, their end-to-end test) is its own module, k8s/go.mod, so that the main module
 # keeps containerd v1.7's dependency set.
-# The shim is built without cgo, as containerd builds its own shims: it links no C (go-nvml stays out of it) and a
-# static binary starts faster; containerd starts it twice per container (BENCHMARKS.md, "Issue 28: container start").
-STATIC_CMDS := containerd-shim-detshare-v1
+# The shim (the front containerd executes for start and delete, and the serving shim it starts) is built without cgo,
+# as containerd builds its own shims: it links no C (go-nvml stays out of it) and a static binary starts faster;
+# containerd executes the shim binary three times per container (BENCHMARKS.md, "Issue 28: container start").
+STATIC_CMDS := containerd-shim-detshare-v1 containerd-shim-detshare-v1-serve
 go-build:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_BUILD) -ldflags '$(GOLDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(filter-out $(STATIC_CMDS) internal,$(CMDS)))

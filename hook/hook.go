@@ -308,7 +308,7 @@ func Notice(err error) string {
 
 // Rollback deregisters id after a failed create. Errors are logged: the scheduler's reaper is the backstop.
 func Rollback(cfg Config, id string) {
-	if err := tenant.Deregister(cfg.RunDir, id); err != nil && !errors.Is(err, table.ErrNotFound) {
+	if _, err := tenant.DeregisterIfRegistered(cfg.RunDir, id); err != nil {
 		logrus.WithError(err).WithField("id", id).Warn("rollback of DetShare registration failed")
 	}
 }
@@ -317,11 +317,10 @@ func Rollback(cfg Config, id string) {
 // the shim, its manager and the runc wrapper call it for every deletion, the hooks.d poststop hook runs for every
 // container of podman or CRI-O, and a deletion may be seen twice (shim Delete, then its manager's Stop).
 func Poststop(cfg Config, id string) error {
-	err := tenant.Deregister(cfg.RunDir, id)
-	if err == nil || errors.Is(err, table.ErrNotFound) {
-		return nil
+	if _, err := tenant.DeregisterIfRegistered(cfg.RunDir, id); err != nil {
+		return fmt.Errorf("deregister %s: %w", id, err)
 	}
-	return fmt.Errorf("deregister %s: %w", id, err)
+	return nil
 }
 
 // EnsurePreloadFile writes <runDir>/ld.so.preload naming the in-container library path (atomically, only when its

@@ -11,10 +11,11 @@ import (
 	"github.com/detshare/detshare/internal/table"
 )
 
-// Manager is the runc shim manager with deregistration added to Stop. containerd runs Stop (the shim binary's
-// `delete` action) to clean up after a shim that died, so a container whose shim crashed is deregistered too; with
-// Service.Delete this covers every deletion, and the spec needs no poststop hook (one process start less per
-// container).
+// Manager is the runc shim manager with deregistration added to Stop. containerd does not run it: the front
+// (containerd-shim-detshare-v1, package shimv2/front) does the binary's `start` and `delete` actions, and its Delete
+// deregisters as Stop does here, through the same tenant.DeregisterIfRegistered. It serves only an invocation of the
+// serving binary itself with start or delete (a person running it by hand), so that it, too, cleans up a container
+// whose shim died.
 type Manager struct {
 	shim.Manager
 	runDir string

@@ -1,4 +1,5 @@
-// Package shimv2 is containerd-shim-detshare-v1: containerd's runc task service (containerd v1.7 libraries, so the
+// Package shimv2 is the serving shim of containerd-shim-detshare-v1 (binary containerd-shim-detshare-v1-serve, which
+// the front, package shimv2/front, starts): containerd's runc task service (containerd v1.7 libraries, so the
 // shim runs under containerd 1.6, 1.7 and, through the v2 bridge, 2.x) wrapped so that Create registers the
 // container with DetShare and edits its spec (package hook) before runc sees it, Delete deregisters it, and the
 // runtime options CRI and Docker send to non-runc runtimes are normalised.

@@ -303,6 +303,19 @@ func Deregister(runDir, id string) error {
 	return t.Deregister(id)
 }
 
+// DeregisterIfRegistered is Deregister for a container that may never have been registered (the hook's poststop,
+// the shim's delete): a tenant or table that is not there is no error. deregistered tells whether id was registered.
+func DeregisterIfRegistered(runDir, id string) (deregistered bool, err error) {
+	err = Deregister(runDir, id)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, table.ErrNotFound) {
+		return false, nil
+	}
+	return false, err
+}
+
 // Lookup returns tenant id's registration, its GPU and its quota file paths.
 func Lookup(runDir, id string) (Result, bool, error) {
 	t, err := table.OpenReadOnly(runDir)

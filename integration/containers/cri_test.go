@@ -15,6 +15,7 @@ import (
 
 	"github.com/detshare/detshare/cgroupgpu/quota"
 	"github.com/detshare/detshare/cgroupgpu/tenant"
+	"github.com/detshare/detshare/integration/testenv"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/shimv2"
 )
@@ -213,4 +214,46 @@ func criHandler() string {
 		return h
 	}
 	return "detshare"
+}
+
+// CRI puts every container of a pod into its sandbox's shim (annotation io.kubernetes.cri.sandbox-id, which the
+// front's start reads as containerd's runc manager does): two containers and the pause container share one serving
+// shim, and no shim process is started for the containers themselves.
+func TestCRIPodSharesOneShim(t *testing.T) {
+	e := need(t)
+	rt, done := criClient(t, e)
+	defer done()
+	p := runPod(t, e, rt, "ds-cri-group", nil)
+	defer p.remove()
+	var ids []string
+	for _, name := range []string{"one", "two"} {
+		id := p.createContainer(t, name, []string{"sleep", "300"}, nil)
+		if err := p.start(id); err != nil {
+			t.Fatalf("StartContainer %s: %v", name, err)
+		}
+		ids = append(ids, id)
+	}
+	shims := func(id string) (n int) {
+		for _, pid := range testenv.ProcessesNaming(id) {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if argv0, _, _ := strings.Cut(string(cmd), "\x00"); strings.HasPrefix(filepath.Base(argv0), "containerd-shim-detshare") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := shims(p.id); n != 1 {
+		t.Errorf("%d shim processes serve sandbox %s, want 1", n, p.id)
+	}
+	for _, id := range ids {
+		if n := shims(id); n != 0 {
+			t.Errorf("%d shim processes were started for container %s, want 0 (it joins the sandbox's shim)", n, id)
+		}
+		if out, err := p.exec(id)("true"); err != nil {
+			t.Errorf("exec in %s through the shared shim: %v: %s", id, err, out)
+		}
+	}
+	for _, id := range ids {
+		p.stopRemove(t, id)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -272,8 +274,10 @@ func TestCtrBadQuotaRefusedAndNothingLeaks(t *testing.T) {
 	})
 }
 
-// A shim that dies is cleaned up by containerd running the shim binary's `delete` action (Manager.Stop), which
-// deregisters the container: no slot, mount or process is left.
+// A shim that dies is cleaned up by containerd running the shim binary's `delete` action (the front,
+// shimv2/front.Delete), which deregisters the container: no slot, mount or process is left. The process killed is
+// the serving shim the front started (containerd-shim-detshare-v1-serve), and containerd's log carries the front's
+// report of the deregistration (the delete action's stderr, "cleanup warnings").
 func TestCtrShimKilledDeregisters(t *testing.T) {
 	e := need(t)
 	id := "ds-ctr-shimkill"
@@ -283,7 +287,23 @@ func TestCtrShimKilledDeregisters(t *testing.T) {
 	}
 	defer e.ctr("containers", "rm", id)
 	e.waitRegistered(t, id)
-	e.killShimAndWaitDeregistered(t, id, "containerd-shim-detshare-v1")
+	serving := 0
+	for _, pid := range testenv.ProcessesNaming(id) {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if argv0, _, _ := strings.Cut(string(cmd), "\x00"); strings.HasPrefix(filepath.Base(argv0), "containerd-shim-detshare") {
+			if filepath.Base(argv0) != "containerd-shim-detshare-v1-serve" {
+				t.Errorf("shim process %d of %s runs %s, want the serving shim containerd-shim-detshare-v1-serve", pid, id, argv0)
+			}
+			serving++
+		}
+	}
+	if serving != 1 {
+		t.Fatalf("%d shim processes name %s, want the one serving shim (the front's start exits)", serving, id)
+	}
+	e.killShimAndWaitDeregistered(t, id, "containerd-shim-detshare-v1-serve")
+	if log, _ := os.ReadFile(filepath.Join(e.dir, "containerd.log")); !regexp.MustCompile(`deregistered from DetShare at shim delete[^\n]*id=` + id).Match(log) {
+		t.Errorf("containerd's log has no deregistration by the front's delete action for %s", id)
+	}
 	e.ctr("tasks", "rm", "-f", id)
 	if out, err := e.ctr("containers", "rm", id); err != nil {
 		t.Fatalf("containers rm: %v: %s", err, out)

@@ -139,7 +139,7 @@ func setup() (*env, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build binaries: %v\n%s", err, out)
 	}
-	cmd = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", e.bin+"/", "./cmd/containerd-shim-detshare-v1")
+	cmd = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", e.bin+"/", "./cmd/containerd-shim-detshare-v1", "./cmd/containerd-shim-detshare-v1-serve")
 	cmd.Dir, cmd.Env = e.repo, append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build the shim: %v\n%s", err, out)

@@ -287,8 +287,9 @@ func (h *installedHost) checkUnregistered(t *testing.T) {
 // noDetShareFiles asserts the fresh state: no DetShare file under root's FHS locations.
 func noDetShareFiles(t *testing.T, root string) {
 	t.Helper()
-	for _, p := range []string{"usr/bin/detshare", "usr/bin/containerd-shim-detshare-v1", "usr/bin/detshare-runtime",
-		"usr/bin/detshare-hook", "usr/lib/detshare", "usr/local/bin/detshare", "usr/local/bin/containerd-shim-detshare-v1",
+	for _, p := range []string{"usr/bin/detshare", "usr/bin/containerd-shim-detshare-v1", "usr/bin/containerd-shim-detshare-v1-serve",
+		"usr/bin/detshare-runtime", "usr/bin/detshare-hook", "usr/lib/detshare", "usr/local/bin/detshare",
+		"usr/local/bin/containerd-shim-detshare-v1", "usr/local/bin/containerd-shim-detshare-v1-serve",
 		"usr/local/bin/detshare-runtime", "usr/local/bin/detshare-hook", "usr/local/lib/detshare", "etc/detshare",
 		"usr/lib/systemd/system/detshare-sched.service", "etc/systemd/system/detshare-sched.service"} {
 		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {

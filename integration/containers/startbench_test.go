@@ -32,9 +32,10 @@ import (
 //
 // DETSHARE_BENCH_PAIRS (default 50) sets the pairs, DETSHARE_BENCH_ROUNDS (default 5) the concurrent rounds;
 // DETSHARE_BENCH_REF_SHIM names another build of the shim (e.g. main's) that BenchmarkStartPaired adds as a fourth
-// runtime (under its own runtime name, refRuntime), so a change is measured against it in the same run. With
-// DETSHARE_E2E_CONTAINERD_LOG_LEVEL=debug the DetShare shim logs each start's phases, and BenchmarkStartPaired
-// reports their medians (the debug log costs both runtimes alike).
+// runtime (under its own runtime name, refRuntime), so a change is measured against it in the same run; for a build
+// whose shim is a front, the containerd-shim-detshare-v1-serve beside it is that build's serving shim
+// (installRefShim). With DETSHARE_E2E_CONTAINERD_LOG_LEVEL=debug the DetShare shim logs each start's phases, and
+// BenchmarkStartPaired reports their medians (the debug log costs both runtimes alike).
 
 // detshareQuota is the quota of the DetShare side of every pair (as BenchmarkStartLatency's).
 var detshareQuota = []string{"--env", "DETSHARE_TIER=burstable", "--env", "DETSHARE_SMS=16", "--env", "DETSHARE_MEMORY=1GiB"}
@@ -61,17 +62,42 @@ const (
 // place before each of its starts, and an A/A run showed it biased by ~46 ms of CPU per start).
 const refRuntime = "io.containerd.detshareref.v1"
 
-// installRefShim copies the reference build to the binary name of refRuntime in the engines' PATH.
+// installRefShim copies the reference build to the binary name of refRuntime in the engines' PATH. A reference that
+// is a front (a build since the shim became containerd-shim-detshare-v1 + containerd-shim-detshare-v1-serve) has its
+// serving shim beside it: both go into a directory of their own (the front looks for containerd-shim-detshare-v1-serve
+// beside its real path) and refRuntime's binary name on PATH links there, so the reference never borrows this build's
+// serving shim.
 func installRefShim(e *env, refPath string) error {
-	data, err := os.ReadFile(refPath)
-	if err == nil {
-		err = os.WriteFile(filepath.Join(e.bin, "containerd-shim-detshareref-v1"), data, 0o755)
+	dst := filepath.Join(e.bin, "containerd-shim-detshareref-v1")
+	serve := filepath.Join(filepath.Dir(refPath), "containerd-shim-detshare-v1-serve")
+	copyFile := func(from, to string) error {
+		data, err := os.ReadFile(from)
+		if err == nil {
+			err = os.WriteFile(to, data, 0o755)
+		}
+		if err != nil {
+			return fmt.Errorf("reference shim %s: %w", from, err)
+		}
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("reference shim %s: %w", refPath, err)
+	if fileSize(serve) == 0 {
+		return copyFile(refPath, dst)
 	}
-	return nil
+	dir := refShimDir(e)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := copyFile(refPath, filepath.Join(dir, "containerd-shim-detshareref-v1")); err != nil {
+		return err
+	}
+	if err := copyFile(serve, filepath.Join(dir, "containerd-shim-detshare-v1-serve")); err != nil {
+		return err
+	}
+	return os.Symlink(filepath.Join(dir, "containerd-shim-detshareref-v1"), dst)
 }
+
+// refShimDir holds a front reference and its serving shim (installRefShim).
+func refShimDir(e *env) string { return filepath.Join(e.dir, "refshim") }
 
 // evictShims drops the shim binaries of every runtime compared (this build's, the reference's, the runc shim the
 // daemon finds on its PATH) from the page cache, so that each is read from disk by its first start, as on a host
@@ -81,7 +107,9 @@ func installRefShim(e *env, refPath string) error {
 // and containerd starts the shim binary three times per container (BENCHMARKS.md, issue 28, 2026-11-27: the cause
 // of the earlier reference-swap bias). Without eviction the runtimes would be compared in different states.
 func evictShims(b *testing.B, e *env) {
-	paths := []string{filepath.Join(e.bin, "containerd-shim-detshare-v1"), filepath.Join(e.bin, "containerd-shim-detshareref-v1")}
+	paths := []string{filepath.Join(e.bin, "containerd-shim-detshare-v1"), filepath.Join(e.bin, "containerd-shim-detshare-v1-serve"),
+		filepath.Join(e.bin, "containerd-shim-detshareref-v1"), // through the link, for a front reference
+		filepath.Join(refShimDir(e), "containerd-shim-detshare-v1-serve")}
 	// the daemon's PATH is e.bin (no runc shim there), DETSHARE_CONTAINERD_BIN, then this process's PATH
 	runcShim := filepath.Join(os.Getenv("DETSHARE_CONTAINERD_BIN"), "containerd-shim-runc-v2")
 	if os.Getenv("DETSHARE_CONTAINERD_BIN") == "" || fileSize(runcShim) == 0 {

@@ -71,7 +71,7 @@ if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
   fi
 fi
 build="${DETSHARE_BUILD_DIR:-$repo/build}"
-for f in bin/detshare bin/containerd-shim-detshare-v1 bin/detshare-hook lib/libdetshare.so lib/simgpu/libcuda.so.1 \
+for f in bin/detshare bin/containerd-shim-detshare-v1 bin/containerd-shim-detshare-v1-serve bin/detshare-hook lib/libdetshare.so lib/simgpu/libcuda.so.1 \
   tests/simgpu-probe; do
   [ -e "$build/$f" ] || die "$build/$f is missing after the build (is every component built? make build)"
 done
@@ -147,6 +147,7 @@ trap 'echo "demo: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 mkdir -p "$tmp/bin" "$run_dir" "$tmp/simgpu"
 
 ln -s "$build/bin/containerd-shim-detshare-v1" "$tmp/bin/containerd-shim-detshare-v1"
+ln -s "$build/bin/containerd-shim-detshare-v1-serve" "$tmp/bin/containerd-shim-detshare-v1-serve"
 # The scheduler's policy settings: the shipped defaults (configs/detshare/config.toml) unless DETSHARE_CONFIG names
 # another file, so that what the demo shows does not depend on an /etc/detshare/config.toml left on this host.
 export DETSHARE_CONFIG="${DETSHARE_CONFIG:-$repo/configs/detshare/config.toml}"

@@ -47,7 +47,7 @@ func need(t *testing.T) {
 			t.Fatalf("%s not found: integration/deps.sh test installs what the tests need", tool)
 		}
 	}
-	for _, f := range []string{"bin/detshare", "bin/containerd-shim-detshare-v1", "bin/detshare-hook",
+	for _, f := range []string{"bin/detshare", "bin/containerd-shim-detshare-v1", "bin/containerd-shim-detshare-v1-serve", "bin/detshare-hook",
 		"lib/libdetshare.so", "lib/simgpu/libcuda.so.1", "tests/simgpu-probe"} {
 		if _, err := os.Stat(filepath.Join(buildDir(), f)); err != nil {
 			t.Fatalf("%s missing: run `make build` first (make test does)", filepath.Join(buildDir(), f))
@@ -182,7 +182,7 @@ func TestFreshHostShimContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Started from dir/bin, so that every process of the test names dir and can be found and ended.
-	for _, b := range []string{"containerd-shim-detshare-v1", "detshare", "detshare-hook"} {
+	for _, b := range []string{"containerd-shim-detshare-v1", "containerd-shim-detshare-v1-serve", "detshare", "detshare-hook"} {
 		if err := os.Symlink(filepath.Join(build, "bin", b), filepath.Join(bin, b)); err != nil {
 			t.Fatal(err)
 		}

@@ -61,6 +61,7 @@ func TestEveryBinaryHasItsOwnVersionAndHelp(t *testing.T) {
 		{"detshare-hook", "OCI hook"},
 		{"detshare-runtime", "DetShare's runc wrapper for Docker"},
 		{"containerd-shim-detshare-v1", "io.containerd.detshare.v1"},
+		{"containerd-shim-detshare-v1-serve", "serving containerd shim"},
 		{"detshare-device-plugin", "detshare.io/gpu"},
 		{"detshare-dra-plugin", "DRA"},
 	} {

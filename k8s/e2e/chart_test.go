@@ -299,7 +299,7 @@ func TestHelmUninstallRemovesObjectsAndUndoesInstaller(t *testing.T) {
 		}
 	})
 	sel := c.waitInstallerRunning(t, rel)
-	for _, b := range []string{"detshare", "detshare-hook", "detshare-runtime", "containerd-shim-detshare-v1"} {
+	for _, b := range []string{"detshare", "detshare-hook", "detshare-runtime", "containerd-shim-detshare-v1", "containerd-shim-detshare-v1-serve"} {
 		if st, err := os.Stat(filepath.Join(binDir, b)); err != nil || st.Mode()&0o111 == 0 {
 			t.Errorf("installer: %s not installed as an executable: %v", b, err)
 		}

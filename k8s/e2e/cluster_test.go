@@ -199,7 +199,7 @@ func start() (*cluster, error) {
 	if c.build == "" {
 		c.build = filepath.Join(c.repo, "build")
 	}
-	for _, f := range []string{"bin/detshare", "bin/detshare-hook", "bin/containerd-shim-detshare-v1", "bin/detshare-device-plugin",
+	for _, f := range []string{"bin/detshare", "bin/detshare-hook", "bin/containerd-shim-detshare-v1", "bin/containerd-shim-detshare-v1-serve", "bin/detshare-device-plugin",
 		"bin/detshare-dra-plugin", "bin/detshare-runtime",
 		"lib/libdetshare.so", "lib/simgpu/libcuda.so.1", "tests/simgpu-probe"} {
 		if _, err := os.Stat(filepath.Join(c.build, f)); err != nil {

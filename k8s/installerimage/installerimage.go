@@ -2,8 +2,8 @@
 // (configs/helm/detshare) runs, offline (no Docker, no registry), as an image tar in the `docker save` format that
 // `ctr -n k8s.io images import`, `docker load` and `podman load` read:
 //
-//	/opt/detshare/bin/{detshare,detshare-hook,detshare-runtime,containerd-shim-detshare-v1,detshare-device-plugin,
-//	  detshare-dra-plugin}
+//	/opt/detshare/bin/{detshare,detshare-hook,detshare-runtime,containerd-shim-detshare-v1,
+//	  containerd-shim-detshare-v1-serve,detshare-device-plugin,detshare-dra-plugin}
 //	/opt/detshare/lib/libdetshare.so
 //	/bin/busybox and its applets (sh, nsenter, chroot, sleep, mkdir, cp, chmod, mv, rm, rmdir) for the installer's scripts
 //	the shared libraries the binaries need (glibc), as ldd resolves them on the build host
@@ -18,8 +18,8 @@ import (
 )
 
 // Binaries are the programs the image carries.
-var Binaries = []string{"detshare", "detshare-hook", "detshare-runtime", "containerd-shim-detshare-v1", "detshare-device-plugin",
-	"detshare-dra-plugin"}
+var Binaries = []string{"detshare", "detshare-hook", "detshare-runtime", "containerd-shim-detshare-v1",
+	"containerd-shim-detshare-v1-serve", "detshare-device-plugin", "detshare-dra-plugin"}
 
 // Pack writes the image tagged tag to out from make build's output directory build.
 func Pack(build, out, tag, busybox string) error {

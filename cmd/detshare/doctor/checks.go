@@ -20,6 +20,7 @@ import (
 	"github.com/detshare/detshare/internal/kubeletdevices"
 	"github.com/detshare/detshare/internal/layout"
 	"github.com/detshare/detshare/sched/ensure"
+	"github.com/detshare/detshare/shimv2/front"
 )
 
 // Env is what the checks look at; tests replace its parts.
@@ -242,6 +243,14 @@ func checkChain(engine, bin string) []Check {
 		bc.Status, bc.Found = Fail, "registered "+bin+" is not an executable file"
 		bc.Fix = "install DetShare (`make install` or the .deb), then detshare install " + engine
 		return []Check{bc}
+	}
+	if filepath.Base(bin) == front.BinaryName {
+		// the front execs or starts the serving shim installed beside it
+		if _, err := front.ServePath(bin); err != nil {
+			bc.Status, bc.Found = Fail, "registered "+bin+": "+err.Error()
+			bc.Fix = "install DetShare (`make install` or the .deb install both shim binaries)"
+			return []Check{bc}
+		}
 	}
 	bc.Status, bc.Found = OK, bin
 	return []Check{bc, checkLibrary(engine+" library", layout.LibPathFor(os.Getenv(layout.EnvLib), filepath.Dir(bin)))}

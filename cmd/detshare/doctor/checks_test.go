@@ -17,7 +17,7 @@ func fakeEnv(t *testing.T, tools map[string]string, files map[string]string, drv
 	root := t.TempDir()
 	os.MkdirAll(filepath.Join(root, "bin"), 0o755)
 	os.MkdirAll(filepath.Join(root, "lib"), 0o755)
-	for _, b := range []string{"detshare", "containerd-shim-detshare-v1", "detshare-runtime"} {
+	for _, b := range []string{"detshare", "containerd-shim-detshare-v1", "containerd-shim-detshare-v1-serve", "detshare-runtime"} {
 		os.WriteFile(filepath.Join(root, "bin", b), []byte("#!/bin/sh\n"), 0o755)
 	}
 	return Env{
@@ -188,6 +188,7 @@ func TestChainFailsOnMissingShimOrLibraryEvenWithSimulatedGPU(t *testing.T) {
 	os.MkdirAll(filepath.Join(other, "bin"), 0o755)
 	shim := filepath.Join(other, "bin", "containerd-shim-detshare-v1")
 	os.WriteFile(shim, []byte("#!/bin/sh\n"), 0o755)
+	os.WriteFile(filepath.Join(other, "bin", "containerd-shim-detshare-v1-serve"), []byte("#!/bin/sh\n"), 0o755)
 	env.ReadFile = fakeFiles(map[string]string{"/etc/containerd/config.toml": "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.detshare]\n  runtime_type = \"io.containerd.detshare.v1\"\n  runtime_path = \"" + shim + "\"\n"})
 	r := Run(env)
 	if c := find(r, "containerd library"); r.Ready || c.Status != Fail || !strings.Contains(c.Found, filepath.Join(other, "lib")) {
@@ -199,6 +200,12 @@ func TestChainFailsOnMissingShimOrLibraryEvenWithSimulatedGPU(t *testing.T) {
 		var b bytes.Buffer
 		r.WriteText(&b)
 		t.Fatalf("complete chain not ready:\n%s", b.String())
+	}
+	// the front without its serving shim beside it
+	os.Remove(filepath.Join(other, "bin", "containerd-shim-detshare-v1-serve"))
+	if r := Run(env); r.Ready || find(r, "containerd runtime binary").Status != Fail ||
+		!strings.Contains(find(r, "containerd runtime binary").Found, "containerd-shim-detshare-v1-serve") {
+		t.Fatalf("serving shim missing but ready: %+v", find(r, "containerd runtime binary"))
 	}
 	os.Remove(shim)
 	if r := Run(env); r.Ready || find(r, "containerd runtime binary").Status != Fail {
