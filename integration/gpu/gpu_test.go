@@ -254,7 +254,7 @@ func TestPythonGrantsConfineLibdetshareOnSimulatedGPU(t *testing.T) {
 	for _, tc := range []struct {
 		id   string
 		want int
-	}{{"lc", 32}, {"be", 88}} {
+	}{{"lc", 32}, {"be", 100}} { // be: groups 4-14 (88 SMs) and the 12 left over, which run with group 14
 		out := run(t, append(env, "LD_PRELOAD="+lib, "DETSHARE_QUOTA_FILE="+filepath.Join(dir, "run", "tenants", tc.id,
 			"quota")), probe, "spin", "--blocks", "132", "--us", "100", "--iters", "2")
 		var p probeOut
