@@ -17,7 +17,7 @@ mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; timeout 20 nvidia-cud
 $T python3 $R50 "native, plain MPS"
 echo quit | timeout 20 nvidia-cuda-mps-control; sleep 2; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 $DS sched > $DETSHARE_RUN_DIR/sched.log 2>&1 & SCHED=$!; sleep 4
-$T $DS run --tier best-effort --name be -- python3 $R50 "DetShare, every group (120 SMs)"
+$T $DS run --tier best-effort --name be -- python3 $R50 "DetShare, every group (all 132 SMs)"
 $T $DS run --tier latency-critical --sm 64 --name lc64 -- python3 $R50 "DetShare, latency-critical 64 SMs"
 DETSHARE_STRICT_STREAMS=1 $T $DS run --tier latency-critical --sm 64 --name lc64s -- python3 $R50 "DetShare, LC 64 SMs, strict edges"
 $T $DS run --tier latency-critical --sm 32 --name lc32 -- python3 $R50 "DetShare, latency-critical 32 SMs"
