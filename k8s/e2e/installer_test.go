@@ -163,8 +163,10 @@ func TestInstallerDaemonSetOnTheNodesContainerd(t *testing.T) {
 	if tn, ok := tenantOf(c.status(t), id); !ok || tn.Pod != pod.Name {
 		t.Errorf("the pod run through the installed handler is not a tenant (%+v, %v)", tn, ok)
 	}
-	if pids := processesOf(shim); len(pids) == 0 {
-		t.Errorf("no process runs the shim the installer copied (%s): the handler is not the installed one", shim)
+	// The front (the handler) spawns the serving shim from its own directory and exits: a serving shim running from
+	// the installer's directory is the installed handler at work.
+	if serving := shim + "-serve"; len(processesOf(serving)) == 0 {
+		t.Errorf("no process runs the serving shim the installer copied (%s): the handler is not the installed one", serving)
 	}
 	done()
 
