@@ -1,7 +1,6 @@
 package front
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +9,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
@@ -125,16 +124,16 @@ func readPid(path string) (int, error) {
 // with flags 0): a FUSE mount through fusermount, others until the kernel says there is none (EINVAL), retrying
 // while busy. An error is returned only for target itself (the last one), as containerd does.
 func unmountRecursive(target string) error {
-	ms, err := mountInfo()
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(target))
 	if err != nil {
 		return err
 	}
 	seen := map[string]bool{}
 	var targets []string
 	for _, m := range ms {
-		if strings.HasPrefix(m.mountPoint+"/", target+"/") && !seen[m.mountPoint] {
-			seen[m.mountPoint] = true
-			targets = append(targets, m.mountPoint)
+		if !seen[m.Mountpoint] {
+			seen[m.Mountpoint] = true
+			targets = append(targets, m.Mountpoint)
 		}
 	}
 	sort.SliceStable(targets, func(i, j int) bool { return len(targets[i]) > len(targets[j]) })
@@ -178,55 +177,4 @@ func unmount(target string) error {
 		return err
 	}
 	return fmt.Errorf("failed to unmount target %s: %w", target, unix.EBUSY)
-}
-
-type mount struct{ mountPoint, fsType string }
-
-// mountInfo reads /proc/self/mountinfo (mount point: field 5, octal escapes undone; type: after the " - ").
-func mountInfo() ([]mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []mount
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 10 {
-			continue
-		}
-		m := mount{mountPoint: unescape(fields[4])}
-		for i := 6; i < len(fields)-1; i++ {
-			if fields[i] == "-" {
-				m.fsType = fields[i+1]
-				break
-			}
-		}
-		out = append(out, m)
-	}
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("read /proc/self/mountinfo: %w", err)
-	}
-	return out, nil
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space, \011, \012, \134).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

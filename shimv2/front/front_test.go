@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/containerd/protobuf"
 	"github.com/containerd/containerd/runtime/v2/shim"
 	"github.com/containerd/typeurl/v2"
+	"github.com/moby/sys/mountinfo"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/proto"
 
@@ -509,14 +510,12 @@ func TestDeleteUnmountsRootfs(t *testing.T) {
 	if _, err := Delete(DeleteConfig{Namespace: "default", ID: "c1", Dir: bundle, RunDir: t.TempDir(), Log: logrus.NewEntry(log)}); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := mountInfo()
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(rootfs))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		if strings.HasPrefix(m.mountPoint, rootfs) {
-			t.Errorf("%s still mounted after delete", m.mountPoint)
-		}
+		t.Errorf("%s still mounted after delete", m.Mountpoint)
 	}
 	if strings.Contains(logs.String(), "rootfs") {
 		t.Errorf("unmount warnings: %s", logs.String())

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/moby/sys/mountinfo"
+	"github.com/moby/sys/userns"
 	"golang.org/x/sys/unix"
 
 	"github.com/detshare/detshare/internal/atomicfile"
@@ -297,15 +299,13 @@ func writePid(path string, pid int) error {
 
 // cgroupV1Mounts lists the mount points of the cgroup v1 hierarchies.
 func cgroupV1Mounts() ([]string, error) {
-	ms, err := mountInfo()
+	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	out := make([]string, 0, len(ms))
 	for _, m := range ms {
-		if m.fsType == "cgroup" {
-			out = append(out, m.mountPoint)
-		}
+		out = append(out, m.Mountpoint)
 	}
 	return out, nil
 }
@@ -323,20 +323,10 @@ func adjustOOMScore(parent, pid int) error {
 	}
 	score = min(max(score+1, -1000), 1000)
 	if err := writePid(fmt.Sprintf("/proc/%d/oom_score_adj", pid), score); err != nil {
-		if errors.Is(err, os.ErrPermission) && (os.Geteuid() != 0 || inUserNS()) {
+		if errors.Is(err, os.ErrPermission) && (os.Geteuid() != 0 || userns.RunningInUserNS()) {
 			return nil
 		}
 		return fmt.Errorf("set shim OOM score: %w", err)
 	}
 	return nil
-}
-
-// inUserNS tells whether the process runs in a user namespace other than the initial one.
-func inUserNS() bool {
-	b, err := os.ReadFile("/proc/self/uid_map")
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b))
-	return !(len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295")
 }
