@@ -105,21 +105,20 @@ func ExistingOf(regs ...Registered) *Existing {
 // FromTable is Existing over a registration's active slots (table.RegisterRequest.Check), read in place; a tenant's
 // ID is read only to explain a refusal. It is valid only while Check runs.
 func FromTable(active *table.Active) *Existing {
-	quotas := func(yield func(Registered) bool) {
-		for a := range active.All() {
-			if !yield(registeredOf(a, "")) {
-				return
+	slots := func(withIDs bool) iter.Seq[Registered] {
+		return func(yield func(Registered) bool) {
+			for a := range active.All() {
+				id := ""
+				if withIDs {
+					id = a.ID()
+				}
+				if !yield(registeredOf(a, id)) {
+					return
+				}
 			}
 		}
 	}
-	withIDs := func(yield func(Registered) bool) {
-		for a := range active.All() {
-			if !yield(registeredOf(a, a.ID())) {
-				return
-			}
-		}
-	}
-	return newExisting(quotas, withIDs)
+	return newExisting(slots(false), slots(true))
 }
 
 func registeredOf(a table.ActiveSlot, id string) Registered {
