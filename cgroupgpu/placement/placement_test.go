@@ -32,15 +32,23 @@ func reg(t *testing.T, dir string, pl tenant.Placer, id string, env ...string) t
 	return res
 }
 
-// TestComplementsNeighbours: on two simulated GPUs (test doubles), a prefill neighbour on GPU 0 and a decode one on
-// GPU 1: a new prefill tenant goes beside the decode one and a new decode tenant beside the prefill one.
-func TestComplementsNeighbours(t *testing.T) {
+// prefillBesideDecode registers, on two simulated GPUs (test doubles) of 64 SMs, a prefill tenant on GPU 0 and a
+// decode one on GPU 1, and returns the run directory and the placer.
+func prefillBesideDecode(t *testing.T) (string, *Placer) {
+	t.Helper()
 	t.Setenv("DETSHARE_SIMGPU_COUNT", "2")
 	t.Setenv("DETSHARE_SIMGPU_SMS", "64")
 	dir := filepath.Join(t.TempDir(), "run")
 	pl := &Placer{RunDir: dir}
 	reg(t, dir, pl, "pf", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=prefill", "DETSHARE_GPU=0")
 	reg(t, dir, pl, "dc", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=decode", "DETSHARE_GPU=1")
+	return dir, pl
+}
+
+// TestComplementsNeighbours: on two simulated GPUs (test doubles), a prefill neighbour on GPU 0 and a decode one on
+// GPU 1: a new prefill tenant goes beside the decode one and a new decode tenant beside the prefill one.
+func TestComplementsNeighbours(t *testing.T) {
+	dir, pl := prefillBesideDecode(t)
 	if r := reg(t, dir, pl, "pf2", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=prefill", "DETSHARE_GPU=auto"); r.Registration.GPU != 1 {
 		t.Fatalf("prefill placed on GPU %d (%s), want 1 beside the decode tenant", r.Registration.GPU, pl.LastReason())
 	}
@@ -98,12 +106,7 @@ func TestScore(t *testing.T) {
 // missing publication makes it measure the pages itself. The published figures here contradict the pages, so
 // the GPU chosen tells which was used.
 func TestPublishedPressureDecides(t *testing.T) {
-	t.Setenv("DETSHARE_SIMGPU_COUNT", "2")
-	t.Setenv("DETSHARE_SIMGPU_SMS", "64")
-	dir := filepath.Join(t.TempDir(), "run")
-	pl := &Placer{RunDir: dir}
-	reg(t, dir, pl, "pf", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=prefill", "DETSHARE_GPU=0")
-	reg(t, dir, pl, "dc", "DETSHARE_TIER=best-effort", "DETSHARE_ROLE=decode", "DETSHARE_GPU=1")
+	dir, pl := prefillBesideDecode(t)
 	tb, err := table.Open(dir)
 	if err != nil {
 		t.Fatal(err)
