@@ -96,7 +96,9 @@ PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-flo
                  ("detshare-pinned", r"detshare-pinned(\d+)"), ("detshare-slo", r"detshare-slo(\d+(?:\.\d+)?)x"),
                  ("detshare-reserve", r"detshare-reserve(\d+(?:\.\d+)?)"),
                  ("detshare-overlap", r"detshare-overlap(\d+(?:\.\d+)?)"),
-                 ("detshare-sloov", r"detshare-sloov(\d+(?:\.\d+)?)x"))
+                 ("detshare-sloov", r"detshare-sloov(\d+(?:\.\d+)?)x"),
+                 # the default partition with scheduler.narrow_groups = N (0: memory-bound kernels on the whole grant)
+                 ("detshare-narrow", r"detshare-narrow(\d+)"))
 
 
 def param_config(cfg):
@@ -110,7 +112,10 @@ def param_config(cfg):
 COLOC_BE = ["lin8192-bf16", "lin8192-fp32"]
 # accepted by --coloc-be on a GPU, never run unless named: the same trainer at d=256, batch 8, whose kernels last a few
 # microseconds, so that what an LC waits for beside it is the switch to its own context rather than a trainer kernel
-COLOC_BE_EXTRA = ["lin8192-bf16-tiny"]
+COLOC_BE_EXTRA = ["lin8192-bf16-tiny",
+                  # the two phases of a step apart, to tell which one slows the LC (issue 26): the forward and backward
+                  # GEMMs only, and the optimizer's memory-bound update only
+                  "lin8192-fp32-gemm", "lin8192-fp32-opt", "lin8192-bf16-gemm", "lin8192-bf16-opt"]
 COLOC_OPTIONAL = ["alone-flush"]  # accepted by --configs, never run unless named
 L2_FLUSH_MB = 256  # alone-flush: more than any GPU's L2 (H100: 50 MB)
 SUITES = ["infer", "llm", "train", "coloc"]
@@ -186,7 +191,7 @@ def parse(argv=None):
             ap.error("--configs %s: a group count must be 0 or more" % c)
         if c not in known and fam is None:
             ap.error("--configs: %r is not one of %s, or mps-pct<P>, detshare-floor<N>, detshare-pinned<N>, "
-                     "detshare-slo<X>x, detshare-sloov<X>x, detshare-reserve<F>, detshare-overlap<F>" % (c, ", ".join(sorted(known))))
+                     "detshare-slo<X>x, detshare-sloov<X>x, detshare-reserve<F>, detshare-overlap<F>, detshare-narrow<N>" % (c, ", ".join(sorted(known))))
     a.config_order = [c for c in a.configs.split(",") if c]
     pairs = []
     for pair in (x for x in a.train_pairs.split(",") if x):
@@ -711,7 +716,8 @@ class Runner:
                                                                       "detshare-overlap") or
                         c.config.startswith("detshare-dynamic") else "") +
                        ("lc_overlap = true\n" if fam in ("detshare-overlap", "detshare-sloov") else "") +
-                       ("share_overlap = true\n" if c.config == "detshare-share" else ""),
+                       ("share_overlap = true\n" if c.config == "detshare-share" else "") +
+                       ("narrow_groups = %d\n" % num if fam == "detshare-narrow" else ""),
                        "false" if c.config == "detshare-temporal" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":

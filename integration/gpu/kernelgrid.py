@@ -19,9 +19,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="lin8192-bf16", choices=["lin8192-bf16", "lin8192-fp32"])
+    ap.add_argument("--model", default="lin8192-bf16", choices=["lin8192-bf16", "lin8192-fp32", "resnet50", "gpt2"])
     ap.add_argument("--steps", type=int, default=3, help="profiled steps (after 3 warm-up steps)")
     ap.add_argument("--out", required=True, help="JSON summary")
+    ap.add_argument("--top", type=int, default=12, help="kernels printed, by total time")
     a = ap.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -74,9 +75,9 @@ def main():
         json.dump(out, f, indent=1)
     print("%s on %s (%d SMs): %.2f ms GPU time per step, %.0f%% of it in kernels of <= 2 blocks per SM"
           % (a.model, out["gpu"], sms, out["step_gpu_ms"], 100 * out["persistent_like_share"]))
-    for r in rows[:12]:
-        print("  %6.1f%%  x%-4d mean %8.1f us  max %8.1f us  grid %6d blocks  %s" % (
-            100 * r["total_us"] / total, r["count"], r["mean_us"], r["max_us"], r["blocks"], r["name"][:110]))
+    for r in rows[:a.top]:
+        print("  %6.1f%%  x%-4d mean %8.1f us  max %8.1f us  grid %6d blocks  smem %6s B  %s" % (
+            100 * r["total_us"] / total, r["count"], r["mean_us"], r["max_us"], r["blocks"], r["smem"], r["name"][:100]))
     return 0
 
 

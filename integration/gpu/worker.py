@@ -29,7 +29,7 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--role", required=True, choices=["infer", "train", "prefill", "decode"])
     ap.add_argument("--model", required=True,
-                    help="infer: resnet50|bert|bert-2l|llama-step|llama-step-5l|llama-step-math(-tiny)|reclaim (GPU only); train: resnet50|gpt2|lin8192-bf16|lin8192-fp32(-tiny); "
+                    help="infer: resnet50|bert|bert-2l|llama-step|llama-step-5l|llama-step-math(-tiny)|reclaim (GPU only); train: resnet50|gpt2|lin8192-bf16|lin8192-fp32(-tiny|-gemm|-opt); "
                          "prefill/decode: llama(-tiny)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--out", required=True, help="result JSON path")
@@ -434,6 +434,26 @@ def build_train(a, torch, dev):
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     else:
         opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+
+    phase = a.model.split("@")[0].rsplit("-", 1)[-1] if a.model.startswith("lin8192") else ""
+    if phase == "gemm":
+        # issue 26's interference split: only the forward and backward GEMMs of a step, no optimizer (the weights
+        # never change, so every step's loss is the same)
+        def step():
+            m.zero_grad(set_to_none=True)
+            loss = loss_fn()
+            loss.backward()
+            return loss
+        return step, impl, bs
+    if phase == "opt":
+        # ... and only the optimizer: gradients computed once, then AdamW's memory-bound update step after step
+        loss = loss_fn()
+        loss.backward()
+
+        def step():
+            opt.step()
+            return m[0].weight[0, :8].float().sum()
+        return step, impl, bs
 
     def step():
         opt.zero_grad(set_to_none=True)
