@@ -165,6 +165,10 @@ func latencyLine(t view.Tenant) string {
 	if c := sloControllerLine(t); c != "" {
 		parts = append(parts, c)
 	}
+	if t.NarrowGroups > 0 {
+		parts = append(parts, fmt.Sprintf("memory-bound kernels on %d groups of its grant (beside a latency-critical tenant)",
+			t.NarrowGroups))
+	}
 	if t.GateDepth > 0 {
 		parts = append(parts, fmt.Sprintf("gate %d kernels / %dus per stream (%d launches held, %.1f ms)", t.GateDepth,
 			t.GateBudgetUs, t.GateWaits, float64(t.GateWaitNs)/1e6))

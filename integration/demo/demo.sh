@@ -208,9 +208,11 @@ image=docker.io/library/detshare-demo:latest
 
 # ---- 4. the workloads -----------------------------------------------------------------------------------------------
 # LC: an inference-like service: small kernels (32 blocks x 2 ms: one wave on 32 SMs), back to back, each timed.
-# BE: a training-like job: long kernels of 4 waves (528 blocks x 3 ms on 132 SMs); throughput = kernels/s.
+# BE: a training-like job: long kernels of 4 waves (528 blocks x 3 ms on 132 SMs), GEMM-like (32 KiB of shared memory
+# a block, so the library runs them on the BE's whole grant, not on its narrow part for memory-bound kernels);
+# throughput = kernels/s.
 lc_args=(simgpu-probe spin --blocks 32 --us 2000 --per-iter 1)
-be_args=(simgpu-probe spin --blocks 528 --us 3000)
+be_args=(simgpu-probe spin --blocks 528 --us 3000 --smem 32768)
 ms=$((duration * 1000))
 
 # run_phase NAME RUNTIME WITH_LC WITH_BE: both containers start at the same instant (--start-at)

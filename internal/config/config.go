@@ -131,6 +131,10 @@ type Scheduler struct {
 	// ShareOverlap (issue 26): busy tenants share the groups nobody holds exclusively (each granted all of them,
 	// interleaved by MPS) instead of splitting them by weight.
 	ShareOverlap bool `toml:"share_overlap"`
+	// NarrowGroups (issue 26): while a latency-critical tenant shares a GPU, the memory-bound kernels of every lower
+	// tier (less than 8 KiB of shared memory: elementwise, optimizer, reduction) run on this many groups of its
+	// grant, its other kernels on all of it. 0: on all of it.
+	NarrowGroups int `toml:"narrow_groups"`
 }
 
 // MPS controls the per-GPU MPS control daemons.
@@ -166,6 +170,10 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // DefaultLCReserve is scheduler.lc_reserve's default: half the GPU (BENCHMARKS.md, issue 26, has its trade-off).
 const DefaultLCReserve = 0.5
 
+// DefaultNarrowGroups is scheduler.narrow_groups' default: two 8-SM groups of an H100 for memory-bound kernels
+// (BENCHMARKS.md, issue 26, "The neighbour's optimizer, not its GEMMs, slows the LC").
+const DefaultNarrowGroups = 2
+
 // Policies are the values of scheduler.policy, sched/policy's kinds (sched/daemon's TestPolicyOptions checks that
 // they are the same).
 var Policies = []string{"throughput-oriented", "tpot-first"}
@@ -178,7 +186,7 @@ func Default() Config {
 			MaxQuantum: Duration{50 * time.Millisecond}, Tick: Duration{100 * time.Millisecond},
 			ReapEvery: Duration{250 * time.Millisecond}, LatencySLO: Duration{time.Millisecond},
 			BEFloor: 1, GateDepth: 8, GateBudget: Duration{500 * time.Microsecond}, PowerNearLimit: 0.92,
-			LCReserve: DefaultLCReserve, LCOverlap: true},
+			LCReserve: DefaultLCReserve, LCOverlap: true, NarrowGroups: DefaultNarrowGroups},
 		MPS:     MPS{Enable: true, Control: "nvidia-cuda-mps-control"},
 		Metrics: Metrics{Listen: ""},
 		Tenants: Tenants{MaxWeight: 100, MaxTier: "latency-critical", Trusted: []string{}, DemandWindow: Duration{2 * time.Second},
@@ -207,7 +215,7 @@ func Parse(name string, data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,lc_reserve,lc_overlap,share_overlap}, mps.{enable,control,exclusive}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window,page_mounts,memory_outside})", name, und[0].String())
+		return Config{}, fmt.Errorf("config %s: unknown key %q (allowed: scheduler.{policy,decode_boost,quantum,max_quantum,tick,reap_every,latency_slo,be_floor,gate_depth,gate_budget,power_near_limit,lc_reserve,lc_overlap,share_overlap,narrow_groups}, mps.{enable,control,exclusive}, metrics.listen, tenants.{fail_open,max_weight,max_tier,trusted,demand_window,page_mounts,memory_outside})", name, und[0].String())
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
@@ -243,6 +251,9 @@ func (c Config) Validate() error {
 		if d.v < d.lo || d.v > d.hi {
 			return fmt.Errorf("%s = %s: allowed values are %s..%s", d.key, d.v, d.lo, d.hi)
 		}
+	}
+	if c.Scheduler.NarrowGroups < 0 || c.Scheduler.NarrowGroups > 63 {
+		return fmt.Errorf("scheduler.narrow_groups = %d: allowed values are 0 (off) .. 63 SM groups", c.Scheduler.NarrowGroups)
 	}
 	if c.Scheduler.MaxQuantum.Duration < c.Scheduler.Quantum.Duration {
 		return fmt.Errorf("scheduler.max_quantum = %s: must be >= scheduler.quantum (%s)", c.Scheduler.MaxQuantum, c.Scheduler.Quantum)
@@ -306,6 +317,7 @@ type PolicyOptions struct {
 	LCReserve    float64 // scheduler.lc_reserve
 	LCOverlap    bool    // scheduler.lc_overlap
 	ShareOverlap bool    // scheduler.share_overlap
+	NarrowGroups int     // scheduler.narrow_groups
 }
 
 // PolicyOptions returns the scheduler section's policy settings.
@@ -313,5 +325,5 @@ func (c Config) PolicyOptions() PolicyOptions {
 	return PolicyOptions{Kind: c.Scheduler.Policy, DecodeBoost: c.Scheduler.DecodeBoost, Quantum: c.Scheduler.Quantum.Duration,
 		MaxQuantum: c.Scheduler.MaxQuantum.Duration, Floor: c.Scheduler.BEFloor, GateDepth: c.Scheduler.GateDepth,
 		GateBudget: c.Scheduler.GateBudget.Duration, LCReserve: c.Scheduler.LCReserve, LCOverlap: c.Scheduler.LCOverlap,
-		ShareOverlap: c.Scheduler.ShareOverlap}
+		ShareOverlap: c.Scheduler.ShareOverlap, NarrowGroups: c.Scheduler.NarrowGroups}
 }

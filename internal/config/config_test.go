@@ -48,6 +48,8 @@ func TestParse(t *testing.T) {
 		{"[scheduler]\nquantum = \"soon\"", `"soon" is not a duration`},
 		{"[scheduler]\nquantum = \"1ns\"", "scheduler.quantum = 1ns: allowed values are 100µs..10s"},
 		{"[scheduler]\ndecode_boost = 0", "scheduler.decode_boost = 0: allowed values are 1..100"},
+		{"[scheduler]\nnarrow_groups = -1", "scheduler.narrow_groups = -1: allowed values are 0 (off) .. 63 SM groups"},
+		{"[scheduler]\nnarrow_groups = 64", "scheduler.narrow_groups = 64: allowed values are 0 (off) .. 63 SM groups"},
 		{"[scheduler]\nquantum = \"60ms\"", "scheduler.max_quantum = 50ms: must be >= scheduler.quantum (60ms)"},
 		{"[scheduler]\npolcy = \"x\"", `unknown key "scheduler.polcy"`},
 		{"[mps]\ncontrol = \"\"", "mps.control"},

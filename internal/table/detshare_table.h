@@ -147,7 +147,9 @@ struct ds_container {                    /* 512 bytes each */
     uint32_t gate_depth;                 /* 484 dispatch gate: kernels in flight per stream, 0 = no gate; scheduler,
                                           *     written before the grant epoch it goes with */
     uint32_t gate_budget_us;             /* 488 dispatch gate: estimated run time of those kernels; scheduler */
-    uint32_t pad1;                       /* 492 */
+    uint32_t narrow_groups;              /* 492 issue 26: groups of its grant (the lowest) its memory-bound kernels run on
+                                          *     while a latency-critical tenant shares the GPU, 0 = the whole grant;
+                                          *     scheduler, written before the grant epoch it goes with */
     /* issue 26: the SLO controller's last decision for a latency-critical tenant with slo_p99_us; scheduler,
      * informational (status, top, metrics) */
     uint32_t slo_given_back;             /* 496 SM groups of its expansion given to lower tiers while it is busy */

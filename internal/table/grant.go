@@ -68,6 +68,28 @@ func (t *Table) SetGate(slot int, depth, budgetUs uint32) error {
 	return nil
 }
 
+// SetNarrow writes how many groups of slot's grant its memory-bound kernels run on (scheduler leader only; 0: the
+// whole grant). The library classifies a kernel by its shared memory (libdetshare ds_narrow.c). Written before the
+// grant it goes with; the library also reads it at every launch on a partial grant.
+func (t *Table) SetNarrow(slot int, groups uint32) error {
+	if err := t.mustWrite("set narrow"); err != nil {
+		return err
+	}
+	if slot < 0 || slot >= MaxContainers {
+		return fmt.Errorf("set narrow: slot %d out of range 0..%d", slot, MaxContainers-1)
+	}
+	atomic.StoreUint32(&t.Container(slot).NarrowGroups, groups)
+	return nil
+}
+
+// Narrow reads slot's narrow_groups.
+func (t *Table) Narrow(slot int) uint32 {
+	if slot < 0 || slot >= MaxContainers {
+		return 0
+	}
+	return atomic.LoadUint32(&t.Container(slot).NarrowGroups)
+}
+
 // SLOReport is what the SLO controller last decided for a latency-critical tenant (informational).
 type SLOReport struct {
 	GivenBack uint32 // SM groups of its expansion given to lower tiers while it is busy

@@ -186,7 +186,7 @@ type Container struct {
 	SLOP99Us     uint32      `c:"slo_p99_us"`
 	GateDepth    uint32      `c:"gate_depth"`
 	GateBudgetUs uint32      `c:"gate_budget_us"`
-	Pad1         uint32      `c:"pad1"`
+	NarrowGroups uint32      `c:"narrow_groups"`
 	SLOGivenBack uint32      `c:"slo_given_back"`
 	SLOState     uint32      `c:"slo_state"`
 	SLOWindowUs  uint32      `c:"slo_window_p99_us"`

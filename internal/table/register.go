@@ -163,6 +163,7 @@ func (t *Table) Register(req RegisterRequest) (Registration, error) {
 	atomic.StoreUint32(&c.SLOP99Us, req.SLOP99Us)
 	atomic.StoreUint32(&c.GateDepth, 0)
 	atomic.StoreUint32(&c.GateBudgetUs, 0)
+	atomic.StoreUint32(&c.NarrowGroups, 0)
 	atomic.StoreUint32(&c.SLOState, 0)
 	atomic.StoreUint32(&c.SLOGivenBack, 0)
 	atomic.StoreUint32(&c.SLOWindowUs, 0)

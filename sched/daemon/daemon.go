@@ -101,7 +101,7 @@ func (c *settings) set(cfg config.Config) policy.Options {
 func policyOptions(o config.PolicyOptions) policy.Options {
 	return policy.Options{Kind: policy.Kind(o.Kind), DecodeBoost: o.DecodeBoost, Quantum: o.Quantum,
 		MaxQuantum: o.MaxQuantum, Floor: o.Floor, GateDepth: o.GateDepth, GateBudget: o.GateBudget,
-		LCReserve: o.LCReserve, LCOverlap: o.LCOverlap, ShareOverlap: o.ShareOverlap}
+		LCReserve: o.LCReserve, LCOverlap: o.LCOverlap, ShareOverlap: o.ShareOverlap, NarrowGroups: o.NarrowGroups}
 }
 
 // gpuState is one GPU as the scheduler runs it; each part belongs to the job named beside it.

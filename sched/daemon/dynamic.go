@@ -33,12 +33,13 @@ type sloState struct {
 	lastFine [policy.FineBuckets]uint64
 	winStart time.Time
 	stepped  bool
+	shrink   int // what ctl's position gives back of the partition (policy.SLOLevels)
 }
 
 // sloReport is what status, top and metrics show of a tenant's SLO controller.
 func sloReport(st sloState) table.SLOReport {
 	c := st.ctl
-	r := table.SLOReport{GivenBack: uint32(c.Shrink), WindowUs: usOf(c.LastP99), FloorUs: usOf(c.Floor)}
+	r := table.SLOReport{GivenBack: uint32(max(st.shrink, 0)), WindowUs: usOf(c.LastP99), FloorUs: usOf(c.Floor)}
 	if st.stepped {
 		r.State |= table.SLOActive
 	}
@@ -104,25 +105,31 @@ func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.O
 		return
 	}
 	slo := time.Duration(r.reg.SLOP99Us) * time.Microsecond
+	// the controller's position runs from the most protective share through the default partition, then widens
+	// the neighbours' narrow part for memory-bound kernels, then shrinks the partition (policy.SLOLevels)
+	start := min(policy.ReserveShrink(t.Guarantee, nGroups, o), max(maxShrink, 0))
+	widen := policy.NarrowSteps(start, o)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.entryLocked(r.reg.ID)
 	if st.slo.winStart.IsZero() {
 		// a new tenant starts on the default reserve (its guarantee if that is larger)
 		st.slo.winStart, st.slo.lastHist, st.slo.lastFine = now, r.lat, r.fine
-		st.slo.ctl.Shrink = min(policy.ReserveShrink(t.Guarantee, nGroups, o), max(maxShrink, 0))
+		st.slo.ctl.Shrink = start
 	}
 	if age := now.Sub(st.slo.winStart); age >= sloWindow {
 		p99, n := policy.WindowP99(policy.HistDelta(r.lat, st.slo.lastHist), policy.FineDelta(r.fine, st.slo.lastFine))
 		if n >= policy.MinLatencySamples || age >= sloWindowMax {
-			st.slo.ctl.Step(slo, p99, n, maxShrink)
+			st.slo.ctl.Step(slo, p99, n, max(maxShrink, 0)+widen)
 			st.ObservedP99 = st.slo.ctl.LastP99
 			st.SLO = st.slo.ctl
 			st.slo.lastHist, st.slo.lastFine, st.slo.winStart = r.lat, r.fine, now
 			st.slo.stepped = true
 		}
 	}
-	t.Shrink, t.SLOMiss, t.Sized = st.slo.ctl.Shrink, st.slo.ctl.Miss, true
+	t.Shrink, t.NarrowWiden = policy.SLOLevels(st.slo.ctl.Shrink, start, widen)
+	st.slo.shrink = t.Shrink
+	t.SLOMiss, t.Sized = st.slo.ctl.Miss, true
 }
 
 // setGate publishes a tenant's dispatch gate when it changed. It is written before the grant of the same
@@ -134,6 +141,17 @@ func (s *Scheduler) setGate(r *tenantRow, g policy.Gate) {
 	}
 	if err := s.t.SetGate(r.reg.Slot, depth, budget); err != nil {
 		logrus.WithError(err).WithField("id", r.reg.ID).Debug("set gate")
+	}
+}
+
+// setNarrow publishes how many groups of its grant a tenant's memory-bound kernels run on, when it changed; like the
+// gate, before the grant of the same decision.
+func (s *Scheduler) setNarrow(r *tenantRow, groups uint32) {
+	if s.t.Narrow(r.reg.Slot) == groups {
+		return
+	}
+	if err := s.t.SetNarrow(r.reg.Slot, groups); err != nil {
+		logrus.WithError(err).WithField("id", r.reg.ID).Debug("set narrow")
 	}
 }
 

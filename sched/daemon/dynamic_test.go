@@ -109,6 +109,9 @@ func sloSizing(t *testing.T, overlap bool) {
 	}
 	waitGrant(t, tb, lc.Slot, time.Second, "a new LC starts on the default reserve, half the GPU", lcHolds(4))
 	waitGrant(t, tb, be.Slot, time.Second, "its neighbour on the other half", groupsIs(4))
+	if n := tb.Narrow(be.Slot); n != 2 {
+		t.Fatalf("BE beside a new LC: memory-bound kernels on %d groups, want scheduler.narrow_groups = 2", n)
+	}
 	pg := pl.cl.Page()
 	// 8.2 ms completions (octave 13) against a 5 ms SLO: the partition grows to everything but the BE's floor.
 	untilGrant(t, tb, be.Slot, 3*time.Second, "LC above its SLO takes 7 groups: the BE keeps its floor", func() { reportLatency(pg, 13, 0, 50) }, groupsIs(1))
@@ -132,6 +135,13 @@ func sloSizing(t *testing.T, overlap bool) {
 		func(g table.Grant) bool { return bits.OnesCount64(g.Groups) >= 4 })
 	if v := lcView(t, tb); v.SLOState != "meeting" || v.SLOGivenBackGroups < 3 {
 		t.Fatalf("status of an LC inside its SLO: state %q, %d groups given back", v.SLOState, v.SLOGivenBackGroups)
+	}
+	// still far inside: the partition shrinks below the default only once the BE's memory-bound kernels run on its
+	// whole grant again (policy.SLOLevels: widen first)
+	untilGrant(t, tb, be.Slot, 3*time.Second, "BE gets more than the default half", func() { reportLatency(pg, 10, 0, 50) },
+		func(g table.Grant) bool { return bits.OnesCount64(g.Groups) >= 5 })
+	if n := tb.Narrow(be.Slot); n != 0 {
+		t.Fatalf("the partition shrank below the default while the BE's memory-bound kernels stayed on %d groups", n)
 	}
 }
 

@@ -395,6 +395,7 @@ func (s *Scheduler) decideSpatial(g table.GPUState, d *gpuDecider, rows []tenant
 	for i := range rows {
 		r := &rows[i]
 		s.setGate(r, dec.Grants[i].Gate)
+		s.setNarrow(r, dec.Grants[i].Narrow)
 		s.setSLOReport(r)
 		ng := table.Grant{Groups: dec.Grants[i].Groups, SMs: dec.Grants[i].SMs, Mode: table.ModeSpatial}
 		ok = s.publish(r, ng, dec.Grants[i].Reason, slo) && ok

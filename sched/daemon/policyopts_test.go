@@ -25,13 +25,13 @@ func TestPolicyOptions(t *testing.T) {
 	}
 	c, err := config.Parse("t", []byte("[scheduler]\npolicy = \"tpot-first\"\ndecode_boost = 7\nquantum = \"2ms\"\n"+
 		"max_quantum = \"20ms\"\nbe_floor = 0\ngate_depth = 4\ngate_budget = \"100us\"\nlc_reserve = 0.25\n"+
-		"lc_overlap = true\nshare_overlap = true\n"))
+		"lc_overlap = true\nshare_overlap = true\nnarrow_groups = 3\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := policy.Options{Kind: policy.TPOTFirst, DecodeBoost: 7, Quantum: 2 * time.Millisecond, MaxQuantum: 20 * time.Millisecond,
 		Floor: 0, GateDepth: 4, GateBudget: 100 * time.Microsecond, LCReserve: 0.25,
-		LCOverlap: true, ShareOverlap: true}
+		LCOverlap: true, ShareOverlap: true, NarrowGroups: 3}
 	if got := policyOptions(c.PolicyOptions()); got != want {
 		t.Fatalf("policyOptions = %+v, want %+v", got, want)
 	}

@@ -52,6 +52,7 @@ func (s *Scheduler) decideTemporal(g table.GPUState, tk *token, rows []tenantRow
 	}
 	for i, gate := range policy.TemporalGates(ts, popt) {
 		s.setGate(&rows[i], gate)
+		s.setNarrow(&rows[i], 0) // a time slice runs on every SM
 	}
 	turns := policy.Rotation(ts, popt)
 	tierOf := map[int]table.Tier{}

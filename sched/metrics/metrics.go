@@ -105,6 +105,7 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	tst := nf("detshare_tenant_slo_p99_seconds", "gauge", "the tenant's latency target (slo-p99), 0 = none")
 	tsw := nf("detshare_tenant_slo_within_total", "counter", "completions certainly within the tenant's slo-p99")
 	tgd := nf("detshare_tenant_gate_depth", "gauge", "dispatch gate: kernels in flight per stream (0 = no gate)")
+	tng := nf("detshare_tenant_narrow_groups", "gauge", "SM groups of its grant its memory-bound kernels run on beside a latency-critical tenant (0 = all)")
 	tgw := nf("detshare_tenant_gate_waits_total", "counter", "launches the dispatch gate held back")
 	tsb := nf("detshare_tenant_slo_given_back_groups", "gauge", "SLO controller: SM groups of a latency-critical tenant's expansion left to lower tiers while it is busy")
 	tsp := nf("detshare_tenant_slo_window_p99_seconds", "gauge", "SLO controller: P99 of its last window")
@@ -133,6 +134,7 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 		tst.add(t.SLOP99Ms/1e3, l...)
 		tsw.add(float64(t.SLOWithin), l...)
 		tgd.add(float64(t.GateDepth), l...)
+		tng.add(float64(t.NarrowGroups), l...)
 		tgw.add(float64(t.GateWaits), l...)
 		if t.SLOState != "" {
 			tsb.add(float64(t.SLOGivenBackGroups), l...)

@@ -87,6 +87,8 @@ type pass struct {
 	shared    uint64   // the groups nobody holds exclusively: idle lenders' guarantees and the unguaranteed rest
 
 	// findThrottle
+	lcAny    bool // a latency-critical tenant shares the GPU (busy or idle, sized, pinned or not)
+	widen    int  // the least NarrowWiden of those tenants
 	lcBusy   bool // a latency-critical tenant is busy
 	sloMiss  bool // ... and above its SLO
 	throttle bool // lower tiers keep only their floor
@@ -228,6 +230,10 @@ func (p *pass) findThrottle() {
 		if t.Tier != table.TierLatencyCritical {
 			continue
 		}
+		if !p.lcAny || t.NarrowWiden < p.widen {
+			p.widen = max(t.NarrowWiden, 0)
+		}
+		p.lcAny = true
 		reclaims = reclaims || !t.Pinned || t.Lend
 		if t.Pinned {
 			continue
@@ -371,6 +377,9 @@ func (p *pass) grantGroups() {
 		}
 		if t.Tier != table.TierLatencyCritical {
 			g.Gate = p.gate
+			if n := p.o.NarrowGroups + p.widen; p.lcAny && p.o.NarrowGroups > 0 && bits.OnesCount64(g.Groups) > n {
+				g.Narrow = uint32(n)
+			}
 		}
 		g.SMs = groupsSMs(g.Groups, p.groupSMs, uniform)
 	}

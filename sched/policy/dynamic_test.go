@@ -754,3 +754,89 @@ func TestOverlapNeverGrantsAnotherTenantsExclusiveGroups(t *testing.T) {
 		t.Fatalf("LC granted %#x, want every group but the burstable's: %#x", d.Grants[0].Groups, want)
 	}
 }
+
+// NarrowGroups: beside a latency-critical tenant (sized, pinned or expanding; busy or idle) every lower tier is told
+// to run its memory-bound kernels on NarrowGroups of its grant, and the latency-critical tenant never is; two trainers
+// without one, a grant no wider than NarrowGroups, or the option at 0 narrow nothing.
+func TestNarrowOnlyBesideALatencyCriticalTenant(t *testing.T) {
+	gs := groups(16, 8)
+	lcs := map[string]Tenant{
+		"sized": {Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Sized: true,
+			Shrink: ReserveShrink(2, 16, DefaultOptions())},
+		"pinned":    {Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Pinned: true},
+		"expanding": {Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2},
+	}
+	for name, lc := range lcs {
+		for _, busy := range []bool{false, true} {
+			lc.Busy = busy
+			ts := []Tenant{lc, {Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+				{Slot: 2, ID: "bu", Tier: table.TierBurstable, Weight: 1, Guarantee: 1, Busy: true}}
+			d := Decide(gs, ts, DefaultOptions())
+			if d.Grants[0].Narrow != 0 {
+				t.Errorf("%s LC busy=%v: the latency-critical tenant was narrowed to %d groups", name, busy, d.Grants[0].Narrow)
+			}
+			for i := 1; i < 3; i++ {
+				want := uint32(2)
+				if bits.OnesCount64(d.Grants[i].Groups) <= 2 {
+					want = 0 // nothing narrower to give it
+				}
+				if d.Grants[i].Narrow != want {
+					t.Errorf("%s LC busy=%v: %s granted %#x narrowed to %d groups, want %d", name, busy, ts[i].ID,
+						d.Grants[i].Groups, d.Grants[i].Narrow, want)
+				}
+			}
+		}
+	}
+	two := []Tenant{{Slot: 0, ID: "a", Tier: table.TierBestEffort, Weight: 1, Busy: true},
+		{Slot: 1, ID: "b", Tier: table.TierBestEffort, Weight: 1, Busy: true}}
+	for i, g := range Decide(gs, two, DefaultOptions()).Grants {
+		if g.Narrow != 0 {
+			t.Errorf("two trainers, no latency-critical tenant: tenant %d narrowed to %d groups", i, g.Narrow)
+		}
+	}
+	off := DefaultOptions()
+	off.NarrowGroups = 0
+	ts := []Tenant{lcs["sized"], {Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true}}
+	if n := Decide(gs, ts, off).Grants[1].Narrow; n != 0 {
+		t.Errorf("narrow_groups = 0: the neighbour was narrowed to %d groups", n)
+	}
+}
+
+// The SLO controller's position widens the neighbours' narrow part for memory-bound kernels before it gives back any
+// group of the default partition, and narrows it back before it takes groups back: every step gives the neighbours
+// one more unit of room (or one less), never two dimensions at once.
+func TestSLOLevelsWidenBeforeShrinking(t *testing.T) {
+	o := DefaultOptions()
+	start := ReserveShrink(2, 15, o) // 15 groups, the LC holds 8: its neighbour 7
+	widen := NarrowSteps(start, o)
+	if widen != 5 {
+		t.Fatalf("NarrowSteps(%d) = %d, want 5: from 2 groups to the neighbour's 7", start, widen)
+	}
+	prevS, prevW := -1, 0
+	for pos := 0; pos <= start+widen+3; pos++ {
+		s, w := SLOLevels(pos, start, widen)
+		steps := s + min(w, widen)
+		if steps != pos || s < prevS || w < prevW {
+			t.Fatalf("position %d: shrink %d, widen %d (before %d, %d): not one step along", pos, s, w, prevS, prevW)
+		}
+		if (s < start && w != 0) || (s > start && w != NarrowOff) {
+			t.Fatalf("position %d: shrink %d, widen %d: the partition moved while the narrow part was not at an end", pos, s, w)
+		}
+		prevS, prevW = s, w
+	}
+	off := o
+	off.NarrowGroups = 0
+	if n := NarrowSteps(start, off); n != 0 {
+		t.Fatalf("narrow_groups = 0: %d widen steps, want none", n)
+	}
+	// the neighbour's narrow part follows the latency-critical tenant's widen
+	gs := groups(15, 8)
+	lc := Tenant{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Sized: true, Shrink: start}
+	be := Tenant{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true}
+	for w, want := range map[int]uint32{0: 2, 2: 4, 4: 6, 5: 0, NarrowOff: 0} {
+		lc.NarrowWiden = w
+		if got := Decide(gs, []Tenant{lc, be}, o).Grants[1].Narrow; got != want {
+			t.Errorf("widen %d: the neighbour's memory-bound kernels on %d groups, want %d", w, got, want)
+		}
+	}
+}

@@ -112,6 +112,11 @@ type Options struct {
 	// they free up (work-conserving, as plain MPS), so a tenant whose kernels do not fill its split leaves nothing
 	// idle. Weights then order nothing spatially. Exclusive guarantees and partitions are unchanged.
 	ShareOverlap bool
+	// NarrowGroups: while a latency-critical tenant shares the GPU, a lower tier's memory-bound kernels run on this
+	// many groups of its grant (the lowest), the rest of its kernels on all of it (Grant.Narrow; the library tells
+	// the kinds apart by shared memory). Its memory traffic, not its GEMMs, is what slows the latency-critical
+	// tenant beside it, and that traffic needs few SMs. 0: off.
+	NarrowGroups int
 }
 
 // ReserveOf is the partition of a Sized latency-critical tenant: all groups but one neighbour's floor, less what its
@@ -151,7 +156,7 @@ func (o Options) throttledFloor(lcBusy bool) int {
 func DefaultOptions() Options {
 	return Options{Kind: ThroughputOriented, DecodeBoost: 3, Quantum: 5 * time.Millisecond, MaxQuantum: 50 * time.Millisecond,
 		Floor: 1, GateDepth: 8, GateBudget: 500 * time.Microsecond, LCReserve: 0.5,
-		LCOverlap: true}
+		LCOverlap: true, NarrowGroups: 2}
 }
 
 // Tenant is one tenant of the GPU being decided.
@@ -178,6 +183,9 @@ type Tenant struct {
 	// 64-SM partition gave the LC the P99 of full expansion with 3x the trainer's throughput). Shrink is then the
 	// number of groups the partition leaves to lower tiers beyond their floor.
 	Sized bool
+	// NarrowWiden (latency-critical with an SLO): groups its SLO controller adds to Options.NarrowGroups for its
+	// neighbours' memory-bound kernels (SLONarrowLevels); the most protective latency-critical tenant on a GPU sets it.
+	NarrowWiden int
 
 	overlap bool // sizeReserves: a Sized tenant under Options.LCOverlap, granted every group
 }
@@ -188,6 +196,9 @@ type Grant struct {
 	SMs    uint32
 	Reason string // short why, shown by `detshare top` and logs
 	Gate   Gate   // dispatch gate for the tenant's launches (throttled lower tiers only)
+	// Narrow: groups of Groups its memory-bound kernels run on (lower tiers beside a latency-critical tenant,
+	// Options.NarrowGroups); 0: all of Groups.
+	Narrow uint32
 }
 
 // Decision is a policy's answer for one GPU, Grants aligned with the Tenants given.

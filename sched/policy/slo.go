@@ -196,6 +196,39 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 	c.Shrink = min(max(c.Shrink, 0), maxShrink)
 }
 
+// SLOLevels splits an SLO controller's position (SLOControl.Shrink, 0 = the most protective) into the two things it
+// moves for the neighbours of a latency-critical tenant: groups of its partition given back (Tenant.Shrink) and groups
+// added to the narrow part of their grants where their memory-bound kernels run (Tenant.NarrowWiden). From the
+// start (start groups given back: the default partition, Options.NarrowGroups) more room first widens that narrow
+// part, widen steps up to the neighbours' whole grant, and only then shrinks the partition; less room first narrows
+// back, then grows the partition. Measured on the H100 (BENCHMARKS.md, issue 26), widening costs the LC least per
+// unit of trainer throughput beside a bf16 trainer, and the partition protects it from the GEMMs.
+// Beyond the default partition the neighbours' grants grow past the narrow part's last width: narrowing is then off
+// (NarrowOff).
+func SLOLevels(pos, start, widen int) (shrink, narrowWiden int) {
+	switch {
+	case pos <= start:
+		return pos, 0
+	case pos <= start+widen:
+		return start, pos - start
+	default:
+		return pos - widen, NarrowOff
+	}
+}
+
+// NarrowOff as a Tenant.NarrowWiden: the neighbours' memory-bound kernels run on their whole grants.
+const NarrowOff = 64
+
+// NarrowSteps is how many groups the SLO controller can add to the narrow part of a neighbour's grant before it
+// covers the whole grant (narrowing off): the neighbour of a tenant whose partition leaves it start groups beyond
+// its floor holds floor + start groups. 0 when narrowing is off.
+func NarrowSteps(start int, o Options) int {
+	if o.NarrowGroups <= 0 {
+		return 0
+	}
+	return max(0, max(o.Floor, 1)+start-o.NarrowGroups)
+}
+
 // HistWithin counts the completions of h that certainly took at most slo (whole buckets whose upper edge is within
 // it: a bucket straddling the target counts as missed, so attainment is never overstated) and all completions.
 func HistWithin(h [LatencyBuckets]uint64, slo time.Duration) (within, total uint64) {

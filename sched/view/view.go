@@ -109,6 +109,9 @@ type Tenant struct {
 	GateBudgetUs  uint32  `json:"gate_budget_us"` //
 	GateWaits     uint64  `json:"gate_waits"`     // launches the gate held back
 	GateWaitNs    uint64  `json:"gate_wait_ns"`   // time they waited
+	// NarrowGroups (issue 26): groups of its grant its memory-bound kernels run on beside a latency-critical
+	// tenant (scheduler.narrow_groups), 0 = all of it
+	NarrowGroups uint32 `json:"narrow_groups"`
 	// Issue 26: the SLO controller's last decision (tenants with slo-p99): SM groups left to lower tiers beyond one
 	// neighbour's floor (the rest of the GPU is its exclusive partition), the P99 of its last window, the P99 measured at the most protective share (what it
 	// can count on beside these neighbours; 0 until measured) and its state: "starting", "meeting", "missing"
@@ -190,6 +193,7 @@ func Take(t *table.Table) Snapshot {
 		v.Pinned = r.Flags&table.FlagPinned != 0
 		v.SLOP99Ms = float64(r.SLOP99Us) / 1000
 		v.GateDepth, v.GateBudgetUs = t.Gate(r.Slot)
+		v.NarrowGroups = t.Narrow(r.Slot)
 		if rep := t.SLOReportOf(r.Slot); r.Tier == table.TierLatencyCritical && !v.Pinned && r.SLOP99Us > 0 {
 			v.SLOGivenBackGroups, v.SLOState = rep.GivenBack, SLOStateName(rep.State)
 			v.SLOWindowP99Ms, v.SLOFloorMs = float64(rep.WindowUs)/1000, float64(rep.FloorUs)/1000

@@ -218,6 +218,8 @@ enum ds_op_kind { DS_OP_OP, DS_OP_SMOP, DS_OP_RECORD, DS_OP_WAIT, DS_OP_SYNC, DS
 #define DS_NEEDED(X)                                                                                                 \
     X(cuDriverGetVersion)                                                                                            \
     X(cuCtxGetDevice)                                                                                                \
+    X(cuFuncGetAttribute)                                                                                            \
+    X(cuKernelGetAttribute)                                                                                          \
     X(cuMemGetAddressRange_v2)                                                                                       \
     X(cuDeviceGetDevResource)                                                                                        \
     X(cuDevSmResourceSplitByCount)                                                                                   \

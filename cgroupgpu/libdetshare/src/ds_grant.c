@@ -26,6 +26,29 @@ static bool scheduler_alive(void);
  * grant again. */
 static void recheck(void) { atomic_store_explicit(&ds_grant_view.epoch_seen, UINT32_MAX, memory_order_release); }
 
+/* The green context of the lowest n groups of a spatial grant (memory-bound kernels, ds_narrow.c), NULL when n is
+ * 0 or the grant has no more than n groups. Pool lock held. */
+static struct ds_gctx *narrow_select_locked(uint64_t groups, uint32_t n) {
+    unsigned ng = ds_pool_groups();
+    uint64_t all = ng >= 64 ? ~0ull : (1ull << ng) - 1;
+    groups &= all;
+    if (!n || !ng || (unsigned)__builtin_popcountll(groups) <= n)
+        return NULL;
+    uint64_t sub = 0, rest = groups;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t low = rest & -rest;
+        sub |= low;
+        rest &= ~low;
+    }
+    struct ds_gctx *c = ds_pool_select_part_locked(sub, recheck);
+    return c && !(c->mask & ~groups) ? c : NULL; /* never outside the grant */
+}
+
+void ds_grant_narrow_changed(void) {
+    recheck();
+    ds_grant_reread(ds_grant_epoch(ds_process.tenant->ctr));
+}
+
 void ds_grant_reread(uint32_t ep) {
     ds_pool_lock();
     if (atomic_load(&ds_grant_view.epoch_seen) == ep) {
@@ -58,9 +81,15 @@ void ds_grant_reread(uint32_t ep) {
     }
     ds_guard_snapshot();
     struct ds_gctx *cur = gr.mode == DS_MODE_SPATIAL ? ds_pool_select_locked(gr.groups, recheck) : NULL;
+    uint32_t nn = __atomic_load_n(&ds_process.tenant->ctr->narrow_groups, __ATOMIC_RELAXED);
+    struct ds_gctx *narrow = cur ? narrow_select_locked(gr.groups, nn) : NULL;
     unsigned ngroups = ds_pool_groups();
     uint64_t all = ngroups >= 64 ? ~0ull : (1ull << ngroups) - 1;
     bool spatial = gr.mode == DS_MODE_SPATIAL && ngroups;
+    if (!cur || cur == narrow)
+        narrow = NULL; /* every group (nobody to make room for), or the grant is no wider than its narrow part */
+    atomic_store_explicit(&ds_grant_view.narrow, narrow, memory_order_release);
+    atomic_store(&ds_grant_view.narrow_n, nn);
     /* A tenant the scheduler has not answered yet must not run on the whole GPU beside latency-critical
      * neighbours: while a live scheduler owes it its first grant, launches wait for it (bounded, see
      * ds_grant_wait_sms). Without a live scheduler there is nothing to wait for (fail-open). */

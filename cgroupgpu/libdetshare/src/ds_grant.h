@@ -21,12 +21,15 @@ struct ds_grant_view {
     atomic_int empty;               /* spatial grant without any group, or none yet: launches wait for SMs */
     atomic_int ungranted;           /* no grant published yet while a scheduler is alive */
     atomic_int orphan;              /* the slot is no longer this process's tenant's: work is held */
+    _Atomic(struct ds_gctx *) narrow; /* where memory-bound kernels run (ds_narrow.c); NULL: with the rest */
+    atomic_uint narrow_n;           /* the narrow_groups it was chosen for */
 };
 extern struct ds_grant_view ds_grant_view;
 
 void ds_grant_reread(uint32_t ep); /* a new grant epoch: read the grant (seqlock) and choose what launches bind to */
 void ds_grant_wait_token(void);    /* temporal mode: wait (bounded) for this tenant's GPU token */
 void ds_grant_wait_sms(void);      /* no SMs granted: wait (bounded) for a grant with some */
+void ds_grant_narrow_changed(void); /* the scheduler changed narrow_groups: read the grant again */
 
 static inline bool ds_grant_holds_token(void) {
     const struct ds_gpu *g = ds_process.tenant->gpu_entry;
@@ -47,6 +50,17 @@ static inline struct ds_gctx *ds_grant_enter(void) {
     if (DS_UNLIKELY(atomic_load_explicit(&ds_grant_view.empty, memory_order_relaxed)))
         ds_grant_wait_sms();
     return atomic_load_explicit(&ds_grant_view.cur, memory_order_acquire);
+}
+
+/* The green context of the narrow part of a partial grant, where memory-bound kernels run (ds_narrow.c), or NULL
+ * when the scheduler set none: two relaxed loads when nothing changed. */
+static inline struct ds_gctx *ds_grant_narrow(void) {
+    uint32_t n = __atomic_load_n(&ds_process.tenant->ctr->narrow_groups, __ATOMIC_RELAXED);
+    if (DS_UNLIKELY(n != atomic_load_explicit(&ds_grant_view.narrow_n, memory_order_relaxed)))
+        ds_grant_narrow_changed();
+    else if (DS_LIKELY(n == 0))
+        return NULL;
+    return atomic_load_explicit(&ds_grant_view.narrow, memory_order_acquire);
 }
 
 #endif /* DETSHARE_LIBDETSHARE_DS_GRANT_H */

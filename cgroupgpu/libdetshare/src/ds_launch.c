@@ -23,14 +23,14 @@
  * ds_gate.c); usable: false passes
  * the call through (an argument the driver must reject itself); prepare: statements run after the stream is chosen
  * (s_ holds it); on_phys / on_app: the driver call on the chosen stream / as the application made it. */
-#define LAUNCH(name, pt, params, app_stream, key, usable, prepare, on_phys, on_app)                                  \
+#define LAUNCH(name, pt, params, app_stream, key, smem, usable, prepare, on_phys, on_app)                            \
     DS_EXPORT CUresult name params {                                                                                 \
         REAL_OR_FAIL(name);                                                                                          \
         if (PASS_THROUGH() || !(usable))                                                                             \
             return on_app;                                                                                           \
         ds_depth++;                                                                                                  \
         ds_demand_work(true);                                                                                        \
-        struct ds_launch l_ = ds_launch_bind(app_stream, pt, (const void *)(key));                                   \
+        struct ds_launch l_ = ds_launch_bind(app_stream, pt, (const void *)(key), (smem));                           \
         CUstream s_ = l_.stream;                                                                                     \
         prepare;                                                                                                     \
         CUresult r = on_phys;                                                                                        \
@@ -50,7 +50,7 @@
      void **kernelParams, void **extra)
 #define KERNEL_ARGS(s) f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, s, kernelParams
 #define LAUNCH_KERNEL(name, pt)                                                                                      \
-    LAUNCH(name, pt, KERNEL_PARAMS, hStream, f, true, (void)0, real(KERNEL_ARGS(s_), extra),                         \
+    LAUNCH(name, pt, KERNEL_PARAMS, hStream, f, (long)sharedMemBytes, true, (void)0, real(KERNEL_ARGS(s_), extra),   \
            real(KERNEL_ARGS(hStream), extra))
 LAUNCH_KERNEL(cuLaunchKernel, 0)
 LAUNCH_KERNEL(cuLaunchKernel_ptsz, 1)
@@ -60,21 +60,23 @@ LAUNCH_KERNEL(cuLaunchKernel_ptsz, 1)
      unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,                  \
      void **kernelParams)
 #define LAUNCH_COOP(name, pt)                                                                                        \
-    LAUNCH(name, pt, COOP_PARAMS, hStream, f, true, (void)0, real(KERNEL_ARGS(s_)), real(KERNEL_ARGS(hStream)))
+    LAUNCH(name, pt, COOP_PARAMS, hStream, f, -1L, true, (void)0, real(KERNEL_ARGS(s_)),                             \
+           real(KERNEL_ARGS(hStream)))
 LAUNCH_COOP(cuLaunchCooperativeKernel, 0)
 LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz, 1)
 
 /* a copy of the configuration with the stream replaced; attrs (clusters, priority, ...) are kept as they are */
 #define LAUNCH_KERNEL_EX(name, pt)                                                                                   \
     LAUNCH(name, pt, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),                \
-           config->hStream, f, config != NULL, CUlaunchConfig c_ = *config; c_.hStream = s_,                         \
+           config->hStream, f, config && !config->numAttrs ? (long)config->sharedMemBytes : -1L, config != NULL,      \
+           CUlaunchConfig c_ = *config; c_.hStream = s_,                                                             \
            real(&c_, f, kernelParams, extra), real(config, f, kernelParams, extra))
 LAUNCH_KERNEL_EX(cuLaunchKernelEx, 0)
 LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, 1)
 
 /* a graph is launched as the copy made for the grant the launch is bound to (ds_graph.c) */
 #define GRAPH_LAUNCH(name, pt)                                                                                       \
-    LAUNCH(name, pt, (CUgraphExec hGraphExec, CUstream hStream), hStream, hGraphExec, true,                         \
+    LAUNCH(name, pt, (CUgraphExec hGraphExec, CUstream hStream), hStream, hGraphExec, -1L, true,                    \
            CUcontext target_ = NULL; unsigned tidx_ = 0;                                                             \
            CUgraphExec e_ = ds_launch_graph_target(&l_, &target_, &tidx_) ? ds_graph_for(hGraphExec, target_, tidx_)  \
                                                                         : hGraphExec,                                \

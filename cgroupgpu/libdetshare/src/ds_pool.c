@@ -350,15 +350,24 @@ out:
  * can be its first GPU work): learning the split and making a green context are potentially unsafe calls that
  * invalidate a global- or thread-local-mode capture (the H100 returned CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for a
  * memset captured as a process's first work, conformance c15), so this thread is in relaxed capture mode here. */
-static struct ds_gctx *select_locked(uint64_t groups, void (*made)(void));
+static struct ds_gctx *select_locked(uint64_t groups, void (*made)(void), bool remember);
 struct ds_gctx *ds_pool_select_locked(uint64_t groups, void (*made)(void)) {
     CUstreamCaptureMode m = ds_relaxed_begin();
-    struct ds_gctx *cur = select_locked(groups, made);
+    struct ds_gctx *cur = select_locked(groups, made, true);
     ds_relaxed_end(m);
     return cur;
 }
 
-static struct ds_gctx *select_locked(uint64_t groups, void (*made)(void)) {
+struct ds_gctx *ds_pool_select_part_locked(uint64_t groups, void (*made)(void)) {
+    if (!groups)
+        return NULL;
+    CUstreamCaptureMode m = ds_relaxed_begin();
+    struct ds_gctx *c = select_locked(groups, made, false);
+    ds_relaxed_end(m);
+    return c;
+}
+
+static struct ds_gctx *select_locked(uint64_t groups, void (*made)(void), bool remember) {
     struct ds_gctx *cur = NULL;
     if (!learn_split_locked())
         return NULL;
@@ -376,7 +385,7 @@ static struct ds_gctx *select_locked(uint64_t groups, void (*made)(void)) {
         }
         if (!cur)
             cur = gctx_for_locked(mask); /* nothing inside the grant is cached: made here */
-        if (cur)
+        if (cur && remember)
             g_last_nonempty = cur;
     } else {
         cur = g_last_nonempty; /* no SMs granted: launches wait for a grant (ds_grant_wait_sms) */

@@ -34,6 +34,10 @@ void ds_pool_unlock(void);
  * (the grant reader's "read the grant again"; the pool calls back, it knows nothing of grants). */
 struct ds_gctx *ds_pool_select_locked(uint64_t groups, void (*made)(void));
 
+/* ds_pool_select_locked for a part of the grant that launches bind to besides it (ds_grant.c's narrow part): the
+ * same choice, but it leaves the context an empty grant waits on alone. NULL for no groups. */
+struct ds_gctx *ds_pool_select_part_locked(uint64_t groups, void (*made)(void));
+
 /* The number of groups of the split, 0 until it is learnt (acquire: the split is readable once non-zero). */
 unsigned ds_pool_groups(void);
 /* The context current when the split was learnt (every SM), NULL before. */

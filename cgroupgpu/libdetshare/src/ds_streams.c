@@ -53,6 +53,7 @@
 #include "ds_driver.h"
 #include "ds_gate.h"
 #include "ds_grant.h"
+#include "ds_narrow.h"
 #include "ds_pool.h"
 #include "ds_process.h"
 
@@ -777,7 +778,7 @@ static struct lstream *gate_admit(CUstream app, uint32_t depth, const void *key)
  * Kernels are gated; copies and memsets are not. The caller counted the work first (ds_demand_work). The answer
  * carries the logical stream looked up here, so that completing the launch, and the slow paths after a refusal,
  * never look it up again. */
-static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel, const void *key) {
+static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel, const void *key, long smem) {
     struct ds_launch l = {.stream = s, .key = key};
     uint32_t gd = kernel ? ds_gate_depth() : 0; /* copies and memsets are never gated */
     CUstream app = app_handle(s, per_thread);
@@ -805,6 +806,13 @@ static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel
                 gate_pass(&l, gd, app, ds_pool_groups());
         }
         return l;
+    }
+    if (smem >= 0) {
+        /* beside a latency-critical tenant a memory-bound kernel runs on the grant's narrow part (ds_narrow.c);
+         * switching parts is a rebind, ordered like a grant change */
+        struct ds_gctx *nc = ds_grant_narrow();
+        if (DS_UNLIKELY(nc != NULL) && nc != c && ds_kernel_memory_bound((CUfunction)key, (unsigned)smem))
+            c = nc;
     }
     struct lstream *ls = admitted ? admitted : lstream_get(app);
     l.ls = ls;
@@ -835,10 +843,10 @@ static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel
     return l;
 }
 
-struct ds_launch ds_launch_bind(CUstream s, int per_thread, const void *key) {
-    return work_bind(s, per_thread, true, key);
+struct ds_launch ds_launch_bind(CUstream s, int per_thread, const void *key, long smem) {
+    return work_bind(s, per_thread, true, key, smem);
 }
-struct ds_launch ds_work_bind(CUstream s, int per_thread) { return work_bind(s, per_thread, false, NULL); }
+struct ds_launch ds_work_bind(CUstream s, int per_thread) { return work_bind(s, per_thread, false, NULL, -1); }
 
 void ds_launch_finish(const struct ds_launch *l, CUresult r) {
     struct lstream *ls = l->ls;

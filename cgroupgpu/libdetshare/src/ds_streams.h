@@ -29,7 +29,9 @@ struct ds_launch {
     bool on_phys;       /* sent to a physical stream: ds_launch_done marks ls as having work there */
     bool gated;         /* passed the dispatch gate: ds_launch_done marks its completion */
 };
-struct ds_launch ds_launch_bind(CUstream s, int per_thread, const void *key); /* key: the CUfunction or CUgraphExec */
+/* key: the CUfunction or CUgraphExec; smem: the kernel's dynamic shared memory, or -1 for work that always runs on
+ * the whole grant (graphs, cooperative launches, launches with attributes): the rest may run on its narrow part */
+struct ds_launch ds_launch_bind(CUstream s, int per_thread, const void *key, long smem);
 struct ds_launch ds_work_bind(CUstream s, int per_thread); /* ds_launch_bind for copies and memsets: never gated */
 void ds_launch_finish(const struct ds_launch *l, CUresult r); /* ds_launch_done's work when there is some */
 static inline void ds_launch_done(const struct ds_launch *l, CUresult r) {

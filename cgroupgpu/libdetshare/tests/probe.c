@@ -17,7 +17,8 @@
  *        libkernels (later kernels come from cuLibraryLoadData + cuLibraryGetKernel + cuKernelGetFunction, as
  *        cudart 12+ loads them; default: cuModuleLoadData + cuModuleGetFunction) | pause (waits for a
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) | coopsmid:B
- *        (smid:B as a cooperative launch: every block resident at once) |
+ *        (smid:B as a cooperative launch: every block resident at once) | smidsmem:B:S (smid:B with S bytes of dynamic
+ *        shared memory) |
  *        axpy:K (K dependent kernels y = a*x + y; prints a hash of y) | dcopy:K (K rounds of a device copy, a
  *        memset and a kernel, each reading what the one before wrote; prints a hash) | capture:B (captures smid:B into a graph on
  *        the current stream; capturekeep:B keeps the graph, as capture:B does not) | graph (launches the captured
@@ -127,8 +128,9 @@ static void print_sms(const char *step, CUresult r, const uint32_t *sm, unsigned
     printf("\n");
 }
 
-/* smid:B, or coopsmid:B (a cooperative launch: all B blocks resident at once, so a grant of fewer SMs refuses it) */
-static void smid(const char *step, unsigned blocks) {
+/* smid:B, or coopsmid:B (a cooperative launch: all B blocks resident at once, so a grant of fewer SMs refuses it);
+ * smidsmem:B:S is smid:B launched with S bytes of dynamic shared memory */
+static void smid_smem(const char *step, unsigned blocks, unsigned smem) {
     CUfunction fn;
     CUdeviceptr out = 0;
     uint32_t *host = calloc(blocks, 4);
@@ -138,7 +140,7 @@ static void smid(const char *step, unsigned blocks) {
     uint32_t us = 20;
     void *args[] = {&out, &us};
     if (r == CUDA_SUCCESS)
-        r = strcmp(step, "coopsmid") ? D.cuLaunchKernel(fn, blocks, 1, 1, 1, 1, 1, 0, g_stream, args, NULL)
+        r = strcmp(step, "coopsmid") ? D.cuLaunchKernel(fn, blocks, 1, 1, 1, 1, 1, smem, g_stream, args, NULL)
                                      : D.cuLaunchCooperativeKernel(fn, blocks, 1, 1, 1, 1, 1, 0, g_stream, args);
     if (r == CUDA_SUCCESS)
         r = D.cuStreamSynchronize(g_stream);
@@ -149,6 +151,8 @@ static void smid(const char *step, unsigned blocks) {
         D.cuMemFree_v2(out);
     free(host);
 }
+
+static void smid(const char *step, unsigned blocks) { smid_smem(step, blocks, 0); }
 
 static void push(struct alloc a) {
     if (g_n < (int)(sizeof g_allocs / sizeof g_allocs[0]))
@@ -1023,6 +1027,8 @@ static int step(const char *s) {
             return 2;
     } else if (sscanf(s, "smid:%llu", &a) == 1) {
         smid("smid", (unsigned)a);
+    } else if (sscanf(s, "smidsmem:%llu:%llu", &a, &b) == 2) {
+        smid_smem("smidsmem", (unsigned)a, (unsigned)b);
     } else if (sscanf(s, "coopsmid:%llu", &a) == 1) {
         smid("coopsmid", (unsigned)a);
     } else if (sscanf(s, "axpy:%llu", &a) == 1) {

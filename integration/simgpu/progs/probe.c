@@ -537,6 +537,9 @@ static int cmd_spin(void) {
     const char *graph = opt_str("graph", "none");
     unsigned long long start_at = opt_num("start-at", 0);
     bool per_iter = opt_num("per-iter", 0) != 0;
+    /* dynamic shared memory per block: a GEMM-like kernel has tens of KiB, which is how libdetshare tells it from a
+     * memory-bound one (ds_narrow.c) */
+    unsigned smem = (unsigned)opt_num("smem", 0);
     if (!iters && !duration)
         iters = 10;
     if (strcmp(graph, "none") && strcmp(graph, "capture-green") && strcmp(graph, "capture-primary")) {
@@ -602,7 +605,7 @@ static int cmd_spin(void) {
         CK(D.streamIsCapturing(cs, &st));
         if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
             die_cu("capture not active", CUDA_ERROR_UNKNOWN);
-        CK(D.launchKernel(fn, blocks, 1, 1, 128, 1, 1, 0, cs, args, NULL));
+        CK(D.launchKernel(fn, blocks, 1, 1, 128, 1, 1, smem, cs, args, NULL));
         CK(D.endCapture(cs, &gr));
         CK(D.graphInstantiate(&exec, gr, 0));
     }
@@ -630,7 +633,7 @@ static int cmd_spin(void) {
         if (exec)
             CK(D.graphLaunch(exec, s));
         else
-            CK(D.launchKernel(fn, blocks, 1, 1, 128, 1, 1, 0, s, args, NULL));
+            CK(D.launchKernel(fn, blocks, 1, 1, 128, 1, 1, smem, s, args, NULL));
         CK(D.eventRecord(e1, s));
         CK(D.streamSynchronize(s));
         lat[n] = now_ms() - t0;
