@@ -11,7 +11,8 @@ import (
 // on all of it, one stream interleaving both in order; with narrow_groups back at 0 everything runs on the whole grant
 // again. Results stay bit-identical to a run without the library (the axpy hash).
 func TestMemoryBoundKernelsRunOnTheNarrowGroups(t *testing.T) {
-	steps := []string{"init", "stream", "smid:256", "smidsmem:256:32768", "smidsmem:256:4096", "axpy:50", "pause",
+	steps := []string{"init", "stream", "smid:256", "smidsmem:256:32768", "smidsmem:256:4096", "axpy:50",
+		"capture:256", "graph", "pause",
 		"smid:256", "axpy:50"}
 	ref := newEnv(t, false).start("ds_probe_rt", steps...)
 	ref.until()
@@ -39,6 +40,10 @@ func TestMemoryBoundKernelsRunOnTheNarrowGroups(t *testing.T) {
 	}
 	if g := each[1]; !within(g, 1<<8|1<<9) {
 		t.Errorf("a kernel with 4 KiB of shared memory ran on groups %v, want 8 and 9", g)
+	}
+	// a graph is launched as a whole on the whole grant; its memory-bound kernels were not narrowed while captured
+	if g := groupsOf(t, before, "graph"); !within(g, grant|remainderBlocks) || !g[14] {
+		t.Errorf("a captured graph of a kernel without shared memory ran on groups %v, want the whole grant 8-14", g)
 	}
 	if err := e.tbl.SetNarrow(e.reg.Slot, 0); err != nil {
 		t.Fatalf("set narrow: %v", err)

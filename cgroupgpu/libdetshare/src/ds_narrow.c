@@ -16,6 +16,11 @@
  * launch's), is taken as memory-bound. A kernel misjudged runs slower or interferes more; its result is the same
  * (kernels, configurations and arguments are never changed, only the stream they are sent to, as at any grant change).
  *
+ * Trust: the narrow part lies inside the tenant's own grant, so a tenant that asks for shared memory it does not need
+ * (or launches through a path that is never narrowed) only keeps its memory-bound kernels on the rest of its own
+ * grant: it can make itself a worse neighbour of the latency-critical tenant, as it could with any kernel on its
+ * grant, never run outside it. narrow_groups is written by the scheduler in the table, which tenants cannot write.
+ *
  * Cost: only with narrow_groups set, one lookup in a lock-free direct-mapped cache per launch; a function not in it
  * (first launch, or evicted by a collision) asks the driver again.
  */

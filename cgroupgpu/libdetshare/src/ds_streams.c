@@ -809,9 +809,13 @@ static inline struct ds_launch work_bind(CUstream s, int per_thread, bool kernel
     }
     if (smem >= 0) {
         /* beside a latency-critical tenant a memory-bound kernel runs on the grant's narrow part (ds_narrow.c);
-         * switching parts is a rebind, ordered like a grant change */
+         * switching parts is a rebind, ordered like a grant change. Not while a capture runs: a captured graph is
+         * launched as a whole, on the whole grant (ds_graph.c), and edges between two physical streams would have
+         * to join the capture */
         struct ds_gctx *nc = ds_grant_narrow();
-        if (DS_UNLIKELY(nc != NULL) && nc != c && ds_kernel_memory_bound((CUfunction)key, (unsigned)smem))
+        if (DS_UNLIKELY(nc != NULL) && nc != c &&
+            !atomic_load_explicit(&ds_process.capturing, memory_order_relaxed) &&
+            ds_kernel_memory_bound((CUfunction)key, (unsigned)smem))
             c = nc;
     }
     struct lstream *ls = admitted ? admitted : lstream_get(app);
