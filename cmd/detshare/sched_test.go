@@ -276,3 +276,22 @@ func TestStatusAndTopExplainOverlappingGrants(t *testing.T) {
 		t.Errorf("disjoint grants:\n%s", top.String())
 	}
 }
+
+// A lower tier whose memory-bound kernels run on a narrow part of its grant (scheduler.narrow_groups, issue 26) is
+// named with that part in status and in top; a tenant without one is not.
+func TestStatusAndTopShowNarrowGroups(t *testing.T) {
+	s := overlapSnapshot()
+	s.Tenants[0].NarrowGroups = 2
+	var st, top strings.Builder
+	printStatus(&st, s)
+	renderTop(&top, nil, s, 0)
+	if !strings.Contains(st.String(), "memory-bound kernels on 2 groups of its grant") {
+		t.Errorf("status does not say where train's memory-bound kernels run:\n%s", st.String())
+	}
+	if !strings.Contains(top.String(), "train: memory-bound kernels on 2 groups of its grant") {
+		t.Errorf("top does not say where train's memory-bound kernels run:\n%s", top.String())
+	}
+	if strings.Contains(top.String(), "web: memory-bound") {
+		t.Errorf("top names a narrow part for web, which has none:\n%s", top.String())
+	}
+}

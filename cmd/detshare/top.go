@@ -152,6 +152,12 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 		for _, l := range view.AccountLines(g, g.Account, s.Tenants) {
 			line(w, "  "+l)
 		}
+		for _, t := range s.Tenants {
+			if t.GPU == g.Index && t.NarrowGroups > 0 {
+				line(w, fmt.Sprintf("  %s: memory-bound kernels on %d groups of its grant (beside a latency-critical tenant)",
+					t.ID, t.NarrowGroups))
+			}
+		}
 	}
 	if len(s.GPUs) == 0 {
 		line(w, "no GPUs recorded in the table")
