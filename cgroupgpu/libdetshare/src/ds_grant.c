@@ -82,12 +82,12 @@ void ds_grant_reread(uint32_t ep) {
     ds_guard_snapshot();
     struct ds_gctx *cur = gr.mode == DS_MODE_SPATIAL ? ds_pool_select_locked(gr.groups, recheck) : NULL;
     uint32_t nn = __atomic_load_n(&ds_process.tenant->ctr->narrow_groups, __ATOMIC_RELAXED);
+    /* none on every group (nobody to make room for); a narrow part that is the grant's context itself is never
+     * switched to (ds_streams.c compares them) */
     struct ds_gctx *narrow = cur ? narrow_select_locked(gr.groups, nn) : NULL;
     unsigned ngroups = ds_pool_groups();
     uint64_t all = ngroups >= 64 ? ~0ull : (1ull << ngroups) - 1;
     bool spatial = gr.mode == DS_MODE_SPATIAL && ngroups;
-    if (!cur || cur == narrow)
-        narrow = NULL; /* every group (nobody to make room for), or the grant is no wider than its narrow part */
     atomic_store_explicit(&ds_grant_view.narrow, narrow, memory_order_release);
     atomic_store(&ds_grant_view.narrow_n, nn);
     /* A tenant the scheduler has not answered yet must not run on the whole GPU beside latency-critical
