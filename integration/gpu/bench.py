@@ -92,6 +92,7 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   detshare-slo<X>x   the real scheduler, the LC's slo-p99 = X x its solo service P99 measured first in this run
 #   detshare-sloov<X>x as detshare-slo<X>x, plus scheduler.lc_overlap = true
 #   detshare-default   the real scheduler with its defaults (LC --sm at --lc-groups, no SLO)
+#   <any detshare configuration>-n<N>  the same with scheduler.narrow_groups = N (detshare-overlap0.25-n6)
 PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-floor(\d+)"),
                  ("detshare-pinned", r"detshare-pinned(\d+)"), ("detshare-slo", r"detshare-slo(\d+(?:\.\d+)?)x"),
                  ("detshare-reserve", r"detshare-reserve(\d+(?:\.\d+)?)"),
@@ -101,9 +102,19 @@ PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-flo
                  ("detshare-narrow", r"detshare-narrow(\d+)"))
 
 
-def param_config(cfg):
-    """(family, number) of a numbered configuration such as mps-pct67 or detshare-slo1.5x, else (None, None)."""
+def narrow_suffix(cfg):
+    """(base, N) of a DetShare configuration with the suffix -n<N> (scheduler.narrow_groups = N on top of the base
+    configuration, e.g. detshare-overlap0.25-n6), else (cfg, None)."""
     import re
+    m = re.fullmatch(r"(detshare-.+)-n(\d+)", cfg)
+    return (m.group(1), int(m.group(2))) if m else (cfg, None)
+
+
+def param_config(cfg):
+    """(family, number) of a numbered configuration such as mps-pct67 or detshare-slo1.5x, else (None, None); a
+    -n<N> suffix (narrow_suffix) does not change either."""
+    import re
+    cfg = narrow_suffix(cfg)[0]
     for fam, rx in PARAM_CONFIGS:
         m = re.fullmatch(rx, cfg)
         if m:
@@ -189,7 +200,9 @@ def parse(argv=None):
             ap.error("--configs %s: lc_reserve is 0..1" % c)
         if fam in ("detshare-floor", "detshare-pinned") and n < 0:
             ap.error("--configs %s: a group count must be 0 or more" % c)
-        if c not in known and fam is None:
+        if narrow_suffix(c)[1] is not None and not 0 <= narrow_suffix(c)[1] <= 63:
+            ap.error("--configs %s: narrow_groups (-n<N>) is 0..63" % c)
+        if narrow_suffix(c)[0] not in known and fam is None:
             ap.error("--configs: %r is not one of %s, or mps-pct<P>, detshare-floor<N>, detshare-pinned<N>, "
                      "detshare-slo<X>x, detshare-sloov<X>x, detshare-reserve<F>, detshare-overlap<F>, detshare-narrow<N>" % (c, ", ".join(sorted(known))))
     a.config_order = [c for c in a.configs.split(",") if c]
@@ -717,7 +730,9 @@ class Runner:
                         c.config.startswith("detshare-dynamic") else "") +
                        ("lc_overlap = true\n" if fam in ("detshare-overlap", "detshare-sloov") else "") +
                        ("share_overlap = true\n" if c.config == "detshare-share" else "") +
-                       ("narrow_groups = %d\n" % num if fam == "detshare-narrow" else ""),
+                       ("narrow_groups = %d\n" % num if fam == "detshare-narrow" else
+                        "narrow_groups = %d\n" % narrow_suffix(c.config)[1]
+                        if narrow_suffix(c.config)[1] is not None else ""),
                        "false" if c.config == "detshare-temporal" else "true", a.mps_control))
         env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
         if a.device == "cpu":

@@ -148,8 +148,8 @@ def is_peer(cfg):
 
 
 def slo_of(cfg):
-    """X of detshare-slo<X>x, else None."""
-    m = re.fullmatch(r"detshare-slo(\d+(?:\.\d+)?)x", cfg)
+    """X of detshare-slo<X>x or detshare-sloov<X>x (either with a -n<N> suffix), else None."""
+    m = re.fullmatch(r"detshare-slo(?:ov)?(\d+(?:\.\d+)?)x(?:-n\d+)?", cfg)
     return float(m.group(1)) if m else None
 
 
