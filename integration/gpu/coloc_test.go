@@ -53,6 +53,19 @@ func TestColocPlan(t *testing.T) {
 			t.Errorf("%s must leave priorities alone: %s", f[1], l)
 		}
 	}
+	// issue 26's sweep: any DetShare configuration with -n<N> (scheduler.narrow_groups = N) is planned as asked; a width
+	// the scheduler would refuse is refused here first, naming the allowed range
+	swept := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--detshare", ds, "--dry-run", "--coloc-lc", "bert", "--coloc-be", "lin8192-fp32", "--configs",
+		"alone,detshare-overlap0.25-n6,detshare-default-n1,detshare-sloov1.5x-n4")
+	for _, want := range []string{"coloc/bert+lin8192-fp32/detshare-overlap0.25-n6",
+		"coloc/bert+lin8192-fp32/detshare-default-n1", "coloc/bert+lin8192-fp32/detshare-sloov1.5x-n4"} {
+		if !strings.Contains(swept, want) {
+			t.Errorf("plan lacks %q:\n%s", want, swept)
+		}
+	}
+	benchRefuses(t, py, "narrow_groups (-n<N>) is 0..63",
+		"--device", "cpu", "--suite", "coloc", "--configs", "detshare-overlap0.25-n64", "--dry-run")
 	// the Python stand-in scheduler is gone: an old command line that asks for it is refused, naming why
 	benchRefuses(t, py, "the only scheduler is the real `detshare sched`",
 		"--device", "cpu", "--suite", "coloc", "--scheduler", "python", "--dry-run")
@@ -71,13 +84,25 @@ func benchRefuses(t *testing.T, py, want string, args ...string) {
 // colocReport runs report.py on worker results (file name -> result) and a power log ("" for none); its markdown.
 func colocReport(t *testing.T, results map[string]map[string]any, power string) string {
 	t.Helper()
+	return colocReportWith(t, results, power, nil)
+}
+
+// colocReportWith is colocReport with more files in the run directory (path relative to it -> JSON), such as the
+// `detshare status` bench.py saves per case under logs/.
+func colocReportWith(t *testing.T, results map[string]map[string]any, power string, files map[string]any) string {
+	t.Helper()
 	dir := t.TempDir()
 	raw := filepath.Join(dir, "raw")
-	if err := os.MkdirAll(raw, 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{raw, filepath.Join(dir, "logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for name, d := range results {
 		writeJSON(t, filepath.Join(raw, name+".json"), d)
+	}
+	for name, d := range files {
+		writeJSON(t, filepath.Join(dir, name), d)
 	}
 	writeJSON(t, filepath.Join(dir, "meta.json"), map[string]any{"load": 0.5, "duration": 5})
 	if power != "" {
@@ -127,6 +152,47 @@ func TestColocReport(t *testing.T) {
 		"DetShare-dynamic: LC P99 service <= 1.10x solo | 1.0500 | <= 1.1 | yes |",
 		"DetShare-dynamic: BE >= 0.5 of solo throughput | 0.4000 | >= 0.5 | **no** (by 0.1) |",
 		"DetShare-dynamic: LC outputs and BE losses bit-identical to solo | 0.0000 | >= 1.0 | **no**",
+	)
+}
+
+// Issue 26: the report shows where each SLO case's controller stood at the end of its window, from the `detshare
+// status` bench.py saved: an SLO the scheduler reported not attainable with the floor it measured (and that floor as a
+// ratio to the LC's solo P99), and one it met with the groups it gave back and the trainer's grant and narrow part.
+func TestColocReportShowsTheSLOController(t *testing.T) {
+	lc := func(cfg, group string, svcMs float64) map[string]any {
+		return lcResult(cfg, group, func(int) float64 { return svcMs })
+	}
+	be := func(cfg, group string, steps int) map[string]any {
+		var ends []float64
+		for i := 0; i < steps; i++ {
+			ends = append(ends, 5.0*float64(i)/float64(steps))
+		}
+		return map[string]any{"role": "train", "duration": 5.0, "t0": 1000.0, "step_ends": ends,
+			"loss_hash_first5": "l0", "group": group, "config": cfg, "label": "be"}
+	}
+	p := "coloc:bert+lin8192-bf16"
+	results := map[string]map[string]any{
+		"a": lc("alone", "coloc:bert", 2), "b": be("alone", "coloc:lin8192-bf16", 100),
+		"c": lc("detshare-sloov1.5x", p, 3.2), "d": be("detshare-sloov1.5x", p, 20),
+		"e": lc("detshare-sloov2x", p, 3.5), "f": be("detshare-sloov2x", p, 60),
+	}
+	status := func(lcT, beT map[string]any) map[string]any {
+		lcT["id"], beT["id"] = "lc", "be"
+		return map[string]any{"tenants": []any{lcT, beT}}
+	}
+	md := colocReportWith(t, results, "", map[string]any{
+		"logs/coloc_bert-lin8192-bf16_detshare-sloov1.5x__status.json": status(
+			map[string]any{"slo_p99_ms": 3.0, "slo_state": "infeasible", "slo_window_p99_ms": 3.4, "slo_floor_ms": 3.2},
+			map[string]any{"grant_groups": 1 << 14}),
+		"logs/coloc_bert-lin8192-bf16_detshare-sloov2x__status.json": status(
+			map[string]any{"slo_p99_ms": 4.0, "slo_state": "meeting", "slo_window_p99_ms": 3.5,
+				"slo_given_back_groups": 6},
+			map[string]any{"grant_groups": 0x7f00, "narrow_groups": 2}),
+	})
+	reportHas(t, md,
+		"| bert+lin8192-bf16 | detshare-sloov1.5x | 3.000 | **NOT ATTAINABLE** | 3.400 | 3.200 (1.60) | 0 | 1, off |",
+		"| bert+lin8192-bf16 | detshare-sloov2x | 4.000 | meeting | 3.500 | — | 6 | 7, 2 |",
+		"bert+lin8192-bf16, slo-p99 1.5x solo: LC service P99 within the SLO | 1.6000 | <= 1.5 | **no**",
 	)
 }
 

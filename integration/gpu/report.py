@@ -153,6 +153,50 @@ def slo_of(cfg):
     return float(m.group(1)) if m else None
 
 
+def sched_state(outdir, lc, be, cfg, solo_p99_ms):
+    """What `detshare status` said at the end of a DetShare case's window (bench.py saves it as
+    logs/<case>__status.json): the LC's SLO controller (its SLO, state, last window's P99, the floor it measured at its
+    most protective share, groups given back) and the trainer's grant and narrow part. None without the file."""
+    path = os.path.join(outdir, "logs", "coloc_%s-%s_%s__status.json" % (lc, be, cfg))
+    try:
+        with open(path) as f:
+            st = json.load(f)
+    except (OSError, ValueError):
+        return None
+    ts = {t.get("id"): t for t in st.get("tenants") or [] if isinstance(t, dict)}
+    lct, bet = ts.get("lc") or {}, ts.get("be") or {}
+    floor = lct.get("slo_floor_ms")
+    return {"slo_ms": lct.get("slo_p99_ms"), "state": lct.get("slo_state") or ("held" if lct.get("slo_p99_ms") else None),
+            "window_p99_ms": lct.get("slo_window_p99_ms"), "floor_ms": floor,
+            "floor_ratio": ratio(floor, solo_p99_ms), "given_back": lct.get("slo_given_back_groups", 0),
+            "be_groups": bin(bet.get("grant_groups") or 0).count("1") if bet else None,
+            "be_narrow": bet.get("narrow_groups", 0) if bet else None}
+
+
+def slo_controller_table(out, md):
+    """Issue 26: where each SLO case's controller stood at the end of its window, and the SLOs it reported it cannot
+    reach beside these neighbours with the floor it measured (kernels in flight are never cut)."""
+    rows = [(pair, cfg, r["sched"]) for pair in sorted(out) for cfg, r in out[pair].items()
+            if slo_of(cfg) is not None and isinstance(r, dict) and r.get("sched") and r["sched"].get("slo_ms")]
+    if not rows:
+        return
+    md.append("The SLO controller at the end of each window (`detshare status`): the state it reports, the P99 of its "
+              "last 250 ms window and, where it measured it, the P99 at its most protective share (the floor: below "
+              "it the SLO is not attainable beside these neighbours), with the trainer's grant and narrow part.")
+    md.append("")
+    md.append("| pair | config | SLO ms | controller | last window P99 ms | floor ms (x solo) | groups given back "
+              "| trainer: groups, narrow |")
+    md.append("|---|---|---|---|---|---|---|---|")
+    for pair, cfg, s in rows:
+        state = {"infeasible": "**NOT ATTAINABLE**"}.get(s.get("state"), s.get("state") or "—")
+        md.append("| %s | %s | %s | %s | %s | %s | %s | %s, %s |" % (
+            pair[6:], cfg, fmt(s.get("slo_ms"), 3), state, fmt(s.get("window_p99_ms"), 3),
+            "—" if s.get("floor_ms") is None else "%s (%s)" % (fmt(s["floor_ms"], 3), fmt(s.get("floor_ratio"))),
+            s.get("given_back", 0), "—" if s.get("be_groups") is None else s["be_groups"],
+            "off" if not s.get("be_narrow") else s["be_narrow"]))
+    md.append("")
+
+
 def frontier(points):
     """The Pareto frontier of (lc_ratio, be_norm, cfg) points: lower LC ratio and higher trainer share are better."""
     pts = sorted(points, key=lambda p: (p[0], -p[1]))
@@ -211,6 +255,7 @@ def coloc_frontier(out, md, outdir, res):
                 res["targets"].append(target("%s, slo-p99 %gx solo: trainer >= %g of solo" % (pair[6:], x, need),
                                              r["be_norm"], ">=", need))
     md.append("")
+    slo_controller_table(out, md)
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -592,6 +637,8 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     if l and blc else None
                 r["be_bit_identical"] = (b["loss_hash"] == bbe["loss_hash"]) if b and bbe and b["loss_hash"] else None
                 r["power"] = power_in(power, *window(c["lc"])) if "lc" in c else {}
+                if not is_peer(cfg):
+                    r["sched"] = sched_state(outdir, lc, be, cfg, blc and blc["svc_p99_ms"])
                 out.setdefault(pair, {})[cfg] = r
                 if l:
                     cdf_rows.append((pair, cfg, l["a2c_ms"]))
