@@ -33,7 +33,7 @@ type sloState struct {
 	lastFine [policy.FineBuckets]uint64
 	winStart time.Time
 	stepped  bool
-	shrink   int // what ctl's position gives back of the partition (policy.SLOLevels)
+	shrink   int // what ctl's position gives back of the partition (policy.SLOLadder)
 }
 
 // sloReport is what status, top and metrics show of a tenant's SLO controller.
@@ -106,9 +106,10 @@ func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.O
 	}
 	slo := time.Duration(r.reg.SLOP99Us) * time.Microsecond
 	// the controller's position runs from the most protective share through the default partition, then widens
-	// the neighbours' narrow part for memory-bound kernels, then shrinks the partition (policy.SLOLevels)
+	// the neighbours' narrow part for memory-bound kernels, shrinks the partition, and widens that part to the end
+	// (policy.SLOLadder)
 	start := min(policy.ReserveShrink(t.Guarantee, nGroups, o), max(maxShrink, 0))
-	widen := policy.NarrowSteps(start, o)
+	ladder := policy.NewSLOLadder(start, maxShrink, o)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.entryLocked(r.reg.ID)
@@ -120,14 +121,14 @@ func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.O
 	if age := now.Sub(st.slo.winStart); age >= sloWindow {
 		p99, n := policy.WindowP99(policy.HistDelta(r.lat, st.slo.lastHist), policy.FineDelta(r.fine, st.slo.lastFine))
 		if n >= policy.MinLatencySamples || age >= sloWindowMax {
-			st.slo.ctl.Step(slo, p99, n, max(maxShrink, 0)+widen)
+			st.slo.ctl.Step(slo, p99, n, ladder.Top())
 			st.ObservedP99 = st.slo.ctl.LastP99
 			st.SLO = st.slo.ctl
 			st.slo.lastHist, st.slo.lastFine, st.slo.winStart = r.lat, r.fine, now
 			st.slo.stepped = true
 		}
 	}
-	t.Shrink, t.NarrowWiden = policy.SLOLevels(st.slo.ctl.Shrink, start, widen)
+	t.Shrink, t.NarrowWiden = ladder.Levels(st.slo.ctl.Shrink)
 	st.slo.shrink = t.Shrink
 	t.SLOMiss, t.Sized = st.slo.ctl.Miss, true
 }

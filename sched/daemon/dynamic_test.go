@@ -137,11 +137,25 @@ func sloSizing(t *testing.T, overlap bool) {
 		t.Fatalf("status of an LC inside its SLO: state %q, %d groups given back", v.SLOState, v.SLOGivenBackGroups)
 	}
 	// still far inside: the partition shrinks below the default only once the BE's memory-bound kernels run on its
-	// whole grant again (policy.SLOLevels: widen first)
-	untilGrant(t, tb, be.Slot, 3*time.Second, "BE gets more than the default half", func() { reportLatency(pg, 10, 0, 50) },
+	// whole default grant (4 groups), and they stay on those while the BE gains the groups given back
+	// (policy.SLOLadder)
+	inside := func() { reportLatency(pg, 10, 0, 50) }
+	untilGrant(t, tb, be.Slot, 3*time.Second, "BE gets more than the default half", inside,
 		func(g table.Grant) bool { return bits.OnesCount64(g.Groups) >= 5 })
-	if n := tb.Narrow(be.Slot); n != 0 {
-		t.Fatalf("the partition shrank below the default while the BE's memory-bound kernels stayed on %d groups", n)
+	if n, g := tb.Narrow(be.Slot), bits.OnesCount64(grantOf(tb, be.Slot).Groups); n < 4 || n >= uint32(g) {
+		t.Fatalf("the partition shrank below the default (BE on %d groups) with the BE's memory-bound kernels on %d "+
+			"groups: want the default grant's 4 (5 at most), narrowing still on", g, n)
+	}
+	// at the top the LC runs on its guarantee and, last, the BE's memory-bound kernels on its whole grant
+	untilGrant(t, tb, be.Slot, 3*time.Second, "BE gets everything but the LC's guarantee", inside, groupsIs(6))
+	deadline := time.Now().Add(3 * time.Second)
+	for tb.Narrow(be.Slot) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("far inside its SLO at the top of the ladder the BE's memory-bound kernels stay on %d of its 6 groups",
+				tb.Narrow(be.Slot))
+		}
+		inside()
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -803,33 +803,56 @@ func TestNarrowOnlyBesideALatencyCriticalTenant(t *testing.T) {
 }
 
 // The SLO controller's position widens the neighbours' narrow part for memory-bound kernels before it gives back any
-// group of the default partition, and narrows it back before it takes groups back: every step gives the neighbours
-// one more unit of room (or one less), never two dimensions at once.
-func TestSLOLevelsWidenBeforeShrinking(t *testing.T) {
+// group of the default partition, keeps that part at the default grant's width while it gives back the rest, and
+// widens it to the whole grant last; going down it retraces the same steps. Every step gives the neighbours one more
+// group of room (or one less), never two at once.
+func TestSLOLadderOneStepAtATime(t *testing.T) {
 	o := DefaultOptions()
 	start := ReserveShrink(2, 15, o) // 15 groups, the LC holds 8: its neighbour 7
-	widen := NarrowSteps(start, o)
-	if widen != 5 {
-		t.Fatalf("NarrowSteps(%d) = %d, want 5: from 2 groups to the neighbour's 7", start, widen)
+	maxShrink := 15 - 2 - 1          // down to the LC's guarantee of 2, the neighbour's floor of 1 kept
+	l := NewSLOLadder(start, maxShrink, o)
+	if l.Widen != 5 || l.Grow != 6 || l.Top() != start+5+2*6 {
+		t.Fatalf("ladder %+v (top %d): want 5 widen steps (2 groups to the neighbour's 7) and 6 to grow, twice", l, l.Top())
+	}
+	room := func(s, w int) int { // groups the neighbour gains over the most protective share, in either dimension
+		if w == NarrowOff {
+			w = l.Widen + l.Grow
+		}
+		return s + w
 	}
 	prevS, prevW := -1, 0
-	for pos := 0; pos <= start+widen+3; pos++ {
-		s, w := SLOLevels(pos, start, widen)
-		steps := s + min(w, widen)
-		if steps != pos || s < prevS || w < prevW {
+	for pos := 0; pos <= l.Top()+2; pos++ {
+		s, w := l.Levels(pos)
+		if want := min(pos, l.Top()); room(s, w) != want || s < prevS || room(0, w) < room(0, prevW) {
 			t.Fatalf("position %d: shrink %d, widen %d (before %d, %d): not one step along", pos, s, w, prevS, prevW)
 		}
-		if (s < start && w != 0) || (s > start && w != NarrowOff) {
-			t.Fatalf("position %d: shrink %d, widen %d: the partition moved while the narrow part was not at an end", pos, s, w)
+		if s < start && w != 0 {
+			t.Fatalf("position %d: the neighbour's narrow part widened (%d) before the default partition was reached", pos, w)
+		}
+		if s > start && w < l.Widen {
+			t.Fatalf("position %d: the partition shrank (%d) while the narrow part (%d) was narrower than the default grant", pos, s, w)
+		}
+		if s < start+l.Grow && s > start && w != l.Widen {
+			t.Fatalf("position %d: the narrow part moved (%d) while the partition was still giving groups back", pos, w)
 		}
 		prevS, prevW = s, w
 	}
+	if s, w := l.Levels(l.Top()); s != maxShrink || w != NarrowOff {
+		t.Fatalf("top: shrink %d, widen %d, want the LC on its guarantee and narrowing off", s, w)
+	}
 	off := o
 	off.NarrowGroups = 0
-	if n := NarrowSteps(start, off); n != 0 {
-		t.Fatalf("narrow_groups = 0: %d widen steps, want none", n)
+	lo := NewSLOLadder(start, maxShrink, off)
+	if lo.Widen != 0 || lo.Top() != maxShrink {
+		t.Fatalf("narrow_groups = 0: ladder %+v top %d, want the partition alone (%d steps)", lo, lo.Top(), maxShrink)
 	}
-	// the neighbour's narrow part follows the latency-critical tenant's widen
+	for pos := 0; pos <= maxShrink; pos++ {
+		if s, _ := lo.Levels(pos); s != pos {
+			t.Fatalf("narrow_groups = 0, position %d: shrink %d", pos, s)
+		}
+	}
+	// the neighbour's narrow part follows the latency-critical tenant's widen, and stays at the default grant's width
+	// while the partition gives groups back
 	gs := groups(15, 8)
 	lc := Tenant{Slot: 0, ID: "lc", Tier: table.TierLatencyCritical, Weight: 1, Guarantee: 2, Sized: true, Shrink: start}
 	be := Tenant{Slot: 1, ID: "be", Tier: table.TierBestEffort, Weight: 1, Busy: true}
@@ -837,6 +860,15 @@ func TestSLOLevelsWidenBeforeShrinking(t *testing.T) {
 		lc.NarrowWiden = w
 		if got := Decide(gs, []Tenant{lc, be}, o).Grants[1].Narrow; got != want {
 			t.Errorf("widen %d: the neighbour's memory-bound kernels on %d groups, want %d", w, got, want)
+		}
+	}
+	for _, pos := range []int{start + l.Widen + 2, start + l.Widen + l.Grow + 3} {
+		lc.Shrink, lc.NarrowWiden = l.Levels(pos)
+		d := Decide(gs, []Tenant{lc, be}, o)
+		wantGroups, wantNarrow := 1+lc.Shrink, uint32(o.NarrowGroups+lc.NarrowWiden)
+		if n := bits.OnesCount64(d.Grants[1].Groups); n != wantGroups || d.Grants[1].Narrow != wantNarrow {
+			t.Errorf("position %d: the neighbour on %d groups, memory-bound kernels on %d; want %d and %d",
+				pos, n, d.Grants[1].Narrow, wantGroups, wantNarrow)
 		}
 	}
 }

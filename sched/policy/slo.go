@@ -196,23 +196,59 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 	c.Shrink = min(max(c.Shrink, 0), maxShrink)
 }
 
-// SLOLevels splits an SLO controller's position (SLOControl.Shrink, 0 = the most protective) into the two things it
-// moves for the neighbours of a latency-critical tenant: groups of its partition given back (Tenant.Shrink) and groups
-// added to the narrow part of their grants where their memory-bound kernels run (Tenant.NarrowWiden). From the
-// start (start groups given back: the default partition, Options.NarrowGroups) more room first widens that narrow
-// part, widen steps up to the neighbours' whole grant, and only then shrinks the partition; less room first narrows
-// back, then grows the partition. Measured on the H100 (BENCHMARKS.md, issue 26), widening costs the LC least per
-// unit of trainer throughput beside a bf16 trainer, and the partition protects it from the GEMMs.
-// Beyond the default partition the neighbours' grants grow past the narrow part's last width: narrowing is then off
-// (NarrowOff).
-func SLOLevels(pos, start, widen int) (shrink, narrowWiden int) {
+// SLOLadder maps an SLO controller's position (SLOControl.Shrink, 0 = the most protective) to the two things it moves
+// for the neighbours of a latency-critical tenant: groups of its partition given back (Tenant.Shrink) and groups added
+// to the narrow part of their grants where their memory-bound kernels run (Tenant.NarrowWiden). Every step up gives
+// the neighbours one more group of one of the two, never both:
+//
+//   - up to Start (the default partition): the partition shrinks from everything but the neighbours' floor, their
+//     narrow part at Options.NarrowGroups;
+//   - then Widen steps: the narrow part widens to the neighbours' whole default grant;
+//   - then Grow steps: the partition shrinks to the tenant's guarantee, the narrow part staying at the default grant's
+//     width, so the groups given back run GEMMs only;
+//   - then Grow more steps (narrowing on): the narrow part widens to the whole grant (narrowing off, NarrowOff).
+//
+// Why this order, measured on an H100 (BENCHMARKS.md, issue 26): widening costs the LC least per unit of trainer
+// throughput at the default partition; beyond it, a small partition with narrowing kept on gave the fp32 trainer the
+// same share as narrowing off at a P99 ×0.7–1.0 lower (0.64–0.66 at ×2.4–2.6 against 0.63–0.65 at ×3.3–3.6), and
+// narrowing off last is the bf16 trainer's largest share (0.81 against 0.73) for the LC's highest tail.
+type SLOLadder struct {
+	Start, Widen, Grow int
+	narrowing        bool
+}
+
+// NewSLOLadder is the ladder of a latency-critical tenant whose default partition gives back start groups of the
+// maxShrink it can give back.
+func NewSLOLadder(start, maxShrink int, o Options) SLOLadder {
+	start = min(max(start, 0), max(maxShrink, 0))
+	return SLOLadder{Start: start, Widen: NarrowSteps(start, o), Grow: max(maxShrink, 0) - start,
+		narrowing: o.NarrowGroups > 0}
+}
+
+// Top is the highest position: the tenant on its guarantee, the neighbours' memory-bound kernels on their whole grants.
+func (l SLOLadder) Top() int {
+	if !l.narrowing {
+		return l.Start + l.Grow
+	}
+	return l.Start + l.Widen + 2*l.Grow
+}
+
+// Levels is what position pos gives the neighbours: groups of the partition given back and the narrow part's widening.
+func (l SLOLadder) Levels(pos int) (shrink, narrowWiden int) {
+	pos = min(max(pos, 0), l.Top())
 	switch {
-	case pos <= start:
+	case pos <= l.Start:
 		return pos, 0
-	case pos <= start+widen:
-		return start, pos - start
+	case !l.narrowing:
+		return pos, NarrowOff
+	case pos <= l.Start+l.Widen:
+		return l.Start, pos - l.Start
+	case pos <= l.Start+l.Widen+l.Grow:
+		return pos - l.Widen, l.Widen
+	case pos == l.Top():
+		return l.Start + l.Grow, NarrowOff
 	default:
-		return pos - widen, NarrowOff
+		return l.Start + l.Grow, pos - l.Start - l.Grow
 	}
 }
 
@@ -220,8 +256,8 @@ func SLOLevels(pos, start, widen int) (shrink, narrowWiden int) {
 const NarrowOff = 64
 
 // NarrowSteps is how many groups the SLO controller can add to the narrow part of a neighbour's grant before it
-// covers the whole grant (narrowing off): the neighbour of a tenant whose partition leaves it start groups beyond
-// its floor holds floor + start groups. 0 when narrowing is off.
+// covers the whole default grant: the neighbour of a tenant whose partition leaves it start groups beyond its floor
+// holds floor + start groups. 0 when narrowing is off.
 func NarrowSteps(start int, o Options) int {
 	if o.NarrowGroups <= 0 {
 		return 0
