@@ -214,7 +214,7 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 // narrowing off last is the bf16 trainer's largest share (0.81 against 0.73) for the LC's highest tail.
 type SLOLadder struct {
 	Start, Widen, Grow int
-	narrowing        bool
+	narrowing          bool
 }
 
 // NewSLOLadder is the ladder of a latency-critical tenant whose default partition gives back start groups of the
