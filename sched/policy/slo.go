@@ -210,7 +210,7 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 //
 // Why this order, measured on an H100 (BENCHMARKS.md, issue 26): widening costs the LC least per unit of trainer
 // throughput at the default partition; beyond it, a small partition with narrowing kept on gave the fp32 trainer the
-// same share as narrowing off at a P99 ×0.7–1.0 lower (0.64–0.66 at ×2.4–2.6 against 0.63–0.65 at ×3.3–3.6), and
+// same share as narrowing off at a lower P99 (0.64–0.66 at ×2.41–2.57 of solo against 0.63–0.65 at ×3.25–3.60), and
 // narrowing off last is the bf16 trainer's largest share (0.81 against 0.73) for the LC's highest tail.
 type SLOLadder struct {
 	Start, Widen, Grow int
