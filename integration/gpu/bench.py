@@ -92,7 +92,8 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   detshare-slo<X>x   the real scheduler, the LC's slo-p99 = X x its solo service P99 measured first in this run
 #   detshare-sloov<X>x as detshare-slo<X>x, plus scheduler.lc_overlap = true
 #   detshare-default   the real scheduler with its defaults (LC --sm at --lc-groups, no SLO)
-#   <any detshare configuration>-n<N>  the same with scheduler.narrow_groups = N (detshare-overlap0.25-n6)
+#   <detshare-default or a numbered detshare configuration>-n<N>  the same with scheduler.narrow_groups = N
+#                      (detshare-overlap0.25-n6)
 PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-floor(\d+)"),
                  ("detshare-pinned", r"detshare-pinned(\d+)"), ("detshare-slo", r"detshare-slo(\d+(?:\.\d+)?)x"),
                  ("detshare-reserve", r"detshare-reserve(\d+(?:\.\d+)?)"),
@@ -200,8 +201,14 @@ def parse(argv=None):
             ap.error("--configs %s: lc_reserve is 0..1" % c)
         if fam in ("detshare-floor", "detshare-pinned") and n < 0:
             ap.error("--configs %s: a group count must be 0 or more" % c)
-        if narrow_suffix(c)[1] is not None and not 0 <= narrow_suffix(c)[1] <= 63:
+        base, narrow = narrow_suffix(c)
+        if narrow is not None and not 0 <= narrow <= 63:
             ap.error("--configs %s: narrow_groups (-n<N>) is 0..63" % c)
+        if narrow is not None and base != "detshare-default" and fam in (None, "mps-pct", "detshare-narrow"):
+            # the named configurations are recognised by their whole name (detshare-share, detshare-temporal, ...)
+            ap.error("--configs %s: -n<N> applies to detshare-default and the numbered DetShare configurations "
+                     "(detshare-reserve<F>, detshare-overlap<F>, detshare-slo<X>x, detshare-sloov<X>x, "
+                     "detshare-pinned<N>, detshare-floor<N>)" % c)
         if narrow_suffix(c)[0] not in known and fam is None:
             ap.error("--configs: %r is not one of %s, or mps-pct<P>, detshare-floor<N>, detshare-pinned<N>, "
                      "detshare-slo<X>x, detshare-sloov<X>x, detshare-reserve<F>, detshare-overlap<F>, detshare-narrow<N>" % (c, ", ".join(sorted(known))))

@@ -66,6 +66,9 @@ func TestColocPlan(t *testing.T) {
 	}
 	benchRefuses(t, py, "narrow_groups (-n<N>) is 0..63",
 		"--device", "cpu", "--suite", "coloc", "--configs", "detshare-overlap0.25-n64", "--dry-run")
+	// a named configuration is recognised by its whole name: with a suffix it would run as another one
+	benchRefuses(t, py, "-n<N> applies to detshare-default and the numbered DetShare configurations",
+		"--device", "cpu", "--suite", "coloc", "--configs", "detshare-temporal-n2", "--dry-run")
 	// the Python stand-in scheduler is gone: an old command line that asks for it is refused, naming why
 	benchRefuses(t, py, "the only scheduler is the real `detshare sched`",
 		"--device", "cpu", "--suite", "coloc", "--scheduler", "python", "--dry-run")
