@@ -165,9 +165,8 @@ func latencyLine(t view.Tenant) string {
 	if c := sloControllerLine(t); c != "" {
 		parts = append(parts, c)
 	}
-	if t.NarrowGroups > 0 {
-		parts = append(parts, fmt.Sprintf("memory-bound kernels on %d groups of its grant (beside a latency-critical tenant)",
-			t.NarrowGroups))
+	if n := t.NarrowNote(); n != "" {
+		parts = append(parts, n)
 	}
 	if t.GateDepth > 0 {
 		parts = append(parts, fmt.Sprintf("gate %d kernels / %dus per stream (%d launches held, %.1f ms)", t.GateDepth,

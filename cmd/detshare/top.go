@@ -153,9 +153,8 @@ func renderTop(w io.Writer, prev *view.Snapshot, s view.Snapshot, width int) {
 			line(w, "  "+l)
 		}
 		for _, t := range s.Tenants {
-			if t.GPU == g.Index && t.NarrowGroups > 0 {
-				line(w, fmt.Sprintf("  %s: memory-bound kernels on %d groups of its grant (beside a latency-critical tenant)",
-					t.ID, t.NarrowGroups))
+			if n := t.NarrowNote(); t.GPU == g.Index && n != "" {
+				line(w, "  "+t.ID+": "+n)
 			}
 		}
 	}

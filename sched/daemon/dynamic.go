@@ -108,15 +108,14 @@ func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.O
 	// the controller's position runs from the most protective share through the default partition, then widens
 	// the neighbours' narrow part for memory-bound kernels, shrinks the partition, and widens that part to the end
 	// (policy.SLOLadder)
-	start := min(policy.ReserveShrink(t.Guarantee, nGroups, o), max(maxShrink, 0))
-	ladder := policy.NewSLOLadder(start, maxShrink, o)
+	ladder := policy.NewSLOLadder(policy.ReserveShrink(t.Guarantee, nGroups, o), maxShrink, o)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.entryLocked(r.reg.ID)
 	if st.slo.winStart.IsZero() {
 		// a new tenant starts on the default reserve (its guarantee if that is larger)
 		st.slo.winStart, st.slo.lastHist, st.slo.lastFine = now, r.lat, r.fine
-		st.slo.ctl.Shrink = start
+		st.slo.ctl.Shrink = ladder.Start
 	}
 	if age := now.Sub(st.slo.winStart); age >= sloWindow {
 		p99, n := policy.WindowP99(policy.HistDelta(r.lat, st.slo.lastHist), policy.FineDelta(r.fine, st.slo.lastFine))

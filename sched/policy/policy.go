@@ -184,7 +184,7 @@ type Tenant struct {
 	// number of groups the partition leaves to lower tiers beyond their floor.
 	Sized bool
 	// NarrowWiden (latency-critical with an SLO): groups its SLO controller adds to Options.NarrowGroups for its
-	// neighbours' memory-bound kernels (SLONarrowLevels); the most protective latency-critical tenant on a GPU sets it.
+	// neighbours' memory-bound kernels (SLOLadder); the most protective latency-critical tenant on a GPU sets it.
 	NarrowWiden int
 
 	overlap bool // sizeReserves: a Sized tenant under Options.LCOverlap, granted every group

@@ -110,7 +110,7 @@ type Tenant struct {
 	GateWaits     uint64  `json:"gate_waits"`     // launches the gate held back
 	GateWaitNs    uint64  `json:"gate_wait_ns"`   // time they waited
 	// NarrowGroups (issue 26): groups of its grant its memory-bound kernels run on beside a latency-critical
-	// tenant (scheduler.narrow_groups), 0 = all of it
+	// tenant (scheduler.narrow_groups), 0 = all of it (NarrowNote)
 	NarrowGroups uint32 `json:"narrow_groups"`
 	// Issue 26: the SLO controller's last decision (tenants with slo-p99): SM groups left to lower tiers beyond one
 	// neighbour's floor (the rest of the GPU is its exclusive partition), the P99 of its last window, the P99 measured at the most protective share (what it
@@ -374,4 +374,12 @@ func TenantProcesses(t *table.Table, regs []table.Registration, gpus []int,
 		}
 	}
 	return procs, known, attr, errors.Join(errs...)
+}
+
+// NarrowNote is how status and top say where a tenant's memory-bound kernels run; "" when on its whole grant.
+func (t Tenant) NarrowNote() string {
+	if t.NarrowGroups == 0 {
+		return ""
+	}
+	return fmt.Sprintf("memory-bound kernels on %d groups of its grant (beside a latency-critical tenant)", t.NarrowGroups)
 }
