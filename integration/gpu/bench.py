@@ -94,13 +94,20 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   detshare-default   the real scheduler with its defaults (LC --sm at --lc-groups, no SLO)
 #   <detshare-default or a numbered detshare configuration>-n<N>  the same with scheduler.narrow_groups = N
 #                      (detshare-overlap0.25-n6)
+#   trainer-mps<P>     each trainer alone under MPS at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P (no LC)
+#   trainer-sm<S>      each trainer alone under the real scheduler, pinned to S SMs (a latency-critical tenant with
+#                      --sm S --pinned, so that nothing narrows it): what its own kernels do on that many SMs, against
+#                      what MPS's thread percentage makes of them (cuBLAS picks other kernels for fewer SMs)
 PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-floor(\d+)"),
                  ("detshare-pinned", r"detshare-pinned(\d+)"), ("detshare-slo", r"detshare-slo(\d+(?:\.\d+)?)x"),
                  ("detshare-reserve", r"detshare-reserve(\d+(?:\.\d+)?)"),
                  ("detshare-overlap", r"detshare-overlap(\d+(?:\.\d+)?)"),
                  ("detshare-sloov", r"detshare-sloov(\d+(?:\.\d+)?)x"),
                  # the default partition with scheduler.narrow_groups = N (0: memory-bound kernels on the whole grant)
-                 ("detshare-narrow", r"detshare-narrow(\d+)"))
+                 ("detshare-narrow", r"detshare-narrow(\d+)"),
+                 # the trainer alone on part of the GPU: under MPS at P %, or under DetShare pinned to S SMs
+                 ("trainer-mps", r"trainer-mps(\d+)"), ("trainer-sm", r"trainer-sm(\d+)"))
+TRAINER_ALONE = ("trainer-mps", "trainer-sm")
 
 
 def narrow_suffix(cfg):
@@ -195,8 +202,10 @@ def parse(argv=None):
     known.add("detshare-default")
     for c in a.only:
         fam, n = param_config(c)
-        if fam == "mps-pct" and not 1 <= n <= 100:
+        if fam in ("mps-pct", "trainer-mps") and not 1 <= n <= 100:
             ap.error("--configs %s: the thread percentage must be 1..100" % c)
+        if fam == "trainer-sm" and n < 1:
+            ap.error("--configs %s: the trainer needs at least one SM" % c)
         if fam in ("detshare-reserve", "detshare-overlap") and not 0 <= n <= 1:
             ap.error("--configs %s: lc_reserve is 0..1" % c)
         if fam in ("detshare-floor", "detshare-pinned") and n < 0:
@@ -204,14 +213,17 @@ def parse(argv=None):
         base, narrow = narrow_suffix(c)
         if narrow is not None and not 0 <= narrow <= 63:
             ap.error("--configs %s: narrow_groups (-n<N>) is 0..63" % c)
-        if narrow is not None and base != "detshare-default" and fam in (None, "mps-pct", "detshare-narrow"):
+        if narrow is not None and base != "detshare-default" and fam in (None, "mps-pct", "detshare-narrow") + TRAINER_ALONE:
             # the named configurations are recognised by their whole name (detshare-share, detshare-temporal, ...)
             ap.error("--configs %s: -n<N> applies to detshare-default and the numbered DetShare configurations "
                      "(detshare-reserve<F>, detshare-overlap<F>, detshare-slo<X>x, detshare-sloov<X>x, "
                      "detshare-pinned<N>, detshare-floor<N>)" % c)
         if narrow_suffix(c)[0] not in known and fam is None:
             ap.error("--configs: %r is not one of %s, or mps-pct<P>, detshare-floor<N>, detshare-pinned<N>, "
-                     "detshare-slo<X>x, detshare-sloov<X>x, detshare-reserve<F>, detshare-overlap<F>, detshare-narrow<N>" % (c, ", ".join(sorted(known))))
+                     "detshare-slo<X>x, detshare-sloov<X>x, detshare-reserve<F>, detshare-overlap<F>, detshare-narrow<N>, "
+                     "trainer-mps<P>, trainer-sm<S>" % (c, ", ".join(sorted(known))))
+        if fam in TRAINER_ALONE and "coloc" not in a.suites:
+            ap.error("--configs %s: the trainer-alone configurations belong to --suite coloc" % c)
     a.config_order = [c for c in a.configs.split(",") if c]
     pairs = []
     for pair in (x for x in a.train_pairs.split(",") if x):
@@ -379,7 +391,7 @@ class Case:
 
     def uses_lib(self):
         """Library configurations: run under `detshare sched`, each worker started by `detshare run`."""
-        return self.config.startswith("detshare") or self.config in ("alone-lib", "alone-grant")
+        return self.config.startswith(("detshare", "trainer-sm")) or self.config in ("alone-lib", "alone-grant")
 
 
 class Worker:
@@ -533,8 +545,15 @@ class Runner:
                     cases.append(self.case("coloc/%s/alone" % be, "alone",
                                            [("be", ["--role", "train", "--model", be + tiny] + dev, "be",
                                              "coloc:" + be)]))
+            for cfg in a.config_order:  # each trainer alone on part of the GPU
+                if param_config(cfg)[0] in TRAINER_ALONE:
+                    for be in a.coloc_bes:
+                        cases.append(self.case("coloc/%s/%s" % (be, cfg), cfg,
+                                               [("be", ["--role", "train", "--model", be + tiny] + dev, "be",
+                                                 "coloc:" + be)]))
             shared = [c for c in COLOC_CONFIGS[2:] if want(c)]
-            shared += [c for c in a.config_order if c not in COLOC_CONFIGS and c not in COLOC_OPTIONAL]
+            shared += [c for c in a.config_order if c not in COLOC_CONFIGS and c not in COLOC_OPTIONAL and
+                       param_config(c)[0] not in TRAINER_ALONE]
             for cfg in shared:
                 for be in a.coloc_bes:
                     for lc in a.coloc_lcs:
@@ -574,7 +593,7 @@ class Runner:
             if cfg == "mps-pct" and label == "be":
                 groups = self.groups()
                 pct = max(1, int(100 * sum(groups[self.a.lc_groups:]) / self.gpu["sms"]))
-            elif param_config(cfg)[0] == "mps-pct" and label == "be":
+            elif param_config(cfg)[0] in ("mps-pct", "trainer-mps") and label == "be":
                 pct = int(param_config(cfg)[1])
             env = {}
             if cfg == "mps-prio" and label == "be":
@@ -583,8 +602,8 @@ class Runner:
                 env["DETSHARE_MPS_PRIORITY"] = "off"  # the library leaves every tenant at normal priority
             ws.append(Worker(label, list(args), env=env, tenant=tenant, mps_pct=pct))
             ws[-1].group = group
-        return Case(name, cfg, ws, needs_mps=cfg.startswith("mps") or (cfg.startswith("detshare") and
-                                                                     cfg != "detshare-temporal") or
+        return Case(name, cfg, ws, needs_mps=cfg.startswith(("mps", "trainer-")) or (cfg.startswith("detshare") and
+                                                                                  cfg != "detshare-temporal") or
                     cfg in ("alone-grant", "alone-mps"))
 
     # ----------------------------------------------------------------------------------------- one case -------
@@ -763,7 +782,9 @@ class Runner:
         sms = sum(self.groups()[:a.lc_groups])
         flags = {}
         for w in c.workers:
-            if c.config == "alone-lib" or w.tenant in ("be", "a", "b"):
+            if fam == "trainer-sm":  # the trainer alone, pinned to its SMs: nothing beside it narrows or gates it
+                flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(int(num)), "--pinned"]
+            elif c.config == "alone-lib" or w.tenant in ("be", "a", "b"):
                 flags[w.tenant] = ["--tier", "best-effort"]
             elif w.tenant == "lc":
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sms)]

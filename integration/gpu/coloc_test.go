@@ -64,6 +64,36 @@ func TestColocPlan(t *testing.T) {
 			t.Errorf("plan lacks %q:\n%s", want, swept)
 		}
 	}
+	// each trainer alone on part of the GPU: under MPS at a thread percentage, or under DetShare pinned to S SMs as a
+	// latency-critical tenant (nothing beside it narrows it); no LC runs in these cases
+	alone := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--detshare", ds, "--dry-run", "--coloc-lc", "bert", "--coloc-be", "lin8192-fp32,lin8192-bf16",
+		"--configs", "alone,trainer-mps67,trainer-sm88")
+	for _, l := range strings.Split(alone, "\n") {
+		switch {
+		case strings.Contains(l, "coloc/lin8192-fp32/trainer-mps67") || strings.Contains(l, "coloc/lin8192-bf16/trainer-mps67"):
+			if !strings.Contains(l, "(MPS 67%)") || strings.Contains(l, "lc:") {
+				t.Errorf("trainer-mps67 must run the trainer alone at 67 %% of threads: %s", l)
+			}
+		case strings.Contains(l, "trainer-sm88"):
+			if strings.Contains(l, "lc:") || strings.Contains(l, "MPS ") {
+				t.Errorf("trainer-sm88 must run the trainer alone under the scheduler: %s", l)
+			}
+		}
+	}
+	for _, want := range []string{"coloc/lin8192-fp32/trainer-sm88", "coloc/lin8192-bf16/trainer-sm88",
+		"coloc/lin8192-bf16/trainer-mps67"} {
+		if !strings.Contains(alone, want) {
+			t.Errorf("plan lacks %q:\n%s", want, alone)
+		}
+	}
+	if strings.Contains(alone, "+lin8192-fp32/trainer-") {
+		t.Errorf("a trainer-alone configuration was planned beside an LC:\n%s", alone)
+	}
+	benchRefuses(t, py, "the thread percentage must be 1..100",
+		"--device", "cpu", "--suite", "coloc", "--configs", "trainer-mps0", "--dry-run")
+	benchRefuses(t, py, "the trainer needs at least one SM",
+		"--device", "cpu", "--suite", "coloc", "--configs", "trainer-sm0", "--dry-run")
 	benchRefuses(t, py, "narrow_groups (-n<N>) is 0..63",
 		"--device", "cpu", "--suite", "coloc", "--configs", "detshare-overlap0.25-n64", "--dry-run")
 	// a named configuration is recognised by its whole name: with a suffix it would run as another one
@@ -197,6 +227,43 @@ func TestColocReportShowsTheSLOController(t *testing.T) {
 		"| bert+lin8192-bf16 | detshare-sloov2x | 4.000 | meeting | 3.500 | — | 6 | 7, 2 |",
 		"bert+lin8192-bf16, slo-p99 1.5x solo: LC service P99 within the SLO | 1.6000 | <= 1.5 | **no**",
 	)
+}
+
+// Each trainer alone on part of the GPU reaches the report: throughput against its solo, the SMs the scheduler
+// granted (from its status mid-run), and whether its losses stayed bit-identical (MPS's percentage changes kernels).
+func TestColocReportShowsTheTrainerAlone(t *testing.T) {
+	be := func(cfg string, steps int, hash string, sms any) map[string]any {
+		var ends []float64
+		for i := 0; i < steps; i++ {
+			ends = append(ends, 5.0*float64(i)/float64(steps))
+		}
+		d := map[string]any{"role": "train", "duration": 5.0, "t0": 1000.0, "step_ends": ends,
+			"loss_hash_first5": hash, "group": "coloc:lin8192-bf16", "config": cfg, "label": "be"}
+		if sms != nil {
+			d["grant_mid_run"] = map[string]any{"sms": sms}
+		}
+		return d
+	}
+	results := map[string]map[string]any{
+		"a": lcResult("alone", "coloc:bert", func(int) float64 { return 2 }),
+		"b": be("alone", 100, "l0", nil), "c": be("trainer-mps67", 80, "l9", nil),
+		"d": be("trainer-sm88", 70, "l0", 88), "e": be("trainer-sm104", 85, "l0", 104),
+	}
+	md := colocReport(t, results, "")
+	reportHas(t, md,
+		"### Each trainer alone on part of the GPU",
+		"| lin8192-bf16 | trainer-mps67 | — | 16.00 | 0.80 |",
+		"| lin8192-bf16 | trainer-sm88 | 88 | 14.00 | 0.70 |",
+		"| lin8192-bf16 | trainer-sm104 | 104 | 16.89 | 0.84 |",
+	)
+	if !strings.Contains(md, "| lin8192-bf16 | trainer-mps67 | — | 16.00 | 0.80 | — / — | — / — | **NO** |") ||
+		!strings.Contains(md, "| lin8192-bf16 | trainer-sm88 | 88 | 14.00 | 0.70 | — / — | — / — | yes |") {
+		t.Errorf("bit-identity per row wrong:\n%s", md)
+	}
+	if strings.Index(md, "trainer-mps67") > strings.Index(md, "trainer-sm88") ||
+		strings.Index(md, "trainer-sm88") > strings.Index(md, "trainer-sm104") {
+		t.Errorf("rows out of order (MPS first, then DetShare by SMs):\n%s", md)
+	}
 }
 
 func jsonNum(f float64) string { b, _ := json.Marshal(f); return string(b) }

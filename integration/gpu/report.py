@@ -699,6 +699,49 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     fmt(rs["first_p50_us"], 0), fmt(rs["first_p99_us"], 0), fmt(rs["all_p50_us"], 0),
                     fmt(rs["all_p99_us"], 0), fmt(rs["all_max_us"], 0)))
             md.append("")
+    trainer_alone(raw, skip, power, window, out, md)
+
+
+def trainer_alone(raw, skip, power, window, out, md):
+    """Each trainer alone on part of the GPU (bench trainer-mps<P>, trainer-sm<S>): its throughput with its own
+    kernels on S SMs under DetShare against MPS's thread percentage, which lets cuBLAS pick other kernels."""
+    rows = []
+    for g in sorted(raw):
+        if not g.startswith("coloc:") or "+" in g:
+            continue
+        be = g.split(":", 1)[1]
+        solo = raw[g].get("alone", {}).get("be")
+        bs = train_stats(solo, skip) if solo else None
+        cfgs = [c for c in raw[g] if re.fullmatch(r"trainer-(mps|sm)\d+", c)]
+        for cfg in sorted(cfgs, key=lambda c: (c.startswith("trainer-sm"), int(re.findall(r"\d+", c)[-1]))):
+            d = raw[g][cfg].get("be")
+            if not d:
+                continue
+            b = train_stats(d, skip)
+            sms = (d.get("grant_mid_run") or {}).get("sms")
+            r = {"steps_per_s": b["steps_per_s"], "norm": ratio(b["steps_per_s"], bs and bs["steps_per_s"]),
+                 "sms": sms, "bit_identical": (b["loss_hash"] == bs["loss_hash"]) if bs and b["loss_hash"] else None,
+                 "power": power_in(power, *window(d))}
+            out.setdefault("trainer-alone:" + be, {})[cfg] = r
+            rows.append((be, cfg, r))
+    if not rows:
+        return
+    md.append("### Each trainer alone on part of the GPU")
+    md.append("")
+    md.append("`trainer-mps<P>`: alone under MPS at P % of threads (cuBLAS sees fewer SMs and may pick other "
+              "kernels); `trainer-sm<S>`: alone under DetShare pinned to S SMs (its solo kernels on a green context). "
+              "Throughput × its solo, and whether its losses are bit-identical to solo.")
+    md.append("")
+    md.append("| trainer | config | SMs granted | steps/s | × solo | board W (mean / max) | SM MHz (mean / min) "
+              "| losses bit-identical |")
+    md.append("|---|---|---|---|---|---|---|---|")
+    yn = {True: "yes", False: "**NO**", None: "—"}
+    for be, cfg, r in rows:
+        md.append("| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s |" % (
+            be, cfg, r["sms"] if r["sms"] is not None else "—", fmt(r["steps_per_s"]), fmt(r["norm"]),
+            fmt(r["power"].get("power_w_mean"), 0), fmt(r["power"].get("power_w_max"), 0),
+            fmt(r["power"].get("sm_mhz_mean"), 0), fmt(r["power"].get("sm_mhz_min"), 0), yn[r["bit_identical"]]))
+    md.append("")
 
 
 def target(what, value, op, goal):

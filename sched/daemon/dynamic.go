@@ -16,8 +16,9 @@ import (
 // partition (scheduler.lc_reserve, or the SLO controller from the latency histograms its library keeps), the
 // dispatch gate of throttled tenants, and the board's power (NVML, read-only).
 
-// sloWindow is the shortest window over which a tenant's P99 is taken; a window with fewer than
-// policy.MinLatencySamples completions is extended up to sloWindowMax.
+// sloWindow is the shortest window over which a tenant's P99 is taken; a window is extended until it holds
+// policy.P99Samples completions, or policy.MissEvidence of them missed the SLO, up to sloWindowMax (where fewer than
+// policy.MinLatencySamples count as an idle tenant).
 const (
 	sloWindow    = 250 * time.Millisecond
 	sloWindowMax = 2 * time.Second
@@ -118,8 +119,9 @@ func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.O
 		st.slo.ctl.Shrink = ladder.Start
 	}
 	if age := now.Sub(st.slo.winStart); age >= sloWindow {
-		p99, n := policy.WindowP99(policy.HistDelta(r.lat, st.slo.lastHist), policy.FineDelta(r.fine, st.slo.lastFine))
-		if n >= policy.MinLatencySamples || age >= sloWindowMax {
+		coarse, fine := policy.HistDelta(r.lat, st.slo.lastHist), policy.FineDelta(r.fine, st.slo.lastFine)
+		p99, n := policy.WindowP99(coarse, fine)
+		if policy.WindowReady(n, policy.WindowAbove(coarse, fine, slo), age >= sloWindowMax) {
 			st.slo.ctl.Step(slo, p99, n, ladder.Top())
 			st.ObservedP99 = st.slo.ctl.LastP99
 			st.SLO = st.slo.ctl

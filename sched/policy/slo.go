@@ -14,6 +14,16 @@ const LatencyBuckets = 32
 // MinLatencySamples is how many completions a window needs before its P99 is used for sizing.
 const MinLatencySamples = 20
 
+// P99Samples is how many completions a window gathers before the controller trusts a P99 inside the SLO: with
+// fewer the 99th percentile is the window's largest sample (27 completions of a 2.4 ms service in 250 ms), which
+// overstates the run's P99 and sent the controller to its most protective share on an H100 where the run met the SLO
+// with more left to the neighbours (BENCHMARKS.md, issue 26). A miss needs no such wait: MissEvidence completions
+// certainly above the SLO end the window early, since no window of P99Samples could then have its P99 inside it.
+const (
+	P99Samples   = 100
+	MissEvidence = 2
+)
+
 // HistP99 returns the 99th percentile of a latency histogram (the upper edge of the bucket it falls in, so never
 // optimistic) and the number of samples. 0 with no samples.
 func HistP99(h [LatencyBuckets]uint64) (time.Duration, uint64) {
@@ -66,6 +76,36 @@ func deltaInto(d, cur, prev []uint64) {
 			d[i] = min(cur[i]-prev[i], 1<<40)
 		}
 	}
+}
+
+// WindowReady says whether an SLO window of n completions, above of them certainly over the SLO (WindowAbove), is
+// ready for SLOControl.Step: it holds P99Samples, or enough completions with MissEvidence of them over the SLO, or
+// it reached the longest window (full), where fewer than MinLatencySamples count as an idle tenant.
+func WindowReady(n, above uint64, full bool) bool {
+	return full || n >= P99Samples || (n >= MinLatencySamples && above >= MissEvidence)
+}
+
+// WindowAbove counts the completions of a window that certainly took longer than slo: those in buckets whose lower
+// edge is at or above it (from the fine histogram where it counted every completion the octave one did, as
+// WindowP99), so that a miss is never claimed from a bucket that straddles the target.
+func WindowAbove(coarse [LatencyBuckets]uint64, fine [FineBuckets]uint64, slo time.Duration) uint64 {
+	var n, fn, above, fabove uint64
+	for i, c := range coarse {
+		n = satAdd(n, c)
+		if i > 0 && time.Duration(uint64(1)<<i)*time.Microsecond >= slo {
+			above = satAdd(above, c)
+		}
+	}
+	for b, c := range fine {
+		fn = satAdd(fn, c)
+		if b > 0 && fineUpper(b-1) >= slo {
+			fabove = satAdd(fabove, c)
+		}
+	}
+	if fn == n && n > 0 {
+		return fabove
+	}
+	return above
 }
 
 // FineBuckets is the number of buckets of the fine latency histogram (table.LatFineBuckets): LatFineSub per octave
@@ -129,6 +169,13 @@ const (
 	// infeasibleAfter: windows missed in a row at the most protective share before the SLO is reported as not
 	// attainable on this GPU beside these neighbours.
 	infeasibleAfter = 3
+	// sloNoWorse: once an SLO is not attainable, the controller returns to the largest share whose window in the
+	// same run of misses was within this fraction of the floor: protection that bought the LC nothing more is given
+	// back to its neighbours.
+	sloNoWorse = 0.10
+	// sloPositions: positions whose latency the controller remembers through a run of misses (a ladder is at most
+	// twice the GPU's groups plus their count; beyond this a position is simply not a candidate to return to).
+	sloPositions = 64
 )
 
 // SLOControl is the per-latency-critical-tenant state of the SLO controller: how many groups the tenant leaves to
@@ -142,13 +189,20 @@ type SLOControl struct {
 	// tightest dispatch gate meanwhile).
 	Miss bool
 	// Infeasible: the SLO was missed infeasibleAfter windows in a row at the most protective share: what the
-	// neighbours have in flight (kernels are never cut) and MPS cost more than the SLO allows. Floor is the
-	// lowest P99 measured at that share, what the tenant can count on beside these neighbours.
+	// neighbours have in flight (kernels are never cut) and MPS cost more than the SLO allows. Floor is the P99
+	// measured at that share (once not attainable, the lowest window of that run of misses), what the tenant can
+	// count on beside these neighbours; the controller then holds the largest share no worse than it (Holding).
 	Infeasible bool
 	Floor      time.Duration
 	// LastP99 is the P99 of the last window that had enough samples.
 	LastP99 time.Duration
+	// Holding: the SLO is not attainable and the controller holds the largest share no worse than the floor
+	// (sloNoWorse) instead of the most protective one.
+	Holding bool
 	missed0 int // windows in a row missed at Shrink 0
+	// missP99: the P99 of each position's last window in the current run of misses (0: none), so that an SLO found
+	// unattainable returns to a share that cost the LC no more than the floor did.
+	missP99 [sloPositions]time.Duration
 }
 
 // Step moves the controller by one window: multiplicative decrease of the share given back when the SLO is missed,
@@ -173,11 +227,29 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 	if c.Shrink == 0 {
 		c.Floor = p99 // the most protective share's latency, refreshed whenever the controller is there
 	}
+	if !c.Miss {
+		c.missP99, c.Holding = [sloPositions]time.Duration{}, false
+	} else if c.Shrink < sloPositions {
+		c.missP99[c.Shrink] = p99
+	}
 	switch {
+	case r > 1 && c.Holding && float64(p99) <= float64(c.Floor)*(1+sloNoWorse):
+		// not attainable, and this share costs the LC no more than the most protective one: hold it
 	case r > 1:
+		if c.Holding {
+			// worse than the floor: the neighbours changed; find the floor again from here
+			c.Holding, c.missed0, c.missP99 = false, 0, [sloPositions]time.Duration{}
+			if c.Shrink < sloPositions {
+				c.missP99[c.Shrink] = p99
+			}
+		}
 		if c.Shrink == 0 {
 			c.missed0++
 			c.Infeasible = c.missed0 >= infeasibleAfter
+			if c.Infeasible {
+				c.holdNoWorse(maxShrink)
+				return
+			}
 		}
 		if r > sloFar {
 			c.Shrink /= 2 // far above: the neighbours' share was far too large, halve it at once
@@ -194,6 +266,29 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 		c.missed0, c.Infeasible = 0, false
 	}
 	c.Shrink = min(max(c.Shrink, 0), maxShrink)
+}
+
+// holdNoWorse moves an SLO found unattainable to the largest share whose window in this run of misses was within
+// sloNoWorse of the floor (the lowest P99 measured at the most protective share in it), and holds it there while its
+// windows stay that close (Step). Beside an H100 trainer the LC's tail near the most protective share hardly depended
+// on the trainer's share (BENCHMARKS.md, issue 26): going there cost the trainer half its throughput for nothing.
+func (c *SLOControl) holdNoWorse(maxShrink int) {
+	floor := c.missP99[0]
+	for _, p := range c.missP99 {
+		if p > 0 && p < floor {
+			floor = p // a share above the most protective one that measured lower is as good a floor
+		}
+	}
+	if floor <= 0 {
+		return
+	}
+	c.Floor = floor
+	for k := min(maxShrink, sloPositions-1); k > 0; k-- {
+		if p := c.missP99[k]; p > 0 && float64(p) <= float64(floor)*(1+sloNoWorse) {
+			c.Shrink, c.Holding = k, true
+			return
+		}
+	}
 }
 
 // SLOLadder maps an SLO controller's position (SLOControl.Shrink, 0 = the most protective) to the two things it moves
