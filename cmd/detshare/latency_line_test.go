@@ -32,10 +32,14 @@ func TestStatusSLOControllerLine(t *testing.T) {
 		{"starting", []string{"controller: starting"}},
 		{"meeting", []string{"within the SLO", "5 groups of the GPU left to lower tiers", "p99 1.2ms at the most protective share"}},
 		{"missing", []string{"above the SLO", "5 groups left to lower tiers"}},
-		{"infeasible", []string{"NOT ATTAINABLE", "floor measured 1.2ms", "never cut"}},
+		{"infeasible", []string{"NOT ATTAINABLE", "floor measured 1.2ms", "never cut", "; 5 groups left to lower tiers"}},
+		{"holding", []string{"NOT ATTAINABLE", "floor measured 1.2ms", "holding 5 groups for lower tiers, the largest share whose p99 was within 10% of the floor"}},
 	} {
 		tn := base
 		tn.SLOState, tn.SLOGivenBackGroups, tn.SLOWindowP99Ms, tn.SLOFloorMs = c.state, 5, 1.8, 1.2
+		if c.state == "holding" {
+			tn.SLOState, tn.SLOHolding = "infeasible", true
+		}
 		s := latencyLine(tn)
 		for _, w := range c.want {
 			if !strings.Contains(s, w) {

@@ -133,8 +133,14 @@ func sloControllerLine(t view.Tenant) string {
 	case "starting":
 		return "controller: starting (most protective share until a window has enough completions)"
 	case "infeasible":
-		return fmt.Sprintf("controller: SLO NOT ATTAINABLE beside these neighbours: p99 %.3gms even at the most protective "+
-			"share (floor measured %.3gms; kernels in flight are never cut), lower tiers at their floor", t.SLOWindowP99Ms, t.SLOFloorMs)
+		s := fmt.Sprintf("controller: SLO NOT ATTAINABLE beside these neighbours: p99 %.3gms even at the most protective "+
+			"share (floor measured %.3gms; kernels in flight are never cut)", t.SLOWindowP99Ms, t.SLOFloorMs)
+		if t.SLOHolding {
+			// protection beyond this share bought the tenant nothing (policy.SLOControl.Holding)
+			return s + fmt.Sprintf("; holding %d groups for lower tiers, the largest share whose p99 was within 10%% "+
+				"of the floor", t.SLOGivenBackGroups)
+		}
+		return s + fmt.Sprintf("; %d groups left to lower tiers", t.SLOGivenBackGroups)
 	case "missing":
 		return fmt.Sprintf("controller: last window p99 %.3gms above the SLO: %d groups left to lower tiers (halved), tightest gate",
 			t.SLOWindowP99Ms, t.SLOGivenBackGroups)

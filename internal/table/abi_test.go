@@ -94,7 +94,7 @@ func TestABIMatchesC(t *testing.T) {
 		"DS_TABLE_ABI_VERSION": ABIVersion, "DS_MAX_GPUS": MaxGPUs, "DS_MAX_CONTAINERS": MaxContainers,
 		"DS_MAX_SM_GROUPS": MaxSMGroups, "DS_MAX_PROCS": MaxProcs, "DS_ID_LEN": IDLen,
 		"DS_LAT_FINE_BUCKETS": LatFineBuckets, "DS_LAT_FINE_SUB": LatFineSub, "DS_LAT_FINE_MIN_OCT": LatFineMinOct,
-		"DS_SLO_ACTIVE": SLOActive, "DS_SLO_MISS": SLOMiss, "DS_SLO_INFEASIBLE": SLOInfeasible,
+		"DS_SLO_ACTIVE": SLOActive, "DS_SLO_MISS": SLOMiss, "DS_SLO_INFEASIBLE": SLOInfeasible, "DS_SLO_HOLDING": SLOHolding,
 		"DS_GPUS_OFFSET": GPUsOffset, "DS_CONTAINERS_OFFSET": ContainersOffset, "DS_TABLE_SIZE": TableSize,
 		"DS_TABLE_INITIALISING": uint64(TableInitialising), "DS_TABLE_READY": uint64(TableReady),
 		"DS_GPU_ABSENT": uint64(GPUAbsent), "DS_GPU_PRESENT": uint64(GPUPresent),

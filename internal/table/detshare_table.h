@@ -115,6 +115,7 @@ struct ds_gpu {                          /* 1024 bytes each */
 #define DS_SLO_ACTIVE         1u  /* the controller has stepped at least once */
 #define DS_SLO_MISS           2u  /* the last window was above the SLO */
 #define DS_SLO_INFEASIBLE     4u  /* missed at the most protective share: not attainable beside these neighbours */
+#define DS_SLO_HOLDING        8u  /* not attainable: holding the largest share within 10 % of the floor */
 
 struct ds_container {                    /* 512 bytes each */
     uint32_t state;                      /*   0 DS_SLOT_* */

@@ -25,6 +25,7 @@ const (
 	SLOActive     = 1 // the controller has stepped at least once
 	SLOMiss       = 2 // the last window was above the SLO
 	SLOInfeasible = 4 // missed at the most protective share
+	SLOHolding    = 8 // not attainable: holding the largest share within 10 % of the floor
 
 	GPUsOffset       = 4096                                 // DS_GPUS_OFFSET
 	ContainersOffset = GPUsOffset + MaxGPUs*1024            // DS_CONTAINERS_OFFSET

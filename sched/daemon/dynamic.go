@@ -50,6 +50,9 @@ func sloReport(st sloState) table.SLOReport {
 	if c.Infeasible {
 		r.State |= table.SLOInfeasible
 	}
+	if c.Holding {
+		r.State |= table.SLOHolding
+	}
 	return r
 }
 

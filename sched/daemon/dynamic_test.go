@@ -10,6 +10,7 @@ import (
 	"github.com/detshare/detshare/internal/config"
 	"github.com/detshare/detshare/internal/table"
 	"github.com/detshare/detshare/sched/gpuinfo"
+	"github.com/detshare/detshare/sched/policy"
 	"github.com/detshare/detshare/sched/view"
 )
 
@@ -335,5 +336,21 @@ func TestBlockedReaperDoesNotDelayReaction(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// An SLO the controller found not attainable and that it holds at the largest share no worse than its floor is
+// published as such, so that status, top and metrics say why the neighbours keep more than their floor.
+func TestSLOReportSaysHolding(t *testing.T) {
+	st := sloState{ctl: policy.SLOControl{Shrink: 4, Miss: true, Infeasible: true, Holding: true,
+		LastP99: 3 * time.Millisecond, Floor: 2900 * time.Microsecond}, stepped: true, shrink: 4}
+	r := sloReport(st)
+	want := uint32(table.SLOActive | table.SLOMiss | table.SLOInfeasible | table.SLOHolding)
+	if r.State != want || r.GivenBack != 4 || r.FloorUs != 2900 || r.WindowUs != 3000 {
+		t.Fatalf("report %+v, want state %b, 4 groups given back, floor 2900us, window 3000us", r, want)
+	}
+	st.ctl.Holding = false
+	if r := sloReport(st); r.State&table.SLOHolding != 0 {
+		t.Fatalf("not holding, yet reported holding: %+v", r)
 	}
 }

@@ -111,6 +111,7 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 	tsp := nf("detshare_tenant_slo_window_p99_seconds", "gauge", "SLO controller: P99 of its last window")
 	tsf := nf("detshare_tenant_slo_floor_seconds", "gauge", "SLO controller: P99 measured at the most protective share (0 = not measured)")
 	tsi := nf("detshare_tenant_slo_infeasible", "gauge", "SLO controller: 1 when the SLO is missed even at the most protective share")
+	tsh := nf("detshare_tenant_slo_holding", "gauge", "SLO controller: 1 while an SLO not attainable holds the largest share whose P99 was within 10% of the floor")
 	for _, t := range snap.Tenants {
 		// DCGM exporter's labels (gpu, UUID, pod, namespace, container; empty outside Kubernetes) plus DetShare's.
 		l := []string{"tenant", t.ID, "gpu", strconv.Itoa(t.GPU), "UUID", uuid[t.GPU], "pod", t.Pod, "namespace", t.Namespace,
@@ -141,6 +142,7 @@ func Write(w io.Writer, snap view.Snapshot, ex Extra) error {
 			tsp.add(t.SLOWindowP99Ms/1e3, l...)
 			tsf.add(t.SLOFloorMs/1e3, l...)
 			tsi.add(b2f(t.SLOState == "infeasible"), l...)
+			tsh.add(b2f(t.SLOHolding), l...)
 		}
 	}
 	bw := bufio.NewWriter(w)

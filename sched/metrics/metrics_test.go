@@ -21,7 +21,8 @@ func sampleSnap() (view.Snapshot, Extra) {
 		Tenants: []view.Tenant{{ID: `we"ird\id`, GPU: 0, Tier: "latency-critical", Role: "decode", GrantedSMs: 32, GuaranteedSMs: 32,
 			BusyNs: 1500000000, Launches: 42, MemUsed: 1 << 30, MemLimit: 2 << 30, QueueDelayNs: 2000000, GrantEpoch: 5,
 			SLOP99Ms: 5, LatencyCount: 100, LatencyP99Ms: 4.096, SLOWithin: 97, GateDepth: 0, NarrowGroups: 3,
-			MemGPUKnown: true, MemGPU: 3 << 30, MemOutside: 2 << 30}}}
+			MemGPUKnown: true, MemGPU: 3 << 30, MemOutside: 2 << 30,
+			SLOState: "infeasible", SLOHolding: true, SLOGivenBackGroups: 4, SLOWindowP99Ms: 6.5, SLOFloorMs: 6}}}
 	return s, Extra{Passes: 7, GrantChanges: 5, SLOViolations: map[string]uint64{`we"ird\id`: 2}}
 }
 
@@ -55,6 +56,10 @@ func TestWrite(t *testing.T) {
 		`detshare_tenant_slo_within_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 97`,
 		`detshare_tenant_latency_completions_total{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 100`,
 		`detshare_tenant_narrow_groups{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 3`,
+		`detshare_tenant_slo_infeasible{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 1`,
+		`detshare_tenant_slo_holding{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 1`,
+		`detshare_tenant_slo_given_back_groups{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 4`,
+		`detshare_tenant_slo_floor_seconds{tenant="we\"ird\\id",gpu="0",UUID="SIM-0",pod="",namespace="",container="",tier="latency-critical",role="decode"} 0.006`,
 		`detshare_scheduler_up 1`,
 		"# TYPE detshare_tenant_grant_changes_total counter",
 	} {

@@ -120,6 +120,9 @@ type Tenant struct {
 	SLOWindowP99Ms     float64 `json:"slo_window_p99_ms,omitempty"`
 	SLOFloorMs         float64 `json:"slo_floor_ms,omitempty"`
 	SLOState           string  `json:"slo_state,omitempty"`
+	// SLOHolding: "infeasible", and the controller holds the largest share whose P99 was within 10 % of the floor
+	// (SLOGivenBackGroups) rather than the most protective one.
+	SLOHolding bool `json:"slo_holding,omitempty"`
 	// Rates over the interval since the previous snapshot (Rates fills them).
 	BusyPct     float64 `json:"busy_percent"`
 	LaunchesSec float64 `json:"launches_per_second"`
@@ -196,6 +199,7 @@ func Take(t *table.Table) Snapshot {
 		v.NarrowGroups = t.Narrow(r.Slot)
 		if rep := t.SLOReportOf(r.Slot); r.Tier == table.TierLatencyCritical && !v.Pinned && r.SLOP99Us > 0 {
 			v.SLOGivenBackGroups, v.SLOState = rep.GivenBack, SLOStateName(rep.State)
+			v.SLOHolding = rep.State&table.SLOHolding != 0 && rep.State&table.SLOInfeasible != 0
 			v.SLOWindowP99Ms, v.SLOFloorMs = float64(rep.WindowUs)/1000, float64(rep.FloorUs)/1000
 		}
 		if cl, err := table.OpenClientPageReadOnly(r.ClientPagePath); err == nil {
