@@ -270,7 +270,7 @@ func (c *SLOControl) Step(slo, p99 time.Duration, samples uint64, maxShrink int)
 }
 
 // holdNoWorse moves an SLO found unattainable to the largest share whose window in this run of misses was within
-// sloNoWorse of the floor (the lowest P99 measured at the most protective share in it), and holds it there while its
+// sloNoWorse of the floor (the lowest window P99 of the run, normally one at the most protective share), and holds it there while its
 // windows stay that close (Step). Beside an H100 trainer the LC's tail near the most protective share hardly depended
 // on the trainer's share (BENCHMARKS.md, issue 26): going there cost the trainer half its throughput for nothing.
 func (c *SLOControl) holdNoWorse(maxShrink int) {
