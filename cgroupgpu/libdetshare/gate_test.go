@@ -23,16 +23,27 @@ func ms(t *testing.T, r result, step, key string) float64 {
 // The dispatch gate bounds what a throttled tenant has queued on its SMs, so that a reclaim (the SMs freed after
 // the scheduler takes them) waits for at most about depth kernels, or the budget's worth of learnt kernel time;
 // without a gate the whole burst is queued. Simulated GPU (a test double): a 2 ms spin kernel takes 2 ms of real
-// time, and tail_ms is the time the queue took to drain after the last launch returned.
+// time. What is checked is a count, the kernels not yet finished when the last launch returned (burstq: an event
+// after each kernel), which a loaded machine cannot inflate; the time that queue took to drain (tail_ms) is only
+// logged: on CI's two busy cores it once exceeded a bound scaled from the kernels' own duration (run 26).
 func TestDispatchGateBoundsReclaim(t *testing.T) {
 	const kernelMs, n = 2.0, 40
-	burst := "burst:" + strconv.Itoa(n) + "x2000"
+	burst := "burstq:" + strconv.Itoa(n) + "x2000"
+	queued := func(r result) int {
+		t.Helper()
+		q, err := strconv.Atoi(r.get(t, "burstq", "queued"))
+		if err != nil {
+			t.Fatalf("burstq queued: %v", err)
+		}
+		t.Logf("queued %d, drained in %s ms, burst %s ms", q, r.get(t, "burstq", "tail_ms"), r.get(t, "burstq", "total_ms"))
+		return q
+	}
 	e := newEnv(t, true).withTenant(0, "")
 	e.playScheduler()
 	e.grant(table.ModeSpatial, 0x00f0) // a floor-sized partial grant: launches go to a green context
 	free := e.run("ds_probe_rt", "init", "stream", burst)
-	if tail := ms(t, free, "burst", "tail_ms"); tail < 0.6*n*kernelMs {
-		t.Fatalf("ungated burst left only %.1f ms queued, want most of %.0f ms (the test would prove nothing)", tail, n*kernelMs)
+	if q := queued(free); q < n*6/10 {
+		t.Fatalf("ungated burst left only %d of %d kernels queued (the test would prove nothing)", q, n)
 	}
 
 	// depth 4, generous budget: at most 4 kernels in flight.
@@ -40,32 +51,25 @@ func TestDispatchGateBoundsReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.run("ds_probe_rt", "init", "stream", burst)
-	total := ms(t, r, "burst", "total_ms")
-	if total < 0.9*n*kernelMs {
+	if total := ms(t, r, "burstq", "total_ms"); total < 0.9*n*kernelMs {
 		t.Fatalf("gated burst took %.1f ms, less than its %0.f ms of kernels: work was lost", total, n*kernelMs)
 	}
-	// The bound is four kernels as long as they really took in this run: on a loaded machine the simulated GPU's
-	// 2 ms spin kernels take longer, and so does the queue they leave (an ungated queue is still ~10x this).
-	perKernel := max(kernelMs, total/n)
-	bound := 4 * perKernel
-	if tail := ms(t, r, "burst", "tail_ms"); tail > bound*1.5+1 {
-		t.Fatalf("gate depth 4: %.1f ms queued after the last launch, bound %.1f ms (4 kernels of %.2f ms)", tail, bound, perKernel)
+	if q := queued(r); q > 4 {
+		t.Fatalf("gate depth 4: %d kernels still queued after the last launch returned", q)
 	}
 	pg := e.client.Page()
 	if atomic.LoadUint64(&pg.GateWaits) == 0 || atomic.LoadUint64(&pg.GateWaitNs) == 0 {
 		t.Fatal("gate waits not accounted in the client page")
 	}
 
-	// depth 64 but a 5 ms budget: the learnt 2 ms duration caps the stream at 2 kernels.
+	// depth 64 but a 5 ms budget: the learnt 2 ms duration caps the stream at two or three kernels (a slower machine
+	// learns a longer duration, so fewer fit).
 	if err := e.tbl.SetGate(e.reg.Slot, 64, 5000); err != nil {
 		t.Fatal(err)
 	}
 	r = e.run("ds_probe_rt", "init", "stream", burst)
-	// 5 ms of learnt duration is two or three kernels; on a loaded machine they last longer, as in the depth case.
-	budgetBound := max(5.0, 3*max(kernelMs, ms(t, r, "burst", "total_ms")/n))
-	if tail := ms(t, r, "burst", "tail_ms"); tail > budgetBound*1.5+1 {
-		t.Fatalf("budget 5 ms: %.1f ms queued after the last launch, bound %.1f ms; the learnt duration must cap the depth",
-			tail, budgetBound)
+	if q := queued(r); q > 3 {
+		t.Fatalf("budget 5 ms: %d kernels of 2 ms still queued after the last launch; the learnt duration must cap the depth", q)
 	}
 
 	// Lifting the gate restores the full queue (no gate without the scheduler's say-so).
@@ -73,8 +77,8 @@ func TestDispatchGateBoundsReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = e.run("ds_probe_rt", "init", "stream", burst)
-	if tail := ms(t, r, "burst", "tail_ms"); tail < 0.6*n*kernelMs {
-		t.Fatalf("gate lifted but only %.1f ms queued", tail)
+	if q := queued(r); q < n*6/10 {
+		t.Fatalf("gate lifted but only %d of %d kernels queued", q, n)
 	}
 }
 

@@ -13,7 +13,8 @@
  *        US microseconds, no synchronisation) | readback:N (a device-to-host copy of N bytes on the current stream and
  *        a synchronisation of it, as a server reading its result back) | mixburst:RxLONGxSHORT (R rounds of 8 SHORT-us kernels of one
  *        function and 2 LONG-us kernels of another, as a trainer's optimizer and GEMMs, then a synchronisation;
- *        tail_ms as burst:) | ctxsync (cuCtxSynchronize; prints how long it waited) | sleep:MS |
+ *        tail_ms as burst:) | burstq:NxUS (burst:, an event recorded after each kernel; also prints queued: the
+ *        kernels not finished when the last launch returned, a count a loaded machine cannot inflate) | ctxsync (cuCtxSynchronize; prints how long it waited) | sleep:MS |
  *        libkernels (later kernels come from cuLibraryLoadData + cuLibraryGetKernel + cuKernelGetFunction, as
  *        cudart 12+ loads them; default: cuModuleLoadData + cuModuleGetFunction) | pause (waits for a
  *        line on stdin) | smid:B (B blocks report their SM; prints the SMs and 8-SM groups used) | coopsmid:B
@@ -864,6 +865,38 @@ static int step(const char *s) {
         if (r == CUDA_SUCCESS)
             r = D.cuStreamSynchronize(g_stream);
         printf("burst rc=%d tail_ms=%.3f total_ms=%.3f\n", r, ms_since(&t1), ms_since(&t0));
+    } else if (sscanf(s, "burstq:%llux%llu", &a, &b) == 2) {
+        /* burst:, counting what is still queued when the last launch returns by the events recorded after each
+         * kernel: a gate of depth d leaves at most d, however slowly the machine runs them */
+        CUfunction fn;
+        r = func("ds_spin", &fn);
+        uint32_t us = (uint32_t)b;
+        void *args[] = {&us};
+        enum { QMAX = 256 };
+        static CUevent evs[QMAX];
+        unsigned long long n = a < QMAX ? a : QMAX;
+        for (unsigned long long i = 0; i < n && r == CUDA_SUCCESS; i++)
+            if (!evs[i])
+                r = D.cuEventCreate(&evs[i], 2 /* CU_EVENT_DISABLE_TIMING */);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (unsigned long long i = 0; i < n && r == CUDA_SUCCESS; i++) {
+            r = D.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, g_stream, args, NULL);
+            if (r == CUDA_SUCCESS)
+                r = D.cuEventRecord(evs[i], g_stream);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        int queued = 0;
+        /* newest first: once one has finished, every earlier one on the stream has too */
+        for (unsigned long long i = n; i-- > 0 && r == CUDA_SUCCESS;) {
+            CUresult q = D.cuEventQuery(evs[i]);
+            if (q != CUDA_ERROR_NOT_READY)
+                break;
+            queued++;
+        }
+        if (r == CUDA_SUCCESS)
+            r = D.cuStreamSynchronize(g_stream);
+        printf("burstq rc=%d queued=%d tail_ms=%.3f total_ms=%.3f\n", r, queued, ms_since(&t1), ms_since(&t0));
     } else if (sscanf(s, "readback:%llu", &a) == 1) {
         static CUdeviceptr dev;
         static char host[1 << 16];
