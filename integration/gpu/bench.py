@@ -110,6 +110,17 @@ PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-flo
 TRAINER_ALONE = ("trainer-mps", "trainer-sm")
 
 
+def coloc_case(lc, be, cfg):
+    """The name of a co-location case: an LC beside a trainer under one configuration."""
+    return "coloc/%s+%s/%s" % (lc, be, cfg)
+
+
+def case_slug(name):
+    """A case's name as its files are named (raw/<slug>__<worker>.json, logs/<slug>__status.json, ...); report.py
+    finds them by it."""
+    return name.replace("/", "_").replace("+", "-")
+
+
 def narrow_suffix(cfg):
     """(base, N) of a DetShare configuration with the suffix -n<N> (scheduler.narrow_groups = N on top of the base
     configuration, e.g. detshare-overlap0.25-n6), else (cfg, None)."""
@@ -558,7 +569,7 @@ class Runner:
                 for be in a.coloc_bes:
                     for lc in a.coloc_lcs:
                         pair = "coloc:%s+%s" % (lc, be)
-                        c = self.case("coloc/%s+%s/%s" % (lc, be, cfg), cfg,
+                        c = self.case(coloc_case(lc, be, cfg), cfg,
                                       [("lc", self.coloc_lc_args(lc, tiny, dev), "lc", pair),
                                        ("be", ["--role", "train", "--model", be + tiny] + dev, "be", pair)])
                         c.workers[0].rate_key = ("coloc:" + lc, "lc")
@@ -609,7 +620,7 @@ class Runner:
     # ----------------------------------------------------------------------------------------- one case -------
     def run_case(self, c):
         a = self.a
-        slug = c.name.replace("/", "_").replace("+", "-")
+        slug = case_slug(c.name)
         log("case %s", c.name)
         cpu = a.device == "cpu"
         if c.needs_mps and not cpu and not self.mps.running:

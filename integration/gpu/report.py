@@ -21,6 +21,8 @@ import os
 import re
 import sys
 
+from bench import case_slug, coloc_case
+
 TARGETS = {"lc_p99_ratio": 1.05, "be_norm_min": 0.50, "tpot_violation_cut": 0.20, "solo_overhead": 0.01}
 
 
@@ -157,7 +159,7 @@ def sched_state(outdir, lc, be, cfg, solo_p99_ms):
     """What `detshare status` said at the end of a DetShare case's window (bench.py saves it as
     logs/<case>__status.json): the LC's SLO controller (its SLO, state, last window's P99, the floor it measured at its
     most protective share, groups given back) and the trainer's grant and narrow part. None without the file."""
-    path = os.path.join(outdir, "logs", "coloc_%s-%s_%s__status.json" % (lc, be, cfg))
+    path = os.path.join(outdir, "logs", "%s__status.json" % case_slug(coloc_case(lc, be, cfg)))
     try:
         with open(path) as f:
             st = json.load(f)
