@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-from bench import case_slug, coloc_case
+from bench import TRAINER_ALONE, case_slug, coloc_case, param_config
 
 TARGETS = {"lc_p99_ratio": 1.05, "be_norm_min": 0.50, "tpot_violation_cut": 0.20, "solo_overhead": 0.01}
 
@@ -151,8 +151,8 @@ def is_peer(cfg):
 
 def slo_of(cfg):
     """X of detshare-slo<X>x or detshare-sloov<X>x (either with a -n<N> suffix), else None."""
-    m = re.fullmatch(r"detshare-slo(?:ov)?(\d+(?:\.\d+)?)x(?:-n\d+)?", cfg)
-    return float(m.group(1)) if m else None
+    fam, x = param_config(cfg)
+    return x if fam in ("detshare-slo", "detshare-sloov") else None
 
 
 def sched_state(outdir, lc, be, cfg, solo_p99_ms):
@@ -714,8 +714,8 @@ def trainer_alone(raw, skip, power, window, out, md):
         be = g.split(":", 1)[1]
         solo = raw[g].get("alone", {}).get("be")
         bs = train_stats(solo, skip) if solo else None
-        cfgs = [c for c in raw[g] if re.fullmatch(r"trainer-(mps|sm)\d+", c)]
-        for cfg in sorted(cfgs, key=lambda c: (c.startswith("trainer-sm"), int(re.findall(r"\d+", c)[-1]))):
+        cfgs = [c for c in raw[g] if param_config(c)[0] in TRAINER_ALONE]
+        for cfg in sorted(cfgs, key=lambda c: (param_config(c)[0] == "trainer-sm", param_config(c)[1])):
             d = raw[g][cfg].get("be")
             if not d:
                 continue
