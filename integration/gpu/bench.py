@@ -355,6 +355,16 @@ class PowerLog(threading.Thread):
 
 
 # ------------------------------------------------------------------------------------- scheduler snapshots ------
+# what SchedWatch keeps of each tenant at every look (logs/<case>__looks.jsonl)
+LOOK_KEYS = ("id", "grant_groups", "narrow_groups", "slo_given_back_groups", "slo_window_p99_ms", "slo_state")
+
+
+def looks_path(status_path):
+    """Where SchedWatch appends its looks beside the last one (<case>__status.json -> <case>__looks.jsonl)."""
+    return status_path[:-len("__status.json")] + "__looks.jsonl" if status_path.endswith("__status.json") \
+        else status_path + ".looks.jsonl"
+
+
 class SchedWatch(threading.Thread):
     """Looks at `detshare status --json` every `period` s from the start signal on and keeps the last look in which
     every tenant of the case was registered (written to `path`): what the scheduler granted while the workers ran,
@@ -383,6 +393,10 @@ class SchedWatch(threading.Thread):
                 with open(self.path + ".tmp", "w") as f:
                     json.dump(snap, f, indent=1)
                 os.rename(self.path + ".tmp", self.path)
+                # every look, in short: what the SLO controller gave over the run, not only where it ended
+                with open(looks_path(self.path), "a") as f:
+                    f.write(json.dumps({"t": round(time.time(), 3), "tenants": [
+                        {k: tn[k] for k in LOOK_KEYS if k in tn} for tn in snap.get("tenants") or []]}) + "\n")
             if self._stop_ev.wait(self.period):
                 break
         if self.last is None:  # say why there is no snapshot rather than leave nothing

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,6 +136,12 @@ func colocReportWith(t *testing.T, results map[string]map[string]any, power stri
 		writeJSON(t, filepath.Join(raw, name+".json"), d)
 	}
 	for name, d := range files {
+		if text, ok := d.(string); ok { // verbatim (JSON lines)
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		writeJSON(t, filepath.Join(dir, name), d)
 	}
 	writeJSON(t, filepath.Join(dir, "meta.json"), map[string]any{"load": 0.5, "duration": 5})
@@ -190,7 +197,8 @@ func TestColocReport(t *testing.T) {
 
 // Issue 26: the report shows where each SLO case's controller stood at the end of its window, from the `detshare
 // status` bench.py saved: an SLO the scheduler reported not attainable with the floor it measured (and that floor as a
-// ratio to the LC's solo P99), and one it met with the groups it gave back and the trainer's grant and narrow part.
+// ratio to the LC's solo P99), and one it met with the groups it gave back and the trainer's grant and narrow part,
+// and, from every look bench.py took, the mean of both over the run.
 func TestColocReportShowsTheSLOController(t *testing.T) {
 	lc := func(cfg, group string, svcMs float64) map[string]any {
 		return lcResult(cfg, group, func(int) float64 { return svcMs })
@@ -209,6 +217,10 @@ func TestColocReportShowsTheSLOController(t *testing.T) {
 		"c": lc("detshare-sloov1.5x", p, 3.2), "d": be("detshare-sloov1.5x", p, 20),
 		"e": lc("detshare-sloov2x", p, 3.5), "f": be("detshare-sloov2x", p, 60),
 	}
+	look := func(given, beGroups int) string {
+		return fmt.Sprintf(`{"t": 1, "tenants": [{"id": "lc", "slo_given_back_groups": %d}, {"id": "be", "grant_groups": %d}]}`+"\n",
+			given, beGroups)
+	}
 	status := func(lcT, beT map[string]any) map[string]any {
 		lcT["id"], beT["id"] = "lc", "be"
 		return map[string]any{"tenants": []any{lcT, beT}}
@@ -221,10 +233,12 @@ func TestColocReportShowsTheSLOController(t *testing.T) {
 			map[string]any{"slo_p99_ms": 4.0, "slo_state": "meeting", "slo_window_p99_ms": 3.5,
 				"slo_given_back_groups": 6},
 			map[string]any{"grant_groups": 0x7f00, "narrow_groups": 2}),
+		// every look of bench.py's watch: given back 2, 4 and 6 over the run, the trainer on 3, 5 and 7 groups
+		"logs/coloc_bert-lin8192-bf16_detshare-sloov2x__looks.jsonl": look(2, 0x7) + look(4, 0x1f) + look(6, 0x7f),
 	})
 	reportHas(t, md,
-		"| bert+lin8192-bf16 | detshare-sloov1.5x | 3.000 | **NOT ATTAINABLE** | 3.400 | 3.200 (1.60) | 0 | 1, off |",
-		"| bert+lin8192-bf16 | detshare-sloov2x | 4.000 | meeting | 3.500 | — | 6 | 7, 2 |",
+		"| bert+lin8192-bf16 | detshare-sloov1.5x | 3.000 | **NOT ATTAINABLE** | 3.400 | 3.200 (1.60) | 0 | 1, off | —, — |",
+		"| bert+lin8192-bf16 | detshare-sloov2x | 4.000 | meeting | 3.500 | — | 6 | 7, 2 | 4.0, 5.0 |",
 		"bert+lin8192-bf16, slo-p99 1.5x solo: LC service P99 within the SLO | 1.6000 | <= 1.5 | **no**",
 	)
 }

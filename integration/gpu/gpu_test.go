@@ -472,6 +472,22 @@ func TestHarnessWithRealSchedulerOnCPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no scheduler snapshot: %v", err)
 	}
+	// and every look in short, one JSON line each, for the report's means over the run
+	looks, err := os.ReadFile(filepath.Join(out, "logs", "infer_resnet50-resnet50_detshare__looks.jsonl"))
+	if err != nil {
+		t.Fatalf("no looks kept: %v", err)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(string(looks)), "\n") {
+		var l struct {
+			Tenants []struct {
+				ID          string `json:"id"`
+				GrantGroups *int   `json:"grant_groups"`
+			} `json:"tenants"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil || len(l.Tenants) != 2 || l.Tenants[0].GrantGroups == nil {
+			t.Fatalf("look %d: %v %q", i, err, line)
+		}
+	}
 	var st struct {
 		Tenants []struct {
 			ID            string `json:"id"`

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-from bench import TRAINER_ALONE, case_slug, coloc_case, param_config
+from bench import TRAINER_ALONE, case_slug, coloc_case, looks_path, param_config
 
 TARGETS = {"lc_p99_ratio": 1.05, "be_norm_min": 0.50, "tpot_violation_cut": 0.20, "solo_overhead": 0.01}
 
@@ -168,11 +168,25 @@ def sched_state(outdir, lc, be, cfg, solo_p99_ms):
     ts = {t.get("id"): t for t in st.get("tenants") or [] if isinstance(t, dict)}
     lct, bet = ts.get("lc") or {}, ts.get("be") or {}
     floor = lct.get("slo_floor_ms")
+    # the mean over every look of the run (bench.py's SchedWatch, every 250 ms), where it kept them
+    given, groups = [], []
+    try:
+        with open(looks_path(path)) as f:
+            for line in f:
+                look = {t.get("id"): t for t in json.loads(line).get("tenants") or [] if isinstance(t, dict)}
+                if "slo_given_back_groups" in (look.get("lc") or {}):
+                    given.append(look["lc"]["slo_given_back_groups"])
+                if "grant_groups" in (look.get("be") or {}):
+                    groups.append(bin(look["be"]["grant_groups"] or 0).count("1"))
+    except (OSError, ValueError):
+        pass
     return {"slo_ms": lct.get("slo_p99_ms"), "state": lct.get("slo_state") or ("held" if lct.get("slo_p99_ms") else None),
             "window_p99_ms": lct.get("slo_window_p99_ms"), "floor_ms": floor,
             "floor_ratio": ratio(floor, solo_p99_ms), "given_back": lct.get("slo_given_back_groups", 0),
             "be_groups": bin(bet.get("grant_groups") or 0).count("1") if bet else None,
-            "be_narrow": bet.get("narrow_groups", 0) if bet else None}
+            "be_narrow": bet.get("narrow_groups", 0) if bet else None,
+            "given_back_mean": sum(given) / len(given) if given else None,
+            "be_groups_mean": sum(groups) / len(groups) if groups else None}
 
 
 def slo_controller_table(out, md):
@@ -187,15 +201,16 @@ def slo_controller_table(out, md):
               "it the SLO is not attainable beside these neighbours), with the trainer's grant and narrow part.")
     md.append("")
     md.append("| pair | config | SLO ms | controller | last window P99 ms | floor ms (x solo) | groups given back "
-              "| trainer: groups, narrow |")
-    md.append("|---|---|---|---|---|---|---|---|")
+              "| trainer: groups, narrow | given back, trainer groups: mean of the run |")
+    md.append("|---|---|---|---|---|---|---|---|---|")
     for pair, cfg, s in rows:
         state = {"infeasible": "**NOT ATTAINABLE**"}.get(s.get("state"), s.get("state") or "—")
-        md.append("| %s | %s | %s | %s | %s | %s | %s | %s, %s |" % (
+        md.append("| %s | %s | %s | %s | %s | %s | %s | %s, %s | %s, %s |" % (
             pair[6:], cfg, fmt(s.get("slo_ms"), 3), state, fmt(s.get("window_p99_ms"), 3),
             "—" if s.get("floor_ms") is None else "%s (%s)" % (fmt(s["floor_ms"], 3), fmt(s.get("floor_ratio"))),
             s.get("given_back", 0), "—" if s.get("be_groups") is None else s["be_groups"],
-            "off" if not s.get("be_narrow") else s["be_narrow"]))
+            "off" if not s.get("be_narrow") else s["be_narrow"], fmt(s.get("given_back_mean"), 1),
+            fmt(s.get("be_groups_mean"), 1)))
     md.append("")
 
 
