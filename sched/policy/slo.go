@@ -201,16 +201,18 @@ func WindowP99(coarse [LatencyBuckets]uint64, fine [FineBuckets]uint64) (time.Du
 // second largest sample, so half the windows of a run whose P99 sits just inside the SLO land above it, and taking
 // groups back on each of them (the controller until 2026-11-27) kept it groups below the share the SLO allows where
 // the LC's tail hardly depends on the share (TestSLOControllerConvergesInTheModel). A window inside the SLO gives one
-// more group (two below sloSlack of it) while less than sloSpend of the budget is spent, unless that share already
-// spent more than sloSpend of its own budget when last held (a window below sloSlack forgets that: the neighbours
-// changed): without that memory the controller climbed back into
-// the shares it had just left (tried on an H100, BENCHMARKS.md issue 26: a 2x SLO missed by up to 5 % beside a
-// trainer, where the LC's latency grows steeply with the share).
+// more group (two below sloSlack of it) while less than sloSpend of the budget is spent: to a share held lately that
+// spent less than sloSpend of its own budget there, from any such window; to one not held lately, only from a window
+// below sloHold of the SLO (the dead band of the controller until 2026-11-27); to one that overspent, not until its
+// memory fades or a window below sloSlack says the neighbours changed. Climbing from any window inside the SLO into
+// any share (tried on an H100, BENCHMARKS.md issue 26) stepped into shares well above a 2x SLO beside a trainer,
+// where the LC's latency grows steeply with the share, and missed it by up to 5 %.
 const (
 	sloBudget    = 0.01
 	sloSpend     = 0.7
 	sloMemory    = 0.9
 	sloPosMemory = 0.95
+	sloHold      = 0.85
 	sloSlack     = 0.65
 	sloFar       = 1.5
 	// infeasibleAfter: windows missed in a row at the most protective share, with the budget spent, before the SLO
@@ -358,19 +360,24 @@ func (c *SLOControl) Step(slo time.Duration, w SLOWindow, maxShrink int) {
 			up, c.posSpent, c.posSeen = 2, [sloPositions]float64{}, [sloPositions]float64{}
 		}
 		for ; up > 0 && c.Shrink < maxShrink && !c.overspent(c.Shrink+1); up-- {
+			if !c.known(c.Shrink+1) && r >= sloHold {
+				break // a share not held lately is tried only from a window comfortably inside the SLO
+			}
 			c.Shrink++
 		}
 	}
 	c.Shrink = min(max(c.Shrink, 0), maxShrink)
 }
 
+// known says whether share k was held lately: over at least half a window's completions, after fading.
+func (c *SLOControl) known(k int) bool {
+	return k >= 0 && k < sloPositions && c.posSeen[k] >= P99Samples/2
+}
+
 // overspent says whether share k spent more than sloSpend of its budget when it was last held (over at least half a
 // window's completions, after fading), so that the controller does not climb straight back into it.
 func (c *SLOControl) overspent(k int) bool {
-	if k < 0 || k >= sloPositions || c.posSeen[k] < P99Samples/2 {
-		return false
-	}
-	return c.posSpent[k] >= sloSpend*sloBudget*c.posSeen[k]
+	return c.known(k) && c.posSpent[k] >= sloSpend*sloBudget*c.posSeen[k]
 }
 
 // holdNoWorse moves an SLO found unattainable to the largest share whose window in this run of misses was within
