@@ -93,10 +93,10 @@ func readLatency(pg *table.ClientPage) (h [policy.LatencyBuckets]uint64, f [poli
 }
 
 // sizeSLO sizes the partition of a latency-critical tenant (policy.Tenant.Sized). With slo-p99 the SLO controller
-// (policy.SLOControl) steps once per window on the P99 of the completions in it and the part of them above the SLO
-// (its error budget), starting from the default reserve; without one it holds scheduler.lc_reserve of the GPU. What it
-// may give back is everything beyond its guarantee less the floor lower tiers keep anyway: at the top it runs on
-// exactly its guarantee. With lc_reserve = 0 a tenant without an SLO expands over throttled neighbours instead (issue 12).
+// (policy.SLOControl) steps once per window on the P99 of the completions in it, starting from the default
+// reserve; without one it holds scheduler.lc_reserve of the GPU. What it may give back is everything beyond its
+// guarantee less the floor lower tiers keep anyway: at the top it runs on exactly its guarantee. With
+// lc_reserve = 0 a tenant without an SLO expands over throttled neighbours instead (issue 12).
 func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.Options, now time.Time) {
 	if t.Tier != table.TierLatencyCritical || t.Pinned {
 		return
@@ -125,7 +125,7 @@ func (l *ledger) sizeSLO(r *tenantRow, t *policy.Tenant, nGroups int, o policy.O
 		coarse, fine := policy.HistDelta(r.lat, st.slo.lastHist), policy.FineDelta(r.fine, st.slo.lastFine)
 		p99, n := policy.WindowP99(coarse, fine)
 		if policy.WindowReady(n, policy.WindowAbove(coarse, fine, slo), age >= sloWindowMax) {
-			st.slo.ctl.Step(slo, policy.SLOWindow{P99: p99, N: n, Over: policy.WindowOver(coarse, fine, slo)}, ladder.Top())
+			st.slo.ctl.Step(slo, p99, n, ladder.Top())
 			st.ObservedP99 = st.slo.ctl.LastP99
 			st.SLO = st.slo.ctl
 			st.slo.lastHist, st.slo.lastFine, st.slo.winStart = r.lat, r.fine, now

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"math"
 	"math/bits"
 	"math/rand"
 	"strings"
@@ -155,7 +154,7 @@ func TestSLOSizing(t *testing.T) {
 	slo := 5 * time.Millisecond
 	var c SLOControl
 	for w := 0; w < 3; w++ {
-		c.Step(slo, win(time.Millisecond, slo), 10)
+		c.Step(slo, time.Millisecond, 100, 10)
 		if c.Miss {
 			t.Fatal("1 ms is not a miss of a 5 ms SLO")
 		}
@@ -170,21 +169,25 @@ func TestSLOSizing(t *testing.T) {
 		t.Fatalf("shrink 6: LC %d BE %d groups, want 8 and 7", lc, be)
 	}
 	before := c.Shrink
-	c.Step(slo, win(3500*time.Microsecond, slo), 10) // 70%: one more group
+	c.Step(slo, 3500*time.Microsecond, 100, 10) // 70%: one more group
 	if c.Shrink != before+1 {
 		t.Fatalf("a window at 70%% of the SLO must give one group: %d -> %d", before, c.Shrink)
 	}
+	c.Step(slo, 4600*time.Microsecond, 100, 10) // 92%: dead band
+	if c.Shrink != before+1 || c.Miss {
+		t.Fatalf("between 85%% and 100%% of the SLO the share must hold: %d -> %d (miss %v)", before+1, c.Shrink, c.Miss)
+	}
 	c.Shrink = 8
-	c.Step(slo, win(6*time.Millisecond, slo), 10)
+	c.Step(slo, 6*time.Millisecond, 100, 10)
 	if c.Shrink != 6 || !c.Miss {
 		t.Fatalf("above the SLO: shrink %d miss %v, want 6 (a quarter back) and true", c.Shrink, c.Miss)
 	}
-	c.Step(slo, win(8*time.Millisecond, slo), 10)
+	c.Step(slo, 8*time.Millisecond, 100, 10)
 	if c.Shrink != 3 {
 		t.Fatalf("far above the SLO (1.6x): shrink %d, want 3 (halved)", c.Shrink)
 	}
 	c.Shrink = 2
-	c.Step(slo, win(6*time.Millisecond, slo), 10)
+	c.Step(slo, 6*time.Millisecond, 100, 10)
 	if c.Shrink != 1 {
 		t.Fatalf("above the SLO at shrink 2: %d, want 1 (at least one group back)", c.Shrink)
 	}
@@ -194,12 +197,12 @@ func TestSLOSizing(t *testing.T) {
 		t.Fatalf("SLO miss: LC %d groups, BE gate %+v; want 14 and depth 1", lc, d.Grants[1].Gate)
 	}
 	held := c.Shrink
-	c.Step(slo, SLOWindow{N: 3}, 10)
+	c.Step(slo, 0, 3, 10)
 	if c.Shrink != held+1 || c.Miss {
 		t.Fatalf("a whole window with too few completions must give one group (nothing to protect), got shrink %d -> %d miss %v", held, c.Shrink, c.Miss)
 	}
-	for w := 0; w < 30; w++ { // once the shares it left above have faded from its memory (sloPosMemory)
-		c.Step(slo, win(time.Microsecond, slo), 10)
+	for w := 0; w < 20; w++ {
+		c.Step(slo, time.Microsecond, 100, 10)
 	}
 	if c.Shrink != 10 {
 		t.Fatalf("shrink must be capped at what the LC borrows, got %d", c.Shrink)
@@ -212,177 +215,61 @@ func TestSLOSizing(t *testing.T) {
 	}
 }
 
-// The controller spends the SLO's error budget, 1 % of completions above it: a window above the SLO takes nothing
-// back while less than sloSpend of it is spent, and takes back once it is; more is given only while less than
-// sloSpend of it is spent, and never into a share that spent more than that of its own when last held.
-func TestSLOBudgetSpendsTheSLOsOnePercent(t *testing.T) {
-	slo := 2 * time.Millisecond
-	at := func(p99 time.Duration, over float64) SLOWindow { return SLOWindow{P99: p99, N: 100, Over: over} }
-	c := SLOControl{Shrink: 5}
-	for w := 0; w < 4; w++ {
-		c.Step(slo, at(1900*time.Microsecond, 0.3), 10) // inside at 95 %, 0.3 % above: under a third of the budget
-	}
-	if c.Shrink != 5 {
-		t.Fatalf("a share not held lately is tried only from a window below %.0f %% of the SLO: %d", 100*sloHold, c.Shrink)
-	}
-	for w := 0; w < 10; w++ {
-		c.Step(slo, at(1600*time.Microsecond, 0.3), 10) // at 80 %
-	}
-	if c.Shrink != 10 || c.Miss {
-		t.Fatalf("windows inside the SLO with the budget under %.0f %% spent must give groups: %+v", 100*sloSpend, c)
-	}
-	c.Step(slo, at(2100*time.Microsecond, 2), 10) // above: its second largest sample, 2 of 100
-	if c.Shrink != 10 || !c.Miss {
-		t.Fatalf("one window above the SLO with budget left must hold, and report the miss: %+v", c)
-	}
-	if s := c.BudgetSpent(); s < 0.4 || s > 1 {
-		t.Fatalf("budget spent %.2f after 0.3 %% and one window of 2 %%, want between 0.4 and 1", s)
-	}
-	for w := 0; w < 3 && c.Shrink == 10; w++ {
-		c.Step(slo, at(2200*time.Microsecond, 3), 10)
-	}
-	if c.Shrink != 10-max(1, 10/4) {
-		t.Fatalf("windows above the SLO that spend the budget must take a quarter back: shrink %d", c.Shrink)
-	}
-	if s := c.BudgetSpent(); s > 1 {
-		t.Fatalf("a step back must start the budget again from full: %.2f spent", s)
-	}
-	back := c.Shrink
-	c.Step(slo, at(1800*time.Microsecond, 0.9), 10) // inside, but the budget is still over sloSpend spent
-	if c.Shrink != back || c.Miss {
-		t.Fatalf("inside the SLO with the budget %.2f spent the share must hold: %d -> %d", c.BudgetSpent(), back, c.Shrink)
-	}
-	// windows inside the SLO bring the budget back below sloSpend: the controller climbs again, but not into the
-	// share it left, which spent its own budget
-	for w := 0; w < 8; w++ {
-		c.Step(slo, at(1500*time.Microsecond, 0), 10) // at 75 %
-	}
-	if c.Shrink != 9 {
-		t.Fatalf("clean windows after a step back from 10 to %d: shrink %d, want 9 (10 overspent when last held)", back, c.Shrink)
-	}
-	// a forged page: more completions above the SLO than in the window count as all of them, never as more
-	f := SLOControl{Shrink: 4}
-	f.Step(slo, SLOWindow{P99: 1900 * time.Microsecond, N: 100, Over: 1e12}, 10)
-	if f.Spent > 100 || f.BudgetSpent() > 100 {
-		t.Fatalf("Over is capped at the window's completions: spent %v", f.Spent)
-	}
-}
-
 // An SLO the LC misses even at the most protective share is reported as infeasible, with the floor it measured
 // there, and the report clears once a window meets it again.
 func TestSLOInfeasibleIsReported(t *testing.T) {
 	var c SLOControl
 	slo := time.Millisecond
 	for w := 0; w < 2; w++ {
-		c.Step(slo, win(1800*time.Microsecond, slo), 10)
+		c.Step(slo, 1800*time.Microsecond, 100, 10)
 	}
 	if c.Infeasible {
 		t.Fatal("two missed windows are not yet infeasible")
 	}
-	c.Step(slo, win(1700*time.Microsecond, slo), 10)
+	c.Step(slo, 1700*time.Microsecond, 100, 10)
 	if !c.Infeasible || c.Floor != 1700*time.Microsecond || c.Shrink != 0 {
 		t.Fatalf("three misses at shrink 0: infeasible %v floor %v shrink %d; want true 1.7ms 0", c.Infeasible, c.Floor, c.Shrink)
 	}
-	c.Step(slo, win(900*time.Microsecond, slo), 10)
+	c.Step(slo, 900*time.Microsecond, 100, 10)
 	if c.Infeasible || c.Miss {
 		t.Fatalf("a window within the SLO must clear the report: %+v", c)
 	}
 }
 
-// The controller converges on the largest share whose latency stays inside the SLO, and stays there: a model of an
-// LC's completions whose latency grows slowly with the groups it gives back (as beside an H100 trainer near the most
-// protective share) and faster beyond six, with a tail that grows with the share. Each window's 100 completions go
-// through the library's two histograms, WindowP99 and WindowOver, as in the daemon. Over the run after convergence
-// the LC must meet its P99 SLO (at most 1 % of completions above it), and the controller must not be needlessly
-// protective: its mean share within 1.5 groups of the largest that spends at most sloSpend of the 1 % a P99 allows
-// (the controller's margin; it measured 2.7 of 4 here, 0.45 % above the SLO). Judging each window's P99 against a
-// dead band instead (the controller before the error budget) sat at the most protective share here (mean 0.02
-// groups, 0.21 % above the SLO): its windows' second largest samples landed above the SLO where the share met it.
+// The controller converges on the largest share whose latency stays inside the SLO, and stays there under noise:
+// a model of an LC whose P99 grows with the groups it gives back, with Poisson-like jitter between windows. The
+// operating point must be feasible (no sustained misses) and not needlessly protective (within two groups of the
+// best feasible share).
 func TestSLOControllerConvergesInTheModel(t *testing.T) {
-	const maxShrink, start, windows = 12, 7, 400
-	slo := 1500 * time.Microsecond
-	for _, steep := range []float64{0.03, 0.1} {
-		latency := func(rng *rand.Rand, k int) time.Duration {
-			ms := 1.10 + 0.02*float64(k)
-			if k > 6 {
-				ms += steep * float64(k-6)
+	const maxShrink = 10
+	// P99 at share k: 1 ms at the most protective share, +0.15 ms per group given back.
+	p99At := func(k int, jitter float64) time.Duration {
+		return time.Duration((1 + 0.15*float64(k)) * jitter * float64(time.Millisecond))
+	}
+	slo := 2 * time.Millisecond // best feasible share: 1 + 0.15k <= 2  =>  k = 6
+	rng := rand.New(rand.NewSource(12))
+	var c SLOControl
+	misses, sum, n := 0, 0, 0
+	for w := 0; w < 400; w++ {
+		j := 0.93 + 0.14*rng.Float64() // +-7% window-to-window noise
+		c.Step(slo, p99At(c.Shrink, j), 100, maxShrink)
+		if w >= 100 {
+			if c.Miss {
+				misses++
 			}
-			ms *= math.Exp(0.04 * rng.NormFloat64())
-			if rng.Float64() < 0.01+0.003*float64(k) {
-				ms *= 1 + 0.2*rng.ExpFloat64()
-			}
-			return time.Duration(ms * float64(time.Millisecond))
-		}
-		// the largest share that spends at most sloSpend of the SLO's 1 % (the controller's margin for its own
-		// estimate), from 100 000 completions at each
-		rng := rand.New(rand.NewSource(3))
-		best := -1
-		for k := 0; k <= maxShrink; k++ {
-			above := 0
-			for i := 0; i < 100000; i++ {
-				if latency(rng, k) > slo {
-					above++
-				}
-			}
-			if float64(above) <= sloSpend*1000 {
-				best = k
-			}
-		}
-		if best < 2 || best >= maxShrink {
-			t.Fatalf("model: best feasible share %d, want one inside the range", best)
-		}
-		c := SLOControl{Shrink: start}
-		above, total, sum, n := 0, 0, 0, 0
-		for w := 0; w < windows; w++ {
-			var coarse [LatencyBuckets]uint64
-			var fine [FineBuckets]uint64
-			k := c.Shrink
-			for i := 0; i < 100; i++ {
-				d := latency(rng, k)
-				recordLatency(&coarse, &fine, d)
-				if w >= 50 {
-					total++
-					if d > slo {
-						above++
-					}
-				}
-			}
-			p99, cnt := WindowP99(coarse, fine)
-			c.Step(slo, SLOWindow{P99: p99, N: cnt, Over: WindowOver(coarse, fine, slo)}, maxShrink)
-			if w >= 50 {
-				sum += k
-				n++
-			}
-		}
-		mean := float64(sum) / float64(n)
-		t.Logf("steep %.2f: best feasible %d, mean share %.2f, %.2f %% of completions above the SLO", steep, best, mean,
-			100*float64(above)/float64(total))
-		if float64(above) > 0.01*float64(total) {
-			t.Fatalf("steep %.2f: %d of %d completions above the SLO after convergence: the LC missed its P99 SLO",
-				steep, above, total)
-		}
-		if mean < float64(best)-1.5 || mean > float64(best)+0.5 {
-			t.Fatalf("steep %.2f: mean share given back %.2f groups, want within 1.5 groups of the best feasible %d",
-				steep, mean, best)
+			sum += c.Shrink
+			n++
 		}
 	}
-}
-
-// recordLatency is what libdetshare does at a completion (ds_gate.c): one count in the octave histogram and one in
-// the fine one.
-func recordLatency(coarse *[LatencyBuckets]uint64, fine *[FineBuckets]uint64, d time.Duration) {
-	us := uint64(d / time.Microsecond)
-	b := 0
-	for v := us; v > 1 && b < LatencyBuckets-1; v >>= 1 {
-		b++
+	mean := float64(sum) / float64(n)
+	// The controller holds a window's P99 between 85% and 100% of the SLO, so with +-7% noise some windows miss;
+	// a sustained miss (or oscillation) shows as many more.
+	if misses > n/8 {
+		t.Fatalf("%d of %d windows missed the SLO after convergence: the controller is not stable", misses, n)
 	}
-	coarse[b]++
-	f := 0
-	if us >= 1<<table.LatFineMinOct {
-		oct := bits.Len64(us) - 1
-		f = min((oct-table.LatFineMinOct)*table.LatFineSub+int(us>>(oct-3))&(table.LatFineSub-1), FineBuckets-1)
+	if mean < 4.5 || mean > 6.5 {
+		t.Fatalf("mean share given back %.2f groups, want within two of the best feasible 6", mean)
 	}
-	fine[f]++
 }
 
 // An idle expanding LC's wide grant must not make its guarantee wander over lower tiers' groups from pass to pass.
@@ -1006,7 +893,7 @@ func TestUnattainableSLOHoldsTheLargestShareNoWorseThanTheFloor(t *testing.T) {
 	c := SLOControl{Shrink: start}
 	sum, n := 0, 0
 	for w := 0; w < 200; w++ {
-		c.Step(slo, win(p99At(c.Shrink, 0.95+0.1*rng.Float64()), slo), maxShrink)
+		c.Step(slo, p99At(c.Shrink, 0.95+0.1*rng.Float64()), 100, maxShrink)
 		if w >= 50 {
 			if !c.Infeasible || !c.Miss {
 				t.Fatalf("window %d: an SLO missed at every share is not reported unattainable: %+v", w, c)
@@ -1024,13 +911,13 @@ func TestUnattainableSLOHoldsTheLargestShareNoWorseThanTheFloor(t *testing.T) {
 	}
 	// the neighbours turn heavier: far above the floor, the controller protects again
 	held := c.Shrink
-	c.Step(slo, win(3*time.Millisecond, slo), maxShrink)
+	c.Step(slo, 3*time.Millisecond, 100, maxShrink)
 	if c.Holding || c.Shrink >= held {
 		t.Fatalf("a window far worse than the floor must end the hold and take groups back: shrink %d -> %d, holding %v",
 			held, c.Shrink, c.Holding)
 	}
 	// and a window inside the SLO clears the report
-	c.Step(slo, win(time.Millisecond, slo), maxShrink)
+	c.Step(slo, time.Millisecond, 100, maxShrink)
 	if c.Infeasible || c.Holding || c.Miss {
 		t.Fatalf("a window inside the SLO must clear the report: %+v", c)
 	}
@@ -1043,15 +930,15 @@ func TestFeasibleSLOIsNeverHeld(t *testing.T) {
 	slo := 2 * time.Millisecond
 	c := SLOControl{Shrink: 6}
 	for _, p := range []time.Duration{2600, 2500, 2400, 2300, 2200, 2100} { // misses all the way down
-		c.Step(slo, win(p*time.Microsecond, slo), 10)
+		c.Step(slo, p*time.Microsecond, 100, 10)
 	}
 	for w := 0; w < 5 && c.Shrink > 0; w++ {
-		c.Step(slo, win(2100*time.Microsecond, slo), 10)
+		c.Step(slo, 2100*time.Microsecond, 100, 10)
 	}
 	if c.Shrink != 0 {
 		t.Fatalf("misses must reach the most protective share: %d", c.Shrink)
 	}
-	c.Step(slo, win(1800*time.Microsecond, slo), 10) // inside: 90 %, dead band
+	c.Step(slo, 1800*time.Microsecond, 100, 10) // inside: 90 %, dead band
 	if c.Infeasible || c.Holding || c.Shrink != 0 {
 		t.Fatalf("a share that meets the SLO must be kept: %+v", c)
 	}
@@ -1092,14 +979,4 @@ func TestSLOWindowReadiness(t *testing.T) {
 	if a := WindowAbove(coarse, fine, 1900*time.Microsecond); a != 15 {
 		t.Fatalf("fine histogram at 1.9 ms: %d above, want 15", a)
 	}
-}
-
-// win is a window of 100 completions whose P99 is p99 against slo, with the part above the SLO a latency
-// distribution of that P99 would have: none inside it, 1 - slo/p99 of them above it (5 % at 1.05x).
-func win(p99, slo time.Duration) SLOWindow {
-	w := SLOWindow{P99: p99, N: 100}
-	if p99 > slo {
-		w.Over = 100 * (1 - float64(slo)/float64(p99))
-	}
-	return w
 }
