@@ -163,6 +163,10 @@ def parse(argv=None):
                                                               "(default 6 with --quick, else 8)")
     ap.add_argument("--load", type=float, default=0.5, help="LC Poisson load as a fraction of its solo capacity")
     ap.add_argument("--lc-groups", type=int, default=4, help="SM groups guaranteed to LC (H100: 4 x 8 = 32 SMs)")
+    ap.add_argument("--be-sm-target", type=int, default=0,
+                    help="diagnostic, GPU only: every trainer except in `alone` tells cuBLAS and PyTorch's cuBLASLt "
+                         "calls to pick GEMM kernels for this many SMs (worker.py cublas_sm_target), as an "
+                         "application that knows its share could; DetShare never does this (0: off)")
     ap.add_argument("--decode-boost", type=int, default=0,
                     help="detshare-tpot: scheduler.decode_boost, the decode tenant's weight multiplier under "
                          "tpot-first (0: the scheduler's default)")
@@ -208,6 +212,8 @@ def parse(argv=None):
     for s in a.suites:
         if s not in SUITES:
             ap.error("--suite: %r is not one of %s" % (s, ", ".join(SUITES)))
+    if a.be_sm_target < 0 or (a.be_sm_target and a.device == "cpu"):
+        ap.error("--be-sm-target %d: a number of SMs >= 1 (0: off), on --device cuda only" % a.be_sm_target)
     a.only = set(c for c in a.configs.split(",") if c)
     known = set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS) | set(COLOC_CONFIGS) | set(COLOC_OPTIONAL)
     known.add("detshare-default")
@@ -621,6 +627,8 @@ class Runner:
             elif param_config(cfg)[0] in ("mps-pct", "trainer-mps") and label == "be":
                 pct = int(param_config(cfg)[1])
             env = {}
+            if self.a.be_sm_target and label == "be" and cfg != "alone":
+                env["BENCH_CUBLAS_SM_TARGET"] = str(self.a.be_sm_target)
             if cfg == "mps-prio" and label == "be":
                 env["CUDA_MPS_CLIENT_PRIORITY"] = "1"  # below normal; the LC stays at normal (0)
             if cfg.endswith("-noprio"):

@@ -1,6 +1,9 @@
 package gpu
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -100,6 +103,11 @@ func TestColocPlan(t *testing.T) {
 	// a named configuration is recognised by its whole name: with a suffix it would run as another one
 	benchRefuses(t, py, "-n<N> applies to detshare-default and the numbered DetShare configurations",
 		"--device", "cpu", "--suite", "coloc", "--configs", "detshare-temporal-n2", "--dry-run")
+	// the trainers' cuBLAS SM target is a GPU diagnostic: on CPU there is no cuBLAS to tell
+	benchRefuses(t, py, "--be-sm-target 88: a number of SMs >= 1 (0: off), on --device cuda only",
+		"--device", "cpu", "--suite", "coloc", "--be-sm-target", "88", "--dry-run")
+	benchRefuses(t, py, "--be-sm-target -1: a number of SMs >= 1",
+		"--suite", "coloc", "--be-sm-target", "-1", "--dry-run")
 	// the Python stand-in scheduler is gone: an old command line that asks for it is refused, naming why
 	benchRefuses(t, py, "the only scheduler is the real `detshare sched`",
 		"--device", "cpu", "--suite", "coloc", "--scheduler", "python", "--dry-run")
@@ -241,6 +249,60 @@ func TestColocReportShowsTheSLOController(t *testing.T) {
 		"| bert+lin8192-bf16 | detshare-sloov2x | 4.000 | meeting | 3.500 | — | 6 | 7, 2 | 4.0, 5.0 |",
 		"bert+lin8192-bf16, slo-p99 1.5x solo: LC service P99 within the SLO | 1.6000 | <= 1.5 | **no**",
 	)
+}
+
+// Issue 26: a trainer whose losses are NaN is not training (the bf16 trainer under MPS at 67 and 80 % of threads on
+// the H100), so its steps per second must not make its point one that DetShare has to dominate. Results that say so
+// themselves (losses_finite) and older ones known only by their hash (five canonical NaNs) are both set apart; a
+// finite peer point beyond DetShare's frontier is still reported as one.
+func TestColocReportSetsNaNTrainersApart(t *testing.T) {
+	be := func(cfg, group string, steps int, hash string, finite any) map[string]any {
+		var ends []float64
+		for i := 0; i < steps; i++ {
+			ends = append(ends, 5.0*float64(i)/float64(steps))
+		}
+		d := map[string]any{"role": "train", "duration": 5.0, "t0": 1000.0, "step_ends": ends,
+			"loss_hash_first5": hash, "group": group, "config": cfg, "label": "be"}
+		if finite != nil {
+			d["losses_finite"] = finite
+		}
+		return d
+	}
+	lc := func(cfg, group string, svcMs float64) map[string]any {
+		return lcResult(cfg, group, func(int) float64 { return svcMs })
+	}
+	// sha256 of five float32 0x7fffffff, the first 16 hex digits (worker.py's tensor_hash of five NaN losses)
+	h := sha256.Sum256(bytes.Repeat([]byte{0xff, 0xff, 0xff, 0x7f}, 5))
+	nanHash := hex.EncodeToString(h[:])[:16]
+	p := "coloc:bert+lin8192-bf16"
+	results := map[string]map[string]any{
+		"a": lc("alone", "coloc:bert", 2), "b": be("alone", "coloc:lin8192-bf16", 100, "l0", true),
+		"c": lc("mps-pct67", p, 4), "d": be("mps-pct67", p, 80, "l9", false), // says so itself
+		"e": lc("mps-pct80", p, 5), "f": be("mps-pct80", p, 90, nanHash, nil), // an older result: its hash
+		"g": lc("mps-pct50", p, 3), "h": be("mps-pct50", p, 65, "l5", true), // finite, beyond DetShare
+		"i": lc("detshare-overlap0.2-n10", p, 4.4), "j": be("detshare-overlap0.2-n10", p, 78, "l0", true),
+		"k": be("trainer-mps67", "coloc:lin8192-bf16", 85, nanHash, nil),
+	}
+	md := colocReport(t, results, "")
+	reportHas(t, md,
+		"| lin8192-bf16 | mps-pct67 | 4.000 / 4.000 | 2.00 |",
+		"mps-pct67: 2.00, 0.80: trainer losses NaN, not training",
+		"mps-pct80: 2.50, 0.90: trainer losses NaN, not training",
+		"mps-pct50: 1.50, 0.64: **NO** (closest detshare-overlap0.2-n10: LC +0.70, trainer +0.13)",
+		"bert+lin8192-bf16: mps-pct50 lies beyond DetShare's frontier",
+		"| lin8192-bf16 | trainer-mps67 | — | 16.89 | 0.84 | — / — | — / — | **NaN** |",
+	)
+	for _, row := range strings.Split(md, "\n") {
+		if strings.Contains(row, "| lin8192-bf16 | mps-pct") && (strings.Contains(row, "pct67") || strings.Contains(row, "pct80")) &&
+			!strings.HasSuffix(row, "/ **NaN** |") {
+			t.Errorf("a NaN trainer's row must say NaN, not just NO: %s", row)
+		}
+	}
+	for _, cfg := range []string{"mps-pct67", "mps-pct80"} {
+		if strings.Contains(md, "bert+lin8192-bf16: "+cfg+" lies beyond DetShare's frontier") {
+			t.Errorf("%s (trainer losses NaN) counted as a peer point beyond the frontier:\n%s", cfg, md)
+		}
+	}
 }
 
 // Each trainer alone on part of the GPU reaches the report: throughput against its solo, the SMs the scheduler

@@ -78,7 +78,7 @@ func need(t *testing.T, paths ...string) {
 func TestScriptsHelpWithoutTorch(t *testing.T) {
 	py := python(t)
 	for _, s := range []string{"bench.py", "worker.py", "report.py", "determinism.py", "memquota.py", "dstable.py",
-		"gpuinfo.py", "rebind.py", "isolation.py", "graphsync.py", "kernelgrid.py", "mpsdet.py"} {
+		"gpuinfo.py", "rebind.py", "isolation.py", "graphsync.py", "kernelgrid.py", "mpsdet.py", "smtarget.py"} {
 		cmd := exec.Command(py, filepath.Join(here(t), s), "--help")
 		cmd.Env = append(os.Environ(), "PYTHONPATH=/nonexistent") // no site torch either way
 		out, err := cmd.CombinedOutput()
@@ -86,7 +86,7 @@ func TestScriptsHelpWithoutTorch(t *testing.T) {
 			t.Errorf("%s --help: %v\n%s", s, err, out)
 		}
 	}
-	for _, s := range []string{"reclaim.sh", "mpsdet.sh", "coloc_prio.sh"} {
+	for _, s := range []string{"reclaim.sh", "mpsdet.sh", "coloc_prio.sh", "smtarget.sh"} {
 		if out := run(t, nil, "bash", filepath.Join(here(t), s), "--help"); !strings.Contains(out, "OUTDIR") {
 			t.Errorf("%s --help does not say what OUTDIR is:\n%s", s, out)
 		}
@@ -609,5 +609,29 @@ func TestIsolationReport(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// Issue 26: a trainer's result says whether its first losses were finite, so that a configuration that breaks its
+// math (the bf16 trainer under MPS at 67 and 80 % of threads computed NaN on the H100) is not read as throughput.
+func TestWorkerRecordsWhetherLossesAreFinite(t *testing.T) {
+	py := python(t)
+	facts := run(t, nil, py, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import worker; "+
+		"print(worker.loss_facts([1.5, float('nan')])); print(worker.loss_facts([1.5, 2.0]))", here(t))
+	if !strings.Contains(facts, "'losses_first5': ['1.5', 'nan'], 'losses_finite': False") ||
+		!strings.Contains(facts, "'losses_first5': ['1.5', '2.0'], 'losses_finite': True") {
+		t.Fatalf("loss_facts:\n%s", facts)
+	}
+	tpy := torchPython(t)
+	out := filepath.Join(t.TempDir(), "train.json")
+	run(t, nil, tpy, filepath.Join(here(t), "worker.py"), "--role", "train", "--model", "gpt2-tiny",
+		"--device", "cpu", "--duration", "0.5", "--warmup", "1", "--out", out)
+	var r map[string]any
+	b, err := os.ReadFile(out)
+	if err != nil || json.Unmarshal(b, &r) != nil {
+		t.Fatalf("worker result: %v\n%s", err, b)
+	}
+	if r["losses_finite"] != true || len(r["losses_first5"].([]any)) != 5 {
+		t.Errorf("a tiny GPT-2 trainer on CPU: losses_finite %v, losses_first5 %v", r["losses_finite"], r["losses_first5"])
 	}
 }

@@ -110,10 +110,35 @@ def stamp_stats(d, skip):
             "delay_p99_us": pct(delay, 99), "span_p50_ms": pct(span, 50), "span_p99_ms": pct(span, 99)}
 
 
+def nan_loss_hash():
+    """worker.py's loss hash of five losses that are all CUDA's canonical NaN (0x7fffffff): how results written
+    before worker.py recorded losses_finite show a trainer that is not training."""
+    import hashlib
+    import struct
+    return hashlib.sha256(struct.pack("<5I", *[0x7fffffff] * 5)).hexdigest()[:16]
+
+
+def losses_finite(d):
+    """Whether a trainer's first losses were finite: its own record, else False when its hash is five NaNs, else
+    None (unknown)."""
+    if "losses_finite" in d:
+        return bool(d["losses_finite"])
+    return False if d.get("loss_hash_first5") == nan_loss_hash() else None
+
+
 def train_stats(d, skip):
     D = d["duration"]
     n = len([t for t in d["step_ends"] if skip * D <= t <= D])
-    return {"steps": n, "steps_per_s": n / ((1 - skip) * D) if D else None, "loss_hash": d.get("loss_hash_first5")}
+    return {"steps": n, "steps_per_s": n / ((1 - skip) * D) if D else None, "loss_hash": d.get("loss_hash_first5"),
+            "losses_finite": losses_finite(d)}
+
+
+def identical_mark(same, finite=None):
+    """A bit-identical cell: yes / NO / —, and NaN where the losses were not finite (then the comparison says
+    nothing: the trainer is not training)."""
+    if finite is False:
+        return "**NaN**"
+    return {True: "yes", False: "**NO**", None: "—"}[same]
 
 
 def decode_stats(d, skip, slo_ms, rel_slo_ms=None):
@@ -235,7 +260,8 @@ def coloc_frontier(out, md, outdir, res):
     md.append("")
     md.append("Per pair: LC service P99 / solo, trainer throughput / solo. A peer point is dominated when DetShare "
               "has a measured point with LC P99 <= and trainer share >= it; otherwise the gap is what DetShare's "
-              "closest point lacks (LC ratio above, trainer share below).")
+              "closest point lacks (LC ratio above, trainer share below). A point whose trainer's losses were NaN "
+              "is listed as such and takes no part (it was not training).")
     md.append("")
     md.append("| pair | DetShare frontier (config: LC ratio, trainer) | peer points (config: LC, trainer: dominated?) |")
     md.append("|---|---|---|")
@@ -243,10 +269,15 @@ def coloc_frontier(out, md, outdir, res):
     for pair in pairs:
         pts = [(r["lc_svc_p99_ratio"], r["be_norm"], cfg) for cfg, r in out[pair].items()
                if isinstance(r, dict) and r.get("lc_svc_p99_ratio") is not None and r.get("be_norm") is not None]
-        ds = [p for p in pts if not is_peer(p[2])]
-        peers = [p for p in pts if is_peer(p[2])]
+        # a point whose trainer's losses are NaN is not a training point: its steps per second (and the board
+        # power of GEMMs on NaN operands) say nothing about sharing, so it is shown apart and never dominates or
+        # has to be dominated
+        nan = set(cfg for cfg, r in out[pair].items() if isinstance(r, dict) and r.get("be_losses_finite") is False)
+        ds = [p for p in pts if not is_peer(p[2]) and p[2] not in nan]
+        peers = [p for p in pts if is_peer(p[2]) and p[2] not in nan]
         fr = frontier(ds)
-        cells = []
+        cells = ["%s: %.2f, %.2f: trainer losses NaN, not training" % (cfg, lr, bn)
+                 for lr, bn, cfg in sorted(p for p in pts if p[2] in nan)]
         for lr, bn, cfg in sorted(peers):
             dom = [d for d in ds if d[0] <= lr and d[1] >= bn]
             if dom:
@@ -260,7 +291,7 @@ def coloc_frontier(out, md, outdir, res):
                 res["targets"].append(target("%s: %s lies beyond DetShare's frontier" % (pair[6:], cfg), 0.0, ">=", 1.0))
         md.append("| %s | %s | %s |" % (pair[6:], "; ".join("%s: %.2f, %.2f" % (c, lr, bn) for lr, bn, c in fr),
                                          "; ".join(cells) or "—"))
-        plots.append((pair[6:], ds, peers, fr))
+        plots.append((pair[6:], ds, peers, fr, [p for p in pts if p[2] in nan]))
         for cfg, r in out[pair].items():
             x = slo_of(cfg)
             if x is None or not isinstance(r, dict) or r.get("lc_svc_p99_ratio") is None:
@@ -281,12 +312,15 @@ def coloc_frontier(out, md, outdir, res):
         md.append("(matplotlib is not installed: no frontier PNGs)")
         md.append("")
         return
-    for name, ds, peers, fr in plots:
+    for name, ds, peers, fr, nans in plots:
         fig, ax = plt.subplots(figsize=(6, 4.2))
         ax.scatter([p[0] for p in peers], [p[1] for p in peers], marker="x", color="tab:red", label="peers")
+        if nans:
+            ax.scatter([p[0] for p in nans], [p[1] for p in nans], marker="x", color="tab:gray",
+                       label="trainer losses NaN (not training)")
         ax.scatter([p[0] for p in ds], [p[1] for p in ds], marker="o", color="tab:blue", label="DetShare")
         ax.plot([p[0] for p in fr], [p[1] for p in fr], color="tab:blue", lw=1)
-        for lr, bn, cfg in ds + peers:
+        for lr, bn, cfg in ds + peers + nans:
             ax.annotate(cfg.replace("detshare-", "ds-"), (lr, bn), fontsize=6, xytext=(3, 2), textcoords="offset points")
         ax.set_xlabel("LC service P99 / solo (lower is better)")
         ax.set_ylabel("trainer throughput / solo (higher is better)")
@@ -653,6 +687,7 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                 r["lc_bit_identical"] = (l["output_hash"] == blc["output_hash"] and l["distinct_hashes"] == 1) \
                     if l and blc else None
                 r["be_bit_identical"] = (b["loss_hash"] == bbe["loss_hash"]) if b and bbe and b["loss_hash"] else None
+                r["be_losses_finite"] = b["losses_finite"] if b else None
                 r["power"] = power_in(power, *window(c["lc"])) if "lc" in c else {}
                 if not is_peer(cfg):
                     r["sched"] = sched_state(outdir, lc, be, cfg, blc and blc["svc_p99_ms"])
@@ -665,7 +700,8 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     fmt(r["lc_svc_p99_ratio"]), fmt(r["lc_svc_p99_vs_mps_alone"]), fmt(l and l["a2c_p99_ms"], 2), fmt(r["lc_a2c_p99_ratio"]),
                     fmt(b and b["steps_per_s"]), fmt(r["be_norm"]), fmt(r["power"].get("power_w_mean"), 0),
                     fmt(r["power"].get("power_w_max"), 0), fmt(r["power"].get("sm_mhz_mean"), 0),
-                    fmt(r["power"].get("sm_mhz_min"), 0), yn[r["lc_bit_identical"]], yn[r["be_bit_identical"]]))
+                    fmt(r["power"].get("sm_mhz_min"), 0), yn[r["lc_bit_identical"]],
+                    identical_mark(r["be_bit_identical"], r["be_losses_finite"])))
                 rs = reclaim_stats(c.get("lc"), skip)
                 if rs:
                     r["reclaim"] = rs
@@ -738,7 +774,7 @@ def trainer_alone(raw, skip, power, window, out, md):
             sms = (d.get("grant_mid_run") or {}).get("sms")
             r = {"steps_per_s": b["steps_per_s"], "norm": ratio(b["steps_per_s"], bs and bs["steps_per_s"]),
                  "sms": sms, "bit_identical": (b["loss_hash"] == bs["loss_hash"]) if bs and b["loss_hash"] else None,
-                 "power": power_in(power, *window(d))}
+                 "losses_finite": b["losses_finite"], "power": power_in(power, *window(d))}
             out.setdefault("trainer-alone:" + be, {})[cfg] = r
             rows.append((be, cfg, r))
     if not rows:
@@ -757,7 +793,8 @@ def trainer_alone(raw, skip, power, window, out, md):
         md.append("| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s |" % (
             be, cfg, r["sms"] if r["sms"] is not None else "—", fmt(r["steps_per_s"]), fmt(r["norm"]),
             fmt(r["power"].get("power_w_mean"), 0), fmt(r["power"].get("power_w_max"), 0),
-            fmt(r["power"].get("sm_mhz_mean"), 0), fmt(r["power"].get("sm_mhz_min"), 0), yn[r["bit_identical"]]))
+            fmt(r["power"].get("sm_mhz_mean"), 0), fmt(r["power"].get("sm_mhz_min"), 0),
+            identical_mark(r["bit_identical"], r["losses_finite"])))
     md.append("")
 
 

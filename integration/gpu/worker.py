@@ -19,6 +19,7 @@ import argparse
 import glob
 import hashlib
 import json
+import math
 import os
 import random
 import sys
@@ -465,12 +466,56 @@ def build_train(a, torch, dev):
     return step, impl, bs
 
 
+def loss_facts(losses):
+    """The first losses as text (repr: nan and inf survive JSON) and whether all are finite: a trainer whose losses
+    are NaN is not training, whatever its steps per second say (issue 26: bf16 under MPS's thread percentage)."""
+    vals = [float(x) for x in losses]
+    return {"losses_first5": [repr(v) for v in vals], "losses_finite": all(math.isfinite(v) for v in vals)}
+
+
+def cublas_sm_target(torch, n):
+    """Tells cuBLAS (cublasSetSmCountTarget on PyTorch's handle) and PyTorch's cuBLASLt calls (its SM carveout) to
+    pick GEMM kernels for n SMs, as an application that knows its share of the GPU could; returns what each accepted.
+    Only for the benchmark's diagnostics (BENCH_CUBLAS_SM_TARGET, smtarget.py): DetShare never does this."""
+    import ctypes
+
+    info = {}
+    torch.cuda.current_blas_handle()  # the handle exists before the target is set on it
+    reported = torch.cuda.get_device_properties(0).multi_processor_count
+    if hasattr(torch._C, "_set_sm_carveout_experimental"):
+        try:
+            torch._C._set_sm_carveout_experimental(reported - n)  # PyTorch targets reported - carveout SMs
+            info["carveout"] = reported - n
+        except Exception as e:  # noqa: BLE001 - say what this PyTorch refused
+            info["carveout_error"] = str(e)
+    else:
+        info["carveout_error"] = "this PyTorch has no _set_sm_carveout_experimental"
+    lib = None
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "/libcublas.so" in line.split()[-1]:
+                lib = ctypes.CDLL(line.split()[-1])
+                break
+    if lib is None:
+        info["cublas_error"] = "libcublas is not loaded"
+        return info
+    h = ctypes.c_void_p(torch.cuda.current_blas_handle())
+    info["cublas_set_rc"] = lib.cublasSetSmCountTarget(h, ctypes.c_int(n))  # 7: above what the process is told
+    got = ctypes.c_int(-1)
+    lib.cublasGetSmCountTarget(h, ctypes.byref(got))
+    info["cublas_target"] = got.value
+    return info
+
+
 def run_train(a):
     import torch
 
     dev = a.device
     torch.manual_seed(a.seed)
     torch.backends.cudnn.benchmark = False
+    sm_target = {}
+    if os.environ.get("BENCH_CUBLAS_SM_TARGET") and dev == "cuda":
+        sm_target = cublas_sm_target(torch, int(os.environ["BENCH_CUBLAS_SM_TARGET"]))
     step, impl, bs = build_train(a, torch, dev)
     clk = Clock(dev)
     for _ in range(a.warmup):
@@ -485,8 +530,8 @@ def run_train(a):
         if len(losses) < 5:
             losses.append(loss.detach())
     return {"role": "train", "model": a.model, "impl": impl, "batch": bs, "tag": a.tag, "t0": t0,
-            "duration": a.duration, "step_ends": ends,
-            "loss_hash_first5": tensor_hash(torch.stack(losses)) if losses else ""}
+            "duration": a.duration, "step_ends": ends, "sm_target": sm_target,
+            "loss_hash_first5": tensor_hash(torch.stack(losses)) if losses else "", **loss_facts(losses)}
 
 
 def build_llama(a, torch, dev):
