@@ -53,3 +53,19 @@ probe_script() {
     [ -x "$f" ] || { echo "$name: $f missing: run 'make build' on a Go machine and carry build/" >&2; exit 2; }
   done
 }
+
+# private_mps: the directories of a private MPS daemon, none of the host's: sets mps (its root: pipe in $mps/pipe,
+# logs in $mps/log, exported as CUDA_MPS_LOG_DIRECTORY). The caller's EXIT trap runs stop_mps and removes $mps.
+private_mps() {
+  mps=$(mktemp -d)
+  export CUDA_MPS_LOG_DIRECTORY=$mps/log
+  mkdir -p "$mps/pipe" "$mps/log"
+}
+
+# start_mps NAME: starts the private daemon of private_mps; exits 1 naming NAME when it does not start.
+start_mps() {
+  CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control -d || { echo "$1: MPS daemon did not start" >&2; exit 1; }
+}
+
+# stop_mps: quits the private daemon (nothing when it is not running).
+stop_mps() { CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control <<<quit >/dev/null 2>&1; }

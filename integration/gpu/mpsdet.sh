@@ -14,10 +14,7 @@ MODELS=${MODELS:-llama-step,bert}
 REPS=${REPS:-300}
 SDPA=${SDPA:-default math}
 mkdir -p "$out"
-mps=$(mktemp -d)
-export CUDA_MPS_LOG_DIRECTORY=$mps/log
-mkdir -p "$mps/pipe" "$mps/log"
-stop_mps() { CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control <<<quit >/dev/null 2>&1; }
+private_mps
 trap 'stop_mps; rm -rf "$mps"' EXIT
 status=0
 run() { timeout 240 "$PY" "$here/mpsdet.py" "$@" --reps "$REPS" | tee -a "$out/mpsdet.jsonl" || status=1; }
@@ -26,7 +23,7 @@ for m in ${MODELS//,/ }; do
     CUDA_MPS_PIPE_DIRECTORY=$mps/no-mps run --model "$m" --sdpa "$sdpa"
   done
 done
-CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control -d || { echo "mpsdet: MPS daemon did not start" >&2; exit 1; }
+start_mps mpsdet
 for m in ${MODELS//,/ }; do
   for sdpa in $SDPA; do
     CUDA_MPS_PIPE_DIRECTORY=$mps/pipe run --model "$m" --sdpa "$sdpa"

@@ -20,10 +20,7 @@ TARGETS=${TARGETS:-0}
 mkdir -p "$out"
 nvidia-smi --query-gpu=timestamp,power.draw,clocks.sm --format=csv,noheader -lms 100 >"$out/power.csv" 2>/dev/null &
 smi=$!
-mps=$(mktemp -d)
-export CUDA_MPS_LOG_DIRECTORY=$mps/log
-mkdir -p "$mps/pipe" "$mps/log"
-stop_mps() { CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control <<<quit >/dev/null 2>&1; }
+private_mps
 trap 'stop_mps; kill $smi 2>/dev/null; rm -rf "$mps"' EXIT
 status=0
 run() {
@@ -42,7 +39,7 @@ for m in ${MODELS//,/ }; do
     done
   fi
 done
-CUDA_MPS_PIPE_DIRECTORY=$mps/pipe nvidia-cuda-mps-control -d || { echo "smtarget: MPS daemon did not start" >&2; exit 1; }
+start_mps smtarget
 for m in ${MODELS//,/ }; do
   for p in $PCTS; do
     if [ "$p" = 100 ]; then
