@@ -167,6 +167,10 @@ def parse(argv=None):
                     help="diagnostic, GPU only: every trainer except in `alone` tells cuBLAS and PyTorch's cuBLASLt "
                          "calls to pick GEMM kernels for this many SMs (worker.py cublas_sm_target), as an "
                          "application that knows its share could; DetShare never does this (0: off)")
+    ap.add_argument("--be-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable for every trainer in every configuration, `alone` included "
+                         "(repeatable), e.g. DISABLE_ADDMM_CUDA_LT=1, with which PyTorch's bf16 Linear computes "
+                         "finite values under MPS at 67 and 80 %% of threads on the H100")
     ap.add_argument("--decode-boost", type=int, default=0,
                     help="detshare-tpot: scheduler.decode_boost, the decode tenant's weight multiplier under "
                          "tpot-first (0: the scheduler's default)")
@@ -214,6 +218,13 @@ def parse(argv=None):
             ap.error("--suite: %r is not one of %s" % (s, ", ".join(SUITES)))
     if a.be_sm_target < 0 or (a.be_sm_target and a.device == "cpu"):
         ap.error("--be-sm-target %d: a number of SMs >= 1 (0: off), on --device cuda only" % a.be_sm_target)
+    a.be_env_map = {}
+    for kv in a.be_env:
+        k, eq, v = kv.partition("=")
+        if not eq or not k or not k.replace("_", "").isalnum() or k.startswith(("CUDA_MPS_", "DETSHARE_", "LD_")):
+            ap.error("--be-env %r: KEY=VALUE with KEY a variable name, not one the harness sets itself "
+                     "(CUDA_MPS_*, DETSHARE_*, LD_*)" % kv)
+        a.be_env_map[k] = v
     a.only = set(c for c in a.configs.split(",") if c)
     known = set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS) | set(COLOC_CONFIGS) | set(COLOC_OPTIONAL)
     known.add("detshare-default")
@@ -627,6 +638,8 @@ class Runner:
             elif param_config(cfg)[0] in ("mps-pct", "trainer-mps") and label == "be":
                 pct = int(param_config(cfg)[1])
             env = {}
+            if label == "be":
+                env.update(self.a.be_env_map)
             if self.a.be_sm_target and label == "be" and cfg != "alone":
                 env["BENCH_CUBLAS_SM_TARGET"] = str(self.a.be_sm_target)
             if cfg == "mps-prio" and label == "be":

@@ -103,6 +103,28 @@ func TestColocPlan(t *testing.T) {
 	// a named configuration is recognised by its whole name: with a suffix it would run as another one
 	benchRefuses(t, py, "-n<N> applies to detshare-default and the numbered DetShare configurations",
 		"--device", "cpu", "--suite", "coloc", "--configs", "detshare-temporal-n2", "--dry-run")
+	// --be-env reaches every trainer, alone included, and no LC; it may not override what the harness sets
+	plan := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--detshare", ds, "--configs", "alone,mps", "--be-env", "DISABLE_ADDMM_CUDA_LT=1", "--dry-run")
+	trainers := 0
+	for _, l := range strings.Split(plan, "\n") {
+		if !strings.HasPrefix(l, "coloc/") {
+			continue
+		}
+		lcPart, bePart, _ := strings.Cut(l, "be: ")
+		if bePart != "" {
+			trainers++
+		}
+		if strings.Contains(lcPart, "DISABLE_ADDMM_CUDA_LT") || (bePart != "" && !strings.Contains(bePart, "(DISABLE_ADDMM_CUDA_LT=1)")) {
+			t.Errorf("--be-env must reach every trainer and no LC: %s", l)
+		}
+	}
+	if trainers < 8 { // 2 trainers alone and 3 LCs x 2 trainers under MPS
+		t.Errorf("--be-env plan: %d cases with a trainer, want 8:\n%s", trainers, plan)
+	}
+	benchRefuses(t, py, "not one the harness sets itself",
+		"--device", "cpu", "--suite", "coloc", "--be-env", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "--dry-run")
+	benchRefuses(t, py, "KEY=VALUE", "--device", "cpu", "--suite", "coloc", "--be-env", "NOVALUE", "--dry-run")
 	// the trainers' cuBLAS SM target is a GPU diagnostic: on CPU there is no cuBLAS to tell
 	benchRefuses(t, py, "--be-sm-target 88: a number of SMs >= 1 (0: off), on --device cuda only",
 		"--device", "cpu", "--suite", "coloc", "--be-sm-target", "88", "--dry-run")

@@ -18,6 +18,25 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def gemm_paths(torch):
+    """Whether each GEMM path's output is finite for a bf16 Linear(8192) on random inputs (seeded)."""
+    torch.manual_seed(1234)
+    w = (torch.randn(8192, 8192, device="cuda") / 8192 ** 0.5).to(torch.bfloat16)
+    b = torch.randn(8192, device="cuda").to(torch.bfloat16)
+    res = {}
+    for batch in (2048, 256):
+        x = torch.randn(batch, 8192, device="cuda").to(torch.bfloat16)
+        torch.backends.cuda.preferred_blas_library("cublas")
+        res["addmm_bias_%d" % batch] = bool(torch.nn.functional.linear(x, w, b).isfinite().all())
+        res["mm_%d" % batch] = bool((x @ w.t()).isfinite().all())
+        torch.backends.cuda.preferred_blas_library("cublaslt")
+        res["mm_cublaslt_%d" % batch] = bool((x @ w.t()).isfinite().all())
+        torch.backends.cuda.preferred_blas_library("cublas")
+        res["fp32_addmm_bias_%d" % batch] = bool(
+            torch.nn.functional.linear(x.float(), w.float(), b.float()).isfinite().all())
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="lin8192-bf16", help="a train model of worker.py")
@@ -25,6 +44,10 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--duration", type=float, default=6.0)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--ops", action="store_true",
+                    help="instead of a trainer: one bf16 Linear(8192) forward on a batch of 2048 (and 256) through "
+                         "each GEMM path PyTorch has (addmm with bias: cuBLASLt's bias epilogue; mm without bias: "
+                         "cuBLAS; mm with cuBLASLt preferred), and whether each output is finite")
     a = ap.parse_args(argv)
     if a.warmup < 1 or a.sm_target < 0:
         ap.error("--warmup %d --sm-target %d: at least one warm-up step (the first is the one inspected), and a "
@@ -32,6 +55,12 @@ def main(argv=None):
     sys.path.insert(0, HERE)
     import torch
     import worker
+
+    if a.ops:
+        print(json.dumps({"tag": a.tag, "mps_pct": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", ""),
+                          "reported_sms": torch.cuda.get_device_properties(0).multi_processor_count,
+                          "ops": gemm_paths(torch)}), flush=True)
+        return
 
     wa = worker.parse(["--role", "train", "--model", a.model, "--out", os.devnull])
     torch.manual_seed(wa.seed)

@@ -4,7 +4,8 @@
 # daemon at each CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of PCTS (default "100 80 67 50"; 100: plain MPS, the variable
 # unset). With TARGETS=1 it also runs each with cuBLAS told the whole GPU (and, without MPS, PCT % of it). Each line
 # has the first step's loss, the first module whose output was not finite, the losses' hash and whether they are
-# finite. Board power and SM clock every 100 ms beside it. No DetShare code.
+# finite. With OPS=1 it runs `smtarget.py --ops` instead at each of these (one bf16 Linear through each GEMM path,
+# and under MPS also with DISABLE_ADDMM_CUDA_LT=1). Board power and SM clock every 100 ms beside it. No DetShare code.
 #
 #   bash integration/gpu/smtarget.sh OUTDIR
 #
@@ -12,11 +13,12 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-start_script 11 "$@"
+start_script 12 "$@"
 MODELS=${MODELS:-lin8192-bf16,lin8192-fp32}
 PCTS=${PCTS:-100 80 67 50}
 DUR=${DUR:-6}
 TARGETS=${TARGETS:-0}
+OPS=${OPS:-0}
 mkdir -p "$out"
 nvidia-smi --query-gpu=timestamp,power.draw,clocks.sm --format=csv,noheader -lms 100 >"$out/power.csv" 2>/dev/null &
 smi=$!
@@ -29,6 +31,20 @@ run() {
   line=$(timeout 240 "$PY" "$here/smtarget.py" --duration "$DUR" "$@") || { status=1; echo "smtarget: $* failed" >&2; return; }
   echo "${line%\}}, \"t0\": $t0, \"t1\": $(date +%s.%N)}" | tee -a "$out/smtarget.jsonl"
 }
+if [ "$OPS" = 1 ]; then
+  ops() { timeout 120 "$PY" "$here/smtarget.py" --ops "$@" | tee -a "$out/smtarget.jsonl" || status=1; }
+  CUDA_MPS_PIPE_DIRECTORY=$mps/no-mps ops --tag solo
+  start_mps smtarget
+  for p in $PCTS; do
+    if [ "$p" = 100 ]; then
+      CUDA_MPS_PIPE_DIRECTORY=$mps/pipe ops --tag mps
+      continue
+    fi
+    CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$p ops --tag "mps$p"
+    CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$p DISABLE_ADDMM_CUDA_LT=1 ops --tag "mps$p-no-addmm-lt"
+  done
+  exit $status
+fi
 full=$(CUDA_MPS_PIPE_DIRECTORY=$mps/no-mps "$PY" -c 'import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)')
 case "$full" in '' | *[!0-9]*) echo "smtarget: cannot read the GPU's SM count: $full" >&2; exit 1 ;; esac
 for m in ${MODELS//,/ }; do
