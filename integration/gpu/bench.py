@@ -93,7 +93,8 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   detshare-sloov<X>x as detshare-slo<X>x, plus scheduler.lc_overlap = true
 #   detshare-default   the real scheduler with its defaults (LC --sm at --lc-groups, no SLO)
 #   <detshare-default or a numbered detshare configuration>-n<N>  the same with scheduler.narrow_groups = N
-#                      (detshare-overlap0.25-n6)
+#                      (detshare-overlap0.25-n6); and -n<N>-noprio: also every tenant at normal MPS client priority
+#                      (DETSHARE_MPS_PRIORITY=off), so the LC does not go first on the groups it shares
 #   trainer-mps<P>     each trainer alone under MPS at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P (no LC)
 #   trainer-sm<S>      each trainer alone under the real scheduler, pinned to S SMs (a latency-critical tenant with
 #                      --sm S --pinned, so that nothing narrows it): what its own kernels do on that many SMs, against
@@ -123,9 +124,10 @@ def case_slug(name):
 
 def narrow_suffix(cfg):
     """(base, N) of a DetShare configuration with the suffix -n<N> (scheduler.narrow_groups = N on top of the base
-    configuration, e.g. detshare-overlap0.25-n6), else (cfg, None)."""
+    configuration, e.g. detshare-overlap0.25-n6) or -n<N>-noprio (and every tenant at normal MPS priority, which
+    Runner.case sets from the name's end), else (cfg, None)."""
     import re
-    m = re.fullmatch(r"(detshare-.+)-n(\d+)", cfg)
+    m = re.fullmatch(r"(detshare-.+)-n(\d+)(?:-noprio)?", cfg)
     return (m.group(1), int(m.group(2))) if m else (cfg, None)
 
 

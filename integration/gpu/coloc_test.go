@@ -125,6 +125,14 @@ func TestColocPlan(t *testing.T) {
 	benchRefuses(t, py, "not one the harness sets itself",
 		"--device", "cpu", "--suite", "coloc", "--be-env", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "--dry-run")
 	benchRefuses(t, py, "KEY=VALUE", "--device", "cpu", "--suite", "coloc", "--be-env", "NOVALUE", "--dry-run")
+	// -n<N>-noprio: the numbered configuration with its narrow width, every tenant at normal MPS priority
+	np := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--detshare", ds, "--coloc-lc", "bert", "--coloc-be", "lin8192-bf16", "--configs",
+		"detshare-overlap0.05-n0-noprio", "--dry-run")
+	if !strings.Contains(np, "coloc/bert+lin8192-bf16/detshare-overlap0.05-n0-noprio") ||
+		strings.Count(np, "(DETSHARE_MPS_PRIORITY=off)") != 2 {
+		t.Errorf("detshare-overlap0.05-n0-noprio: want the case with both tenants at normal priority:\n%s", np)
+	}
 	// the trainers' cuBLAS SM target is a GPU diagnostic: on CPU there is no cuBLAS to tell
 	benchRefuses(t, py, "--be-sm-target 88: a number of SMs >= 1 (0: off), on --device cuda only",
 		"--device", "cpu", "--suite", "coloc", "--be-sm-target", "88", "--dry-run")
