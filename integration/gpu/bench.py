@@ -95,6 +95,8 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   <detshare-default or a numbered detshare configuration>-n<N>  the same with scheduler.narrow_groups = N
 #                      (detshare-overlap0.25-n6); and -n<N>-noprio: also every tenant at normal MPS client priority
 #                      (DETSHARE_MPS_PRIORITY=off), so the LC does not go first on the groups it shares
+#   hami-sm<P>         HAMi-core (--hami-lib, built by hami.sh on the GPU machine): no MPS, the trainer preloads
+#                      libvgpu.so with CUDA_DEVICE_SM_LIMIT=P (its SM utilisation limit), the LC runs unlimited
 #   trainer-mps<P>     each trainer alone under MPS at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P (no LC)
 #   trainer-sm<S>      each trainer alone under the real scheduler, pinned to S SMs (a latency-critical tenant with
 #                      --sm S --pinned, so that nothing narrows it): what its own kernels do on that many SMs, against
@@ -107,7 +109,9 @@ PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-flo
                  # the default partition with scheduler.narrow_groups = N (0: memory-bound kernels on the whole grant)
                  ("detshare-narrow", r"detshare-narrow(\d+)"),
                  # the trainer alone on part of the GPU: under MPS at P %, or under DetShare pinned to S SMs
-                 ("trainer-mps", r"trainer-mps(\d+)"), ("trainer-sm", r"trainer-sm(\d+)"))
+                 ("trainer-mps", r"trainer-mps(\d+)"), ("trainer-sm", r"trainer-sm(\d+)"),
+                 # HAMi-core's SM utilisation limit on the trainer (a peer, issue 26)
+                 ("hami-sm", r"hami-sm(\d+)"))
 TRAINER_ALONE = ("trainer-mps", "trainer-sm")
 
 
@@ -169,6 +173,8 @@ def parse(argv=None):
                     help="diagnostic, GPU only: every trainer except in `alone` tells cuBLAS and PyTorch's cuBLASLt "
                          "calls to pick GEMM kernels for this many SMs (worker.py cublas_sm_target), as an "
                          "application that knows its share could; DetShare never does this (0: off)")
+    ap.add_argument("--hami-lib", default=os.path.join(REPO, "build", "hami", "libvgpu.so"),
+                    help="HAMi-core's libvgpu.so for the hami-sm<P> configurations (hami.sh builds it there)")
     ap.add_argument("--be-env", action="append", default=[], metavar="KEY=VALUE",
                     help="an environment variable for every trainer in every configuration, `alone` included "
                          "(repeatable), e.g. DISABLE_ADDMM_CUDA_LT=1, with which PyTorch's bf16 Linear computes "
@@ -232,6 +238,13 @@ def parse(argv=None):
     known.add("detshare-default")
     for c in a.only:
         fam, n = param_config(c)
+        if fam == "hami-sm" and not 1 <= n <= 100:
+            ap.error("--configs %s: HAMi-core's SM limit is a percentage 1..100" % c)
+        if fam == "hami-sm" and a.device == "cpu" and not a.dry_run:
+            ap.error("--configs %s: HAMi-core limits a GPU; on --device cpu only with --dry-run" % c)
+        if fam == "hami-sm" and a.device == "cuda" and not os.path.isfile(a.hami_lib):
+            ap.error("--configs %s: HAMi-core's library %s is missing (build it on the GPU machine: bash "
+                     "integration/gpu/hami.sh SRC, or pass --hami-lib)" % (c, a.hami_lib))
         if fam in ("mps-pct", "trainer-mps") and not 1 <= n <= 100:
             ap.error("--configs %s: the thread percentage must be 1..100" % c)
         if fam == "trainer-sm" and n < 1:
@@ -642,6 +655,12 @@ class Runner:
             env = {}
             if label == "be":
                 env.update(self.a.be_env_map)
+            if param_config(cfg)[0] == "hami-sm" and label == "be":
+                # HAMi-core: its library preloaded with an SM utilisation limit; its shared state in the case's
+                # own file (HAMi-core keeps it in /tmp/cudevshr.cache unless told otherwise)
+                env.update({"LD_PRELOAD": self.a.hami_lib, "CUDA_DEVICE_SM_LIMIT": str(int(param_config(cfg)[1])),
+                            "CUDA_DEVICE_MEMORY_SHARED_CACHE": os.path.join(self.tmp, "hami-%s.cache" %
+                                                                            case_slug(name))})
             if self.a.be_sm_target and label == "be" and cfg != "alone":
                 env["BENCH_CUBLAS_SM_TARGET"] = str(self.a.be_sm_target)
             if cfg == "mps-prio" and label == "be":
@@ -689,8 +708,8 @@ class Runner:
                 if w.mps_pct:
                     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(w.mps_pct)
                 env.pop("CUDA_MPS_CLIENT_PRIORITY", None)
-                env.update(w.env)
                 env.pop("LD_PRELOAD", None)  # `detshare run` preloads the library where the case has it
+                env.update(w.env)  # a peer's library (HAMi-core) is the case's own LD_PRELOAD
                 env.pop("DETSHARE_QUOTA_FILE", None)
                 if sched:
                     env["DETSHARE_RUN_DIR"] = sched["run_dir"]

@@ -133,6 +133,29 @@ func TestColocPlan(t *testing.T) {
 		strings.Count(np, "(DETSHARE_MPS_PRIORITY=off)") != 2 {
 		t.Errorf("detshare-overlap0.05-n0-noprio: want the case with both tenants at normal priority:\n%s", np)
 	}
+	// HAMi-core (a peer): the trainer preloads its library with the SM limit and a shared-state file of the case's own,
+	// the LC runs without either, and neither runs under MPS
+	hp := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--detshare", ds, "--coloc-lc", "bert", "--coloc-be", "lin8192-bf16", "--configs", "alone,hami-sm50",
+		"--hami-lib", "/opt/hami/libvgpu.so", "--dry-run")
+	var hamiCase string
+	for _, l := range strings.Split(hp, "\n") {
+		if strings.HasPrefix(l, "coloc/bert+lin8192-bf16/hami-sm50") {
+			hamiCase = l
+		}
+	}
+	lcPart, bePart, _ := strings.Cut(hamiCase, "be: ")
+	if !strings.Contains(bePart, "(LD_PRELOAD=/opt/hami/libvgpu.so)") || !strings.Contains(bePart, "(CUDA_DEVICE_SM_LIMIT=50)") ||
+		!strings.Contains(bePart, "hami-coloc_bert-lin8192-bf16_hami-sm50.cache)") || strings.Contains(lcPart, "LD_PRELOAD") ||
+		strings.Contains(hamiCase, "[MPS]") {
+		t.Errorf("hami-sm50: want the trainer under HAMi-core at 50 %%, the LC plain, no MPS:\n%s", hp)
+	}
+	benchRefuses(t, py, "HAMi-core's SM limit is a percentage 1..100",
+		"--device", "cpu", "--suite", "coloc", "--configs", "hami-sm0", "--dry-run")
+	benchRefuses(t, py, "HAMi-core limits a GPU; on --device cpu only with --dry-run",
+		"--device", "cpu", "--suite", "coloc", "--configs", "hami-sm50")
+	benchRefuses(t, py, "HAMi-core's library /nonexistent/libvgpu.so is missing",
+		"--suite", "coloc", "--configs", "hami-sm50", "--hami-lib", "/nonexistent/libvgpu.so", "--dry-run")
 	// the trainers' cuBLAS SM target is a GPU diagnostic: on CPU there is no cuBLAS to tell
 	benchRefuses(t, py, "--be-sm-target 88: a number of SMs >= 1 (0: off), on --device cuda only",
 		"--device", "cpu", "--suite", "coloc", "--be-sm-target", "88", "--dry-run")

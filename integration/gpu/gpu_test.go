@@ -86,6 +86,13 @@ func TestScriptsHelpWithoutTorch(t *testing.T) {
 			t.Errorf("%s --help: %v\n%s", s, err, out)
 		}
 	}
+	if out := run(t, nil, "bash", filepath.Join(here(t), "hami.sh"), "--help"); !strings.Contains(out, "SRC: a HAMi-core checkout") {
+		t.Errorf("hami.sh --help does not say what SRC is:\n%s", out)
+	}
+	if out, err := exec.Command("bash", filepath.Join(here(t), "hami.sh"), t.TempDir()).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "is not a HAMi-core source tree") {
+		t.Errorf("hami.sh on a directory that is not HAMi-core: want a refusal naming why, got %v\n%s", err, out)
+	}
 	for _, s := range []string{"reclaim.sh", "mpsdet.sh", "coloc_prio.sh", "smtarget.sh"} {
 		if out := run(t, nil, "bash", filepath.Join(here(t), s), "--help"); !strings.Contains(out, "OUTDIR") {
 			t.Errorf("%s --help does not say what OUTDIR is:\n%s", s, out)
