@@ -645,20 +645,21 @@ class Runner:
 
     def case(self, name, cfg, workers):
         ws = []
+        fam, num = param_config(cfg)
         for label, args, tenant, group in workers:
             pct = None
             if cfg == "mps-pct" and label == "be":
                 groups = self.groups()
                 pct = max(1, int(100 * sum(groups[self.a.lc_groups:]) / self.gpu["sms"]))
-            elif param_config(cfg)[0] in ("mps-pct", "trainer-mps") and label == "be":
-                pct = int(param_config(cfg)[1])
+            elif fam in ("mps-pct", "trainer-mps") and label == "be":
+                pct = int(num)
             env = {}
             if label == "be":
                 env.update(self.a.be_env_map)
-            if param_config(cfg)[0] == "hami-sm" and label == "be":
+            if fam == "hami-sm" and label == "be":
                 # HAMi-core: its library preloaded with an SM utilisation limit; its shared state in the case's
                 # own file (HAMi-core keeps it in /tmp/cudevshr.cache unless told otherwise)
-                env.update({"LD_PRELOAD": self.a.hami_lib, "CUDA_DEVICE_SM_LIMIT": str(int(param_config(cfg)[1])),
+                env.update({"LD_PRELOAD": self.a.hami_lib, "CUDA_DEVICE_SM_LIMIT": str(int(num)),
                             "CUDA_DEVICE_MEMORY_SHARED_CACHE": os.path.join(self.tmp, "hami-%s.cache" %
                                                                             case_slug(name))})
             if self.a.be_sm_target and label == "be" and cfg != "alone":

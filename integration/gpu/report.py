@@ -16,9 +16,11 @@ Standard library only (matplotlib optional). Metrics:
 import argparse
 import csv
 import glob
+import hashlib
 import json
 import os
 import re
+import struct
 import sys
 
 from bench import TRAINER_ALONE, case_slug, coloc_case, looks_path, param_config
@@ -110,12 +112,9 @@ def stamp_stats(d, skip):
             "delay_p99_us": pct(delay, 99), "span_p50_ms": pct(span, 50), "span_p99_ms": pct(span, 99)}
 
 
-def nan_loss_hash():
-    """worker.py's loss hash of five losses that are all CUDA's canonical NaN (0x7fffffff): how results written
-    before worker.py recorded losses_finite show a trainer that is not training."""
-    import hashlib
-    import struct
-    return hashlib.sha256(struct.pack("<5I", *[0x7fffffff] * 5)).hexdigest()[:16]
+# worker.py's loss hash of five losses that are all CUDA's canonical NaN (0x7fffffff): how results written before
+# worker.py recorded losses_finite show a trainer that is not training
+NAN_LOSS_HASH = hashlib.sha256(struct.pack("<5I", *[0x7fffffff] * 5)).hexdigest()[:16]
 
 
 def losses_finite(d):
@@ -123,7 +122,7 @@ def losses_finite(d):
     None (unknown)."""
     if "losses_finite" in d:
         return bool(d["losses_finite"])
-    return False if d.get("loss_hash_first5") == nan_loss_hash() else None
+    return False if d.get("loss_hash_first5") == NAN_LOSS_HASH else None
 
 
 def train_stats(d, skip):
