@@ -33,7 +33,9 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   pauses while the LC is busy). detshare-temporal is the real scheduler without MPS (mps.enable = false): the driver
   time-slices the processes, the scheduler's time token stops the trainer's launches while the LC is busy, the LC
   launches without waiting for the token behind a lower tier, and the trainer's queue is bounded by the dispatch gate
-  (what the LC waits for). `--coloc-lc reclaim` is the reclaim probe instead of a
+  (what the LC waits for). detshare-shared is the real scheduler with the LC labelled best-effort beside the trainer
+  and scheduler.share_overlap = true: both run on every group under MPS, nothing protects the LC (DetShare's
+  setting at plain MPS's end of the frontier, issue 26). `--coloc-lc reclaim` is the reclaim probe instead of a
   model (worker.py, probes/reclaim.cu; GPU only, never part of the default list): each request needs every SM for
   1 ms, and report.py shows how long it waited for the trainer's kernels to leave them (the dispatch gate's bound).
   `--coloc-lc llama-step-math` is llama-step with the textbook attention: SDPA's fused kernels make llama-step's
@@ -95,6 +97,9 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   <detshare-default or a numbered detshare configuration>-n<N>  the same with scheduler.narrow_groups = N
 #                      (detshare-overlap0.25-n6); and -n<N>-noprio: also every tenant at normal MPS client priority
 #                      (DETSHARE_MPS_PRIORITY=off), so the LC does not go first on the groups it shares
+#   detshare-shared    the real scheduler, the LC labelled best-effort, scheduler.share_overlap = true: both tenants
+#                      run on every group, as under plain MPS, with nothing protecting the LC (not numbered, but run
+#                      only when named)
 #   hami-sm<P>         HAMi-core (--hami-lib, built by hami.sh on the GPU machine): no MPS, the trainer preloads
 #                      libvgpu.so with CUDA_DEVICE_SM_LIMIT=P (its SM utilisation limit), the LC runs unlimited
 #   trainer-mps<P>     each trainer alone under MPS at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P (no LC)
@@ -118,6 +123,11 @@ TRAINER_ALONE = ("trainer-mps", "trainer-sm")
 def coloc_case(lc, be, cfg):
     """The name of a co-location case: an LC beside a trainer under one configuration."""
     return "coloc/%s+%s/%s" % (lc, be, cfg)
+
+
+def sched_policy(cfg):
+    """The scheduler policy of a DetShare configuration (scheduler.policy)."""
+    return "tpot-first" if cfg == "detshare-tpot" else "throughput-oriented"
 
 
 def case_slug(name):
@@ -153,6 +163,7 @@ COLOC_BE_EXTRA = ["lin8192-bf16-tiny",
                   # GEMMs only, and the optimizer's memory-bound update only
                   "lin8192-fp32-gemm", "lin8192-fp32-opt", "lin8192-bf16-gemm", "lin8192-bf16-opt"]
 COLOC_OPTIONAL = ["alone-flush"]  # accepted by --configs, never run unless named
+COLOC_NAMED = ["detshare-shared"]  # shared configurations run only when named (issue 26's frontier sweep)
 L2_FLUSH_MB = 256  # alone-flush: more than any GPU's L2 (H100: 50 MB)
 SUITES = ["infer", "llm", "train", "coloc"]
 
@@ -234,7 +245,8 @@ def parse(argv=None):
                      "(CUDA_MPS_*, DETSHARE_*, LD_*)" % kv)
         a.be_env_map[k] = v
     a.only = set(c for c in a.configs.split(",") if c)
-    known = set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS) | set(COLOC_CONFIGS) | set(COLOC_OPTIONAL)
+    known = (set(PAIR_CONFIGS) | set(LLM_CONFIGS) | set(TRAIN_CONFIGS) | set(COLOC_CONFIGS) | set(COLOC_OPTIONAL) |
+             set(COLOC_NAMED))
     known.add("detshare-default")
     for c in a.only:
         fam, n = param_config(c)
@@ -264,7 +276,7 @@ def parse(argv=None):
         if narrow_suffix(c)[0] not in known and fam is None:
             ap.error("--configs: %r is not one of %s, or mps-pct<P>, detshare-floor<N>, detshare-pinned<N>, "
                      "detshare-slo<X>x, detshare-sloov<X>x, detshare-reserve<F>, detshare-overlap<F>, detshare-narrow<N>, "
-                     "trainer-mps<P>, trainer-sm<S>" % (c, ", ".join(sorted(known))))
+                     "trainer-mps<P>, trainer-sm<S>, hami-sm<P>" % (c, ", ".join(sorted(known))))
         if fam in TRAINER_ALONE and "coloc" not in a.suites:
             ap.error("--configs %s: the trainer-alone configurations belong to --suite coloc" % c)
     a.config_order = [c for c in a.configs.split(",") if c]
@@ -800,59 +812,40 @@ class Runner:
                 self.stop_sched(sched)
 
     # ------------------------------------------------------------------------------ the real scheduler ------
-    def start_sched(self, c, slug):
-        """`detshare sched` on a private run directory, with the case's policy; tenants come from `detshare run`."""
+    def sched_config(self, c):
+        """The config.toml of the case's `detshare sched`: its policy and the scheduler settings its name asks for."""
         a = self.a
-        # short: the MPS control daemon's sockets live under <run dir>/mps/gpu0/pipe and a Unix socket path has at
-        # most 107 bytes (with the long case names of the coloc suite nvidia-cuda-mps-control failed to start)
-        self.nsched = getattr(self, "nsched", 0) + 1
-        run_dir = os.path.join(self.tmp, "ds%d" % self.nsched)
-        os.makedirs(run_dir, exist_ok=True)
-        policy = "tpot-first" if c.config == "detshare-tpot" else "throughput-oriented"
+        policy = sched_policy(c.config)
         fam, num = param_config(c.config)
         floor = 0 if c.config == "detshare-dynamic-pause" else int(num) if fam == "detshare-floor" else a.be_floor
-        cfg = os.path.join(run_dir, "config.toml")
-        with open(cfg, "w") as f:
-            f.write('[scheduler]\npolicy = "%s"\n%s[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
-                    % (policy, ("be_floor = %d\n" % floor if floor is not None else "") +
-                       ("decode_boost = %d\n" % a.decode_boost if a.decode_boost and policy == "tpot-first" else "") +
-                       ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else "") +
-                       ("gate_depth = %d\n" % a.gate_depth if a.gate_depth else "") +
-                       ("lc_reserve = %g\n" % (0 if fam == "detshare-floor" or c.config.startswith("detshare-dynamic")
-                                                 else num) if fam in ("detshare-floor", "detshare-reserve",
-                                                                      "detshare-overlap") or
-                        c.config.startswith("detshare-dynamic") else "") +
-                       ("lc_overlap = true\n" if fam in ("detshare-overlap", "detshare-sloov") else "") +
-                       ("share_overlap = true\n" if c.config == "detshare-share" else "") +
-                       ("narrow_groups = %d\n" % num if fam == "detshare-narrow" else
-                        "narrow_groups = %d\n" % narrow_suffix(c.config)[1]
-                        if narrow_suffix(c.config)[1] is not None else ""),
-                       "false" if c.config == "detshare-temporal" else "true", a.mps_control))
-        env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
-        if a.device == "cpu":
-            # harness check: the scheduler describes the simulated GPU (a test double), whose MPS is simulated too, so
-            # grants are spatial as on a GPU
-            env["DETSHARE_SIMGPU"] = "1"
-        logf = open(os.path.join(self.logs, "%s__sched.log" % slug), "w")
-        p = subprocess.Popen([a.detshare, "--run-dir", run_dir, "sched", "--config", cfg], env=env, stdout=logf,
-                             stderr=subprocess.STDOUT, start_new_session=True)
-        p.logf = logf
-        for _ in range(100):
-            r = subprocess.run([a.detshare, "--run-dir", run_dir, "status", "--json"], capture_output=True, text=True)
-            if r.returncode == 0:
-                break
-            if p.poll() is not None:
-                raise RuntimeError("detshare sched exited with %s (log: %s)" % (p.returncode, logf.name))
-            time.sleep(0.1)
-        else:
-            _killpg(p)
-            raise RuntimeError("detshare sched did not come up (log: %s)" % logf.name)
+        return ('[scheduler]\npolicy = "%s"\n%s[mps]\nenable = %s\ncontrol = "%s"\n[metrics]\nlisten = ""\n'
+                % (policy, ("be_floor = %d\n" % floor if floor is not None else "") +
+                   ("decode_boost = %d\n" % a.decode_boost if a.decode_boost and policy == "tpot-first" else "") +
+                   ('gate_budget = "%dus"\n' % a.gate_budget_us if a.gate_budget_us else "") +
+                   ("gate_depth = %d\n" % a.gate_depth if a.gate_depth else "") +
+                   ("lc_reserve = %g\n" % (0 if fam == "detshare-floor" or c.config.startswith("detshare-dynamic")
+                                             else num) if fam in ("detshare-floor", "detshare-reserve",
+                                                                  "detshare-overlap") or
+                    c.config.startswith("detshare-dynamic") else "") +
+                   ("lc_overlap = true\n" if fam in ("detshare-overlap", "detshare-sloov") else "") +
+                   ("share_overlap = true\n" if c.config in ("detshare-share", "detshare-shared") else "") +
+                   ("narrow_groups = %d\n" % num if fam == "detshare-narrow" else
+                    "narrow_groups = %d\n" % narrow_suffix(c.config)[1]
+                    if narrow_suffix(c.config)[1] is not None else ""),
+                   "false" if c.config == "detshare-temporal" else "true", a.mps_control))
+
+    def tenant_flags(self, c):
+        """`detshare run` flags of each tenant of the case (tier, guarantee, pinning, SLO), by tenant name."""
+        a = self.a
+        fam, num = param_config(c.config)
         sms = sum(self.groups()[:a.lc_groups])
         flags = {}
         for w in c.workers:
             if fam == "trainer-sm":  # the trainer alone, pinned to its SMs: nothing beside it narrows or gates it
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(int(num)), "--pinned"]
-            elif c.config == "alone-lib" or w.tenant in ("be", "a", "b"):
+            elif c.config in ("alone-lib", "detshare-shared") or w.tenant in ("be", "a", "b"):
+                # detshare-shared: the LC is labelled best-effort too, so nothing protects it and, with
+                # share_overlap, both run on every group as under plain MPS (the frontier's unprotected end)
                 flags[w.tenant] = ["--tier", "best-effort"]
             elif w.tenant == "lc":
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sms)]
@@ -877,7 +870,40 @@ class Runner:
                         flags[w.tenant].append("--lend")
             elif w.tenant in ("prefill", "decode"):
                 flags[w.tenant] = ["--tier", "best-effort", "--role", w.tenant]
-        return {"proc": p, "run_dir": run_dir, "policy": policy, "flags": flags}
+        return flags
+
+    def start_sched(self, c, slug):
+        """`detshare sched` on a private run directory, with the case's policy; tenants come from `detshare run`."""
+        a = self.a
+        # short: the MPS control daemon's sockets live under <run dir>/mps/gpu0/pipe and a Unix socket path has at
+        # most 107 bytes (with the long case names of the coloc suite nvidia-cuda-mps-control failed to start)
+        self.nsched = getattr(self, "nsched", 0) + 1
+        run_dir = os.path.join(self.tmp, "ds%d" % self.nsched)
+        os.makedirs(run_dir, exist_ok=True)
+        cfg = os.path.join(run_dir, "config.toml")
+        with open(cfg, "w") as f:
+            f.write(self.sched_config(c))
+        flags = self.tenant_flags(c)
+        env = dict(os.environ, DETSHARE_LOG_LEVEL=os.environ.get("DETSHARE_BENCH_SCHED_LOG", "info"))
+        if a.device == "cpu":
+            # harness check: the scheduler describes the simulated GPU (a test double), whose MPS is simulated too, so
+            # grants are spatial as on a GPU
+            env["DETSHARE_SIMGPU"] = "1"
+        logf = open(os.path.join(self.logs, "%s__sched.log" % slug), "w")
+        p = subprocess.Popen([a.detshare, "--run-dir", run_dir, "sched", "--config", cfg], env=env, stdout=logf,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        p.logf = logf
+        for _ in range(100):
+            r = subprocess.run([a.detshare, "--run-dir", run_dir, "status", "--json"], capture_output=True, text=True)
+            if r.returncode == 0:
+                break
+            if p.poll() is not None:
+                raise RuntimeError("detshare sched exited with %s (log: %s)" % (p.returncode, logf.name))
+            time.sleep(0.1)
+        else:
+            _killpg(p)
+            raise RuntimeError("detshare sched did not come up (log: %s)" % logf.name)
+        return {"proc": p, "run_dir": run_dir, "policy": sched_policy(c.config), "flags": flags}
 
     def stop_sched(self, sched):
         p = sched["proc"]

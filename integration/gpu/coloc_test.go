@@ -161,6 +161,40 @@ func TestColocPlan(t *testing.T) {
 		"--device", "cpu", "--suite", "coloc", "--be-sm-target", "88", "--dry-run")
 	benchRefuses(t, py, "--be-sm-target -1: a number of SMs >= 1",
 		"--suite", "coloc", "--be-sm-target", "-1", "--dry-run")
+	// detshare-shared (the frontier's unprotected end): run only when named; the LC is labelled best-effort like the
+	// trainer and the scheduler grants busy sharers every group (share_overlap), with no LC partition or narrowing;
+	// what `detshare sched` and `detshare run` are given, from bench.py's own functions
+	if strings.Contains(out, "detshare-shared") {
+		t.Errorf("detshare-shared must run only when named:\n%s", out)
+	}
+	tmp := t.TempDir()
+	given := run(t, []string{"TMPDIR=" + tmp}, py, "-c", `import sys, json; sys.path.insert(0, sys.argv[1]); import bench
+a = bench.parse(["--out", sys.argv[2], "--device", "cpu", "--suite", "coloc", "--coloc-lc", "bert", "--coloc-be",
+                 "lin8192-bf16", "--configs", "alone,detshare-shared,detshare-overlap0.05-n0", "--dry-run"])
+r = bench.Runner(a)
+r.gpu = r.gpu_info()
+print(json.dumps({c.config: {"config": r.sched_config(c), "flags": r.tenant_flags(c)} for c in r.plan() if c.uses_lib()}))`,
+		here(t), tmp)
+	var sched map[string]struct {
+		Config string              `json:"config"`
+		Flags  map[string][]string `json:"flags"`
+	}
+	gl := strings.Split(strings.TrimSpace(given), "\n") // bench.py may log before the JSON line
+	if err := json.Unmarshal([]byte(gl[len(gl)-1]), &sched); err != nil {
+		t.Fatalf("sched_config/tenant_flags: %v\n%s", err, given)
+	}
+	sh, ok := sched["detshare-shared"]
+	if !ok || strings.Join(sh.Flags["lc"], " ") != "--tier best-effort" || strings.Join(sh.Flags["be"], " ") != "--tier best-effort" ||
+		!strings.Contains(sh.Config, "share_overlap = true") || strings.Contains(sh.Config, "lc_reserve") ||
+		strings.Contains(sh.Config, "narrow_groups") {
+		t.Errorf("detshare-shared: want both tenants best-effort under share_overlap, nothing else: %+v", sched)
+	}
+	if ov := sched["detshare-overlap0.05-n0"]; strings.Join(ov.Flags["lc"], " ") != "--tier latency-critical --sm 32" ||
+		!strings.Contains(ov.Config, "lc_reserve = 0.05\nlc_overlap = true\nnarrow_groups = 0\n") ||
+		strings.Contains(ov.Config, "share_overlap") {
+		t.Errorf("detshare-overlap0.05-n0: want the LC latency-critical with its 4-group guarantee, a 0.05 partition overlapping, no "+
+			"narrowing: %+v", ov)
+	}
 	// the Python stand-in scheduler is gone: an old command line that asks for it is refused, naming why
 	benchRefuses(t, py, "the only scheduler is the real `detshare sched`",
 		"--device", "cpu", "--suite", "coloc", "--scheduler", "python", "--dry-run")

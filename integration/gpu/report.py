@@ -576,7 +576,7 @@ def build(outdir, skip, slo_ms):
 
 COLOC_TARGET = {"lc_p99_ratio": 1.10, "lc_p99_goal": 1.05}
 COLOC_SHARED = ("timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
-                "detshare-dynamic-pause", "detshare-dynamic-noprio", "detshare-temporal")
+                "detshare-dynamic-pause", "detshare-dynamic-noprio", "detshare-temporal", "detshare-shared")
 
 
 def read_power(outdir):
