@@ -20,7 +20,8 @@ dest=$repo/build/hami
 rm -rf "$dest/obj"
 mkdir -p "$dest/obj"
 export CUDA_HOME=$cuda LIBRARY_PATH=$cuda/lib64/stubs:$cuda/targets/x86_64-linux/lib/stubs${LIBRARY_PATH:+:$LIBRARY_PATH}
-cmake -S "$src" -B "$dest/obj" -DCMAKE_BUILD_TYPE=Release -DDLSYM_HOOK_ENABLE=1 -DMULTIPROCESS_LIMIT_ENABLE=1 \
+# HAMi-core asks for a CMake older than 3.5, which CMake 4 refuses without this
+cmake -S "$src" -B "$dest/obj" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_BUILD_TYPE=Release -DDLSYM_HOOK_ENABLE=1 -DMULTIPROCESS_LIMIT_ENABLE=1 \
   -DHOOK_MEMINFO_ENABLE=1 -DHOOK_NVML_ENABLE=1 -DTEST_DEVICE_ID=0 >"$dest/cmake.log" 2>&1 ||
   { tail -20 "$dest/cmake.log" >&2; echo "hami.sh: cmake failed (log: $dest/cmake.log)" >&2; exit 1; }
 cmake --build "$dest/obj" --target vgpu -j "$(nproc)" >"$dest/build.log" 2>&1 ||
