@@ -392,6 +392,50 @@ func TestColocReportSetsNaNTrainersApart(t *testing.T) {
 	}
 }
 
+// A HAMi-core point says whether HAMi-core's limit applied: its trainer's log has "Initialized" only once HAMi-core's
+// own cuInit ran (which starts its SM-utilisation watcher); loaded without it, the point is named as unlimited and
+// still counts as a peer point, because that is what a user of HAMi-core gets.
+func TestColocReportSaysWhetherHAMiCoreApplied(t *testing.T) {
+	p := "coloc:bert+lin8192-bf16"
+	be := func(cfg, group string, steps int) map[string]any {
+		var ends []float64
+		for i := 0; i < steps; i++ {
+			ends = append(ends, 5.0*float64(i)/float64(steps))
+		}
+		return map[string]any{"role": "train", "duration": 5.0, "t0": 1000.0, "step_ends": ends,
+			"loss_hash_first5": "l0", "losses_finite": true, "group": group, "config": cfg, "label": "be"}
+	}
+	lc := func(cfg, group string, svcMs float64) map[string]any {
+		return lcResult(cfg, group, func(int) float64 { return svcMs })
+	}
+	results := map[string]map[string]any{
+		"a": lc("alone", "coloc:bert", 2), "b": be("alone", "coloc:lin8192-bf16", 100),
+		"c": lc("hami-sm30", p, 6), "d": be("hami-sm30", p, 73),
+		"e": lc("hami-sm50", p, 5), "f": be("hami-sm50", p, 50),
+		"g": lc("hami-sm70", p, 5), "h": be("hami-sm70", p, 60),
+		"i": lc("detshare-overlap0.05-n0", p, 5), "j": be("detshare-overlap0.05-n0", p, 70),
+	}
+	logs := map[string]any{
+		// loaded, but its cuInit never ran
+		"logs/coloc_bert-lin8192-bf16_hami-sm30__be.log": "[HAMI-core Msg(1973:1:libvgpu.c:871)]: Initializing.....\n" +
+			"[HAMI-core Msg(1973:1:multiprocess_memory_limit.c:700)]: Cleanup on exit for PID 1973\n",
+		// its cuInit ran: the limit applied
+		"logs/coloc_bert-lin8192-bf16_hami-sm50__be.log": "[HAMI-core Msg(7:1:libvgpu.c:871)]: Initializing.....\n" +
+			"[HAMI-core Msg(7:1:libvgpu.c:912)]: Initialized\n",
+		// hami-sm70 has no log: nothing is claimed either way
+	}
+	md := colocReportWith(t, results, "", logs)
+	reportHas(t, md,
+		"| lin8192-bf16 | hami-sm30 (limit not applied) | 6.000 / 6.000 | 3.00 |",
+		"| lin8192-bf16 | hami-sm50 | 5.000 / 5.000 | 2.50 |",
+		"| lin8192-bf16 | hami-sm70 | 5.000 / 5.000 | 2.50 |",
+		"hami-sm30 (HAMi-core's limit not applied: its cuInit never ran): 3.00, 0.72: **NO** (closest detshare-overlap0.05-n0: LC -0.50, trainer -0.02)",
+		"hami-sm50: 2.50, 0.50: yes (detshare-overlap0.05-n0)",
+		"hami-sm70: 2.50, 0.60: yes (detshare-overlap0.05-n0)",
+		"bert+lin8192-bf16: hami-sm30 lies beyond DetShare's frontier",
+	)
+}
+
 // Each trainer alone on part of the GPU reaches the report: throughput against its solo, the SMs the scheduler
 // granted (from its status mid-run), and whether its losses stayed bit-identical (MPS's percentage changes kernels).
 func TestColocReportShowsTheTrainerAlone(t *testing.T) {

@@ -179,6 +179,24 @@ def slo_of(cfg):
     return x if fam in ("detshare-slo", "detshare-sloov") else None
 
 
+def hami_applied(outdir, lc, be, cfg):
+    """Whether HAMi-core's limits applied to the trainer of a hami-sm<P> case, from its log (logs/<case>__be.log):
+    HAMi-core logs "Initializing" when it is loaded and "Initialized" only once its own cuInit has run, which is what
+    starts its SM-utilisation watcher; a process whose CUDA runtime reaches the driver without HAMi-core's cuInit
+    (PyTorch 2.11 with CUDA 13 on an H100, BENCHMARKS.md) runs unlimited. None where the log says neither."""
+    if param_config(cfg)[0] != "hami-sm":
+        return None
+    try:
+        with open(os.path.join(outdir, "logs", "%s__be.log" % case_slug(coloc_case(lc, be, cfg))),
+                  errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    if re.search(r"HAMI-core Msg\([^)]*\)\]: Initialized\b", text):
+        return True
+    return False if "HAMI-core" in text else None
+
+
 def sched_state(outdir, lc, be, cfg, solo_p99_ms):
     """What `detshare status` said at the end of a DetShare case's window (bench.py saves it as
     logs/<case>__status.json): the LC's SLO controller (its SLO, state, last window's P99, the floor it measured at its
@@ -275,10 +293,16 @@ def coloc_frontier(out, md, outdir, res):
         ds = [p for p in pts if not is_peer(p[2]) and p[2] not in nan]
         peers = [p for p in pts if is_peer(p[2]) and p[2] not in nan]
         fr = frontier(ds)
+        # a HAMi-core point whose limit never applied is still what a user of it gets on this stack, so it stays a
+        # peer point, named as such
+        unapplied = set(cfg for cfg, r in out[pair].items() if isinstance(r, dict) and r.get("hami_applied") is False)
         cells = ["%s: %.2f, %.2f: trainer losses NaN, not training" % (cfg, lr, bn)
                  for lr, bn, cfg in sorted(p for p in pts if p[2] in nan)]
         for lr, bn, cfg in sorted(peers):
             dom = [d for d in ds if d[0] <= lr and d[1] >= bn]
+            name = cfg
+            if cfg in unapplied:
+                cfg += " (HAMi-core's limit not applied: its cuInit never ran)"
             if dom:
                 cells.append("%s: %.2f, %.2f: yes (%s)" % (cfg, lr, bn, dom[0][2]))
             else:
@@ -287,7 +311,7 @@ def coloc_frontier(out, md, outdir, res):
                     if ds else None
                 cells.append("%s: %.2f, %.2f: **NO**%s" % (cfg, lr, bn, "" if gap is None else
                              " (closest %s: LC %+.2f, trainer %+.2f)" % (gap[2], gap[0] - lr, gap[1] - bn)))
-                res["targets"].append(target("%s: %s lies beyond DetShare's frontier" % (pair[6:], cfg), 0.0, ">=", 1.0))
+                res["targets"].append(target("%s: %s lies beyond DetShare's frontier" % (pair[6:], name), 0.0, ">=", 1.0))
         md.append("| %s | %s | %s |" % (pair[6:], "; ".join("%s: %.2f, %.2f" % (c, lr, bn) for lr, bn, c in fr),
                                          "; ".join(cells) or "—"))
         plots.append((pair[6:], ds, peers, fr, [p for p in pts if p[2] in nan]))
@@ -687,6 +711,7 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     if l and blc else None
                 r["be_bit_identical"] = (b["loss_hash"] == bbe["loss_hash"]) if b and bbe and b["loss_hash"] else None
                 r["be_losses_finite"] = b["losses_finite"] if b else None
+                r["hami_applied"] = hami_applied(outdir, lc, be, cfg)
                 r["power"] = power_in(power, *window(c["lc"])) if "lc" in c else {}
                 if not is_peer(cfg):
                     r["sched"] = sched_state(outdir, lc, be, cfg, blc and blc["svc_p99_ms"])
@@ -695,7 +720,7 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     cdf_rows.append((pair, cfg, l["a2c_ms"]))
                 yn = {True: "yes", False: "**NO**", None: "—"}
                 md.append("| %s | %s | %s / %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
-                    be, cfg, fmt(l and l["svc_p50_ms"], 3), fmt(l and l["svc_p99_ms"], 3),
+                    be, cfg + (" (limit not applied)" if r["hami_applied"] is False else ""), fmt(l and l["svc_p50_ms"], 3), fmt(l and l["svc_p99_ms"], 3),
                     fmt(r["lc_svc_p99_ratio"]), fmt(r["lc_svc_p99_vs_mps_alone"]), fmt(l and l["a2c_p99_ms"], 2), fmt(r["lc_a2c_p99_ratio"]),
                     fmt(b and b["steps_per_s"]), fmt(r["be_norm"]), fmt(r["power"].get("power_w_mean"), 0),
                     fmt(r["power"].get("power_w_max"), 0), fmt(r["power"].get("sm_mhz_mean"), 0),
