@@ -277,6 +277,33 @@ func TestScanJudgesOnlyOlderProcesses(t *testing.T) {
 	}
 }
 
+// /proc/uptime's seconds become ticks exactly: through a float, 80000.01 s gave one tick less (as did 6 % of values),
+// so a process that started in the tick before a scan could not be judged dead by it.
+func TestUptimeTicksAreExact(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"80000.01", 8000001, true}, {"81166.47", 8116647, true}, {"12.5", 1250, true}, {"7", 700, true},
+		{"3.999999999999", 399, true}, {"0.00", 0, false}, {"", 0, false}, {"-1.00", 0, false}, {"1.2x", 0, false},
+		{"99999999999999999999.00", 0, false},
+	} {
+		got, ok := parseUptimeTicks(c.in)
+		if got != c.want || ok != c.ok {
+			t.Errorf("parseUptimeTicks(%q) = %d, %v; want %d, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+	// every value with two decimals over a long uptime range, as /proc/uptime writes them
+	for sec := uint64(0); sec < 3_000_000; sec += 997 {
+		for cs := uint64(0); cs < 100; cs++ {
+			if got, _ := parseUptimeTicks(fmt.Sprintf("%d.%02d", sec, cs)); got != sec*100+cs {
+				t.Fatalf("%d.%02d s = %d ticks, want %d", sec, cs, got, sec*100+cs)
+			}
+		}
+	}
+}
+
 func BenchmarkScanProcesses(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, err := ScanProcesses(); err != nil {

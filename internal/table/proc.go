@@ -180,11 +180,33 @@ func uptimeTicks() uint64 {
 	if len(f) == 0 {
 		return 0
 	}
-	up, err := strconv.ParseFloat(f[0], 64)
-	if err != nil || up <= 0 {
+	ticks, ok := parseUptimeTicks(f[0])
+	if !ok {
 		return 0
 	}
-	return uint64(up * userHZ)
+	return ticks
+}
+
+// parseUptimeTicks turns /proc/uptime's seconds ("81166.47") into USER_HZ ticks, in integers: through a float,
+// 80000.01 s came out as 7999999.99... and so one tick short (6 % of values), which made a process that started in
+// the tick before a scan look as if it might have started after it, and a pass did not reap it.
+func parseUptimeTicks(s string) (uint64, bool) {
+	whole, frac, _ := strings.Cut(s, ".")
+	sec, err := strconv.ParseUint(whole, 10, 64)
+	if err != nil || sec > 1<<40 {
+		return 0, false
+	}
+	var sub, scale uint64 = 0, 1
+	for _, c := range frac {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if scale < 1e9 { // digits past a nanosecond change no tick
+			sub, scale = sub*10+uint64(c-'0'), scale*10
+		}
+	}
+	ticks := sec*userHZ + sub*userHZ/scale
+	return ticks, ticks > 0
 }
 
 // ScanProcesses walks /proc once. Processes that vanish during the walk are skipped.

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestGuardTurnsTruncationIntoError: a client page truncated under its mapping faults (SIGBUS) on the next read;
@@ -114,6 +115,7 @@ func TestReaperKeepsSlotWhileOrphanLives(t *testing.T) {
 	}
 	_ = orphan.Process.Kill()
 	_ = orphan.Wait()
+	time.Sleep(3 * time.Second / userHZ) // a scan judges only processes that started at least a tick before it
 	// Its last process gone, the next pass reaps the tenant.
 	if rep, err = tb.Reap(); err != nil {
 		t.Fatal(err)
@@ -195,6 +197,7 @@ func TestForgedProcessEntriesKeepNoSlot(t *testing.T) {
 	}
 	_ = owner.Process.Kill()
 	_ = owner.Wait()
+	time.Sleep(3 * time.Second / userHZ) // a scan judges only processes that started at least a tick before it
 	rep, err := tb.Reap()
 	if err != nil {
 		t.Fatal(err)
