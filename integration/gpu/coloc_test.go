@@ -145,9 +145,10 @@ func TestColocPlan(t *testing.T) {
 		}
 	}
 	lcPart, bePart, _ := strings.Cut(hamiCase, "be: ")
-	if !strings.Contains(bePart, "(LD_PRELOAD=/opt/hami/libvgpu.so)") || !strings.Contains(bePart, "(CUDA_DEVICE_SM_LIMIT=50)") ||
+	if !strings.Contains(bePart, "(LD_PRELOAD=/opt/hami/libvgpu.so)") || !strings.Contains(bePart, "(CUDA_REDIRECT=/opt/hami/libvgpu.so)") ||
+		!strings.Contains(bePart, "(CUDA_DEVICE_SM_LIMIT=50)") ||
 		!strings.Contains(bePart, "hami-coloc_bert-lin8192-bf16_hami-sm50.cache)") || strings.Contains(lcPart, "LD_PRELOAD") ||
-		strings.Contains(hamiCase, "[MPS]") {
+		strings.Contains(lcPart, "CUDA_REDIRECT") || strings.Contains(hamiCase, "[MPS]") {
 		t.Errorf("hami-sm50: want the trainer under HAMi-core at 50 %%, the LC plain, no MPS:\n%s", hp)
 	}
 	benchRefuses(t, py, "HAMi-core's SM limit is a percentage 1..100",
