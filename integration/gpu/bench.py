@@ -103,6 +103,8 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   hami-sm<P>         HAMi-core (--hami-lib, built by hami.sh on the GPU machine): no MPS, the trainer preloads
 #                      libvgpu.so with CUDA_DEVICE_SM_LIMIT=P (its SM utilisation limit), the LC runs unlimited
 #   trainer-mps<P>     each trainer alone under MPS at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P (no LC)
+#   trainer-hami<P>    each trainer alone under HAMi-core at CUDA_DEVICE_SM_LIMIT=P, no MPS (no LC): whether the limit
+#                      applies to it (report.py reads HAMi-core's log) and what it leaves the trainer
 #   trainer-sm<S>      each trainer alone under the real scheduler, pinned to S SMs (a latency-critical tenant with
 #                      --sm S --pinned, so that nothing narrows it): what its own kernels do on that many SMs, against
 #                      what MPS's thread percentage makes of them (cuBLAS picks other kernels for fewer SMs)
@@ -113,11 +115,14 @@ PARAM_CONFIGS = (("mps-pct", r"mps-pct(\d+)"), ("detshare-floor", r"detshare-flo
                  ("detshare-sloov", r"detshare-sloov(\d+(?:\.\d+)?)x"),
                  # the default partition with scheduler.narrow_groups = N (0: memory-bound kernels on the whole grant)
                  ("detshare-narrow", r"detshare-narrow(\d+)"),
-                 # the trainer alone on part of the GPU: under MPS at P %, or under DetShare pinned to S SMs
+                 # the trainer alone on part of the GPU: under MPS at P %, under DetShare pinned to S SMs, or under
+                 # HAMi-core at an SM limit of P % (does its limit apply to this trainer at all?)
                  ("trainer-mps", r"trainer-mps(\d+)"), ("trainer-sm", r"trainer-sm(\d+)"),
+                 ("trainer-hami", r"trainer-hami(\d+)"),
                  # HAMi-core's SM utilisation limit on the trainer (a peer, issue 26)
                  ("hami-sm", r"hami-sm(\d+)"))
-TRAINER_ALONE = ("trainer-mps", "trainer-sm")
+TRAINER_ALONE = ("trainer-mps", "trainer-sm", "trainer-hami")
+HAMI = ("hami-sm", "trainer-hami")  # the configurations that preload HAMi-core (--hami-lib)
 
 
 def coloc_case(lc, be, cfg):
@@ -250,11 +255,11 @@ def parse(argv=None):
     known.add("detshare-default")
     for c in a.only:
         fam, n = param_config(c)
-        if fam == "hami-sm" and not 1 <= n <= 100:
+        if fam in HAMI and not 1 <= n <= 100:
             ap.error("--configs %s: HAMi-core's SM limit is a percentage 1..100" % c)
-        if fam == "hami-sm" and a.device == "cpu" and not a.dry_run:
+        if fam in HAMI and a.device == "cpu" and not a.dry_run:
             ap.error("--configs %s: HAMi-core limits a GPU; on --device cpu only with --dry-run" % c)
-        if fam == "hami-sm" and a.device == "cuda" and not os.path.isfile(a.hami_lib):
+        if fam in HAMI and a.device == "cuda" and not os.path.isfile(a.hami_lib):
             ap.error("--configs %s: HAMi-core's library %s is missing (build it on the GPU machine: bash "
                      "integration/gpu/hami.sh SRC, or pass --hami-lib)" % (c, a.hami_lib))
         if fam in ("mps-pct", "trainer-mps") and not 1 <= n <= 100:
@@ -276,7 +281,7 @@ def parse(argv=None):
         if narrow_suffix(c)[0] not in known and fam is None:
             ap.error("--configs: %r is not one of %s, or mps-pct<P>, detshare-floor<N>, detshare-pinned<N>, "
                      "detshare-slo<X>x, detshare-sloov<X>x, detshare-reserve<F>, detshare-overlap<F>, detshare-narrow<N>, "
-                     "trainer-mps<P>, trainer-sm<S>, hami-sm<P>" % (c, ", ".join(sorted(known))))
+                     "trainer-mps<P>, trainer-sm<S>, trainer-hami<P>, hami-sm<P>" % (c, ", ".join(sorted(known))))
         if fam in TRAINER_ALONE and "coloc" not in a.suites:
             ap.error("--configs %s: the trainer-alone configurations belong to --suite coloc" % c)
     a.config_order = [c for c in a.configs.split(",") if c]
@@ -668,7 +673,7 @@ class Runner:
             env = {}
             if label == "be":
                 env.update(self.a.be_env_map)
-            if fam == "hami-sm" and label == "be":
+            if fam in HAMI and label == "be":
                 # HAMi-core: its library preloaded with an SM utilisation limit; its shared state in the case's
                 # own file (HAMi-core keeps it in /tmp/cudevshr.cache unless told otherwise). CUDA_REDIRECT names the
                 # library its dlsym hook resolves cu* functions from, as HAMi's deployment does by installing it at
@@ -685,7 +690,7 @@ class Runner:
                 env["DETSHARE_MPS_PRIORITY"] = "off"  # the library leaves every tenant at normal priority
             ws.append(Worker(label, list(args), env=env, tenant=tenant, mps_pct=pct))
             ws[-1].group = group
-        return Case(name, cfg, ws, needs_mps=cfg.startswith(("mps", "trainer-")) or (cfg.startswith("detshare") and
+        return Case(name, cfg, ws, needs_mps=cfg.startswith(("mps", "trainer-mps", "trainer-sm")) or (cfg.startswith("detshare") and
                                                                                   cfg != "detshare-temporal") or
                     cfg in ("alone-grant", "alone-mps"))
 

@@ -91,6 +91,22 @@ func TestColocPlan(t *testing.T) {
 			t.Errorf("plan lacks %q:\n%s", want, alone)
 		}
 	}
+	// trainer-hami<P>: each trainer alone under HAMi-core, its library and limit on the trainer, without MPS
+	ha := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
+		"coloc", "--detshare", ds, "--dry-run", "--coloc-lc", "bert", "--coloc-be", "lin8192-bf16", "--configs",
+		"alone,trainer-hami30", "--hami-lib", "/opt/hami/libvgpu.so")
+	var hamiAlone string
+	for _, l := range strings.Split(ha, "\n") {
+		if strings.HasPrefix(l, "coloc/lin8192-bf16/trainer-hami30") {
+			hamiAlone = l
+		}
+	}
+	if !strings.Contains(hamiAlone, "(LD_PRELOAD=/opt/hami/libvgpu.so)") || !strings.Contains(hamiAlone, "(CUDA_DEVICE_SM_LIMIT=30)") ||
+		strings.Contains(hamiAlone, "lc:") || strings.Contains(hamiAlone, "[MPS]") || strings.Contains(ha, "+lin8192-bf16/trainer-hami") {
+		t.Errorf("trainer-hami30: want the trainer alone under HAMi-core at 30 %%, no LC, no MPS:\n%s", ha)
+	}
+	benchRefuses(t, py, "HAMi-core's SM limit is a percentage 1..100",
+		"--device", "cpu", "--suite", "coloc", "--configs", "trainer-hami101", "--dry-run")
 	if strings.Contains(alone, "+lin8192-fp32/trainer-") {
 		t.Errorf("a trainer-alone configuration was planned beside an LC:\n%s", alone)
 	}
@@ -456,21 +472,30 @@ func TestColocReportShowsTheTrainerAlone(t *testing.T) {
 		"a": lcResult("alone", "coloc:bert", func(int) float64 { return 2 }),
 		"b": be("alone", 100, "l0", nil), "c": be("trainer-mps67", 80, "l9", nil),
 		"d": be("trainer-sm88", 70, "l0", 88), "e": be("trainer-sm104", 85, "l0", 104),
+		"f": be("trainer-hami30", 99, "l0", nil), "g": be("trainer-hami70", 70, "l0", nil),
 	}
-	md := colocReport(t, results, "")
+	// HAMi-core at 30 % loaded without its cuInit ever running (its limit did not apply); at 70 % it did
+	md := colocReportWith(t, results, "", map[string]any{
+		"logs/coloc_lin8192-bf16_trainer-hami30__be.log": "[HAMI-core Msg(5:1:libvgpu.c:871)]: Initializing.....\n",
+		"logs/coloc_lin8192-bf16_trainer-hami70__be.log": "[HAMI-core Msg(6:1:libvgpu.c:871)]: Initializing.....\n" +
+			"[HAMI-core Msg(6:1:libvgpu.c:912)]: Initialized\n",
+	})
 	reportHas(t, md,
 		"### Each trainer alone on part of the GPU",
 		"| lin8192-bf16 | trainer-mps67 | — | 16.00 | 0.80 |",
 		"| lin8192-bf16 | trainer-sm88 | 88 | 14.00 | 0.70 |",
 		"| lin8192-bf16 | trainer-sm104 | 104 | 16.89 | 0.84 |",
+		"| lin8192-bf16 | trainer-hami30 (limit not applied) | — | 19.78 | 0.99 |",
+		"| lin8192-bf16 | trainer-hami70 | — | 14.00 | 0.70 |",
 	)
 	if !strings.Contains(md, "| lin8192-bf16 | trainer-mps67 | — | 16.00 | 0.80 | — / — | — / — | **NO** |") ||
 		!strings.Contains(md, "| lin8192-bf16 | trainer-sm88 | 88 | 14.00 | 0.70 | — / — | — / — | yes |") {
 		t.Errorf("bit-identity per row wrong:\n%s", md)
 	}
 	if strings.Index(md, "trainer-mps67") > strings.Index(md, "trainer-sm88") ||
-		strings.Index(md, "trainer-sm88") > strings.Index(md, "trainer-sm104") {
-		t.Errorf("rows out of order (MPS first, then DetShare by SMs):\n%s", md)
+		strings.Index(md, "trainer-sm88") > strings.Index(md, "trainer-sm104") ||
+		strings.Index(md, "trainer-sm104") > strings.Index(md, "trainer-hami30") {
+		t.Errorf("rows out of order (MPS first, then DetShare by SMs, then HAMi-core):\n%s", md)
 	}
 }
 

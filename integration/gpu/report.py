@@ -23,7 +23,7 @@ import re
 import struct
 import sys
 
-from bench import TRAINER_ALONE, case_slug, coloc_case, looks_path, param_config
+from bench import HAMI, TRAINER_ALONE, case_slug, coloc_case, looks_path, param_config
 
 TARGETS = {"lc_p99_ratio": 1.05, "be_norm_min": 0.50, "tpot_violation_cut": 0.20, "solo_overhead": 0.01}
 
@@ -179,15 +179,16 @@ def slo_of(cfg):
     return x if fam in ("detshare-slo", "detshare-sloov") else None
 
 
-def hami_applied(outdir, lc, be, cfg):
-    """Whether HAMi-core's limits applied to the trainer of a hami-sm<P> case, from its log (logs/<case>__be.log):
+def hami_applied(outdir, case, cfg):
+    """Whether HAMi-core's limits applied to the trainer of a hami-sm<P> or trainer-hami<P> case (bench.py's case
+    name), from its log (logs/<case>__be.log):
     HAMi-core logs "Initializing" when it is loaded and "Initialized" only once its own cuInit has run, which is what
     starts its SM-utilisation watcher; a process whose CUDA runtime reaches the driver without HAMi-core's cuInit
     (PyTorch 2.11 with CUDA 13 on an H100, BENCHMARKS.md) runs unlimited. None where the log says neither."""
-    if param_config(cfg)[0] != "hami-sm":
+    if param_config(cfg)[0] not in HAMI:
         return None
     try:
-        with open(os.path.join(outdir, "logs", "%s__be.log" % case_slug(coloc_case(lc, be, cfg))),
+        with open(os.path.join(outdir, "logs", "%s__be.log" % case_slug(case)),
                   errors="replace") as f:
             text = f.read()
     except OSError:
@@ -711,7 +712,7 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     if l and blc else None
                 r["be_bit_identical"] = (b["loss_hash"] == bbe["loss_hash"]) if b and bbe and b["loss_hash"] else None
                 r["be_losses_finite"] = b["losses_finite"] if b else None
-                r["hami_applied"] = hami_applied(outdir, lc, be, cfg)
+                r["hami_applied"] = hami_applied(outdir, coloc_case(lc, be, cfg), cfg)
                 r["power"] = power_in(power, *window(c["lc"])) if "lc" in c else {}
                 if not is_peer(cfg):
                     r["sched"] = sched_state(outdir, lc, be, cfg, blc and blc["svc_p99_ms"])
@@ -776,12 +777,13 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     fmt(rs["first_p50_us"], 0), fmt(rs["first_p99_us"], 0), fmt(rs["all_p50_us"], 0),
                     fmt(rs["all_p99_us"], 0), fmt(rs["all_max_us"], 0)))
             md.append("")
-    trainer_alone(raw, skip, power, window, out, md)
+    trainer_alone(raw, skip, power, window, out, md, outdir)
 
 
-def trainer_alone(raw, skip, power, window, out, md):
-    """Each trainer alone on part of the GPU (bench trainer-mps<P>, trainer-sm<S>): its throughput with its own
-    kernels on S SMs under DetShare against MPS's thread percentage, which lets cuBLAS pick other kernels."""
+def trainer_alone(raw, skip, power, window, out, md, outdir):
+    """Each trainer alone on part of the GPU (bench trainer-mps<P>, trainer-sm<S>, trainer-hami<P>): its throughput
+    with its own kernels on S SMs under DetShare against MPS's thread percentage, which lets cuBLAS pick other
+    kernels, and against HAMi-core's SM limit (and whether that applied at all)."""
     rows = []
     for g in sorted(raw):
         if not g.startswith("coloc:") or "+" in g:
@@ -790,7 +792,7 @@ def trainer_alone(raw, skip, power, window, out, md):
         solo = raw[g].get("alone", {}).get("be")
         bs = train_stats(solo, skip) if solo else None
         cfgs = [c for c in raw[g] if param_config(c)[0] in TRAINER_ALONE]
-        for cfg in sorted(cfgs, key=lambda c: (param_config(c)[0] == "trainer-sm", param_config(c)[1])):
+        for cfg in sorted(cfgs, key=lambda c: (TRAINER_ALONE.index(param_config(c)[0]), param_config(c)[1])):
             d = raw[g][cfg].get("be")
             if not d:
                 continue
@@ -798,7 +800,8 @@ def trainer_alone(raw, skip, power, window, out, md):
             sms = (d.get("grant_mid_run") or {}).get("sms")
             r = {"steps_per_s": b["steps_per_s"], "norm": ratio(b["steps_per_s"], bs and bs["steps_per_s"]),
                  "sms": sms, "bit_identical": (b["loss_hash"] == bs["loss_hash"]) if bs and b["loss_hash"] else None,
-                 "losses_finite": b["losses_finite"], "power": power_in(power, *window(d))}
+                 "losses_finite": b["losses_finite"], "power": power_in(power, *window(d)),
+                 "hami_applied": hami_applied(outdir, "coloc/%s/%s" % (be, cfg), cfg)}
             out.setdefault("trainer-alone:" + be, {})[cfg] = r
             rows.append((be, cfg, r))
     if not rows:
@@ -806,7 +809,8 @@ def trainer_alone(raw, skip, power, window, out, md):
     md.append("### Each trainer alone on part of the GPU")
     md.append("")
     md.append("`trainer-mps<P>`: alone under MPS at P % of threads (cuBLAS sees fewer SMs and may pick other "
-              "kernels); `trainer-sm<S>`: alone under DetShare pinned to S SMs (its solo kernels on a green context). "
+              "kernels); `trainer-sm<S>`: alone under DetShare pinned to S SMs (its solo kernels on a green context); "
+              "`trainer-hami<P>`: alone under HAMi-core at an SM limit of P %, no MPS. "
               "Throughput × its solo, and whether its losses are bit-identical to solo.")
     md.append("")
     md.append("| trainer | config | SMs granted | steps/s | × solo | board W (mean / max) | SM MHz (mean / min) "
@@ -815,7 +819,8 @@ def trainer_alone(raw, skip, power, window, out, md):
     yn = {True: "yes", False: "**NO**", None: "—"}
     for be, cfg, r in rows:
         md.append("| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s |" % (
-            be, cfg, r["sms"] if r["sms"] is not None else "—", fmt(r["steps_per_s"]), fmt(r["norm"]),
+            be, cfg + (" (limit not applied)" if r["hami_applied"] is False else ""),
+            r["sms"] if r["sms"] is not None else "—", fmt(r["steps_per_s"]), fmt(r["norm"]),
             fmt(r["power"].get("power_w_mean"), 0), fmt(r["power"].get("power_w_max"), 0),
             fmt(r["power"].get("sm_mhz_mean"), 0), fmt(r["power"].get("sm_mhz_min"), 0),
             identical_mark(r["bit_identical"], r["losses_finite"])))
