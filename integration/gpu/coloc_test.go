@@ -92,15 +92,8 @@ func TestColocPlan(t *testing.T) {
 		}
 	}
 	// trainer-hami<P>: each trainer alone under HAMi-core, its library and limit on the trainer, without MPS
-	ha := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
-		"coloc", "--detshare", ds, "--dry-run", "--coloc-lc", "bert", "--coloc-be", "lin8192-bf16", "--configs",
-		"alone,trainer-hami30", "--hami-lib", "/opt/hami/libvgpu.so")
-	var hamiAlone string
-	for _, l := range strings.Split(ha, "\n") {
-		if strings.HasPrefix(l, "coloc/lin8192-bf16/trainer-hami30") {
-			hamiAlone = l
-		}
-	}
+	ha, hamiAlone := planLine(t, py, ds, "coloc/lin8192-bf16/trainer-hami30", "--coloc-lc", "bert", "--coloc-be",
+		"lin8192-bf16", "--configs", "alone,trainer-hami30", "--hami-lib", "/opt/hami/libvgpu.so")
 	if !strings.Contains(hamiAlone, "(LD_PRELOAD=/opt/hami/libvgpu.so)") || !strings.Contains(hamiAlone, "(CUDA_DEVICE_SM_LIMIT=30)") ||
 		strings.Contains(hamiAlone, "lc:") || strings.Contains(hamiAlone, "[MPS]") || strings.Contains(ha, "+lin8192-bf16/trainer-hami") {
 		t.Errorf("trainer-hami30: want the trainer alone under HAMi-core at 30 %%, no LC, no MPS:\n%s", ha)
@@ -151,15 +144,8 @@ func TestColocPlan(t *testing.T) {
 	}
 	// HAMi-core (a peer): the trainer preloads its library with the SM limit and a shared-state file of the case's own,
 	// the LC runs without either, and neither runs under MPS
-	hp := run(t, nil, py, filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu", "--suite",
-		"coloc", "--detshare", ds, "--coloc-lc", "bert", "--coloc-be", "lin8192-bf16", "--configs", "alone,hami-sm50",
-		"--hami-lib", "/opt/hami/libvgpu.so", "--dry-run")
-	var hamiCase string
-	for _, l := range strings.Split(hp, "\n") {
-		if strings.HasPrefix(l, "coloc/bert+lin8192-bf16/hami-sm50") {
-			hamiCase = l
-		}
-	}
+	hp, hamiCase := planLine(t, py, ds, "coloc/bert+lin8192-bf16/hami-sm50", "--coloc-lc", "bert", "--coloc-be",
+		"lin8192-bf16", "--configs", "alone,hami-sm50", "--hami-lib", "/opt/hami/libvgpu.so")
 	lcPart, bePart, _ := strings.Cut(hamiCase, "be: ")
 	if !strings.Contains(bePart, "(LD_PRELOAD=/opt/hami/libvgpu.so)") || !strings.Contains(bePart, "(CUDA_REDIRECT=/opt/hami/libvgpu.so)") ||
 		!strings.Contains(bePart, "(CUDA_DEVICE_SM_LIMIT=50)") ||
@@ -215,6 +201,20 @@ print(json.dumps({c.config: {"config": r.sched_config(c), "flags": r.tenant_flag
 	// the Python stand-in scheduler is gone: an old command line that asks for it is refused, naming why
 	benchRefuses(t, py, "the only scheduler is the real `detshare sched`",
 		"--device", "cpu", "--suite", "coloc", "--scheduler", "python", "--dry-run")
+}
+
+// planLine runs bench.py's coloc plan on CPU (--dry-run) with args and returns the whole plan and its line for the
+// case whose name starts with prefix ("" when there is none).
+func planLine(t *testing.T, py, ds, prefix string, args ...string) (plan, line string) {
+	t.Helper()
+	plan = run(t, nil, py, append([]string{filepath.Join(here(t), "bench.py"), "--out", t.TempDir(), "--device", "cpu",
+		"--suite", "coloc", "--detshare", ds, "--dry-run"}, args...)...)
+	for _, l := range strings.Split(plan, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			line = l
+		}
+	}
+	return plan, line
 }
 
 // benchRefuses wants bench.py, given args, to fail with a message that contains want (what was wrong, and why).
