@@ -96,7 +96,9 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   detshare-default   the real scheduler with its defaults (LC --sm at --lc-groups, no SLO)
 #   <detshare-default or a numbered detshare configuration>-n<N>  the same with scheduler.narrow_groups = N
 #                      (detshare-overlap0.25-n6); and -n<N>-noprio: also every tenant at normal MPS client priority
-#                      (DETSHARE_MPS_PRIORITY=off), so the LC does not go first on the groups it shares
+#                      (DETSHARE_MPS_PRIORITY=off), so the LC does not go first on the groups it shares; or
+#                      -n<N>-lend: also the LC started with --lend, so its idle partition is lent to the trainer
+#                      (which is gated while it borrows) and taken back when a request arrives
 #   detshare-shared    the real scheduler, the LC labelled best-effort, scheduler.share_overlap = true: both tenants
 #                      run on every group, as under plain MPS, with nothing protecting the LC (not numbered, but run
 #                      only when named)
@@ -143,10 +145,11 @@ def case_slug(name):
 
 def narrow_suffix(cfg):
     """(base, N) of a DetShare configuration with the suffix -n<N> (scheduler.narrow_groups = N on top of the base
-    configuration, e.g. detshare-overlap0.25-n6) or -n<N>-noprio (and every tenant at normal MPS priority, which
-    Runner.case sets from the name's end), else (cfg, None)."""
+    configuration, e.g. detshare-overlap0.25-n6), -n<N>-noprio (and every tenant at normal MPS priority, which
+    Runner.case sets from the name's end) or -n<N>-lend (and the LC lends its idle partition, Runner.tenant_flags),
+    else (cfg, None)."""
     import re
-    m = re.fullmatch(r"(detshare-.+)-n(\d+)(?:-noprio)?", cfg)
+    m = re.fullmatch(r"(detshare-.+)-n(\d+)(?:-noprio|-lend)?", cfg)
     return (m.group(1), int(m.group(2))) if m else (cfg, None)
 
 
@@ -870,6 +873,10 @@ class Runner:
                                            % c.config)
                     flags[w.tenant] += ["--slo-p99", "%dus" % max(1, int(round(num * solo * 1e6)))]
                     log("  %s: slo-p99 %.3f ms (%.2fx solo P99 %.3f ms)", c.name, num * solo * 1e3, num, solo * 1e3)
+                    if c.config.endswith("-lend"):
+                        flags[w.tenant].append("--lend")
+                elif c.config.endswith("-lend"):
+                    flags[w.tenant].append("--lend")  # its partition, idle, is lent to the trainer
                 elif c.config in ("detshare-dynamic", "detshare-dynamic-pause", "detshare-dynamic-noprio",
                                   "detshare-temporal"):
                     if a.lc_slo_ms:

@@ -173,7 +173,7 @@ func TestColocPlan(t *testing.T) {
 	tmp := t.TempDir()
 	given := run(t, []string{"TMPDIR=" + tmp}, py, "-c", `import sys, json; sys.path.insert(0, sys.argv[1]); import bench
 a = bench.parse(["--out", sys.argv[2], "--device", "cpu", "--suite", "coloc", "--coloc-lc", "bert", "--coloc-be",
-                 "lin8192-bf16", "--configs", "alone,detshare-shared,detshare-overlap0.05-n0", "--dry-run"])
+                 "lin8192-bf16", "--configs", "alone,detshare-shared,detshare-overlap0.05-n0,detshare-overlap0.05-n0-lend", "--dry-run"])
 r = bench.Runner(a)
 r.gpu = r.gpu_info()
 print(json.dumps({c.config: {"config": r.sched_config(c), "flags": r.tenant_flags(c)} for c in r.plan() if c.uses_lib()}))`,
@@ -197,6 +197,11 @@ print(json.dumps({c.config: {"config": r.sched_config(c), "flags": r.tenant_flag
 		strings.Contains(ov.Config, "share_overlap") {
 		t.Errorf("detshare-overlap0.05-n0: want the LC latency-critical with its 4-group guarantee, a 0.05 partition overlapping, no "+
 			"narrowing: %+v", ov)
+	}
+	// -n<N>-lend: the same partition and narrowing, the LC also lending its idle partition; the trainer unchanged
+	if ld := sched["detshare-overlap0.05-n0-lend"]; strings.Join(ld.Flags["lc"], " ") != "--tier latency-critical --sm 32 --lend" ||
+		ld.Config != sched["detshare-overlap0.05-n0"].Config || strings.Join(ld.Flags["be"], " ") != "--tier best-effort" {
+		t.Errorf("detshare-overlap0.05-n0-lend: want detshare-overlap0.05-n0 with the LC's --lend: %+v", sched)
 	}
 	// the Python stand-in scheduler is gone: an old command line that asks for it is refused, naming why
 	benchRefuses(t, py, "the only scheduler is the real `detshare sched`",
