@@ -74,11 +74,86 @@ func need(t *testing.T, paths ...string) {
 	}
 }
 
+// hami.sh builds HAMi-core the way its own build.sh does (Debug: a Release build hides the hooks its dlsym hands out,
+// so it limits nothing) and refuses a library that does not export cuInit. The CUDA toolkit and cmake are stand-ins:
+// cmake records its arguments and "builds" a library with or without cuInit among thousands of other symbols, enough
+// that nm is still writing when a grep -q would have stopped reading.
+func TestHamiBuildRefusesALibraryThatHidesItsHooks(t *testing.T) {
+	if _, err := exec.LookPath("cc"); err != nil {
+		t.Fatalf("cc is needed to build the stand-in library: %v", err)
+	}
+	dir := t.TempDir()
+	src, cuda, bin := filepath.Join(dir, "src"), filepath.Join(dir, "cuda"), filepath.Join(dir, "bin")
+	for _, d := range []string{filepath.Join(src, "src"), filepath.Join(cuda, "include"), bin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lib strings.Builder
+	lib.WriteString("int cuInit(unsigned f) { return (int)f; }\n")
+	for i := 0; i < 6000; i++ {
+		fmt.Fprintf(&lib, "int zz_hook_%04d(void) { return %d; }\n", i, i)
+	}
+	files := map[string]string{
+		filepath.Join(src, "CMakeLists.txt"):     "project(libvgpu)\n",
+		filepath.Join(src, "src", "libvgpu.c"):   lib.String(),
+		filepath.Join(cuda, "include", "cuda.h"): "/* stand-in */\n",
+		// configure: record the arguments; build: compile the source into <build dir>/libvgpu.so, cuInit hidden
+		// when HIDE is set (what -fvisibility=hidden does to HAMi-core's unmarked hooks)
+		filepath.Join(bin, "cmake"): `#!/bin/sh
+if [ "$1" = --build ]; then
+  vis=default; [ -n "$HIDE" ] && vis=hidden
+  sed "s/^int cuInit/__attribute__((visibility(\"$vis\"))) int cuInit/" "$SRC/src/libvgpu.c" > "$2/l.c"
+  exec cc -shared -fPIC -o "$2/libvgpu.so" "$2/l.c"
+fi
+echo "$@" > "$ARGS"
+`,
+	}
+	for p, c := range files {
+		if err := os.WriteFile(p, []byte(c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build := func(hide bool) (string, string, error) {
+		out, args := filepath.Join(dir, fmt.Sprintf("out-%v", hide)), filepath.Join(dir, fmt.Sprintf("args-%v", hide))
+		cmd := exec.Command("bash", filepath.Join(here(t), "hami.sh"), src)
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "CUDA_HOME="+cuda, "HAMI_OUT="+out,
+			"SRC="+src, "ARGS="+args)
+		if hide { // and a library of an earlier build in place, which a refused build must not leave behind
+			cmd.Env = append(cmd.Env, "HIDE=1")
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(out, "libvgpu.so"), []byte("stale"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o, err := cmd.CombinedOutput()
+		a, _ := os.ReadFile(args)
+		return out, string(o) + "\n[cmake " + string(a) + "]", err
+	}
+	out, log, err := build(false)
+	if err != nil || !strings.Contains(log, "-DCMAKE_BUILD_TYPE=Debug") || !strings.Contains(log, "-DDLSYM_HOOK_ENABLE=1") {
+		t.Fatalf("hami.sh with cuInit exported: want a Debug build with the dlsym hook, got %v\n%s", err, log)
+	}
+	if _, err := os.Stat(filepath.Join(out, "libvgpu.so")); err != nil {
+		t.Errorf("hami.sh succeeded but left no library: %v\n%s", err, log)
+	}
+	out, log, err = build(true)
+	if err == nil || !strings.Contains(log, "does not export cuInit") {
+		t.Errorf("hami.sh with cuInit hidden: want a refusal naming cuInit, got %v\n%s", err, log)
+	}
+	if _, err := os.Stat(filepath.Join(out, "libvgpu.so")); err == nil {
+		t.Errorf("hami.sh refused the library but left one where bench.py looks\n%s", log)
+	}
+}
+
 // Every script answers --help without PyTorch (the GPU box's operator reads them before running anything).
 func TestScriptsHelpWithoutTorch(t *testing.T) {
 	py := python(t)
 	for _, s := range []string{"bench.py", "worker.py", "report.py", "determinism.py", "memquota.py", "dstable.py",
-		"gpuinfo.py", "rebind.py", "isolation.py", "graphsync.py", "kernelgrid.py", "mpsdet.py", "smtarget.py"} {
+		"gpuinfo.py", "rebind.py", "isolation.py", "graphsync.py", "kernelgrid.py", "mpsdet.py", "smtarget.py",
+		"hami_probe.py"} {
 		cmd := exec.Command(py, filepath.Join(here(t), s), "--help")
 		cmd.Env = append(os.Environ(), "PYTHONPATH=/nonexistent") // no site torch either way
 		out, err := cmd.CombinedOutput()
