@@ -681,7 +681,7 @@ class Runner:
                 # own file (HAMi-core keeps it in /tmp/cudevshr.cache unless told otherwise). CUDA_REDIRECT names the
                 # library its dlsym hook resolves cu* functions from, as HAMi's deployment does by installing it at
                 # the hook's default, /usr/local/vgpu/libvgpu.so. The library must export its hooks (hami.sh checks):
-                # a Release build hides them and limits nothing, with or without CUDA_REDIRECT (BENCHMARKS.md, J1/M1)
+                # a Release build hides them and limits nothing, with or without CUDA_REDIRECT (BENCHMARKS.md, J1-M1)
                 env.update({"LD_PRELOAD": self.a.hami_lib, "CUDA_REDIRECT": self.a.hami_lib,
                             "CUDA_DEVICE_SM_LIMIT": str(int(num)),
                             "CUDA_DEVICE_MEMORY_SHARED_CACHE": os.path.join(self.tmp, "hami-%s.cache" %

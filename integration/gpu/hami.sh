@@ -10,7 +10,7 @@
 # Dockerfile) builds it: its hooks on, CMAKE_BUILD_TYPE=Debug, its tests left out. Not Release: HAMi-core's Release
 # flags add -fvisibility=hidden, which hides cuInit and the other hooks its dlsym hook hands out (only the few
 # marked FUNC_ATTR_VISIBLE stay exported), so such a library loads, logs "Initializing" and limits nothing (issue
-# 26's runs H1-H5, J1 and M1 were built so). The script refuses a library that does not export cuInit.
+# 26's runs H1-H5 and J1-M1 were built so). The script refuses a library that does not export cuInit.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"

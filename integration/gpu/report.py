@@ -184,7 +184,7 @@ def hami_applied(outdir, case, cfg):
     name), from its log (logs/<case>__be.log):
     HAMi-core logs "Initializing" when it is loaded and "Initialized" only once its own cuInit has run, which is what
     starts its SM-utilisation watcher; a process whose dlsym hook hands out the driver's cuInit instead runs
-    unlimited (a HAMi-core built as Release hides its hooks: runs H1-H5, J1 and M1 of BENCHMARKS.md; hami.sh now
+    unlimited (a HAMi-core built as Release hides its hooks: runs H1-H5 and J1-M1 of BENCHMARKS.md; hami.sh now
     builds it as HAMi-core's build.sh does and refuses such a library). None where the log says neither."""
     if param_config(cfg)[0] not in HAMI:
         return None
