@@ -296,6 +296,41 @@ func TestPythonTableRefusesBadInput(t *testing.T) {
 	}
 }
 
+// hami_probe.py (does a preloaded limiter apply at all) on the simulated GPU (a test double, which runs no PTX): its
+// driver-API path works, it reads the device's SM count rather than assuming an H100's, and it launches exactly
+// what it counts (the double's own kernel count: the launches plus the one before the timed window).
+func TestHamiProbeCountsWhatItLaunches(t *testing.T) {
+	py := python(t)
+	sim := filepath.Join(buildDir(t), "lib", "simgpu")
+	need(t, filepath.Join(sim, "libcuda.so.1"))
+	dir := t.TempDir()
+	cmd := exec.Command(py, filepath.Join(here(t), "hami_probe.py"), "--duration", "0.2", "--blocks-per-sm", "2",
+		"--spin-us", "1")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+sim, "DETSHARE_SIMGPU_STATE="+filepath.Join(dir, "simgpu-state"),
+		"DETSHARE_SIMGPU_SMS=64", "DETSHARE_SIMGPU_CALLS=1")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("hami_probe.py on the simulated GPU: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	var res struct {
+		Launches int     `json:"launches"`
+		PerS     float64 `json:"launches_per_s"`
+		Grid     int     `json:"grid"`
+		SMs      int     `json:"sms"`
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &res); err != nil {
+		t.Fatalf("hami_probe.py: not one JSON line: %v\n%s", err, stdout.String())
+	}
+	if res.SMs != 64 || res.Grid != 128 || res.Launches < 8 || res.Launches%8 != 0 || res.PerS <= 0 {
+		t.Errorf("hami_probe.py: %+v, want 64 SMs, a grid of 2 blocks per SM and launches in batches of 8", res)
+	}
+	if want := fmt.Sprintf(" kernels=%d ", res.Launches+1); !strings.Contains(stderr.String(), want) {
+		t.Errorf("the simulated GPU ran other than the %d launches counted plus one (want %q):\n%s", res.Launches,
+			want, stderr.String())
+	}
+}
+
 type probeOut struct {
 	DistinctSMs int   `json:"distinct_sms"`
 	SMs         []int `json:"sms"`

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""hami_probe.py: does a peer's SM limit (HAMi-core's, preloaded by the caller) apply to a program that uses the CUDA
-driver API directly, without the CUDA runtime? Issue 26 measured that HAMi-core 8f3a89c never limited a PyTorch 2.11 +
-CUDA 13 trainer (its cuInit never ran); this separates "HAMi-core does nothing on this machine" from "the CUDA 13
-runtime does not reach HAMi-core's hooks".
+"""hami_probe.py: does an SM limiter preloaded by the caller (HAMi-core's) apply at all, to a program that uses the
+CUDA driver API directly, without the CUDA runtime? Issue 26 found that the HAMi-core hami.sh first built (as Release)
+limited neither PyTorch trainers nor this probe: the probe tells "the limiter does nothing here" apart from "the
+application's CUDA runtime goes around the limiter's hooks".
 
 It loads libcuda.so.1 through ctypes (every cu* symbol through dlsym, which HAMi-core hooks), JIT-compiles a kernel
 whose blocks each spin for --spin-us of the SM clock, launches it over every SM back to back for --duration seconds
 (one stream, synchronising every 8 launches) and prints one JSON line: launches per second and the GPU time a launch
-took. Run it alone and under the limit; the ratio is what the limit leaves.
+took. Run it alone and under the limit; the ratio is what the limit leaves. The kernel is named ds_spin, as the
+simulated GPU's built-in spin kernel is, so that the probe also runs on that test double (which runs no PTX:
+there its launches show only that the driver-API path works).
 
     python3 integration/gpu/hami_probe.py
     LD_PRELOAD=build/hami/libvgpu.so CUDA_DEVICE_SM_LIMIT=30 python3 integration/gpu/hami_probe.py
@@ -22,7 +24,7 @@ PTX = rb"""
 .version 7.0
 .target sm_70
 .address_size 64
-.visible .entry spin(.param .u64 cycles)
+.visible .entry ds_spin(.param .u64 cycles)
 {
     .reg .u64 %c<4>;
     .reg .pred %p;
@@ -69,7 +71,7 @@ def main(argv=None):
     check(cu, "cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
     check(cu, "cuCtxSetCurrent", cu.cuCtxSetCurrent(ctx))
     check(cu, "cuModuleLoadData", cu.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(PTX + b"\0")))
-    check(cu, "cuModuleGetFunction", cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"spin"))
+    check(cu, "cuModuleGetFunction", cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"ds_spin"))
     cycles = ctypes.c_uint64(int(a.spin_us * khz.value / 1000))
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(cycles), ctypes.c_void_p))
     grid = sms.value * a.blocks_per_sm
