@@ -59,10 +59,15 @@ func Create(runDir string) (*Table, error) {
 		return nil, err
 	}
 	defer unlock()
-	// Temporaries are written only under the lock: any found now were left by a creator that died.
-	if tmps, err := filepath.Glob(filepath.Join(p.Dir, ".*.tmp-*")); err == nil {
-		for _, f := range tmps {
-			_ = os.Remove(f)
+	// The table's and the doorbell's temporaries are written only under the lock: any found now were left by a
+	// creator that died. Only theirs: the run directory's other files (the containers' preload list, CDI cache,
+	// workload files) are written atomically by processes that do not take this lock, and removing a temporary of
+	// theirs fails their rename (seen with fifty containers starting at once).
+	for _, f := range []string{p.Table(), p.Doorbell()} {
+		if tmps, err := filepath.Glob(filepath.Join(p.Dir, "."+filepath.Base(f)+".tmp-*")); err == nil {
+			for _, tmp := range tmps {
+				_ = os.Remove(tmp)
+			}
 		}
 	}
 	if _, err := os.Stat(p.Table()); errors.Is(err, os.ErrNotExist) {

@@ -463,17 +463,34 @@ func TestLeaderTakeoverResetsHalfPublishedSplit(t *testing.T) {
 	}
 }
 
+// Create removes the temporaries of the files it writes under the table lock (the table, the doorbell), left by a
+// creator that died, and nothing else: other files of the run directory (the containers' preload list, quota and
+// workload files) are written atomically by processes that do not take that lock, and a temporary of theirs may be
+// in flight (CI run 48: a container's ld.so.preload rename failed because a concurrent Create had removed it).
 func TestCreateRemovesStaleTemporaries(t *testing.T) {
 	tb := newTable(t)
-	stale := filepath.Join(tb.Paths().Dir, ".table.tmp-123")
-	os.WriteFile(stale, []byte("half"), 0o644)
-	t2, err := Create(tb.Paths().Dir)
+	dir := tb.Paths().Dir
+	stale := []string{filepath.Join(dir, ".table.tmp-123"), filepath.Join(dir, ".doorbell.tmp-456")}
+	inFlight := []string{filepath.Join(dir, ".ld.so.preload.tmp-789"), filepath.Join(dir, ".detshare-cdi.json.tmp-1")}
+	for _, f := range append(append([]string{}, stale...), inFlight...) {
+		if err := os.WriteFile(f, []byte("half"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t2, err := Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t2.Close()
-	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
-		t.Error("stale temporary left")
+	for _, f := range stale {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale temporary %s left", filepath.Base(f))
+		}
+	}
+	for _, f := range inFlight {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("another writer's temporary %s removed: %v", filepath.Base(f), err)
+		}
 	}
 }
 
