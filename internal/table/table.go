@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -59,17 +60,7 @@ func Create(runDir string) (*Table, error) {
 		return nil, err
 	}
 	defer unlock()
-	// The table's and the doorbell's temporaries are written only under the lock: any found now were left by a
-	// creator that died. Only theirs: the run directory's other files (the containers' preload list, CDI cache,
-	// workload files) are written atomically by processes that do not take this lock, and removing a temporary of
-	// theirs fails their rename (seen with fifty containers starting at once).
-	for _, f := range []string{p.Table(), p.Doorbell()} {
-		if tmps, err := filepath.Glob(filepath.Join(p.Dir, "."+filepath.Base(f)+".tmp-*")); err == nil {
-			for _, tmp := range tmps {
-				_ = os.Remove(tmp)
-			}
-		}
-	}
+	removeStaleTemporaries(p)
 	if _, err := os.Stat(p.Table()); errors.Is(err, os.ErrNotExist) {
 		if err := writeNewFile(p.Table(), TableMode, initialTable()); err != nil {
 			return nil, fmt.Errorf("create table: %w", err)
@@ -203,6 +194,37 @@ func initialDoorbell() []byte {
 	b := make([]byte, DoorbellSize)
 	(*Doorbell)(unsafe.Pointer(&b[0])).Magic = DoorbellMagic
 	return b
+}
+
+// staleTemporaryAge: a temporary of an atomic write (atomicfile) older than this in the run directory was left by a
+// writer that died; a live write renames its temporary within microseconds.
+const staleTemporaryAge = time.Minute
+
+// removeStaleTemporaries removes, under the table lock, the table's and the doorbell's temporaries (written only under
+// that lock, so any found were left by a creator that died) and any other temporary of the run directory older than
+// staleTemporaryAge. Not a younger one: the run directory's other files (the containers' preload list, CDI cache,
+// workload files) are written atomically by processes that do not take this lock, and removing a temporary in flight
+// fails its writer's rename (CI: one of fifty containers starting at once was refused so).
+func removeStaleTemporaries(p Paths) {
+	own := map[string]bool{}
+	for _, f := range []string{p.Table(), p.Doorbell()} {
+		own["."+filepath.Base(f)+".tmp-"] = true
+	}
+	tmps, err := filepath.Glob(filepath.Join(p.Dir, ".*.tmp-*"))
+	if err != nil {
+		return
+	}
+	for _, tmp := range tmps {
+		base := filepath.Base(tmp)
+		prefix := base[:strings.Index(base, ".tmp-")+len(".tmp-")]
+		if !own[prefix] {
+			fi, err := os.Lstat(tmp)
+			if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < staleTemporaryAge {
+				continue
+			}
+		}
+		_ = os.Remove(tmp)
+	}
 }
 
 // writeNewFile writes data to a temporary file in the same directory and renames it over path, so that readers

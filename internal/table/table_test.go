@@ -464,7 +464,7 @@ func TestLeaderTakeoverResetsHalfPublishedSplit(t *testing.T) {
 }
 
 // Create removes the temporaries of the files it writes under the table lock (the table, the doorbell), left by a
-// creator that died, and nothing else: other files of the run directory (the containers' preload list, quota and
+// creator that died, and other writers' temporaries only once they are older than any live write: other files of the run directory (the containers' preload list, quota and
 // workload files) are written atomically by processes that do not take that lock, and a temporary of theirs may be
 // in flight (CI run 48: a container's ld.so.preload rename failed because a concurrent Create had removed it).
 func TestCreateRemovesStaleTemporaries(t *testing.T) {
@@ -472,11 +472,18 @@ func TestCreateRemovesStaleTemporaries(t *testing.T) {
 	dir := tb.Paths().Dir
 	stale := []string{filepath.Join(dir, ".table.tmp-123"), filepath.Join(dir, ".doorbell.tmp-456")}
 	inFlight := []string{filepath.Join(dir, ".ld.so.preload.tmp-789"), filepath.Join(dir, ".detshare-cdi.json.tmp-1")}
-	for _, f := range append(append([]string{}, stale...), inFlight...) {
+	// another writer's temporary older than any live write: its writer died, so it goes too
+	dead := filepath.Join(dir, ".ld.so.preload.tmp-dead")
+	for _, f := range append(append([]string{dead}, stale...), inFlight...) {
 		if err := os.WriteFile(f, []byte("half"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	old := time.Now().Add(-2 * staleTemporaryAge)
+	if err := os.Chtimes(dead, old, old); err != nil {
+		t.Fatal(err)
+	}
+	stale = append(stale, dead)
 	t2, err := Create(dir)
 	if err != nil {
 		t.Fatal(err)
