@@ -874,16 +874,14 @@ class Runner:
                                            % c.config)
                     flags[w.tenant] += ["--slo-p99", "%dus" % max(1, int(round(num * solo * 1e6)))]
                     log("  %s: slo-p99 %.3f ms (%.2fx solo P99 %.3f ms)", c.name, num * solo * 1e3, num, solo * 1e3)
-                    if c.config.endswith("-lend"):
-                        flags[w.tenant].append("--lend")
-                elif c.config.endswith("-lend"):
-                    flags[w.tenant].append("--lend")  # its partition, idle, is lent to the trainer
                 elif c.config in ("detshare-dynamic", "detshare-dynamic-pause", "detshare-dynamic-noprio",
                                   "detshare-temporal"):
                     if a.lc_slo_ms:
                         flags[w.tenant] += ["--slo-p99", "%gms" % a.lc_slo_ms]
                     if a.lc_lend:
                         flags[w.tenant].append("--lend")
+                if c.config.endswith("-lend"):
+                    flags[w.tenant].append("--lend")  # its partition, idle, is lent to the trainer
             elif w.tenant in ("prefill", "decode"):
                 flags[w.tenant] = ["--tier", "best-effort", "--role", w.tenant]
         return flags

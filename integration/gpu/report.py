@@ -199,6 +199,11 @@ def hami_applied(outdir, case, cfg):
     return False if "HAMI-core" in text else None
 
 
+def hami_mark(applied):
+    """What a table row's configuration gets appended when hami_applied said HAMi-core's limit did not apply."""
+    return " (limit not applied)" if applied is False else ""
+
+
 def sched_state(outdir, lc, be, cfg, solo_p99_ms):
     """What `detshare status` said at the end of a DetShare case's window (bench.py saves it as
     logs/<case>__status.json): the LC's SLO controller (its SLO, state, last window's P99, the floor it measured at its
@@ -722,7 +727,7 @@ def coloc(raw, meta, skip, outdir, res, md, cdf_rows):
                     cdf_rows.append((pair, cfg, l["a2c_ms"]))
                 yn = {True: "yes", False: "**NO**", None: "—"}
                 md.append("| %s | %s | %s / %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
-                    be, cfg + (" (limit not applied)" if r["hami_applied"] is False else ""), fmt(l and l["svc_p50_ms"], 3), fmt(l and l["svc_p99_ms"], 3),
+                    be, cfg + hami_mark(r["hami_applied"]), fmt(l and l["svc_p50_ms"], 3), fmt(l and l["svc_p99_ms"], 3),
                     fmt(r["lc_svc_p99_ratio"]), fmt(r["lc_svc_p99_vs_mps_alone"]), fmt(l and l["a2c_p99_ms"], 2), fmt(r["lc_a2c_p99_ratio"]),
                     fmt(b and b["steps_per_s"]), fmt(r["be_norm"]), fmt(r["power"].get("power_w_mean"), 0),
                     fmt(r["power"].get("power_w_max"), 0), fmt(r["power"].get("sm_mhz_mean"), 0),
@@ -820,7 +825,7 @@ def trainer_alone(raw, skip, power, window, out, md, outdir):
     yn = {True: "yes", False: "**NO**", None: "—"}
     for be, cfg, r in rows:
         md.append("| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s |" % (
-            be, cfg + (" (limit not applied)" if r["hami_applied"] is False else ""),
+            be, cfg + hami_mark(r["hami_applied"]),
             r["sms"] if r["sms"] is not None else "—", fmt(r["steps_per_s"]), fmt(r["norm"]),
             fmt(r["power"].get("power_w_mean"), 0), fmt(r["power"].get("power_w_max"), 0),
             fmt(r["power"].get("sm_mhz_mean"), 0), fmt(r["power"].get("sm_mhz_min"), 0),
