@@ -100,6 +100,15 @@ func TestColocPlan(t *testing.T) {
 	}
 	benchRefuses(t, py, "HAMi-core's SM limit is a percentage 1..100",
 		"--device", "cpu", "--suite", "coloc", "--configs", "trainer-hami101", "--dry-run")
+	// on the GPU a HAMi-core case shorter than its limiter's cycle measures its unlimited start (issue 26, run D);
+	// refused before the GPU is queried, so this runs where there is none
+	fakeHami := filepath.Join(t.TempDir(), "libvgpu.so")
+	if err := os.WriteFile(fakeHami, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	benchRefuses(t, py, "--duration 5 with --configs hami-sm30,trainer-hami30: HAMi-core's limiter settles over seconds",
+		"--device", "cuda", "--suite", "coloc", "--configs", "alone,trainer-hami30,hami-sm30", "--duration", "5",
+		"--hami-lib", fakeHami, "--dry-run")
 	if strings.Contains(alone, "+lin8192-fp32/trainer-") {
 		t.Errorf("a trainer-alone configuration was planned beside an LC:\n%s", alone)
 	}

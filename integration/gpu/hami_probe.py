@@ -7,9 +7,12 @@ application's CUDA runtime goes around the limiter's hooks".
 It loads libcuda.so.1 through ctypes (every cu* symbol through dlsym, which HAMi-core hooks), JIT-compiles a kernel
 whose blocks each spin for --spin-us of the SM clock, launches it over every SM back to back for --duration seconds
 (one stream, synchronising every 8 launches) and prints one JSON line: launches per second and the GPU time a launch
-took. Run it alone and under the limit; the ratio is what the limit leaves. The kernel is named ds_spin, as the
-simulated GPU's built-in spin kernel is, so that the probe also runs on that test double (which runs no PTX:
-there its launches show only that the driver-API path works).
+took. Run it alone and under the limit; the ratio is what the limit leaves. HAMi-core's limit is a feedback loop
+over seconds (a token bucket refilled every 120 ms from NVML's per-process SM utilisation): a process runs about
+unlimited for its first 3-4 s and then cycles with a 3-4 s period, so the default window is 10 s (under
+CUDA_DEVICE_SM_LIMIT=30, 3 s left 0.88 of the launch rate, 10 s 0.60-0.67; BENCHMARKS.md, issue 26, runs Q1-Q3
+and D). The kernel is named ds_spin, as the simulated GPU's built-in spin kernel is, so that the probe also runs on
+that test double (which runs no PTX: there its launches show only that the driver-API path works).
 
     python3 integration/gpu/hami_probe.py
     LD_PRELOAD=build/hami/libvgpu.so CUDA_DEVICE_SM_LIMIT=30 python3 integration/gpu/hami_probe.py
@@ -52,7 +55,8 @@ def check(cu, what, rc):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--duration", type=float, default=5.0, help="seconds of launches (default 5)")
+    ap.add_argument("--duration", type=float, default=10.0,
+                    help="seconds of launches (default 10: HAMi-core's limiter takes 3-4 s to start limiting)")
     ap.add_argument("--spin-us", type=float, default=200.0, help="how long each block spins, in microseconds")
     ap.add_argument("--blocks-per-sm", type=int, default=4, help="blocks of 128 threads per SM in each launch")
     a = ap.parse_args(argv)
