@@ -7,12 +7,29 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
+
+// tempInfix sits between a temporary's target and its random suffix: "." + target + tempInfix + random.
+const tempInfix = ".tmp-"
+
+// TemporaryPattern is the glob of Write's temporaries in dir, for sweeping those a writer that died left behind.
+func TemporaryPattern(dir string) string { return filepath.Join(dir, ".*"+tempInfix+"*") }
+
+// TargetOf is the base name of the file that the temporary named tmpBase (a base name) was to replace, and whether
+// tmpBase is one of Write's temporaries at all.
+func TargetOf(tmpBase string) (string, bool) {
+	i := strings.LastIndex(tmpBase, tempInfix)
+	if !strings.HasPrefix(tmpBase, ".") || i < 2 {
+		return "", false
+	}
+	return tmpBase[1:i], true
+}
 
 // Write replaces path with data (mode perm) through a temporary file in the same directory and a rename. With
 // durable set, the data is fsynced first (engine configurations must survive a power loss). Errors name path.
 func Write(path string, data []byte, perm os.FileMode, durable bool) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+tempInfix+"*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}

@@ -43,3 +43,32 @@ func TestWriteFailureLeavesNothing(t *testing.T) {
 		t.Fatalf("a temporary was left behind: %v", ents)
 	}
 }
+
+// A sweeper tells whose temporary it found from its name alone: Write's naming and TargetOf must agree, and the
+// pattern must find a temporary of Write that a writer left behind.
+func TestTemporaryNamesTheirTarget(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.CreateTemp(dir, "."+"ld.so.preload"+tempInfix+"*") // what Write creates for ld.so.preload
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	found, err := filepath.Glob(TemporaryPattern(dir))
+	if err != nil || len(found) != 1 || found[0] != f.Name() {
+		t.Fatalf("TemporaryPattern found %v, %v; want %s", found, err, f.Name())
+	}
+	for name, want := range map[string]string{
+		filepath.Base(f.Name()): "ld.so.preload",
+		".table.tmp-123":        "table",
+		".a.tmp-b.tmp-9":        "a.tmp-b",
+	} {
+		if got, ok := TargetOf(name); !ok || got != want {
+			t.Errorf("TargetOf(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+	for _, name := range []string{"table", "table.tmp-1", "..tmp-1", ".tmp-1"} {
+		if got, ok := TargetOf(name); ok {
+			t.Errorf("TargetOf(%q) = %q: not a temporary of Write", name, got)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
@@ -133,14 +134,14 @@ func unmountPage(path string) {
 // warning: its page is then bounded only by the scheduler's housekeeping (RepairClientPages).
 func (t *Table) writePage(path string, b []byte) error {
 	if !t.PageMounts() {
-		return writeNewFile(path, ClientPageMode, b)
+		return atomicfile.Write(path, b, ClientPageMode, false)
 	}
 	err := createMountedPage(path, ClientPageMode, b)
 	if errors.Is(err, errNoMountPrivilege) {
 		logrus.WithError(err).WithField("path", path).Warn(
 			"client page on the run directory's filesystem: a tenant writing past its end is cut back only at the " +
 				"next housekeeping round")
-		return writeNewFile(path, ClientPageMode, b)
+		return atomicfile.Write(path, b, ClientPageMode, false)
 	}
 	return err
 }

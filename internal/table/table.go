@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/detshare/detshare/internal/atomicfile"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
@@ -62,14 +62,14 @@ func Create(runDir string) (*Table, error) {
 	defer unlock()
 	removeStaleTemporaries(p)
 	if _, err := os.Stat(p.Table()); errors.Is(err, os.ErrNotExist) {
-		if err := writeNewFile(p.Table(), TableMode, initialTable()); err != nil {
+		if err := atomicfile.Write(p.Table(), initialTable(), TableMode, false); err != nil {
 			return nil, fmt.Errorf("create table: %w", err)
 		}
 	} else if err != nil {
 		return nil, fmt.Errorf("stat table: %w", err)
 	}
 	if _, err := os.Stat(p.Doorbell()); errors.Is(err, os.ErrNotExist) {
-		if err := writeNewFile(p.Doorbell(), DoorbellMode, initialDoorbell()); err != nil {
+		if err := atomicfile.Write(p.Doorbell(), initialDoorbell(), DoorbellMode, false); err != nil {
 			return nil, fmt.Errorf("create doorbell: %w", err)
 		}
 	} else if err != nil {
@@ -206,18 +206,13 @@ const staleTemporaryAge = time.Minute
 // workload files) are written atomically by processes that do not take this lock, and removing a temporary in flight
 // fails its writer's rename (CI: one of fifty containers starting at once was refused so).
 func removeStaleTemporaries(p Paths) {
-	own := map[string]bool{}
-	for _, f := range []string{p.Table(), p.Doorbell()} {
-		own["."+filepath.Base(f)+".tmp-"] = true
-	}
-	tmps, err := filepath.Glob(filepath.Join(p.Dir, ".*.tmp-*"))
+	tmps, err := filepath.Glob(atomicfile.TemporaryPattern(p.Dir))
 	if err != nil {
 		return
 	}
 	for _, tmp := range tmps {
-		base := filepath.Base(tmp)
-		prefix := base[:strings.Index(base, ".tmp-")+len(".tmp-")]
-		if !own[prefix] {
+		target, _ := atomicfile.TargetOf(filepath.Base(tmp))
+		if target != filepath.Base(p.Table()) && target != filepath.Base(p.Doorbell()) {
 			fi, err := os.Lstat(tmp)
 			if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < staleTemporaryAge {
 				continue
@@ -225,38 +220,6 @@ func removeStaleTemporaries(p Paths) {
 		}
 		_ = os.Remove(tmp)
 	}
-}
-
-// writeNewFile writes data to a temporary file in the same directory and renames it over path, so that readers
-// never see a partial file (a crash leaves at most a stray temporary, which is ignored).
-func writeNewFile(path string, mode os.FileMode, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create temporary for %s: %w", path, err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	// Explicit chmod: the umask must not decide who may write the doorbell.
-	if err := f.Chmod(mode); err != nil {
-		return fmt.Errorf("chmod %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
-	}
-	ok = true
-	return nil
 }
 
 // lockFile takes an exclusive flock on path (created if needed); the kernel drops it if the holder dies.
