@@ -385,6 +385,33 @@ func TestTemporalTokenSerialisesAndFailsStatic(t *testing.T) {
 	}
 }
 
+// An unrestricted grant (share_overlap on a GPU without MPS, nobody latency-critical: policy.TemporalTimeSliced)
+// launches at once while another tenant holds the token: the driver time-slices the two, nobody waits for a turn.
+// Its neighbour with a temporal grant still waits (the token is what that grant means).
+func TestUnrestrictedGrantRunsBesideTheTokenHolder(t *testing.T) {
+	holder := newEnv(t, true).withTenant(0, "")
+	free := holder.another(0)
+	waits := holder.another(0)
+	holder.playScheduler()
+	holder.grant(table.ModeTemporal, 0)
+	free.grant(table.ModeUnrestricted, 0x7fff)
+	waits.grant(table.ModeTemporal, 0)
+	holder.giveToken(holder)
+	r := free.run("ds_probe_rt", "init", "launch:1")
+	if r.get(t, "launch", "ok") != "1" {
+		t.Fatalf("kernel under an unrestricted grant: %v", r.lines)
+	}
+	if d := atomic.LoadUint64(&free.client.Page().QueueDelayNs); d != 0 {
+		t.Fatalf("a tenant with an unrestricted grant waited %v for the token, want no wait", time.Duration(d))
+	}
+	if strings.Contains(strings.Join(r.lines, "\n"), "fail-static") {
+		t.Errorf("it ran by failing static, not by its grant: %v", r.lines)
+	}
+	if d := waits.heldLaunch(func() { time.Sleep(200 * time.Millisecond); holder.giveToken(waits) }); d < 150*time.Millisecond {
+		t.Errorf("a temporal neighbour waited %v for the token, want >= 150ms", d)
+	}
+}
+
 // Temporal mode, latency-critical tenant: it launches at once while a tenant the scheduler gates (a lower tier)
 // holds the token (waiting for the hand-over would add a round trip to every request), and waits its turn behind
 // another latency-critical holder. The attack side: a best-effort tenant is never let through this way, nor is one

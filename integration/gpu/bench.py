@@ -35,7 +35,8 @@ Co-location (--suite coloc, issue 12): each LC workload of --coloc-lc (batch-1 t
   launches without waiting for the token behind a lower tier, and the trainer's queue is bounded by the dispatch gate
   (what the LC waits for). detshare-shared is the real scheduler with the LC labelled best-effort beside the trainer
   and scheduler.share_overlap = true: both run on every group under MPS, nothing protects the LC (DetShare's
-  setting at plain MPS's end of the frontier, issue 26). `--coloc-lc reclaim` is the reclaim probe instead of a
+  setting at plain MPS's end of the frontier, issue 26); detshare-timeshared is the same without MPS, where
+  share_overlap leaves the two to the driver's time-slicing (DetShare's setting at time-slicing's end). `--coloc-lc reclaim` is the reclaim probe instead of a
   model (worker.py, probes/reclaim.cu; GPU only, never part of the default list): each request needs every SM for
   1 ms, and report.py shows how long it waited for the trainer's kernels to leave them (the dispatch gate's bound).
   `--coloc-lc llama-step-math` is llama-step with the textbook attention: SDPA's fused kernels make llama-step's
@@ -102,6 +103,9 @@ COLOC_EXTRA = ["llama-step-math",  # likewise: llama-step with the textbook atte
 #   detshare-shared    the real scheduler, the LC labelled best-effort, scheduler.share_overlap = true: both tenants
 #                      run on every group, as under plain MPS, with nothing protecting the LC (not numbered, but run
 #                      only when named)
+#   detshare-timeshared detshare-shared without MPS (mps.enable = false): with nobody latency-critical, share_overlap
+#                      leaves the two to the driver's time-slicing (unrestricted grants, no token, no gate), as
+#                      time-slicing does, with nothing protecting the LC (run only when named)
 #   hami-sm<P>         HAMi-core (--hami-lib, built by hami.sh on the GPU machine): no MPS, the trainer preloads
 #                      libvgpu.so with CUDA_DEVICE_SM_LIMIT=P (its SM utilisation limit), the LC runs unlimited
 #   trainer-mps<P>     each trainer alone under MPS at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P (no LC)
@@ -177,7 +181,10 @@ COLOC_BE_EXTRA = ["lin8192-bf16-tiny",
                   # GEMMs only, and the optimizer's memory-bound update only
                   "lin8192-fp32-gemm", "lin8192-fp32-opt", "lin8192-bf16-gemm", "lin8192-bf16-opt"]
 COLOC_OPTIONAL = ["alone-flush"]  # accepted by --configs, never run unless named
-COLOC_NAMED = ["detshare-shared"]  # shared configurations run only when named (issue 26's frontier sweep)
+COLOC_NAMED = ["detshare-shared", "detshare-timeshared"]  # run only when named (issue 26's frontier sweep)
+# the DetShare configurations where the LC is labelled best-effort beside the trainer under share_overlap
+SHARED = ("detshare-shared", "detshare-timeshared")
+NO_MPS = ("detshare-temporal", "detshare-timeshared")  # the real scheduler with mps.enable = false
 L2_FLUSH_MB = 256  # alone-flush: more than any GPU's L2 (H100: 50 MB)
 SUITES = ["infer", "llm", "train", "coloc"]
 
@@ -708,7 +715,7 @@ class Runner:
             ws.append(Worker(label, list(args), env=env, tenant=tenant, mps_pct=pct))
             ws[-1].group = group
         return Case(name, cfg, ws, needs_mps=cfg.startswith(("mps", "trainer-mps", "trainer-sm")) or (cfg.startswith("detshare") and
-                                                                                  cfg != "detshare-temporal") or
+                                                                                  cfg not in NO_MPS) or
                     cfg in ("alone-grant", "alone-mps"))
 
     # ----------------------------------------------------------------------------------------- one case -------
@@ -853,11 +860,11 @@ class Runner:
                                                                   "detshare-overlap") or
                     c.config.startswith("detshare-dynamic") else "") +
                    ("lc_overlap = true\n" if fam in ("detshare-overlap", "detshare-sloov") else "") +
-                   ("share_overlap = true\n" if c.config in ("detshare-share", "detshare-shared") else "") +
+                   ("share_overlap = true\n" if c.config in ("detshare-share",) + SHARED else "") +
                    ("narrow_groups = %d\n" % num if fam == "detshare-narrow" else
                     "narrow_groups = %d\n" % narrow_suffix(c.config)[1]
                     if narrow_suffix(c.config)[1] is not None else ""),
-                   "false" if c.config == "detshare-temporal" else "true", a.mps_control))
+                   "false" if c.config in NO_MPS else "true", a.mps_control))
 
     def tenant_flags(self, c):
         """`detshare run` flags of each tenant of the case (tier, guarantee, pinning, SLO), by tenant name."""
@@ -868,9 +875,10 @@ class Runner:
         for w in c.workers:
             if fam == "trainer-sm":  # the trainer alone, pinned to its SMs: nothing beside it narrows or gates it
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(int(num)), "--pinned"]
-            elif c.config in ("alone-lib", "detshare-shared") or w.tenant in ("be", "a", "b"):
+            elif c.config in ("alone-lib",) + SHARED or w.tenant in ("be", "a", "b"):
                 # detshare-shared: the LC is labelled best-effort too, so nothing protects it and, with
-                # share_overlap, both run on every group as under plain MPS (the frontier's unprotected end)
+                # share_overlap, both run on every group as under plain MPS (the frontier's unprotected end), or
+                # without MPS both run whenever they have work, time-sliced by the driver (detshare-timeshared)
                 flags[w.tenant] = ["--tier", "best-effort"]
             elif w.tenant == "lc":
                 flags[w.tenant] = ["--tier", "latency-critical", "--sm", str(sms)]

@@ -176,20 +176,21 @@ func TestColocPlan(t *testing.T) {
 	// detshare-shared (the frontier's unprotected end): run only when named; the LC is labelled best-effort like the
 	// trainer and the scheduler grants busy sharers every group (share_overlap), with no LC partition or narrowing;
 	// what `detshare sched` and `detshare run` are given, from bench.py's own functions
-	if strings.Contains(out, "detshare-shared") {
-		t.Errorf("detshare-shared must run only when named:\n%s", out)
+	if strings.Contains(out, "detshare-shared") || strings.Contains(out, "detshare-timeshared") {
+		t.Errorf("detshare-shared and detshare-timeshared must run only when named:\n%s", out)
 	}
 	tmp := t.TempDir()
 	given := run(t, []string{"TMPDIR=" + tmp}, py, "-c", `import sys, json; sys.path.insert(0, sys.argv[1]); import bench
 a = bench.parse(["--out", sys.argv[2], "--device", "cpu", "--suite", "coloc", "--coloc-lc", "bert", "--coloc-be",
-                 "lin8192-bf16", "--configs", "alone,detshare-shared,detshare-overlap0.05-n0,detshare-overlap0.05-n0-lend", "--dry-run"])
+                 "lin8192-bf16", "--configs", "alone,detshare-shared,detshare-timeshared,detshare-overlap0.05-n0,detshare-overlap0.05-n0-lend", "--dry-run"])
 r = bench.Runner(a)
 r.gpu = r.gpu_info()
-print(json.dumps({c.config: {"config": r.sched_config(c), "flags": r.tenant_flags(c)} for c in r.plan() if c.uses_lib()}))`,
+print(json.dumps({c.config: {"config": r.sched_config(c), "flags": r.tenant_flags(c), "mps": c.needs_mps} for c in r.plan() if c.uses_lib()}))`,
 		here(t), tmp)
 	var sched map[string]struct {
 		Config string              `json:"config"`
 		Flags  map[string][]string `json:"flags"`
+		MPS    bool                `json:"mps"`
 	}
 	gl := strings.Split(strings.TrimSpace(given), "\n") // bench.py may log before the JSON line
 	if err := json.Unmarshal([]byte(gl[len(gl)-1]), &sched); err != nil {
@@ -200,6 +201,13 @@ print(json.dumps({c.config: {"config": r.sched_config(c), "flags": r.tenant_flag
 		!strings.Contains(sh.Config, "share_overlap = true") || strings.Contains(sh.Config, "lc_reserve") ||
 		strings.Contains(sh.Config, "narrow_groups") {
 		t.Errorf("detshare-shared: want both tenants best-effort under share_overlap, nothing else: %+v", sched)
+	}
+	// detshare-timeshared: the same tenants and share_overlap on a GPU without MPS (the scheduler then leaves them to
+	// the driver's time-slicing): MPS neither enabled in its config nor started for it
+	if ts, ok := sched["detshare-timeshared"]; !ok || !sh.MPS || ts.MPS || strings.Join(ts.Flags["lc"], " ") != "--tier best-effort" ||
+		strings.Join(ts.Flags["be"], " ") != "--tier best-effort" ||
+		ts.Config != strings.Replace(sh.Config, "[mps]\nenable = true\n", "[mps]\nenable = false\n", 1) || ts.Config == sh.Config {
+		t.Errorf("detshare-timeshared: want detshare-shared with mps.enable = false and no MPS daemon: %+v", sched)
 	}
 	if ov := sched["detshare-overlap0.05-n0"]; strings.Join(ov.Flags["lc"], " ") != "--tier latency-critical --sm 32" ||
 		!strings.Contains(ov.Config, "lc_reserve = 0.05\nlc_overlap = true\nnarrow_groups = 0\n") ||

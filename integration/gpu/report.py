@@ -607,7 +607,8 @@ def build(outdir, skip, slo_ms):
 
 COLOC_TARGET = {"lc_p99_ratio": 1.10, "lc_p99_goal": 1.05}
 COLOC_SHARED = ("timeslice", "mps", "mps-pct", "mps-prio", "detshare-static", "detshare-dynamic",
-                "detshare-dynamic-pause", "detshare-dynamic-noprio", "detshare-temporal", "detshare-shared")
+                "detshare-dynamic-pause", "detshare-dynamic-noprio", "detshare-temporal", "detshare-shared",
+                "detshare-timeshared")
 
 
 def read_power(outdir):

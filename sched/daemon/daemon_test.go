@@ -292,6 +292,85 @@ func TestTemporalWithoutMPS(t *testing.T) {
 	}
 }
 
+// Without MPS, share_overlap leaves the tenants to the driver's time-slicing while nobody latency-critical is
+// registered: unrestricted grants, no token held, no gate (time-slicing's end of the frontier, issue 26). A
+// latency-critical tenant, idle too, brings the token and the gates back at once, and they go again when it leaves.
+func TestTemporalShareOverlapLeavesTimeSlicingToTheDriver(t *testing.T) {
+	dir, tb := newRunDir(t)
+	a := register(t, tb, "a", table.TierBestEffort, table.RoleNone, 0, false, 0)
+	b := register(t, tb, "b", table.TierBurstable, table.RoleNone, 0, false, 0)
+	c := testConfig()
+	c.Scheduler.ShareOverlap = true
+	startSched(t, dir, c, &mps.Manager{Paths: table.NewPaths(dir), Simulated: true}) // mps.enable = false kept
+	if g := tb.GPUs()[0]; g.Mode != table.ModeTemporal {
+		t.Fatalf("mps.enable = false: the GPU must be temporal, mode %d", g.Mode)
+	}
+	unrestricted := func(g table.Grant) bool { return g.Mode == table.ModeUnrestricted }
+	temporal := func(g table.Grant) bool { return g.Mode == table.ModeTemporal }
+	noToken := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Second)
+		for tb.ReadToken(0).Holder != -1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: token held by slot %d, want nobody", what, tb.ReadToken(0).Holder)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	ungated := func(what string, rs ...table.Registration) {
+		t.Helper()
+		for _, r := range rs {
+			if d, _ := tb.Gate(r.Slot); d != 0 {
+				t.Fatalf("%s: %s gated at depth %d", what, r.ID, d)
+			}
+		}
+	}
+	play(t, tb, a).busy(true)
+	play(t, tb, b).busy(true)
+	for _, r := range []table.Registration{a, b} {
+		waitGrant(t, tb, r.Slot, time.Second, "unrestricted grant (time-sliced by the driver)", unrestricted)
+	}
+	noToken("two busy sharers")
+	ungated("two busy sharers", a, b)
+	// the tiers do not take turns either: over a while the token stays free and the grants unrestricted
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		for _, r := range []table.Registration{a, b} {
+			if g, err := tb.ReadGrant(r.Slot); err != nil || g.Mode != table.ModeUnrestricted {
+				t.Fatalf("%s's grant left unrestricted mode: %+v %v", r.ID, g, err)
+			}
+		}
+		if h := tb.ReadToken(0).Holder; h != -1 {
+			t.Fatalf("token handed to slot %d between sharers", h)
+		}
+	}
+
+	lc := register(t, tb, "lc", table.TierLatencyCritical, table.RoleNone, 2, false, 0)
+	for _, r := range []table.Registration{a, b, lc} {
+		waitGrant(t, tb, r.Slot, time.Second, "temporal grant beside a latency-critical tenant", temporal)
+	}
+	for _, r := range []table.Registration{a, b} {
+		deadline := time.Now().Add(time.Second)
+		for d, _ := tb.Gate(r.Slot); d != 1; d, _ = tb.Gate(r.Slot) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s beside an idle latency-critical tenant: gate depth %d, want 1", r.ID, d)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if h := tb.ReadToken(0).Holder; h != a.Slot && h != b.Slot {
+		t.Fatalf("beside a latency-critical tenant the busy sharers take turns by the token: holder %d", h)
+	}
+
+	if err := tb.Deregister(lc.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []table.Registration{a, b} {
+		waitGrant(t, tb, r.Slot, time.Second, "unrestricted again once the latency-critical tenant left", unrestricted)
+	}
+	noToken("after the latency-critical tenant left")
+	ungated("after the latency-critical tenant left", a, b)
+}
+
 func TestSecondLeaderRefused(t *testing.T) {
 	dir, _ := newRunDir(t)
 	startSched(t, dir, testConfig(), nil)

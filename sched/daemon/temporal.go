@@ -37,18 +37,35 @@ func (tk *token) left() (d time.Duration, held bool) {
 // decideTemporal hands the GPU's time token around the busy tenants. Every tenant's grant says temporal mode over
 // the whole split; the token says who may run now. A latency-critical tenant that becomes busy takes the token at
 // once from a lower tier (the holder finishes its in-flight kernels, which its dispatch gate bounds; nothing is
-// preempted), and launches meanwhile without waiting for the hand-over (ds_grant.c).
+// preempted), and launches meanwhile without waiting for the hand-over (ds_grant.c). Under share_overlap with
+// nobody latency-critical registered there is no token: every grant is unrestricted and the driver time-slices the
+// tenants (policy.TemporalTimeSliced).
 func (s *Scheduler) decideTemporal(g table.GPUState, tk *token, rows []tenantRow, popt policy.Options, now time.Time) {
 	var all uint64
 	for i := range g.Split.Groups {
 		all |= 1 << i
 	}
 	ts := make([]policy.Tenant, len(rows))
-	slo := s.Config().Scheduler.LatencySLO.Duration
 	for i := range rows {
-		r := &rows[i]
-		ts[i] = toPolicy(r)
-		s.publish(r, table.Grant{Groups: all, SMs: g.Split.TotalSMs(), Mode: table.ModeTemporal}, "temporal: runs while holding the token", slo)
+		ts[i] = toPolicy(&rows[i])
+	}
+	slo := s.Config().Scheduler.LatencySLO.Duration
+	if policy.TemporalTimeSliced(ts, popt) {
+		// share_overlap with nobody latency-critical: the driver time-slices them; no token, no gate
+		for i := range rows {
+			s.setGate(&rows[i], policy.Gate{})
+			s.setNarrow(&rows[i], 0)
+			s.publish(&rows[i], table.Grant{Groups: all, SMs: g.Split.TotalSMs(), Mode: table.ModeUnrestricted},
+				"temporal, share_overlap: time-sliced by the driver", slo)
+		}
+		if tk.holder >= 0 {
+			tk.holder = -1
+			_ = s.t.PublishToken(g.Index, -1, 0)
+		}
+		return
+	}
+	for i := range rows {
+		s.publish(&rows[i], table.Grant{Groups: all, SMs: g.Split.TotalSMs(), Mode: table.ModeTemporal}, "temporal: runs while holding the token", slo)
 	}
 	for i, gate := range policy.TemporalGates(ts, popt) {
 		s.setGate(&rows[i], gate)

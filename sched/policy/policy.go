@@ -110,7 +110,9 @@ type Options struct {
 	// ShareOverlap: busy tenants are each granted every group nobody holds exclusively, instead of a split by
 	// weight, while no latency-critical tenant throttles them: under MPS their blocks interleave on those SMs as
 	// they free up (work-conserving, as plain MPS), so a tenant whose kernels do not fill its split leaves nothing
-	// idle. Weights then order nothing spatially. Exclusive guarantees and partitions are unchanged.
+	// idle. Weights then order nothing spatially. Exclusive guarantees and partitions are unchanged. On a GPU without
+	// MPS, where no latency-critical tenant is registered, it leaves the tenants to the driver's time-slicing
+	// (TemporalTimeSliced): nobody waits for the time token.
 	ShareOverlap bool
 	// NarrowGroups: while a latency-critical tenant shares the GPU, a lower tier's memory-bound kernels run on this
 	// many groups of its grant (the lowest), the rest of its kernels on all of it (Grant.Narrow; the library tells
@@ -243,6 +245,24 @@ func TemporalGates(tenants []Tenant, o Options) []Gate {
 		}
 	}
 	return gates
+}
+
+// TemporalTimeSliced says whether a GPU without MPS leaves its tenants to the driver's time-slicing instead of
+// handing the time token around: under Options.ShareOverlap while no latency-critical tenant is registered there
+// (idle ones count: the token must already be held back for its next request). Then every tenant runs whenever it
+// has work and the driver interleaves their contexts, with no dispatch gate, which is plain time-slicing's point of
+// the frontier: a neighbour whose kernels need every SM (an fp32 GEMM trainer loses ~30 % without a few of them)
+// keeps the whole GPU whenever the other tenants are idle (issue 26, BENCHMARKS.md).
+func TemporalTimeSliced(tenants []Tenant, o Options) bool {
+	if !o.ShareOverlap {
+		return false
+	}
+	for _, t := range tenants {
+		if t.Tier == table.TierLatencyCritical {
+			return false
+		}
+	}
+	return true
 }
 
 // floorGroups is where a lower-tier tenant keeps its floor of n groups out of avail: the highest groups it held,

@@ -10,7 +10,7 @@ import (
 // idle tenant without a guarantee keeps its share of the shared groups, an idle lender keeps its grant while the same
 // groups are lent to busy borrowers, an idle expanding latency-critical tenant is offered every group nobody else
 // holds; under scheduler.lc_overlap a sized latency-critical tenant runs on its neighbours' groups too, and under
-// share_overlap busy sharers run on the same groups), and in temporal mode every grant is the GPU taken in turns. So the granted SMs of a GPU's tenants can add up
+// share_overlap busy sharers run on the same groups), and in temporal mode every grant is the GPU taken in turns (by the token, or by the driver under share_overlap). So the granted SMs of a GPU's tenants can add up
 // to more than the GPU has; status and top show guarantees, what is granted beyond them, and which groups are
 // granted to several tenants, instead of a sum that makes no sense.
 
@@ -155,13 +155,18 @@ func AccountLines(g GPU, a SMAccount, tenants []Tenant) []string {
 		return out
 	}
 	busy := map[string]bool{}
+	driverSliced := false
 	for _, t := range tenants {
 		if t.GPU == g.Index {
 			busy[t.ID] = t.Demand > 0
+			driverSliced = driverSliced || t.GrantMode == "unrestricted"
 		}
 	}
 	why := "overlap: tenants idle, lending or sharing"
-	if g.Mode == "temporal" {
+	switch {
+	case g.Mode == "temporal" && driverSliced:
+		why = "temporal mode, share_overlap: the driver time-slices them"
+	case g.Mode == "temporal":
 		why = "temporal mode: they take turns"
 	}
 	out = append(out, fmt.Sprintf("%d SMs granted to 2+ tenants (%s):", a.SharedSMs, why))

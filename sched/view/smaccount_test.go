@@ -29,6 +29,15 @@ func TestAccountCountsOverlapOnce(t *testing.T) {
 			t.Errorf("lines lack %q:\n%s", want, lines)
 		}
 	}
+	// under share_overlap without MPS nobody takes turns by the token: the grants are unrestricted, the driver
+	// time-slices the tenants, and the line says so instead
+	for i := range ts {
+		ts[i].GrantMode = "unrestricted"
+	}
+	if lines := strings.Join(AccountLines(g, Account(g, ts), ts), "\n"); !strings.Contains(lines, "the driver time-slices them") ||
+		strings.Contains(lines, "take turns") {
+		t.Errorf("unrestricted grants in temporal mode:\n%s", lines)
+	}
 	if GroupRanges([]int{0, 1, 2, 5, 7, 8}) != "0-2,5,7-8" {
 		t.Errorf("GroupRanges: %s", GroupRanges([]int{0, 1, 2, 5, 7, 8}))
 	}
