@@ -78,6 +78,20 @@ func (e *env) giveToken(to *env) {
 	}
 }
 
+// launchesAtOnce runs one kernel in e's tenant and fails unless it ran without waiting for anything (no queue delay
+// recorded on its client page); what names the situation in the failure.
+func (e *env) launchesAtOnce(what string) result {
+	e.t.Helper()
+	r := e.run("ds_probe_rt", "init", "launch:1")
+	if r.get(e.t, "launch", "ok") != "1" {
+		e.t.Fatalf("%s: the kernel did not run: %v", what, r.lines)
+	}
+	if d := atomic.LoadUint64(&e.client.Page().QueueDelayNs); d != 0 {
+		e.t.Fatalf("%s: waited %v, want no wait", what, time.Duration(d))
+	}
+	return r
+}
+
 // held runs the probe's steps up to their first "pause", lets the rest start (work the test expects the library to
 // hold back), calls meanwhile, which must release it, and returns what the probe printed and the queue delay the
 // library recorded for e's tenant.
@@ -397,13 +411,7 @@ func TestUnrestrictedGrantRunsBesideTheTokenHolder(t *testing.T) {
 	free.grant(table.ModeUnrestricted, 0x7fff)
 	waits.grant(table.ModeTemporal, 0)
 	holder.giveToken(holder)
-	r := free.run("ds_probe_rt", "init", "launch:1")
-	if r.get(t, "launch", "ok") != "1" {
-		t.Fatalf("kernel under an unrestricted grant: %v", r.lines)
-	}
-	if d := atomic.LoadUint64(&free.client.Page().QueueDelayNs); d != 0 {
-		t.Fatalf("a tenant with an unrestricted grant waited %v for the token, want no wait", time.Duration(d))
-	}
+	r := free.launchesAtOnce("a tenant with an unrestricted grant, the token held by another")
 	if strings.Contains(strings.Join(r.lines, "\n"), "fail-static") {
 		t.Errorf("it ran by failing static, not by its grant: %v", r.lines)
 	}
@@ -437,13 +445,7 @@ func TestTemporalLatencyCriticalWaitsOnlyBehindItsOwnTier(t *testing.T) {
 	gate(be, 1) // what policy.TemporalGates gives lower tiers beside a latency-critical tenant
 	gate(be2, 1)
 	be.giveToken(be)
-	r := lc.run("ds_probe_rt", "init", "launch:1")
-	if r.get(t, "launch", "ok") != "1" {
-		t.Fatalf("LC kernel: %v", r.lines)
-	}
-	if d := atomic.LoadUint64(&lc.client.Page().QueueDelayNs); d != 0 {
-		t.Fatalf("LC waited %v for the token held by a best-effort tenant, want no wait", time.Duration(d))
-	}
+	lc.launchesAtOnce("the LC, the token held by a best-effort tenant")
 	// A best-effort tenant without the token still waits ...
 	if d := be2.heldLaunch(func() { time.Sleep(200 * time.Millisecond); be.giveToken(be2) }); d < 150*time.Millisecond {
 		t.Errorf("best-effort tenant waited %v for the token, want >= 150ms", d)
