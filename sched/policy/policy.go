@@ -234,10 +234,7 @@ func dispatchGate(o Options, on, tight bool) Gate {
 // reach x1.61-1.65 of solo beside a bf16 trainer against x1.13-1.16 with one kernel in flight, for the same trainer
 // throughput (BENCHMARKS.md, issue 12, temporal mode).
 func TemporalGates(tenants []Tenant, o Options) []Gate {
-	lcPresent := false
-	for _, t := range tenants {
-		lcPresent = lcPresent || t.Tier == table.TierLatencyCritical
-	}
+	lcPresent := latencyCriticalPresent(tenants)
 	gates := make([]Gate, len(tenants))
 	for i, t := range tenants {
 		if t.Tier != table.TierLatencyCritical {
@@ -254,15 +251,17 @@ func TemporalGates(tenants []Tenant, o Options) []Gate {
 // the frontier: a neighbour whose kernels need every SM (an fp32 GEMM trainer loses ~30 % without a few of them)
 // keeps the whole GPU whenever the other tenants are idle (issue 26, BENCHMARKS.md).
 func TemporalTimeSliced(tenants []Tenant, o Options) bool {
-	if !o.ShareOverlap {
-		return false
-	}
+	return o.ShareOverlap && !latencyCriticalPresent(tenants)
+}
+
+// latencyCriticalPresent: some tenant of the GPU is latency-critical, busy or idle.
+func latencyCriticalPresent(tenants []Tenant) bool {
 	for _, t := range tenants {
 		if t.Tier == table.TierLatencyCritical {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // floorGroups is where a lower-tier tenant keeps its floor of n groups out of avail: the highest groups it held,
